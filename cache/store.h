@@ -1,0 +1,90 @@
+/*
+ * store.h: the SQLite compile cache, as the runtime sees it.
+ *
+ * One kdart__store is one database file, opened writable (the node's cache)
+ * or read-only (a prebuilt cache shipped in an image).  Entries are keyed by
+ * the hex SHA-256 of their manifest.  The store guarantees:
+ *   - a blob is returned only after its SHA-256 matched the stored digest; a
+ *     mismatch moves the row to the quarantine table and reports ENOENT so
+ *     the caller recompiles (never a crash, never a wrong cubin);
+ *   - publication is one transaction; a row that already exists means
+ *     another writer won, which is success;
+ *   - a database file SQLite cannot read is renamed aside and a fresh one
+ *     created; a directory that cannot be written makes open fail with
+ *     KDART_EIO so the runtime can carry on in memory;
+ *   - last_used and hit counts live in the rows (no file atimes), and the
+ *     byte budget evicts by last_used.
+ * Strings and blobs handed out are allocated with kdart__malloc and freed
+ * with kdart__entry_release.  Not thread-safe by itself: the runtime
+ * serializes calls on one store with its own lock.
+ */
+#ifndef KDART_CACHE_STORE_H
+#define KDART_CACHE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KDART__STORE_SCHEMA 1 /* PRAGMA user_version of the newest schema */
+
+typedef struct kdart__store kdart__store;
+
+/* One row.  For put, the caller fills every field it has; key, kernel,
+ * spec, arch and manifest are required, cubin may be absent for failed. */
+typedef struct kdart__row {
+    char key[65];
+    char *kernel, *spec, *arch;
+    int failed;              /* 1: a recorded compile failure */
+    char *manifest;          /* sorted "name=value\n" lines */
+    char *report;            /* "name=value\n" lines (registers, spills, ...) */
+    char *log;               /* compiler and linker logs */
+    char *lowered;           /* lowered kernel names, one per line */
+    unsigned char *cubin;
+    size_t cubin_size;
+    char cubin_sha256[65];
+    double compile_ms;
+    int64_t created, last_used, hits;
+} kdart__row;
+
+/* Frees the strings and blob a row owns and zeroes it. */
+void kdart__row_release(kdart__row *row);
+
+/* Opens (creating the file and its directories when writable) the store.
+ * readonly: open with SQLITE_OPEN_READONLY and never write.
+ * max_bytes: byte budget for cubins, <= 0 unlimited.
+ * On failure returns a KDART status and writes a message into err. */
+int kdart__store_open(kdart__store **out, const char *path, int readonly,
+                      int64_t max_bytes, char *err, size_t errlen);
+void kdart__store_close(kdart__store *st);
+int kdart__store_readonly(const kdart__store *st);
+const char *kdart__store_path(const kdart__store *st);
+/* Message of the store's last failure ("" if none). */
+const char *kdart__store_errmsg(const kdart__store *st);
+
+/* Looks up a full key.  KDART_OK fills *row (checksum verified);
+ * KDART_ENOENT when absent or just quarantined (errmsg says which). */
+int kdart__store_get(kdart__store *st, const char *key, kdart__row *row);
+/* Publishes one row in one transaction, then enforces the byte budget.
+ * An existing row with the same key is kept (another writer won) unless
+ * replace is set.  Fills cubin_sha256 itself. */
+int kdart__store_put(kdart__store *st, kdart__row *row, int replace);
+/* last_used = now, hits += 1.  A read-only store ignores it. */
+int kdart__store_touch(kdart__store *st, const char *key);
+/* Resolves a unique key prefix to the full key: OK, ENOENT or EAMBIGUOUS. */
+int kdart__store_resolve(kdart__store *st, const char *prefix, char key[65]);
+/* Calls fn for every row without cubin, log or manifest bodies
+ * (manifest is filled when with_manifest is set); fn returns nonzero to stop. */
+int kdart__store_list(kdart__store *st, int with_manifest,
+                      int (*fn)(void *user, const kdart__row *row), void *user);
+
+typedef struct kdart__store_stats {
+    int64_t entries, failed, quarantined, bytes, hits;
+    double compile_ms_total;
+} kdart__store_stats;
+/* (named _getstats: kdart__store_stats is the struct) */
+int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
+/* PRAGMA integrity_check plus every blob's digest; quarantines bad rows. */
+int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
+/* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
+int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);
+
+#endif /* KDART_CACHE_STORE_H */

@@ -1,0 +1,63 @@
+/*
+ * kda_params.h: the plain parameter structs shared by the host runtime (C11)
+ * and the device kernels (CUDA C++ compiled by NVRTC).
+ *
+ * Each kernel takes exactly one of these structs by value as its only
+ * parameter, so the host fills a struct and passes its address to
+ * cuLaunchKernel.  The structs hold only pointers and 32-bit integers, with
+ * no host or device headers, so that the same bytes mean the same thing to
+ * gcc and to NVRTC.  Changing a layout here changes the hash of this file,
+ * which is part of every cache key, so stale cubins can never be launched
+ * with a new layout.
+ *
+ * Layouts are the contiguous fla layouts of ../shared/spec/kda_backward.md
+ * (sections 3.1 and 4.1).  BT, the chunk length, is always 64.
+ */
+#ifndef KDART_KDA_PARAMS_H
+#define KDART_KDA_PARAMS_H
+
+#define KDART_CHUNK 64 /* BT: rows per chunk, fixed by the algorithm */
+
+/* bwd_intra: grid (T/64, B*HV), one CTA per (chunk, batch x value head). */
+typedef struct kdart_bwd_intra_params {
+    const void *q;      /* [B,T,H,K]   io dtype (bf16 or fp16) */
+    const void *k;      /* [B,T,H,K]   io dtype */
+    const float *g;     /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
+    const void *beta;   /* [B,T,HV]    io dtype */
+    const float *dAqk;  /* [B,T,HV,64] fp32, lower triangle incl. diagonal */
+    const float *dAkk;  /* [B,T,HV,64] fp32, strictly lower */
+    const float *dq_in; /* [B,T,HV,K]  fp32 */
+    const float *dk_in; /* [B,T,HV,K]  fp32 */
+    const float *dg_in; /* [B,T,HV,K]  fp32 */
+    const float *db_in; /* [B,T,HV]    fp32 */
+    void *dq;           /* [B,T,HV,K]  fp32, or io dtype when emit_bf16 */
+    void *dk;           /* [B,T,HV,K]  fp32, or io dtype when emit_bf16 */
+    float *dg;          /* [B,T,HV,K]  fp32; suffix-summed per chunk when fold_dg */
+    float *db;          /* [B,T,HV]    fp32, db_in already added */
+    int B, T, H, HV;    /* K is a template argument of the kernel */
+} kdart_bwd_intra_params;
+
+/* bwd_dhu: one serial reverse scan per (batch, value head, V tile). */
+typedef struct kdart_bwd_dhu_params {
+    const void *qg;    /* [B,T,HV,K]    io dtype */
+    const void *kg;    /* [B,T,HV,K]    io dtype */
+    const void *w;     /* [B,T,HV,K]    io dtype */
+    const float *g;    /* [B,T,HV,K]    fp32; only row 64c+63 of chunk c is read */
+    const void *dout;  /* [B,T,HV,V]    io dtype ("do" in the spec) */
+    const void *dv;    /* [B,T,HV,V]    io dtype */
+    const float *dht;  /* [B,HV,K,V]    fp32, or NULL: the scan starts from zero */
+    void *dh;          /* [B,NT,HV,K,V] io dtype, NT = T/64 */
+    void *dv2;         /* [B,T,HV,V]    io dtype */
+    float *dh0;        /* [B,HV,K,V]    fp32, or NULL: not produced */
+    float scale;       /* applied after the qg^T do accumulation, as fla does */
+    int B, T, HV, V;   /* K is a template argument of the kernel */
+} kdart_bwd_dhu_params;
+
+/* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.
+ * x[t0+r, d] = sum_{r'=r..63} x[t0+r', d] in place, per chunk. */
+typedef struct kdart_rcumsum_params {
+    float *x;          /* [N, T, K] fp32, N = B*HV rows interleaved as [B,T,HV,K] */
+    int B, T, HV;      /* K is a template argument */
+} kdart_rcumsum_params;
+
+#endif /* KDART_KDA_PARAMS_H */

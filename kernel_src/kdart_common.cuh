@@ -1,0 +1,60 @@
+/*
+ * kdart_common.cuh: the small device-side vocabulary every kdart kernel uses.
+ *
+ * NVRTC ships no host headers and, in CUDA 13.0, not even cuda_bf16.h, so
+ * kernels include nothing outside kernel_src/.  This header supplies the two
+ * 16-bit io types as plain storage structs with explicit conversions written
+ * in PTX (round-to-nearest-even, the same rounding as __float2bfloat16_rn),
+ * and a few helpers.  Keeping the kernels free of toolkit headers also keeps
+ * every NVRTC compile fast and makes the cache key's "sources" field the
+ * complete list of what the compiler read from us.
+ */
+#ifndef KDART_COMMON_CUH
+#define KDART_COMMON_CUH
+
+#include "kda_params.h"
+
+namespace kdart {
+
+/* 16-bit io types: raw bits only; arithmetic is always done in fp32. */
+struct bf16 { unsigned short bits; };
+struct fp16 { unsigned short bits; };
+
+__device__ __forceinline__ float to_float(bf16 x) {
+    return __uint_as_float(((unsigned)x.bits) << 16);
+}
+__device__ __forceinline__ float to_float(fp16 x) {
+    float f;
+    asm("{ .reg .b16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+__device__ __forceinline__ float to_float(float x) { return x; }
+
+template <typename T> __device__ __forceinline__ T from_float(float f);
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float f) {
+    unsigned short h;
+    asm("{ .reg .b16 r; cvt.rn.bf16.f32 r, %1; mov.b16 %0, r; }" : "=h"(h) : "f"(f));
+    bf16 out; out.bits = h; return out;
+}
+template <> __device__ __forceinline__ fp16 from_float<fp16>(float f) {
+    unsigned short h;
+    asm("{ .reg .b16 r; cvt.rn.f16.f32 r, %1; mov.b16 %0, r; }" : "=h"(h) : "f"(f));
+    fp16 out; out.bits = h; return out;
+}
+template <> __device__ __forceinline__ float from_float<float>(float f) { return f; }
+
+/* Two 16-bit values packed in one 32-bit register, low half first, as the
+ * mma.sync operand fragments expect. */
+template <typename T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    return (unsigned)from_float<T>(lo).bits | ((unsigned)from_float<T>(hi).bits << 16);
+}
+
+/* Compile-time tag so kernels can pick the mma.sync type string. */
+template <typename T> struct io_traits;
+template <> struct io_traits<bf16> { static constexpr bool is_bf16 = true; };
+template <> struct io_traits<fp16> { static constexpr bool is_bf16 = false; };
+
+} /* namespace kdart */
+
+#endif /* KDART_COMMON_CUH */

@@ -1,0 +1,66 @@
+/*
+ * alloc.c: the allocator seam.
+ *
+ * All of kdart's heap memory comes from here.  In production these are
+ * malloc and free.  Tests arm kdart__alloc_fail_at(n) to make the n-th
+ * allocation from then fail, walk n upward until an operation succeeds, and
+ * check after each failure that the right status came back and that
+ * kdart__alloc_live() returned to where it started (nothing leaked).
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static atomic_long fail_countdown; /* 0: off; else fail when it reaches 1 */
+static atomic_long live;
+
+static int should_fail(void) {
+    long n = atomic_load(&fail_countdown);
+    while (n > 0) {
+        if (atomic_compare_exchange_weak(&fail_countdown, &n, n - 1)) return n == 1;
+    }
+    return 0;
+}
+
+long kdart__alloc_fail_at(long n) { return atomic_exchange(&fail_countdown, n > 0 ? n : 0); }
+long kdart__alloc_live(void) { return atomic_load(&live); }
+
+void *kdart__malloc(size_t n) {
+    if (should_fail()) return NULL;
+    void *p = malloc(n ? n : 1);
+    if (p) atomic_fetch_add(&live, 1);
+    return p;
+}
+
+void *kdart__calloc(size_t count, size_t n) {
+    if (should_fail()) return NULL;
+    void *p = calloc(count ? count : 1, n ? n : 1);
+    if (p) atomic_fetch_add(&live, 1);
+    return p;
+}
+
+void *kdart__realloc(void *p, size_t n) {
+    if (!p) return kdart__malloc(n);
+    if (should_fail()) return NULL;
+    return realloc(p, n ? n : 1);
+}
+
+void kdart__free(void *p) {
+    if (!p) return;
+    atomic_fetch_sub(&live, 1);
+    free(p);
+}
+
+char *kdart__strndup(const char *s, size_t n) {
+    if (!s) return NULL;
+    size_t len = strnlen(s, n);
+    char *d = kdart__malloc(len + 1);
+    if (!d) return NULL;
+    memcpy(d, s, len);
+    d[len] = 0;
+    return d;
+}
+
+char *kdart__strdup(const char *s) { return s ? kdart__strndup(s, (size_t)-1) : NULL; }

@@ -1,0 +1,192 @@
+/*
+ * cuda.c: libcuda by dlopen, contexts, per-context function handles, and
+ * the launch itself.
+ *
+ * libcuda is opened once per process, on the first call that needs a GPU;
+ * its absence is a status (KDART_ENOCUDA), not a link error, so everything
+ * that only compiles or inspects works on machines with no driver.
+ *
+ * Cubins are loaded with cuLibraryLoadData, which is context-independent:
+ * the driver loads the library into each context on first use.  Each unit
+ * keeps a small table of (context, CUfunction) pairs, filled once per
+ * context under the runtime lock, and sets the dynamic shared memory
+ * attribute on each function when it is filled.  The launch path then only
+ * reads the current context, scans at most KDART__MAX_CTX pairs with
+ * atomic loads and calls cuLaunchKernel.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "rt.h"
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static struct kdart__cuda cuda_table;
+static int cuda_status = KDART_ENOCUDA;
+static char cuda_why[256];
+
+static void cuda_load(void) {
+    if (getenv("KDART_DISABLE_CUDA") && getenv("KDART_DISABLE_CUDA")[0] == '1') {
+        snprintf(cuda_why, sizeof cuda_why, "CUDA disabled by KDART_DISABLE_CUDA=1");
+        return;
+    }
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(cuda_why, sizeof cuda_why, "libcuda.so.1 not found (%s)", dlerror());
+        return;
+    }
+#define KDART__CUDA_SYM(name, ret, args)                                              \
+    if (!(*(void **)&cuda_table.name = dlsym(lib, #name))) {                        \
+        snprintf(cuda_why, sizeof cuda_why, "libcuda lacks %s (driver too old)", #name); \
+        return;                                                                      \
+    }
+    KDART__CUDA_FUNCS(KDART__CUDA_SYM)
+#undef KDART__CUDA_SYM
+    CUresult r = cuda_table.cuInit(0);
+    int count = 0;
+    if (r == CUDA_SUCCESS) r = cuda_table.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count == 0) {
+        const char *name = "?";
+        if (r != CUDA_SUCCESS) cuda_table.cuGetErrorName(r, &name);
+        snprintf(cuda_why, sizeof cuda_why, "no CUDA device (%s)", r != CUDA_SUCCESS ? name : "count 0");
+        cuda_status = KDART_ENODEVICE;
+        return;
+    }
+    /* The handle stays open for the life of the process: unloading a driver
+     * that other libraries in the process may also use is never safe. */
+    cuda_status = KDART_OK;
+}
+
+int kdart__cuda_get(kdart_rt *rt, const kdart__cuda **out) {
+    *out = NULL;
+    if (rt->flags & KDART_OPEN_NO_CUDA)
+        return kdart__err(rt, KDART_ENOCUDA, "CUDA not used (opened with KDART_OPEN_NO_CUDA)");
+    pthread_once(&cuda_once, cuda_load);
+    if (cuda_status != KDART_OK) return kdart__err(rt, cuda_status, "%s", cuda_why);
+    *out = &cuda_table;
+    return KDART_OK;
+}
+
+static int cuda_fail(kdart_rt *rt, const char *what, CUresult r) {
+    const char *name = "CUDA_ERROR_UNKNOWN";
+    cuda_table.cuGetErrorName(r, &name);
+    return kdart__err(rt, KDART_ECUDA, "%s failed: %s", what, name);
+}
+
+int kdart__cuda_context(kdart_rt *rt, void **ctx_out, char arch[16]) {
+    const kdart__cuda *cu;
+    int rc = kdart__cuda_get(rt, &cu);
+    if (rc) return rc;
+    CUcontext ctx = NULL;
+    CUresult r = cu->cuCtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetCurrent", r);
+    if (!ctx) {
+        /* No context on this thread: use device 0's primary context, the
+         * one the CUDA runtime (and so PyTorch) would use. */
+        CUdevice dev;
+        if ((r = cu->cuDeviceGet(&dev, 0)) != CUDA_SUCCESS) return cuda_fail(rt, "cuDeviceGet", r);
+        if ((r = cu->cuDevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS)
+            return cuda_fail(rt, "cuDevicePrimaryCtxRetain", r);
+        if ((r = cu->cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxSetCurrent", r);
+    }
+    if (arch) {
+        CUdevice dev;
+        int major = 0, minor = 0;
+        if ((r = cu->cuCtxGetDevice(&dev)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetDevice", r);
+        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        /* Arch-specific targets (the "a" suffix) from Hopper on: the kernels
+         * may use wgmma and setmaxnreg, which exist only there. */
+        snprintf(arch, 16, "sm_%d%d%s", major, minor, major >= 9 ? "a" : "");
+    }
+    *ctx_out = ctx;
+    return KDART_OK;
+}
+
+/* Loads the unit's cubin as a context-independent library.  Under lock. */
+static int unit_load(kdart_rt *rt, kdart__unit *u) {
+    if (u->kernel_handle) return KDART_OK;
+    const kdart__cuda *cu;
+    int rc = kdart__cuda_get(rt, &cu);
+    if (rc) return rc;
+    CUlibrary lib;
+    CUresult r = cu->cuLibraryLoadData(&lib, u->cubin, NULL, NULL, 0, NULL, NULL, 0);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuLibraryLoadData", r);
+    CUkernel k;
+    if ((r = cu->cuLibraryGetKernel(&k, lib, u->lowered)) != CUDA_SUCCESS) {
+        cu->cuLibraryUnload(lib);
+        return cuda_fail(rt, "cuLibraryGetKernel", r);
+    }
+    u->library = lib;
+    u->kernel_handle = k;
+    return KDART_OK;
+}
+
+/* Resolves the unit's function in ctx, sets its shared memory limit and
+ * checks that the launch shape fits.  Under lock. */
+static int unit_bind(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn_out) {
+    int rc = unit_load(rt, u);
+    if (rc) return rc;
+    const kdart__cuda *cu = rt->cu ? rt->cu : &cuda_table;
+    int slot = -1;
+    for (int i = 0; i < KDART__MAX_CTX; i++) {
+        void *c = atomic_load(&u->ctx[i]);
+        if (c == ctx) {
+            *fn_out = atomic_load(&u->fn[i]);
+            return KDART_OK;
+        }
+        if (!c && slot < 0) slot = i;
+    }
+    if (slot < 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "more than %d CUDA contexts use one kernel", KDART__MAX_CTX);
+    CUfunction f;
+    CUresult r = cu->cuKernelGetFunction(&f, (CUkernel)u->kernel_handle);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuKernelGetFunction", r);
+    if (u->smem > 0 &&
+        (r = cu->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, u->smem)) != CUDA_SUCCESS)
+        return cuda_fail(rt, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);
+    int max_threads = 0;
+    cu->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+    if (max_threads < u->threads)
+        return kdart__err(rt, KDART_ECUDA, "kernel %s allows %d threads per block, launch needs %d", u->lowered,
+                          max_threads, u->threads);
+    /* Publish fn before ctx: a lock-free reader that sees the context is
+     * then guaranteed to see its function. */
+    atomic_store(&u->fn[slot], (void *)f);
+    atomic_store(&u->ctx[slot], ctx);
+    *fn_out = f;
+    return KDART_OK;
+}
+
+int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn) {
+    for (int i = 0; i < KDART__MAX_CTX; i++) {
+        void *c = atomic_load_explicit(&u->ctx[i], memory_order_acquire);
+        if (c == ctx) {
+            *fn = atomic_load_explicit(&u->fn[i], memory_order_relaxed);
+            return KDART_OK;
+        }
+        if (!c) break;
+    }
+    pthread_mutex_lock(&rt->lock);
+    int rc = unit_bind(rt, u, ctx, fn);
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads, int smem,
+                  void *stream, void *params) {
+    void *args[] = {params};
+    CUresult r = cuda_table.cuLaunchKernel((CUfunction)fn, gx, gy, gz, (unsigned)threads, 1, 1, (unsigned)smem,
+                                           (CUstream)stream, args, NULL);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuLaunchKernel", r);
+    return KDART_OK;
+}
+
+/* Releases the unit's library.  Called from kdart_close. */
+void kdart__unit_unload(kdart_rt *rt, kdart__unit *u) {
+    if (u->library && cuda_status == KDART_OK) cuda_table.cuLibraryUnload((CUlibrary)u->library);
+    u->library = NULL;
+    u->kernel_handle = NULL;
+}

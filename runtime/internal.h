@@ -1,0 +1,59 @@
+/*
+ * internal.h: declarations shared between kdart's modules.  Nothing here is
+ * API; every name is kdart__ (two underscores) and may change at any time.
+ *
+ * Modules: error.c (status table, per-handle messages), alloc.c (the
+ * allocator seam), sys.c (the file-system seam), sha256.c, registry.c (the
+ * kernel table), source.c (kernel_src loading and include closure),
+ * compile.c (NVRTC + nvJitLink behind the compiler seam), cuda.c (libcuda
+ * by dlopen, per-context module tables), runtime.c (kdart_open/close,
+ * kdart_prepare), cache_api.c (the public cache calls), ops.c (the KDA
+ * operations), and cache/store.c (SQLite).
+ */
+#ifndef KDART_INTERNAL_H
+#define KDART_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kdart.h"
+
+/* ------------------------------------------------------------ allocator */
+
+/* Every heap allocation of the library goes through these, so tests can
+ * fail the n-th one (kdart__alloc_fail_at) and count leaks. */
+void *kdart__malloc(size_t n);
+void *kdart__calloc(size_t count, size_t n);
+void *kdart__realloc(void *p, size_t n);
+void kdart__free(void *p);
+char *kdart__strdup(const char *s);
+char *kdart__strndup(const char *s, size_t n);
+
+/* Test seam: the n-th allocation from now fails (n >= 1); 0 disables.
+ * Returns the countdown it replaces: nonzero means the previously armed
+ * failure never fired (the operation made fewer allocations).
+ * kdart__alloc_live counts allocations not yet freed. */
+long kdart__alloc_fail_at(long n);
+long kdart__alloc_live(void);
+
+/* ----------------------------------------------------------------- sha256 */
+
+typedef struct kdart__sha256 {
+    uint32_t state[8];
+    uint64_t bytes;
+    unsigned char buf[64];
+    size_t used;
+} kdart__sha256;
+
+void kdart__sha256_init(kdart__sha256 *c);
+void kdart__sha256_update(kdart__sha256 *c, const void *data, size_t n);
+void kdart__sha256_final(kdart__sha256 *c, unsigned char out[32]);
+/* Hex digest (64 chars + NUL) of a buffer. */
+void kdart__sha256_hex(const void *data, size_t n, char out[65]);
+
+/* ----------------------------------------------------------------- time */
+
+double kdart__now_ms(void);   /* monotonic milliseconds */
+int64_t kdart__unix_time(void);
+
+#endif /* KDART_INTERNAL_H */

@@ -1,0 +1,271 @@
+/*
+ * ops.c: the KDA backward operations, kdart_kda_bwd_intra and
+ * kdart_kda_bwd_dhu: argument validation, specialization choice, launch.
+ *
+ * Validation happens in full before anything is launched, and a failure
+ * names the argument and returns its own status (ENULL, EDTYPE, ESHAPE,
+ * ESTRIDE, EALIGN, EDEVICE, EUNSUPPORTED, EINVAL), so nothing is written
+ * when anything is wrong.  The checks are plain integer compares over at
+ * most 14 descriptors: well under a microsecond.
+ *
+ * The launch path allocates nothing and synchronizes nothing: it reads the
+ * prepared unit of the specialization through an atomic slot (preparing
+ * it on first use), finds the function of the current context, fills the
+ * params struct on the stack and calls cuLaunchKernel.  It can therefore
+ * be captured in a CUDA graph once the specialization is prepared.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "kda_params.h"
+#include "rt.h"
+
+enum { IO_BF16 = 0, IO_FP16 = 1 };
+
+/* What a tensor argument must be.  A negative dim in want[] means "any". */
+typedef struct tcheck {
+    const char *name;
+    const DLTensor *t;
+    int dtype;       /* -1 io dtype, 32 fp32 */
+    int ndim;
+    int64_t want[5];
+} tcheck;
+
+static int dtype_of(const DLTensor *t) {
+    if (t->dtype.lanes != 1) return -100;
+    if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) return IO_BF16;
+    if (t->dtype.code == kDLFloat && t->dtype.bits == 16) return IO_FP16;
+    if (t->dtype.code == kDLFloat && t->dtype.bits == 32) return 32;
+    return -100;
+}
+
+static const char *dtype_name(int d) {
+    return d == IO_BF16 ? "bfloat16" : d == IO_FP16 ? "float16" : d == 32 ? "float32" : "unsupported";
+}
+
+static uintptr_t addr(const DLTensor *t) { return (uintptr_t)t->data + (uintptr_t)t->byte_offset; }
+
+static size_t nbytes(const DLTensor *t) {
+    size_t n = (size_t)t->dtype.bits / 8;
+    for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+    return n;
+}
+
+static void shape_str(const DLTensor *t, char *buf, size_t n) {
+    size_t u = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && u < n; i++) u += (size_t)snprintf(buf + u, n - u, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    if (u < n) snprintf(buf + u, n - u, "]");
+}
+
+/* Checks one tensor; device_id is taken from the first tensor checked. */
+static int check_tensor(kdart_rt *rt, const tcheck *c, int io, int *device_id) {
+    const DLTensor *t = c->t;
+    if (!t) return kdart__err(rt, KDART_ENULL, "tensor %s is NULL", c->name);
+    if (!t->data) return kdart__err(rt, KDART_ENULL, "tensor %s has NULL data", c->name);
+    if (t->device.device_type != kDLCUDA)
+        return kdart__err(rt, KDART_EDEVICE, "tensor %s is not in CUDA device memory (device_type %d)", c->name,
+                          (int)t->device.device_type);
+    if (*device_id < 0) *device_id = t->device.device_id;
+    if (t->device.device_id != *device_id)
+        return kdart__err(rt, KDART_EDEVICE, "tensor %s is on cuda:%d, the others on cuda:%d", c->name,
+                          t->device.device_id, *device_id);
+    int want = c->dtype < 0 ? io : c->dtype;
+    int have = dtype_of(t);
+    if (have != want)
+        return kdart__err(rt, KDART_EDTYPE, "tensor %s is %s, expected %s", c->name, dtype_name(have),
+                          dtype_name(want));
+    char sb[96];
+    if (t->ndim != c->ndim) {
+        shape_str(t, sb, sizeof sb);
+        return kdart__err(rt, KDART_ESHAPE, "tensor %s has %d dims %s, expected %d", c->name, t->ndim, sb, c->ndim);
+    }
+    if (!t->shape) return kdart__err(rt, KDART_ENULL, "tensor %s has NULL shape", c->name);
+    for (int i = 0; i < c->ndim; i++) {
+        if (c->want[i] >= 0 && t->shape[i] != c->want[i]) {
+            shape_str(t, sb, sizeof sb);
+            return kdart__err(rt, KDART_ESHAPE, "tensor %s has shape %s; dim %d should be %lld", c->name, sb, i,
+                              (long long)c->want[i]);
+        }
+    }
+    if (t->strides) {
+        int64_t expect = 1;
+        for (int i = c->ndim - 1; i >= 0; i--) {
+            /* A dim of size 1 may carry any stride (DLPack convention). */
+            if (t->shape[i] != 1 && t->strides[i] != expect)
+                return kdart__err(rt, KDART_ESTRIDE,
+                                  "tensor %s is not contiguous (stride %lld of dim %d, expected %lld)", c->name,
+                                  (long long)t->strides[i], i, (long long)expect);
+            expect *= t->shape[i];
+        }
+    }
+    if (addr(t) % 16 != 0)
+        return kdart__err(rt, KDART_EALIGN, "tensor %s data is not 16-byte aligned (address %#llx)", c->name,
+                          (unsigned long long)addr(t));
+    return KDART_OK;
+}
+
+/* Outputs must not overlap each other or any input: the kernels read the
+ * inputs of a chunk while other CTAs write their outputs. */
+static int check_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out) {
+    for (int i = first_out; i < n; i++) {
+        if (!c[i].t) continue;
+        uintptr_t a0 = addr(c[i].t), a1 = a0 + nbytes(c[i].t);
+        for (int j = 0; j < n; j++) {
+            if (j == i || !c[j].t || (j > i && j >= first_out)) continue;
+            uintptr_t b0 = addr(c[j].t), b1 = b0 + nbytes(c[j].t);
+            if (a0 < b1 && b0 < a1)
+                return kdart__err(rt, KDART_EINVAL, "output %s overlaps %s %s (in-place is not supported)",
+                                  c[i].name, j < first_out ? "input" : "output", c[j].name);
+        }
+    }
+    return KDART_OK;
+}
+
+/* Checks that the current context is on the tensors' device, and returns
+ * the launchable function of the specialization there. */
+static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kdart__unit **unit, void **fn) {
+    void *ctx;
+    char arch[16];
+    int rc = kdart__cuda_context(rt, &ctx, arch);
+    if (rc) return rc;
+    const kdart__cuda *cu = NULL;
+    kdart__cuda_get(rt, &cu);
+    CUdevice dev;
+    if (cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != device_id)
+        return kdart__err(rt, KDART_EDEVICE, "tensors are on cuda:%d but the current context is on cuda:%d",
+                          device_id, (int)dev);
+    const kdart__kernel *k = &kdart__kernels[kernel];
+    kdart__unit *u = atomic_load_explicit(&rt->slots[kernel][kdart__spec_index(k, vals)], memory_order_acquire);
+    if (!u || strcmp(u->arch, arch) != 0) {
+        rc = kdart__prepare(rt, kernel, vals, arch, 0, NULL, &u);
+        if (rc) return rc;
+    }
+    rc = kdart__unit_function(rt, u, ctx, fn);
+    if (rc) return rc;
+    *unit = u;
+    return KDART_OK;
+}
+
+int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *stream) {
+    KDART__CHECK_RT(rt);
+    if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
+    if (a->struct_size != sizeof *a)
+        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (kdart_bwd_intra_args)",
+                          a->struct_size, sizeof *a);
+    if (!a->q || !a->q->shape || a->q->ndim != 4 || !a->g || !a->g->shape || a->g->ndim != 4)
+        return kdart__err(rt, !a->q ? KDART_ENULL : !a->g ? KDART_ENULL : KDART_ESHAPE,
+                          "q must be [B,T,H,K] and g [B,T,HV,K]");
+    const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
+    const int64_t HV = a->g->shape[2];
+    int io = dtype_of(a->q);
+    if (io != IO_BF16 && io != IO_FP16)
+        return kdart__err(rt, KDART_EDTYPE, "q is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
+    if (K != 64 && K != 128)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
+                          (long long)K);
+    if (B < 1 || T < 1 || H < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
+                          (long long)T, (long long)H, (long long)HV);
+    if (T % KDART_CHUNK != 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED,
+                          "T=%lld is not a multiple of 64 (partial chunks and varlen are not supported yet)",
+                          (long long)T);
+    if (HV % H != 0)
+        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from g) is not a multiple of H=%lld (from q)",
+                          (long long)HV, (long long)H);
+    if (a->emit_bf16 && HV != H)
+        return kdart__err(rt, KDART_EUNSUPPORTED,
+                          "emit_bf16 needs HV == H (grouped value heads are summed in fp32 by the caller)");
+    if (B * T * HV * K > INT32_MAX || B * HV > 65535)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for 32-bit indexing (B*T*HV*K=%lld)",
+                          (long long)(B * T * HV * K));
+    int odt = a->emit_bf16 ? -1 : 32;
+    tcheck c[] = {
+        {"q", a->q, -1, 4, {B, T, H, K}},           {"k", a->k, -1, 4, {B, T, H, K}},
+        {"g", a->g, 32, 4, {B, T, HV, K}},          {"beta", a->beta, -1, 3, {B, T, HV}},
+        {"dAqk", a->dAqk, 32, 4, {B, T, HV, 64}},   {"dAkk", a->dAkk, 32, 4, {B, T, HV, 64}},
+        {"dq_in", a->dq_in, 32, 4, {B, T, HV, K}},  {"dk_in", a->dk_in, 32, 4, {B, T, HV, K}},
+        {"dg_in", a->dg_in, 32, 4, {B, T, HV, K}},  {"db_in", a->db_in, 32, 3, {B, T, HV}},
+        {"dq", a->dq, odt, 4, {B, T, HV, K}},       {"dk", a->dk, odt, 4, {B, T, HV, K}},
+        {"dg", a->dg, 32, 4, {B, T, HV, K}},        {"db", a->db, 32, 3, {B, T, HV}},
+    };
+    const int n = (int)(sizeof c / sizeof c[0]);
+    int device_id = -1, rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
+    if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
+
+    int vals[4] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, K == 64 ? 0 : 1};
+    kdart__unit *u;
+    void *fn;
+    if ((rc = resolve(rt, KDART__K_BWD_INTRA, vals, device_id, &u, &fn)) != KDART_OK) return rc;
+    kdart_bwd_intra_params p = {
+        (const void *)addr(a->q),      (const void *)addr(a->k),      (const float *)addr(a->g),
+        (const void *)addr(a->beta),   (const float *)addr(a->dAqk),  (const float *)addr(a->dAkk),
+        (const float *)addr(a->dq_in), (const float *)addr(a->dk_in), (const float *)addr(a->dg_in),
+        (const float *)addr(a->db_in), (void *)addr(a->dq),           (void *)addr(a->dk),
+        (float *)addr(a->dg),          (float *)addr(a->db),          (int)B, (int)T, (int)H, (int)HV,
+    };
+    return kdart__launch(rt, fn, (unsigned)(T / KDART_CHUNK), (unsigned)(B * HV), 1, u->threads, u->smem, stream,
+                         &p);
+}
+
+int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
+    KDART__CHECK_RT(rt);
+    if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
+    if (a->struct_size != sizeof *a)
+        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (kdart_bwd_dhu_args)",
+                          a->struct_size, sizeof *a);
+    if (!a->qg || !a->qg->shape || a->qg->ndim != 4 || !a->d_o || !a->d_o->shape || a->d_o->ndim != 4)
+        return kdart__err(rt, !a->qg || !a->d_o ? KDART_ENULL : KDART_ESHAPE,
+                          "qg must be [B,T,HV,K] and do [B,T,HV,V]");
+    const int64_t B = a->qg->shape[0], T = a->qg->shape[1], HV = a->qg->shape[2], K = a->qg->shape[3];
+    const int64_t V = a->d_o->shape[3];
+    int io = dtype_of(a->qg);
+    if (io != IO_BF16 && io != IO_FP16)
+        return kdart__err(rt, KDART_EDTYPE, "qg is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
+    if (K != 64 && K != 128)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
+                          (long long)K);
+    if (B < 1 || T < 1 || HV < 1 || V < 1)
+        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
+                          (long long)T, (long long)HV, (long long)V);
+    if (T % KDART_CHUNK != 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED,
+                          "T=%lld is not a multiple of 64 (partial chunks and varlen are not supported yet)",
+                          (long long)T);
+    if (V % 64 != 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "V=%lld is not a multiple of 64", (long long)V);
+    const int64_t NT = T / KDART_CHUNK;
+    if (B * NT * HV * K * V > INT32_MAX * (int64_t)64 || B * T * HV * V > INT32_MAX || B * HV > 65535)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for the kernel's indexing");
+    tcheck c[] = {
+        {"qg", a->qg, -1, 4, {B, T, HV, K}},   {"kg", a->kg, -1, 4, {B, T, HV, K}},
+        {"w", a->w, -1, 4, {B, T, HV, K}},     {"g", a->g, 32, 4, {B, T, HV, K}},
+        {"do", a->d_o, -1, 4, {B, T, HV, V}},  {"dv", a->dv, -1, 4, {B, T, HV, V}},
+        {"dht", a->dht, 32, 4, {B, HV, K, V}}, {"dh", a->dh, -1, 5, {B, NT, HV, K, V}},
+        {"dv2", a->dv2, -1, 4, {B, T, HV, V}}, {"dh0", a->dh0, 32, 4, {B, HV, K, V}},
+    };
+    const int n = (int)(sizeof c / sizeof c[0]);
+    int device_id = -1, rc;
+    for (int i = 0; i < n; i++) {
+        if ((i == 6 || i == 9) && !c[i].t) continue; /* dht and dh0 are optional */
+        if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
+    }
+    if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
+
+    int vals[2] = {io, K == 64 ? 0 : 1};
+    kdart__unit *u;
+    void *fn;
+    if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn)) != KDART_OK) return rc;
+    kdart_bwd_dhu_params p = {
+        (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
+        (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),
+        a->dht ? (const float *)addr(a->dht) : NULL,
+        (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
+        a->scale,                  (int)B, (int)T, (int)HV, (int)V,
+    };
+    int bv = kdart__dhu_bv((int)K);
+    return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(B * HV), 1, u->threads, u->smem, stream, &p);
+}

@@ -1,0 +1,528 @@
+/*
+ * prepare.c: kdart_prepare, from (kernel, spec, arch) to a cubin that is
+ * cached and, when the arch is the current device's, loaded.
+ *
+ * DESIGN.  A request becomes a manifest: sorted "name=value" lines naming
+ * everything that can change the cubin (kernel, spec values, arch, entry
+ * expression, NVRTC and nvJitLink options and versions, NVRTC's build id,
+ * the key schema, and the SHA-256 of every kernel_src file the unit
+ * includes).  The key is the SHA-256 of that text.  No path is in it, so a
+ * cache file copied to another machine or directory still hits, while an
+ * edit to any included header misses.  The manifest is stored with the
+ * entry; `kdart why` diffs it against the nearest entries.
+ *
+ * Lookup order: units already in this process, the writable cache, then
+ * the read-only caches in order, and only then a compile.  A recorded
+ * compile failure is answered from the cache (negative caching) until
+ * something in the key changes or the caller passes KDART_PREPARE_FORCE.
+ *
+ * A cache that is missing, read-only or failing never stops a prepare: the
+ * unit lives in memory, and the log says so once.
+ *
+ * Locking: rt->lock is held for lookups and publication and released for
+ * the compile itself, so prewarm threads compile different keys at once.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt.h"
+
+#define KDART__MANIFEST_MAX 64 /* lines */
+
+typedef struct request {
+    const kdart__kernel *k;
+    int kernel;
+    int vals[KDART__MAX_PARAMS];
+    char spec[128];
+    char arch[16];
+    char entry[256];
+    kdart__sources src;
+    char *tu;
+    char *manifest;
+    char key[65];
+    const char *nvrtc_opts[8];
+    int n_nvrtc;
+    const char *link_opts[8];
+    int n_link;
+    char arch_opt[32];
+} request;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static const char *nvrtc_build(kdart_rt *rt) {
+    if (!rt->nvrtc_build && kdart__nvrtc_build_id(&rt->nvrtc_build) != KDART_OK) return NULL;
+    return rt->nvrtc_build;
+}
+
+/* Builds the manifest text of a request (sources already loaded). */
+static int build_manifest(kdart_rt *rt, request *q) {
+    char *lines[KDART__MANIFEST_MAX];
+    int n = 0, rc = KDART_OK;
+    char opts[512];
+    const char *build = nvrtc_build(rt);
+    if (!build) return kdart__err(rt, KDART_ECOMPILE, "cannot determine the NVRTC build id");
+#define LINE(...)                                                                 \
+    do {                                                                          \
+        char tmp[1024];                                                           \
+        snprintf(tmp, sizeof tmp, __VA_ARGS__);                                   \
+        if (n == KDART__MANIFEST_MAX || !(lines[n] = kdart__strdup(tmp))) goto oom; \
+        n++;                                                                      \
+    } while (0)
+    LINE("kdart.key_schema=%d", KDART__KEY_SCHEMA);
+    LINE("kernel=%s", q->k->name);
+    for (int i = 0; i < q->k->nparams; i++) LINE("spec.%s=%s", q->k->params[i].name, q->k->params[i].values[q->vals[i]]);
+    LINE("arch=%s", q->arch);
+    LINE("entry=%s", q->entry);
+    opts[0] = 0;
+    for (int i = 0; i < q->n_nvrtc; i++) {
+        strncat(opts, i ? " " : "", sizeof opts - strlen(opts) - 1);
+        strncat(opts, q->nvrtc_opts[i], sizeof opts - strlen(opts) - 1);
+    }
+    LINE("nvrtc.options=%s", opts);
+    opts[0] = 0;
+    for (int i = 0; i < q->n_link; i++) {
+        strncat(opts, i ? " " : "", sizeof opts - strlen(opts) - 1);
+        strncat(opts, q->link_opts[i], sizeof opts - strlen(opts) - 1);
+    }
+    LINE("nvjitlink.options=%s", opts);
+    LINE("nvrtc.version=%d.%d", rt->nvrtc_major, rt->nvrtc_minor);
+    LINE("nvrtc.build=%s", build);
+    LINE("nvjitlink.version=%u.%u", rt->jl_major, rt->jl_minor);
+    for (int i = 0; i < q->src.nfiles; i++) LINE("source.%s=%s", q->src.files[i].name, q->src.files[i].sha256);
+#undef LINE
+    qsort(lines, (size_t)n, sizeof *lines, cmp_str);
+    size_t total = 1;
+    for (int i = 0; i < n; i++) total += strlen(lines[i]) + 1;
+    q->manifest = kdart__malloc(total);
+    if (!q->manifest) goto oom;
+    char *p = q->manifest;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(lines[i]);
+        memcpy(p, lines[i], l);
+        p[l] = '\n';
+        p += l + 1;
+    }
+    *p = 0;
+    kdart__sha256_hex(q->manifest, strlen(q->manifest), q->key);
+    goto done;
+oom:
+    rc = kdart__err(rt, KDART_ENOMEM, "building the manifest");
+done:
+    for (int i = 0; i < n; i++) kdart__free(lines[i]);
+    return rc;
+}
+
+static void request_free(request *q) {
+    kdart__sources_free(&q->src);
+    kdart__free(q->tu);
+    kdart__free(q->manifest);
+}
+
+/* Everything about a request that needs no cache and no compiler.  Called
+ * under rt->lock (the NVRTC build id is computed once, lazily). */
+static int request_init(kdart_rt *rt, request *q, int kernel, const int *vals, const char *arch) {
+    memset(q, 0, sizeof *q);
+    q->kernel = kernel;
+    q->k = &kdart__kernels[kernel];
+    memcpy(q->vals, vals, sizeof q->vals);
+    kdart__spec_format(q->k, q->vals, q->spec, sizeof q->spec);
+    snprintf(q->arch, sizeof q->arch, "%s", arch);
+    kdart__spec_entry(q->k, q->vals, q->entry, sizeof q->entry);
+    snprintf(q->arch_opt, sizeof q->arch_opt, "-arch=%s", q->arch);
+    /* The option lists are part of the key, in this order. */
+    q->nvrtc_opts[q->n_nvrtc++] = q->arch_opt;
+    q->nvrtc_opts[q->n_nvrtc++] = "-dlto";
+    q->nvrtc_opts[q->n_nvrtc++] = "-std=c++17";
+    q->nvrtc_opts[q->n_nvrtc++] = "-default-device";
+    q->link_opts[q->n_link++] = q->arch_opt;
+    q->link_opts[q->n_link++] = "-lto";
+    q->link_opts[q->n_link++] = "-verbose";
+    q->link_opts[q->n_link++] = "-Xptxas=-v";
+    int rc = kdart__sources_load(rt, q->k->source, &q->src);
+    if (rc) return rc;
+    char tu[512];
+    snprintf(tu, sizeof tu,
+             "/* kdart unit: %s %s for %s */\n#include \"%s\"\n", q->k->name, q->spec, q->arch, q->k->source);
+    q->tu = kdart__strdup(tu);
+    if (!q->tu) return kdart__err(rt, KDART_ENOMEM, "building the translation unit");
+    return build_manifest(rt, q);
+}
+
+static kdart__unit *unit_find(kdart_rt *rt, const char *key) {
+    for (kdart__unit *u = rt->units; u; u = u->next)
+        if (strcmp(u->key, key) == 0) return u;
+    return NULL;
+}
+
+/* Takes ownership of cubin and lowered. */
+static int unit_add(kdart_rt *rt, const request *q, unsigned char *cubin, size_t size, char *lowered,
+                    kdart__unit **out) {
+    kdart__unit *u = kdart__calloc(1, sizeof *u);
+    if (!u) {
+        kdart__free(cubin);
+        kdart__free(lowered);
+        return kdart__err(rt, KDART_ENOMEM, "recording a unit");
+    }
+    memcpy(u->key, q->key, sizeof u->key);
+    u->kernel = q->kernel;
+    u->spec = kdart__spec_index(q->k, q->vals);
+    snprintf(u->arch, sizeof u->arch, "%s", q->arch);
+    u->cubin = cubin;
+    u->cubin_size = size;
+    u->lowered = lowered;
+    q->k->launch_shape(q->vals, &u->threads, &u->smem);
+    u->next = rt->units;
+    rt->units = u;
+    *out = u;
+    return KDART_OK;
+}
+
+static void warn_cache(kdart_rt *rt, const char *what, kdart__store *st) {
+    kdart__log(rt, KDART_LOG_WARN, "cache %s: %s failed (%s); continuing in memory", kdart__store_path(st), what,
+               kdart__store_errmsg(st));
+}
+
+/* Looks the key up in the stores.  On a hit fills row and *tier. */
+static int store_lookup(kdart_rt *rt, const char *key, kdart__row *row, int *tier) {
+    kdart__store *stores[1 + 16];
+    int n = 0;
+    stores[n++] = rt->rw;
+    for (size_t i = 0; i < rt->n_ro && n < 17; i++) stores[n++] = rt->ro[i];
+    for (int i = 0; i < n; i++) {
+        if (!stores[i]) continue;
+        int rc = kdart__store_get(stores[i], key, row);
+        if (rc == KDART_OK) {
+            *tier = i;
+            if (i == 0 && kdart__store_touch(stores[i], key) != KDART_OK)
+                kdart__log(rt, KDART_LOG_DEBUG, "cache touch failed: %s", kdart__store_errmsg(stores[i]));
+            return KDART_OK;
+        }
+        if (rc == KDART_ENOMEM) return kdart__err(rt, rc, "reading the cache");
+        if (rc != KDART_ENOENT)
+            kdart__log(rt, KDART_LOG_WARN, "cache %s: lookup failed (%s)", kdart__store_path(stores[i]),
+                       kdart__store_errmsg(stores[i]));
+        else if (kdart__store_errmsg(stores[i])[0])
+            kdart__log(rt, KDART_LOG_WARN, "cache %s: %s", kdart__store_path(stores[i]),
+                       kdart__store_errmsg(stores[i]));
+    }
+    return KDART_ENOENT;
+}
+
+/* The tail of a log, for error messages: the end is where compilers put
+ * the error that stopped them. */
+static const char *log_tail(const char *log) {
+    if (!log) return "";
+    size_t n = strlen(log);
+    return n > 1500 ? log + n - 1500 : log;
+}
+
+static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_prepared *info,
+                               kdart__unit **out) {
+    kdart__compile_in in = {q->tu, &q->src, q->entry, q->nvrtc_opts, q->n_nvrtc, q->link_opts, q->n_link};
+    kdart__compile_out co;
+    kdart__log(rt, KDART_LOG_INFO, "compiling %s %s for %s (key %.12s)", q->k->name, q->spec, q->arch, q->key);
+    pthread_mutex_unlock(&rt->lock);
+    int rc = rt->compile(rt->compile_user, &in, &co);
+    pthread_mutex_lock(&rt->lock);
+    if (info) info->compile_ms = co.ms;
+    if (rc == KDART_ENOMEM) {
+        kdart__compile_out_free(&co);
+        return kdart__err(rt, rc, "compiling %s %s", q->k->name, q->spec);
+    }
+    /* Another thread may have published the same key while we compiled. */
+    kdart__unit *other = unit_find(rt, q->key);
+    if (other && rc == KDART_OK) {
+        kdart__compile_out_free(&co);
+        *out = other;
+        return KDART_OK;
+    }
+    kdart__row row;
+    memset(&row, 0, sizeof row);
+    memcpy(row.key, q->key, sizeof row.key);
+    row.kernel = (char *)q->k->name;
+    row.spec = q->spec;
+    row.arch = q->arch;
+    row.failed = rc != KDART_OK;
+    row.manifest = q->manifest;
+    row.report = co.report;
+    row.log = co.log;
+    row.lowered = co.lowered;
+    row.cubin = co.cubin;
+    row.cubin_size = co.cubin_size;
+    row.compile_ms = co.ms;
+    if (rt->rw && kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
+        warn_cache(rt, "publish", rt->rw);
+    if (rc != KDART_OK) {
+        rc = kdart__err(rt, rc, "%s %s for %s failed to %s:\n%s", q->k->name, q->spec, q->arch,
+                        rc == KDART_ELINK ? "link" : "compile", log_tail(co.log));
+        kdart__compile_out_free(&co);
+        return rc;
+    }
+    rc = unit_add(rt, q, co.cubin, co.cubin_size, co.lowered, out);
+    co.cubin = NULL;
+    co.lowered = NULL;
+    kdart__compile_out_free(&co);
+    return rc;
+}
+
+/* The default arch: KDART_ARCH / options, else the current device's, else
+ * sm_100a (the design's primary target) when there is no GPU. */
+static const char *default_arch(kdart_rt *rt) {
+    if (rt->default_arch) return rt->default_arch;
+    void *ctx;
+    char arch[16];
+    const char *pick = kdart__cuda_context(rt, &ctx, arch) == KDART_OK ? arch : "sm_100a";
+    kdart__err_clear(rt);
+    rt->default_arch = kdart__strdup(pick);
+    return rt->default_arch ? rt->default_arch : "sm_100a";
+}
+
+int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, uint32_t flags,
+                   kdart_prepared *info, kdart__unit **unit_out) {
+    kdart_prepared dummy;
+    if (!info) info = &dummy;
+    memset(info, 0, sizeof *info);
+    double t0 = kdart__now_ms();
+    request q;
+    kdart__unit *u = NULL;
+    pthread_mutex_lock(&rt->lock);
+    if (!arch) arch = default_arch(rt);
+    int rc = kdart__arch_check(arch);
+    if (rc) {
+        rc = kdart__err(rt, rc, "'%s' is not a target architecture (expected e.g. sm_90a, sm_100a)", arch);
+        pthread_mutex_unlock(&rt->lock);
+        return rc;
+    }
+    rc = request_init(rt, &q, kernel, vals, arch);
+    if (rc) goto done;
+    memcpy(info->key, q.key, sizeof info->key);
+
+    u = (flags & KDART_PREPARE_FORCE) ? NULL : unit_find(rt, q.key);
+    if (u) {
+        info->source = KDART_FROM_MEMORY;
+    } else {
+        kdart__row row;
+        int tier = 0;
+        memset(&row, 0, sizeof row);
+        rc = (flags & KDART_PREPARE_FORCE) ? KDART_ENOENT : store_lookup(rt, q.key, &row, &tier);
+        info->lookup_ms = kdart__now_ms() - t0;
+        if (rc == KDART_OK && row.failed) {
+            rc = kdart__err(rt, KDART_ECOMPILE,
+                            "%s %s for %s failed to compile earlier (recorded in the cache; "
+                            "fix the source or prepare with KDART_PREPARE_FORCE):\n%s",
+                            q.k->name, q.spec, q.arch, log_tail(row.log));
+            kdart__row_release(&row);
+            goto done;
+        }
+        if (rc == KDART_OK) {
+            info->source = tier == 0 ? KDART_FROM_CACHE : KDART_FROM_RO_CACHE;
+            rc = unit_add(rt, &q, row.cubin, row.cubin_size, row.lowered, &u);
+            row.cubin = NULL;
+            row.lowered = NULL;
+            kdart__row_release(&row);
+            if (rc) goto done;
+        } else if (rc == KDART_ENOENT) {
+            info->source = KDART_FROM_COMPILE;
+            rc = compile_and_publish(rt, &q, flags, info, &u);
+            if (rc) goto done;
+        } else {
+            goto done;
+        }
+    }
+
+    /* Load when the target is this device; a cubin for another arch is
+     * only cached (prewarm for other machines). */
+    if (!(flags & KDART_PREPARE_NO_LOAD) && !(rt->flags & KDART_OPEN_NO_CUDA)) {
+        void *ctx;
+        char dev_arch[16];
+        if (kdart__cuda_context(rt, &ctx, dev_arch) == KDART_OK && strcmp(dev_arch, q.arch) == 0) {
+            double t1 = kdart__now_ms();
+            pthread_mutex_unlock(&rt->lock);
+            void *fn;
+            rc = kdart__unit_function(rt, u, ctx, &fn);
+            pthread_mutex_lock(&rt->lock);
+            info->load_ms = kdart__now_ms() - t1;
+            if (rc) goto done;
+            info->loaded = 1;
+            atomic_store(&rt->slots[u->kernel][u->spec], u);
+        } else {
+            kdart__err_clear(rt);
+        }
+    }
+done:
+    if (rc == KDART_OK && unit_out) *unit_out = u;
+    request_free(&q);
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int kdart_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, uint32_t flags,
+                  kdart_prepared *out) {
+    KDART__CHECK_RT(rt);
+    if (!kernel) return kdart__err(rt, KDART_ENULL, "kernel name is NULL");
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s' (see kdart_kernel_name)", kernel);
+    int vals[KDART__MAX_PARAMS];
+    char err[256];
+    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
+    if (rc) return kdart__err(rt, rc, "%s", err);
+    return kdart__prepare(rt, (int)(k - kdart__kernels), vals, arch, flags, out, NULL);
+}
+
+/* ------------------------------------------------------------- kdart_why */
+
+typedef struct nearest {
+    const char *want;     /* the request's manifest */
+    char best_key[65];
+    char *best_manifest;
+    int best_diff;
+    const char *kernel;
+    int exact;
+} nearest;
+
+static int count_diff(const char *a, const char *b) {
+    int diff = 0;
+    /* Lines are sorted "name=value": compare line by line by name. */
+    const char *p = a;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        int found = 0;
+        for (const char *r = b; *r;) {
+            const char *e2 = strchr(r, '\n');
+            size_t l2 = e2 ? (size_t)(e2 - r) : strlen(r);
+            if (l2 == len && strncmp(p, r, len) == 0) found = 1;
+            r = e2 ? e2 + 1 : r + l2;
+        }
+        diff += !found;
+        p = eol ? eol + 1 : p + len;
+    }
+    return diff;
+}
+
+static int nearest_fn(void *user, const kdart__row *row) {
+    nearest *n = user;
+    if (!row->manifest || strcmp(row->kernel, n->kernel) != 0) return 0;
+    int d = count_diff(n->want, row->manifest) + count_diff(row->manifest, n->want);
+    if (d == 0) n->exact = 1;
+    if (n->best_diff < 0 || d < n->best_diff) {
+        char *m = kdart__strdup(row->manifest);
+        if (!m) return 0;
+        kdart__free(n->best_manifest);
+        n->best_manifest = m;
+        n->best_diff = d;
+        memcpy(n->best_key, row->key, sizeof n->best_key);
+    }
+    return 0;
+}
+
+/* Value of "name=" in a manifest, or NULL. */
+static const char *field(const char *m, const char *name, size_t nlen, size_t *vlen) {
+    for (const char *p = m; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            *vlen = len - nlen - 1;
+            return p + nlen + 1;
+        }
+        p = eol ? eol + 1 : p + len;
+    }
+    return NULL;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (*buf && *len + (size_t)n < *cap) {
+            *len += (size_t)n;
+            return;
+        }
+        size_t ncap = (*cap ? *cap * 2 : 1024) + (size_t)n;
+        char *nb = realloc(*buf, ncap);
+        if (!nb) return;
+        *buf = nb;
+        *cap = ncap;
+    }
+}
+
+/* Lists the fields of a that differ from or are missing in b. */
+static void diff_fields(const char *a, const char *b, char **buf, size_t *len, size_t *cap, int reverse) {
+    for (const char *p = a; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t llen = eol ? (size_t)(eol - p) : strlen(p);
+        const char *eq = memchr(p, '=', llen);
+        if (eq) {
+            size_t nlen = (size_t)(eq - p), vb = 0;
+            const char *v = field(b, p, nlen, &vb);
+            int va = (int)(llen - nlen - 1);
+            if (!v && !reverse)
+                append(buf, len, cap, "  %.*s: requested %.*s, entry has none\n", (int)nlen, p, va, eq + 1);
+            else if (!v && reverse)
+                append(buf, len, cap, "  %.*s: entry has %.*s, request has none\n", (int)nlen, p, va, eq + 1);
+            else if (!reverse && ((size_t)va != vb || strncmp(v, eq + 1, vb) != 0))
+                append(buf, len, cap, "  %.*s: entry has %.*s, request needs %.*s\n", (int)nlen, p, (int)vb, v,
+                       va, eq + 1);
+        }
+        p = eol ? eol + 1 : p + llen;
+    }
+}
+
+int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, char **text) {
+    KDART__CHECK_RT(rt);
+    if (!kernel || !text) return kdart__err(rt, KDART_ENULL, "kernel and text must not be NULL");
+    *text = NULL;
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
+    int vals[KDART__MAX_PARAMS];
+    char err[256];
+    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
+    if (rc) return kdart__err(rt, rc, "%s", err);
+    pthread_mutex_lock(&rt->lock);
+    if (!arch) arch = default_arch(rt);
+    if ((rc = kdart__arch_check(arch)) != KDART_OK) {
+        pthread_mutex_unlock(&rt->lock);
+        return kdart__err(rt, rc, "'%s' is not a target architecture", arch);
+    }
+    request q;
+    rc = request_init(rt, &q, (int)(k - kdart__kernels), vals, arch);
+    if (rc) {
+        request_free(&q);
+        pthread_mutex_unlock(&rt->lock);
+        return rc;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    append(&buf, &len, &cap, "request: %s %s for %s\nkey:     %s\n", k->name, q.spec, q.arch, q.key);
+    nearest n = {q.manifest, "", NULL, -1, k->name, 0};
+    kdart__store *stores[17];
+    int ns = 0;
+    stores[ns++] = rt->rw;
+    for (size_t i = 0; i < rt->n_ro && ns < 17; i++) stores[ns++] = rt->ro[i];
+    for (int i = 0; i < ns; i++)
+        if (stores[i]) kdart__store_list(stores[i], 1, nearest_fn, &n);
+    if (unit_find(rt, q.key) || n.exact) {
+        append(&buf, &len, &cap, "status:  hit (the cache holds this key)\n");
+    } else if (!n.best_manifest) {
+        append(&buf, &len, &cap, "status:  miss: the cache holds no entry for kernel %s\n", k->name);
+    } else {
+        append(&buf, &len, &cap, "status:  miss; nearest entry %.12s differs in %d field(s):\n", n.best_key,
+               n.best_diff);
+        diff_fields(q.manifest, n.best_manifest, &buf, &len, &cap, 0);
+        diff_fields(n.best_manifest, q.manifest, &buf, &len, &cap, 1);
+    }
+    append(&buf, &len, &cap, "manifest:\n%s", q.manifest);
+    kdart__free(n.best_manifest);
+    request_free(&q);
+    pthread_mutex_unlock(&rt->lock);
+    if (!buf) return kdart__err(rt, KDART_ENOMEM, "formatting kdart_why");
+    *text = buf;
+    return KDART_OK;
+}

@@ -1,0 +1,238 @@
+/*
+ * registry.c: the kernel registry, the one table that the runtime, the CLI
+ * (through the public kdart_kernel_* and kdart_spec_* calls) and the tests
+ * share.
+ *
+ * Each kernel lists its source file, its template entry point and its
+ * specialization parameters in template-argument order, with the values a
+ * user may write and the template argument each value becomes.  A spec is
+ * parsed into value indices; its canonical text lists every parameter in
+ * registry order, so two spellings of one specialization always produce
+ * the same manifest and the same cache key.
+ *
+ * The launch shapes here mirror the traits structs of the kernel sources
+ * (RcumsumTraits, BwdIntraTraits, BwdDhuTraits); the GPU tests launch every
+ * specialization, so a mismatch cannot go unnoticed.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt.h"
+
+/* Launch shapes of the two KDA kernels, from their traits structs. */
+#define KDART__INTRA_THREADS(K) 256
+#define KDART__INTRA_SMEM(K) 0
+#define KDART__DHU_THREADS(K) 128
+#define KDART__DHU_SMEM(K) 0
+#define KDART__DHU_BV(K) 64
+
+int kdart__dhu_bv(int K) { return KDART__DHU_BV(K); }
+
+static void rcumsum_shape(const int *vals, int *threads, int *smem) {
+    *threads = vals[0] == 0 ? 64 : 128; /* one thread per channel */
+    *smem = 0;
+}
+
+/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K. */
+static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
+    int K = vals[3] == 0 ? 64 : 128;
+    (void)K;
+    *threads = KDART__INTRA_THREADS(K);
+    *smem = KDART__INTRA_SMEM(K);
+}
+
+/* BwdDhuTraits<K> in kernel_src/bwd_dhu.cuh. vals: io, K. */
+static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
+    int K = vals[1] == 0 ? 64 : 128;
+    (void)K;
+    *threads = KDART__DHU_THREADS(K);
+    *smem = KDART__DHU_SMEM(K);
+}
+
+#define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
+#define K_PARAM {"K", 2, {"64", "128"}, {"64", "128"}, 1}
+#define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
+
+const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
+    [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
+                          {K_PARAM}, rcumsum_shape},
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 4,
+                            {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM},
+                            bwd_intra_shape},
+    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 2, {IO_PARAM, K_PARAM},
+                          bwd_dhu_shape},
+};
+
+const kdart__kernel *kdart__kernel_find(const char *name) {
+    if (!name) return NULL;
+    for (int i = 0; i < KDART__NKERNELS; i++)
+        if (strcmp(kdart__kernels[i].name, name) == 0) return &kdart__kernels[i];
+    return NULL;
+}
+
+static const kdart__param *param_find(const kdart__kernel *k, const char *name, size_t len, int *at) {
+    for (int i = 0; i < k->nparams; i++) {
+        if (strlen(k->params[i].name) == len && strncmp(k->params[i].name, name, len) == 0) {
+            *at = i;
+            return &k->params[i];
+        }
+    }
+    return NULL;
+}
+
+/* Accepts "a=x,b=y" with optional spaces; commas or spaces separate pairs.
+ * A parameter given twice is an error: silently taking the last would let
+ * a typo pick a specialization the user did not mean. */
+int kdart__spec_parse(const kdart__kernel *k, const char *spec, int *vals, char *err, size_t errlen) {
+    int seen[KDART__MAX_PARAMS] = {0};
+    for (int i = 0; i < k->nparams; i++) vals[i] = k->params[i].dflt;
+    const char *p = spec ? spec : "";
+    while (*p) {
+        while (*p == ',' || isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        const char *name = p;
+        while (*p && *p != '=' && *p != ',' && !isspace((unsigned char)*p)) p++;
+        size_t nlen = (size_t)(p - name);
+        if (*p != '=') {
+            snprintf(err, errlen, "spec item '%.*s' of %s is not name=value", (int)nlen, name, k->name);
+            return KDART_ESPEC;
+        }
+        p++;
+        const char *val = p;
+        while (*p && *p != ',' && !isspace((unsigned char)*p)) p++;
+        size_t vlen = (size_t)(p - val);
+        int at;
+        const kdart__param *prm = param_find(k, name, nlen, &at);
+        if (!prm) {
+            snprintf(err, errlen, "%s has no parameter '%.*s'", k->name, (int)nlen, name);
+            return KDART_ESPEC;
+        }
+        if (seen[at]) {
+            snprintf(err, errlen, "parameter '%s' given twice", prm->name);
+            return KDART_ESPEC;
+        }
+        int found = -1;
+        for (int v = 0; v < prm->nvalues; v++)
+            if (strlen(prm->values[v]) == vlen && strncmp(prm->values[v], val, vlen) == 0) found = v;
+        if (found < 0) {
+            char allowed[128] = "";
+            for (int v = 0; v < prm->nvalues; v++) {
+                strncat(allowed, v ? ", " : "", sizeof allowed - strlen(allowed) - 1);
+                strncat(allowed, prm->values[v], sizeof allowed - strlen(allowed) - 1);
+            }
+            snprintf(err, errlen, "%s: %s=%.*s is not supported (allowed: %s)", k->name, prm->name,
+                     (int)vlen, val, allowed);
+            return KDART_ESPEC;
+        }
+        vals[at] = found;
+        seen[at] = 1;
+    }
+    return KDART_OK;
+}
+
+int kdart__spec_index(const kdart__kernel *k, const int *vals) {
+    int idx = 0;
+    for (int i = 0; i < k->nparams; i++) idx = idx * k->params[i].nvalues + vals[i];
+    return idx;
+}
+
+void kdart__spec_values(const kdart__kernel *k, int index, int *vals) {
+    for (int i = k->nparams - 1; i >= 0; i--) {
+        vals[i] = index % k->params[i].nvalues;
+        index /= k->params[i].nvalues;
+    }
+}
+
+int kdart__spec_format(const kdart__kernel *k, const int *vals, char *buf, size_t n) {
+    size_t used = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        int w = snprintf(buf + used, n > used ? n - used : 0, "%s%s=%s", i ? "," : "",
+                         k->params[i].name, k->params[i].values[vals[i]]);
+        used += (size_t)w;
+    }
+    return used < n ? (int)used : KDART_EINVAL;
+}
+
+int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "%s<", k->entry);
+    for (int i = 0; i < k->nparams; i++)
+        used += (size_t)snprintf(buf + (used < n ? used : n), used < n ? n - used : 0, "%s%s",
+                                 i ? ", " : "", k->params[i].targs[vals[i]]);
+    used += (size_t)snprintf(buf + (used < n ? used : n), used < n ? n - used : 0, ">");
+    return used < n ? (int)used : KDART_EINVAL;
+}
+
+int kdart__arch_check(const char *arch) {
+    if (!arch || strncmp(arch, "sm_", 3) != 0) return KDART_EARCH;
+    const char *p = arch + 3;
+    int digits = 0;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (digits < 2 || digits > 3) return KDART_EARCH;
+    if (*p == 'a' || *p == 'f') p++;
+    if (*p) return KDART_EARCH;
+    /* The kernels use sm_80+ features (cp.async, bf16 mma). */
+    if (atoi(arch + 3) < 80) return KDART_EARCH;
+    return KDART_OK;
+}
+
+/* ------------------------------------------------------- public registry */
+
+int kdart_kernel_count(void) { return KDART__NKERNELS; }
+
+const char *kdart_kernel_name(int index) {
+    return index >= 0 && index < KDART__NKERNELS ? kdart__kernels[index].name : NULL;
+}
+
+const char *kdart_kernel_params(const char *kernel) {
+    static char text[KDART__NKERNELS][256]; /* built once; the table is constant */
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return NULL;
+    char *t = text[k - kdart__kernels];
+    if (!t[0]) {
+        char tmp[256] = "";
+        for (int i = 0; i < k->nparams; i++) {
+            size_t u = strlen(tmp);
+            snprintf(tmp + u, sizeof tmp - u, "%s%s={", i ? " " : "", k->params[i].name);
+            for (int v = 0; v < k->params[i].nvalues; v++) {
+                u = strlen(tmp);
+                snprintf(tmp + u, sizeof tmp - u, "%s%s", v ? "," : "", k->params[i].values[v]);
+            }
+            u = strlen(tmp);
+            snprintf(tmp + u, sizeof tmp - u, "}");
+        }
+        memcpy(t, tmp, sizeof tmp);
+    }
+    return t;
+}
+
+int kdart_spec_count(const char *kernel) {
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return KDART_EKERNEL;
+    int n = 1;
+    for (int i = 0; i < k->nparams; i++) n *= k->params[i].nvalues;
+    return n;
+}
+
+int kdart_spec_at(const char *kernel, int index, char *buf, size_t n) {
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return KDART_EKERNEL;
+    if (!buf) return KDART_ENULL;
+    if (index < 0 || index >= kdart_spec_count(kernel)) return KDART_EINVAL;
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, index, vals);
+    return kdart__spec_format(k, vals, buf, n);
+}
+
+int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n) {
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return KDART_EKERNEL;
+    if (!buf) return KDART_ENULL;
+    int vals[KDART__MAX_PARAMS];
+    char err[256];
+    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
+    if (rc) return rc;
+    return kdart__spec_format(k, vals, buf, n);
+}

@@ -1,0 +1,213 @@
+/*
+ * rt.h: the runtime handle and the interfaces between the runtime's modules
+ * (registry, source, compile, cuda, runtime, ops).  Internal: kdart__ names.
+ *
+ * Locking: rt->lock guards the stores, the unit list and every slow path
+ * (compile, load).  The launch path reads a prepared unit through an atomic
+ * pointer in rt->slots and takes no lock.
+ */
+#ifndef KDART_RT_H
+#define KDART_RT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "internal.h"
+#include "store.h"
+
+#define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
+#define KDART__ERRMSG_MAX 4096
+#define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
+#define KDART__MAX_PARAMS 4
+#define KDART__MAX_VALUES 4
+#define KDART__MAX_SPECS 16      /* largest spec_count of any kernel */
+#define KDART__MAX_CTX 8         /* CUDA contexts one unit remembers */
+
+/* ------------------------------------------------------------- registry */
+
+typedef struct kdart__param {
+    const char *name;                      /* "io" */
+    int nvalues;
+    const char *values[KDART__MAX_VALUES]; /* spellings users write: "bf16" */
+    const char *targs[KDART__MAX_VALUES];  /* template arguments: "kdart::bf16" */
+    int dflt;                              /* index of the default value */
+} kdart__param;
+
+typedef struct kdart__kernel {
+    const char *name;   /* "bwd_intra" */
+    const char *source; /* file in kernel_src/ */
+    const char *entry;  /* template name: "kdart_bwd_intra" */
+    int nparams;        /* in template-argument order */
+    kdart__param params[KDART__MAX_PARAMS];
+    /* Launch shape of a specialization: threads per CTA and dynamic shared
+     * memory bytes.  Mirrors the traits struct of the kernel source. */
+    void (*launch_shape)(const int *vals, int *threads, int *smem_bytes);
+} kdart__kernel;
+
+enum { KDART__K_RCUMSUM = 0, KDART__K_BWD_INTRA = 1, KDART__K_BWD_DHU = 2, KDART__NKERNELS = 3 };
+
+extern const kdart__kernel kdart__kernels[KDART__NKERNELS];
+const kdart__kernel *kdart__kernel_find(const char *name);
+/* Parses a spec string into value indices (defaults filled in).  On error
+ * returns KDART_ESPEC and writes why into err. */
+int kdart__spec_parse(const kdart__kernel *k, const char *spec, int *vals, char *err, size_t errlen);
+/* Mixed-radix index of vals (first parameter slowest), and back. */
+int kdart__spec_index(const kdart__kernel *k, const int *vals);
+void kdart__spec_values(const kdart__kernel *k, int index, int *vals);
+/* Canonical "a=x,b=y" text; returns length or KDART_EINVAL if n too small. */
+int kdart__spec_format(const kdart__kernel *k, const int *vals, char *buf, size_t n);
+/* "kdart_bwd_intra<kdart::bf16, false, false, 128>" */
+int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t n);
+/* V tile width of bwd_dhu (BwdDhuTraits<K>::kBV): grid.x = V / kBV. */
+int kdart__dhu_bv(int K);
+/* Checks "sm_<digits>[a|f]"; returns KDART_OK or KDART_EARCH. */
+int kdart__arch_check(const char *arch);
+
+/* ---------------------------------------------------------------- source */
+
+/* A file of kernel_src/ the unit includes, by name relative to kernel_dir. */
+typedef struct kdart__file {
+    char *name;
+    char *text;
+    size_t size;
+    char sha256[65];
+} kdart__file;
+
+typedef struct kdart__sources {
+    kdart__file *files; /* files[0] is the kernel's own source */
+    int nfiles;
+} kdart__sources;
+
+/* File-system seam: reads a whole file.  Tests replace it to inject faults. */
+typedef int (*kdart__read_file_fn)(const char *path, char **text, size_t *size);
+extern kdart__read_file_fn kdart__read_file;
+int kdart__read_file_default(const char *path, char **text, size_t *size);
+
+/* Loads the kernel's source and, transitively, every quoted #include. */
+int kdart__sources_load(kdart_rt *rt, const char *source, kdart__sources *out);
+void kdart__sources_free(kdart__sources *s);
+
+/* --------------------------------------------------------------- compile */
+
+typedef struct kdart__compile_in {
+    const char *tu;             /* generated translation unit */
+    const kdart__sources *src;  /* headers handed to NVRTC by name */
+    const char *entry;          /* name expression */
+    const char *const *nvrtc_opts;
+    int n_nvrtc_opts;
+    const char *const *link_opts;
+    int n_link_opts;
+} kdart__compile_in;
+
+typedef struct kdart__compile_out {
+    unsigned char *cubin;
+    size_t cubin_size;
+    char *lowered;  /* mangled entry name */
+    char *log;      /* NVRTC log, then nvJitLink info and error logs */
+    char *report;   /* parsed ptxas report, "name=value\n" lines */
+    double ms;
+} kdart__compile_out;
+
+/* Compiler seam: the whole NVRTC + nvJitLink step.  Returns KDART_OK,
+ * KDART_ECOMPILE or KDART_ELINK (log says why) or KDART_ENOMEM. */
+typedef int (*kdart__compile_fn)(void *user, const kdart__compile_in *in, kdart__compile_out *out);
+int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile_out *out);
+void kdart__compile_out_free(kdart__compile_out *out);
+/* Fills rt's NVRTC and nvJitLink versions. */
+int kdart__toolchain_versions(kdart_rt *rt);
+/* NVRTC's build banner ("CL-36424714"), found by compiling an empty kernel
+ * to PTX once.  Caller frees. */
+int kdart__nvrtc_build_id(char **out);
+
+/* ------------------------------------------------------------------ cuda */
+
+typedef struct kdart__cuda kdart__cuda; /* driver entry points, see cuda.c */
+
+/* Loads libcuda (once per process) and initializes it.  KDART_ENOCUDA if
+ * libcuda is absent, KDART_ENODEVICE if it has no device. */
+int kdart__cuda_get(kdart_rt *rt, const kdart__cuda **out);
+/* Returns the current context, making device 0's primary context current
+ * when the thread has none.  Fills the arch string of its device. */
+int kdart__cuda_context(kdart_rt *rt, void **ctx, char arch[16]);
+
+/* ------------------------------------------------------------------ units */
+
+/* One compiled specialization known to this process. */
+typedef struct kdart__unit {
+    struct kdart__unit *next;
+    char key[65];
+    int kernel;          /* KDART__K_* */
+    int spec;            /* spec index */
+    char arch[16];
+    unsigned char *cubin;
+    size_t cubin_size;
+    char *lowered;
+    int threads, smem;   /* launch shape */
+    void *library;       /* CUlibrary, once loaded */
+    void *kernel_handle; /* CUkernel */
+    /* Per-context function handles, filled once each. */
+    _Atomic(void *) ctx[KDART__MAX_CTX];
+    _Atomic(void *) fn[KDART__MAX_CTX];
+} kdart__unit;
+
+/* --------------------------------------------------------------- handle */
+
+struct kdart_rt {
+    uint32_t magic;
+    pthread_mutex_t lock;
+    pthread_key_t err_key;
+
+    char *cache_path;       /* "" when none */
+    char *kernel_dir;
+    char *default_arch;
+    char **ro_paths;
+    size_t n_ro;
+    kdart__store *rw;       /* NULL when the cache could not be opened */
+    kdart__store **ro;      /* n_ro entries, NULL where unavailable */
+    int64_t cache_max_bytes;
+    int compile_threads;
+    uint32_t flags;
+
+    kdart_log_fn log;
+    void *log_user;
+    int log_level;
+
+    int nvrtc_major, nvrtc_minor;
+    unsigned jl_major, jl_minor;
+    char *nvrtc_build;      /* lazily, under lock */
+
+    kdart__compile_fn compile; /* seam: tests substitute a failing compiler */
+    void *compile_user;
+
+    int cuda_state;         /* 0 untried, 1 ok, <0 the failure status */
+    const kdart__cuda *cu;
+    kdart__unit *units;     /* every unit compiled or loaded, newest first */
+    /* Units prepared for the current device's arch, by kernel and spec:
+     * what the launch path reads. */
+    _Atomic(kdart__unit *) slots[KDART__NKERNELS][KDART__MAX_SPECS];
+};
+
+int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void kdart__err_clear(const kdart_rt *rt);
+void kdart__log(const kdart_rt *rt, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Validates the handle at the API boundary. */
+#define KDART__CHECK_RT(rt) \
+    do { \
+        if (!(rt) || (rt)->magic != KDART__MAGIC) return KDART_EMISUSE; \
+    } while (0)
+
+/* kdart_prepare's body for callers that already parsed the spec; returns
+ * the unit (loaded into the current context unless no_load). */
+int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, uint32_t flags,
+                   kdart_prepared *info, kdart__unit **unit);
+/* The CUfunction of a loaded unit in the current context, resolved once. */
+int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn);
+void kdart__unit_unload(kdart_rt *rt, kdart__unit *u);
+/* Launches through the driver (grid, block, dyn smem, stream, params). */
+int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads,
+                  int smem, void *stream, void *params);
+
+#endif /* KDART_RT_H */

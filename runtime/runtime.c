@@ -1,0 +1,226 @@
+/*
+ * runtime.c: kdart_open / kdart_close, and kdart_prepare, the path from a
+ * (kernel, spec, arch) request to a loaded cubin.
+ *
+ * DESIGN.  A request is turned into a manifest: sorted "name=value" lines
+ * naming everything that can change the cubin (kernel, spec values, arch,
+ * the NVRTC and nvJitLink options and versions, NVRTC's build id, the key
+ * schema, and the SHA-256 of every kernel_src file the unit includes).  The
+ * cache key is the SHA-256 of that text.  No absolute path is in it, so a
+ * cache file copied to another machine or directory still hits.  The
+ * manifest is stored with the entry, which is what lets `kdart why`
+ * explain a miss field by field.
+ *
+ * Lookup order: units already in this process, the writable cache, the
+ * read-only caches in the order given, and only then a compile.  A
+ * recorded compile failure is returned as such (negative caching) until
+ * something in the key changes or the caller forces a rebuild.
+ *
+ * Degradation: a cache that cannot be opened or written never stops a
+ * prepare: the runtime compiles in memory and warns once through the log.
+ *
+ * Locking: rt->lock protects the unit list and the stores; it is released
+ * during the compile itself so that prewarm threads compile in parallel.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+static void log_stderr(void *user, int level, const char *msg) {
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "kdart: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+}
+
+void kdart_options_init(kdart_options *opts) {
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+    opts->log_level = KDART_LOG_WARN;
+}
+
+static const char *env(const kdart_rt *rt, const char *name) {
+    if (rt->flags & KDART_OPEN_NO_ENV) return NULL;
+    const char *v = getenv(name);
+    return v && v[0] ? v : NULL;
+}
+
+static int dir_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Default cache file: KDART_CACHE_DIR, XDG_CACHE_HOME/kdart, ~/.cache/kdart. */
+static char *default_cache_path(const kdart_rt *rt) {
+    char buf[4096];
+    const char *d;
+    if ((d = env(rt, "KDART_CACHE_DIR")) != NULL)
+        snprintf(buf, sizeof buf, "%s/kdart.db", d);
+    else if ((d = getenv("XDG_CACHE_HOME")) != NULL && d[0] == '/')
+        snprintf(buf, sizeof buf, "%s/kdart/kdart.db", d);
+    else if ((d = getenv("HOME")) != NULL && d[0])
+        snprintf(buf, sizeof buf, "%s/.cache/kdart/kdart.db", d);
+    else
+        return kdart__strdup("");
+    return kdart__strdup(buf);
+}
+
+static int64_t parse_bytes(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1024.0; break;
+    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
+    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
+    default: break;
+    }
+    return (int64_t)v;
+}
+
+static void open_stores(kdart_rt *rt) {
+    char err[512];
+    if (rt->cache_path[0] && strcmp(rt->cache_path, ":memory:") != 0) {
+        err[0] = 0;
+        int rc = kdart__store_open(&rt->rw, rt->cache_path, 0, rt->cache_max_bytes, err, sizeof err);
+        if (rc) {
+            rt->rw = NULL;
+            kdart__log(rt, KDART_LOG_WARN, "cache %s unusable (%s: %s); compiling in memory", rt->cache_path,
+                       kdart_errname(rc), err);
+        } else if (kdart__store_errmsg(rt->rw)[0]) {
+            kdart__log(rt, KDART_LOG_WARN, "cache %s: %s", rt->cache_path, kdart__store_errmsg(rt->rw));
+        }
+    }
+    for (size_t i = 0; i < rt->n_ro; i++) {
+        err[0] = 0;
+        int rc = kdart__store_open(&rt->ro[i], rt->ro_paths[i], 1, 0, err, sizeof err);
+        if (rc) {
+            rt->ro[i] = NULL;
+            kdart__log(rt, KDART_LOG_WARN, "read-only cache %s skipped (%s: %s)", rt->ro_paths[i],
+                       kdart_errname(rc), err);
+        }
+    }
+}
+
+int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
+    if (!out) return KDART_ENULL;
+    *out = NULL;
+    kdart_options opts;
+    kdart_options_init(&opts);
+    if (user_opts) {
+        if (user_opts->struct_size < offsetof(kdart_options, flags) + sizeof(uint32_t) ||
+            user_opts->struct_size > sizeof opts)
+            return KDART_EINVAL;
+        memcpy(&opts, user_opts, user_opts->struct_size);
+    }
+
+    int rc = KDART_ENOMEM;
+    kdart_rt *rt = kdart__calloc(1, sizeof *rt);
+    if (!rt) goto fail_alloc;
+    if (pthread_mutex_init(&rt->lock, NULL) != 0) goto fail_mutex;
+    if (pthread_key_create(&rt->err_key, free) != 0) goto fail_key;
+
+    rt->flags = opts.flags;
+    rt->log = opts.log;
+    rt->log_user = opts.log_user;
+    rt->log_level = opts.log_level;
+    const char *lv = env(rt, "KDART_LOG");
+    if (lv && !rt->log) {
+        rt->log = log_stderr;
+        rt->log_level = strcmp(lv, "debug") == 0 ? KDART_LOG_DEBUG
+                        : strcmp(lv, "info") == 0 ? KDART_LOG_INFO
+                                                  : KDART_LOG_WARN;
+    }
+    rt->compile = kdart__compile_nvrtc;
+    rt->compile_threads = opts.compile_threads > 0 ? opts.compile_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    rt->cache_max_bytes = opts.cache_max_bytes;
+    const char *mb = env(rt, "KDART_CACHE_MAX_BYTES");
+    if (rt->cache_max_bytes == 0 && mb) rt->cache_max_bytes = parse_bytes(mb);
+    if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30;
+
+    /* Strings the handle owns. */
+    rt->cache_path = opts.cache_path ? kdart__strdup(opts.cache_path) : default_cache_path(rt);
+    const char *kd = opts.kernel_dir ? opts.kernel_dir : env(rt, "KDART_KERNEL_DIR");
+    if (!kd) kd = dir_exists(KDART_DEFAULT_KERNEL_DIR) ? KDART_DEFAULT_KERNEL_DIR : KDART_INSTALL_KERNEL_DIR;
+    rt->kernel_dir = kdart__strdup(kd);
+    const char *arch = opts.arch ? opts.arch : env(rt, "KDART_ARCH");
+    if (arch && kdart__arch_check(arch) != KDART_OK) {
+        rc = KDART_EARCH;
+        goto fail_strings;
+    }
+    rt->default_arch = arch ? kdart__strdup(arch) : NULL; /* else resolved on first use */
+    if (!rt->cache_path || !rt->kernel_dir || (arch && !rt->default_arch)) goto fail_strings;
+    if (opts.n_ro_cache_paths) {
+        if (!opts.ro_cache_paths) {
+            rc = KDART_ENULL;
+            goto fail_strings;
+        }
+        rt->ro_paths = kdart__calloc(opts.n_ro_cache_paths, sizeof *rt->ro_paths);
+        rt->ro = kdart__calloc(opts.n_ro_cache_paths, sizeof *rt->ro);
+        if (!rt->ro_paths || !rt->ro) goto fail_strings;
+        rt->n_ro = opts.n_ro_cache_paths;
+        for (size_t i = 0; i < rt->n_ro; i++)
+            if (!opts.ro_cache_paths[i] || !(rt->ro_paths[i] = kdart__strdup(opts.ro_cache_paths[i]))) {
+                rc = opts.ro_cache_paths[i] ? KDART_ENOMEM : KDART_ENULL;
+                goto fail_strings;
+            }
+    }
+
+    if ((rc = kdart__toolchain_versions(rt)) != KDART_OK) goto fail_strings;
+    if (!dir_exists(rt->kernel_dir))
+        kdart__log(rt, KDART_LOG_WARN, "kernel source directory %s not found; only cached kernels can be used",
+                   rt->kernel_dir);
+
+    open_stores(rt);
+    rt->magic = KDART__MAGIC;
+    *out = rt;
+    return KDART_OK;
+
+fail_strings:
+    for (size_t i = 0; rt->ro_paths && i < rt->n_ro; i++) kdart__free(rt->ro_paths[i]);
+    kdart__free(rt->ro_paths);
+    kdart__free(rt->ro);
+    kdart__free(rt->default_arch);
+    kdart__free(rt->kernel_dir);
+    kdart__free(rt->cache_path);
+    pthread_key_delete(rt->err_key);
+fail_key:
+    pthread_mutex_destroy(&rt->lock);
+fail_mutex:
+    kdart__free(rt);
+fail_alloc:
+    return rc;
+}
+
+void kdart_close(kdart_rt *rt) {
+    if (!rt || rt->magic != KDART__MAGIC) return;
+    rt->magic = 0;
+    for (kdart__unit *u = rt->units, *next; u; u = next) {
+        next = u->next;
+        kdart__unit_unload(rt, u);
+        kdart__free(u->cubin);
+        kdart__free(u->lowered);
+        kdart__free(u);
+    }
+    kdart__store_close(rt->rw);
+    for (size_t i = 0; i < rt->n_ro; i++) {
+        kdart__store_close(rt->ro[i]);
+        kdart__free(rt->ro_paths[i]);
+    }
+    kdart__free(rt->ro);
+    kdart__free(rt->ro_paths);
+    kdart__free(rt->nvrtc_build);
+    kdart__free(rt->default_arch);
+    kdart__free(rt->kernel_dir);
+    kdart__free(rt->cache_path);
+    /* The calling thread's message buffer; other threads' are freed by the
+     * key's destructor when they exit. */
+    free(pthread_getspecific(rt->err_key));
+    pthread_key_delete(rt->err_key);
+    pthread_mutex_destroy(&rt->lock);
+    kdart__free(rt);
+}

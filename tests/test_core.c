@@ -1,0 +1,318 @@
+/*
+ * test_core.c: the parts of kdart that need neither a compiler run nor a
+ * GPU: the status table, SHA-256, the kernel registry and spec parsing,
+ * arch strings, option handling in kdart_open, the source loader and its
+ * file seam, per-thread error messages, and allocation-failure injection
+ * on kdart_open.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt.h"
+#include "testlib.h"
+
+START_TEST(status_table) {
+    /* Every code has a distinct name and a message; unknown codes too. */
+    int codes[] = {
+#define XX(name, value, msg) value,
+        KDART_ERRNO_MAP(XX)
+#undef XX
+    };
+    int n = (int)(sizeof codes / sizeof codes[0]);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_le(codes[i], 0);
+        ck_assert_str_ne(kdart_strerror(codes[i]), "unknown status");
+        for (int j = 0; j < i; j++) {
+            ck_assert_int_ne(codes[i], codes[j]);
+            ck_assert_str_ne(kdart_errname(codes[i]), kdart_errname(codes[j]));
+        }
+    }
+    ck_assert_str_eq(kdart_errname(KDART_ESTRIDE), "ESTRIDE");
+    ck_assert_str_eq(kdart_strerror(12345), "unknown status");
+    ck_assert_str_eq(kdart_errname(-999), "EUNKNOWN");
+    ck_assert_int_eq(KDART_OK, 0);
+    ck_assert_str_eq(kdart_version(), "0.1.0");
+}
+END_TEST
+
+START_TEST(sha256_vectors) {
+    char hex[65];
+    kdart__sha256_hex("", 0, hex);
+    ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    kdart__sha256_hex("abc", 3, hex);
+    ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    kdart__sha256_hex(m, strlen(m), hex);
+    ck_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* One million 'a', fed in uneven pieces to exercise the block buffer. */
+    kdart__sha256 c;
+    kdart__sha256_init(&c);
+    char a[997];
+    memset(a, 'a', sizeof a);
+    size_t left = 1000000;
+    while (left) {
+        size_t take = left < sizeof a ? left : sizeof a;
+        kdart__sha256_update(&c, a, take);
+        left -= take;
+    }
+    unsigned char d[32];
+    kdart__sha256_final(&c, d);
+    ck_assert_int_eq(d[0], 0xcd);
+    ck_assert_int_eq(d[31], 0xd0);
+}
+END_TEST
+
+START_TEST(registry_specs) {
+    ck_assert_int_eq(kdart_kernel_count(), 3);
+    ck_assert_ptr_null(kdart_kernel_name(3));
+    ck_assert_ptr_null(kdart_kernel_name(-1));
+    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 16);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 4);
+    ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 2);
+    ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
+    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128}");
+    char buf[128];
+    /* Every index round-trips through its canonical text. */
+    for (int k = 0; k < kdart_kernel_count(); k++) {
+        const char *name = kdart_kernel_name(k);
+        for (int i = 0; i < kdart_spec_count(name); i++) {
+            char canon[128];
+            ck_assert_int_gt(kdart_spec_at(name, i, buf, sizeof buf), 0);
+            ck_assert_int_gt(kdart_spec_canonical(name, buf, canon, sizeof canon), 0);
+            ck_assert_str_eq(buf, canon);
+        }
+    }
+    ck_assert_int_gt(kdart_spec_canonical("bwd_intra", " K=64 , io=fp16", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=128");
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=96", buf, sizeof buf), KDART_ESPEC);
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "io=fp32", buf, sizeof buf), KDART_ESPEC);
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "color=red", buf, sizeof buf), KDART_ESPEC);
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K", buf, sizeof buf), KDART_ESPEC);
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64,K=128", buf, sizeof buf), KDART_ESPEC);
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 16, buf, sizeof buf), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
+}
+END_TEST
+
+START_TEST(arch_strings) {
+    ck_assert_int_eq(kdart__arch_check("sm_90a"), KDART_OK);
+    ck_assert_int_eq(kdart__arch_check("sm_100a"), KDART_OK);
+    ck_assert_int_eq(kdart__arch_check("sm_90"), KDART_OK);
+    ck_assert_int_eq(kdart__arch_check("sm_120f"), KDART_OK);
+    ck_assert_int_eq(kdart__arch_check("sm_75"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("compute_90"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("sm_9"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("sm_90ab"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("sm_90a -O0"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check(NULL), KDART_EARCH);
+}
+END_TEST
+
+START_TEST(open_options) {
+    kdart_rt *rt = NULL;
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.arch = "sm_75";
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_EARCH);
+    ck_assert_ptr_null(rt);
+    o.arch = NULL;
+    o.struct_size = 8;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_EINVAL);
+    ck_assert_int_eq(kdart_open(NULL, NULL), KDART_ENULL);
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.n_ro_cache_paths = 1;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_ENULL);
+    /* A handle-less or closed handle is refused, never dereferenced. */
+    ck_assert_int_eq(kdart_prepare(NULL, "bwd_intra", "", NULL, 0, NULL), KDART_EMISUSE);
+    kdart_close(NULL);
+}
+END_TEST
+
+START_TEST(env_overrides) {
+    char dir[256];
+    test_tmpdir(dir, sizeof dir);
+    setenv("KDART_CACHE_DIR", dir, 1);
+    setenv("KDART_ARCH", "sm_100a", 1);
+    setenv("KDART_CACHE_MAX_BYTES", "3M", 1);
+    kdart_rt *rt = NULL;
+    ck_assert_int_eq(kdart_open(&rt, NULL), KDART_OK);
+    kdart_rt_info info;
+    ck_assert_int_eq(kdart_info(rt, &info), KDART_OK);
+    char want[512];
+    snprintf(want, sizeof want, "%s/kdart.db", dir);
+    ck_assert_str_eq(info.cache_path, want);
+    ck_assert_str_eq(info.default_arch, "sm_100a");
+    ck_assert_int_eq(info.cache_max_bytes, 3 << 20);
+    ck_assert_int_eq(info.cache_writable, 1);
+    ck_assert_int_eq(info.nvrtc_major, 13);
+    ck_assert_ptr_nonnull(strstr(info.nvrtc_build, "CL-"));
+    kdart_close(rt);
+    /* KDART_OPEN_NO_ENV ignores all of them. */
+    kdart_options o;
+    kdart_options_init(&o);
+    o.flags = KDART_OPEN_NO_ENV | KDART_OPEN_NO_CUDA;
+    o.cache_path = "";
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+    ck_assert_int_eq(kdart_info(rt, &info), KDART_OK);
+    ck_assert_str_eq(info.cache_path, "");
+    ck_assert_str_eq(info.default_arch, "sm_100a");
+    ck_assert_int_eq(info.cuda_available, 0);
+    kdart_close(rt);
+    setenv("KDART_ARCH", "garbage", 1);
+    ck_assert_int_eq(kdart_open(&rt, NULL), KDART_EARCH);
+    unsetenv("KDART_ARCH");
+    unsetenv("KDART_CACHE_DIR");
+    unsetenv("KDART_CACHE_MAX_BYTES");
+    test_rmtree(dir);
+}
+END_TEST
+
+/* The source loader follows quoted includes and refuses escapes. */
+START_TEST(sources_closure) {
+    char dir[256], kd[512], path[1024];
+    test_tmpdir(dir, sizeof dir);
+    test_copy_kernels(dir, kd, sizeof kd);
+    kdart_rt *rt = test_open("", kd, NULL);
+    ck_assert_ptr_nonnull(rt);
+    kdart__sources s;
+    ck_assert_int_eq(kdart__sources_load(rt, "chunk_rcumsum.cuh", &s), KDART_OK);
+    ck_assert_int_eq(s.nfiles, 3); /* chunk_rcumsum.cuh, kdart_common.cuh, kda_params.h */
+    ck_assert_str_eq(s.files[0].name, "chunk_rcumsum.cuh");
+    kdart__sources_free(&s);
+    snprintf(path, sizeof path, "%s/evil.cuh", kd);
+    test_write_file(path, "#include \"../../etc/passwd\"\n");
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "relative"));
+    test_write_file(path, "#include \"missing.cuh\"\n");
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "missing.cuh"));
+    /* A cycle terminates. */
+    test_write_file(path, "#include \"evil.cuh\"\n#include \"kda_params.h\"\n");
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_OK);
+    ck_assert_int_eq(s.nfiles, 2);
+    kdart__sources_free(&s);
+    kdart_close(rt);
+    test_rmtree(dir);
+}
+END_TEST
+
+static int fail_read(const char *path, char **text, size_t *size) {
+    (void)path;
+    (void)text;
+    (void)size;
+    return KDART_EIO;
+}
+
+/* The file seam: an unreadable source is ESOURCE with the path named, and
+ * prepare compiles nothing. */
+START_TEST(unreadable_source) {
+    kdart_rt *rt = test_open("", NULL, NULL);
+    kdart__read_file = fail_read;
+    int rc = kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, NULL);
+    kdart__read_file = kdart__read_file_default;
+    ck_assert_int_eq(rc, KDART_ESOURCE);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "chunk_rcumsum.cuh"));
+    kdart_close(rt);
+    /* A kernel directory that does not exist: open works and warns, the
+     * prepare says which file is missing. */
+    test_log log;
+    rt = test_open("", "/nonexistent/kernel_src", &log);
+    ck_assert_ptr_nonnull(rt);
+    ck_assert_int_eq(log.count[KDART_LOG_WARN], 1);
+    ck_assert_int_eq(kdart_prepare(rt, "bwd_dhu", "", "sm_90a", KDART_PREPARE_NO_LOAD, NULL), KDART_ESOURCE);
+    ck_assert_int_eq(kdart_prepare(rt, "bwd_dhu", "K=32", "sm_90a", 0, NULL), KDART_ESPEC);
+    ck_assert_int_eq(kdart_prepare(rt, "bwd_dhu", "", "sm_61", 0, NULL), KDART_EARCH);
+    ck_assert_int_eq(kdart_prepare(rt, "nope", "", "sm_90a", 0, NULL), KDART_EKERNEL);
+    ck_assert_int_eq(kdart_prepare(rt, NULL, "", "sm_90a", 0, NULL), KDART_ENULL);
+    kdart_close(rt);
+}
+END_TEST
+
+typedef struct err_thread_arg {
+    kdart_rt *rt;
+    int ok;
+} err_thread_arg;
+
+static void *err_thread(void *p) {
+    err_thread_arg *a = p;
+    /* A failure on this thread must not show on the main thread. */
+    kdart_prepare(a->rt, "bwd_dhu", "K=32", "sm_90a", 0, NULL);
+    a->ok = strstr(kdart_last_error(a->rt), "K=32") != NULL;
+    return NULL;
+}
+
+START_TEST(per_thread_errors) {
+    kdart_rt *rt = test_open("", NULL, NULL);
+    ck_assert_int_eq(kdart_prepare(rt, "nope", "", "sm_90a", 0, NULL), KDART_EKERNEL);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "nope"));
+    err_thread_arg a = {rt, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, err_thread, &a);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(a.ok, 1);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "nope"));
+    kdart_close(rt);
+}
+END_TEST
+
+/* Fails the n-th allocation of kdart_open for every n until it succeeds;
+ * each failure must be ENOMEM and leave nothing allocated. */
+START_TEST(open_alloc_failures) {
+    char dir[256], db[512];
+    test_tmpdir(dir, sizeof dir);
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+    const char *ro[] = {db};
+    long base = kdart__alloc_live();
+    int n, successes = 0, fired = 1;
+    for (n = 1; n < 2000 && fired; n++) {
+        kdart_options o;
+        kdart_options_init(&o);
+        o.cache_path = db;
+        o.ro_cache_paths = ro;
+        o.n_ro_cache_paths = 1;
+        o.flags = KDART_OPEN_NO_ENV;
+        kdart_rt *rt = NULL;
+        kdart__alloc_fail_at(n);
+        int rc = kdart_open(&rt, &o);
+        fired = kdart__alloc_fail_at(0) == 0;
+        if (rc == KDART_OK) {
+            successes++;
+            kdart_close(rt);
+        } else {
+            ck_assert_int_eq(rc, KDART_ENOMEM);
+            ck_assert_ptr_null(rt);
+        }
+        ck_assert_int_eq(kdart__alloc_live(), base);
+    }
+    ck_assert_int_eq(fired, 0);
+    ck_assert_int_ge(successes, 1);
+    printf("open_alloc_failures: %d allocation failure points checked, no leaks\n", n - 2);
+    test_rmtree(dir);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, status_table);
+    tcase_add_test(tc, sha256_vectors);
+    tcase_add_test(tc, registry_specs);
+    tcase_add_test(tc, arch_strings);
+    tcase_add_test(tc, open_options);
+    tcase_add_test(tc, env_overrides);
+    tcase_add_test(tc, sources_closure);
+    tcase_add_test(tc, unreadable_source);
+    tcase_add_test(tc, per_thread_errors);
+    tcase_add_test(tc, open_alloc_failures);
+    suite_add_tcase(s, tc);
+    return test_run(s);
+}
