@@ -13,7 +13,10 @@
  *     created; a directory that cannot be written makes open fail with
  *     KDART_EIO so the runtime can carry on in memory;
  *   - last_used and hit counts live in the rows (no file atimes), and the
- *     byte budget evicts by last_used.
+ *     byte budget evicts by last_used;
+ *   - compile leases (schema 2) let processes sharing the file compile
+ *     each key once: a row in `leases`, taken in one transaction, that
+ *     stops blocking others at its expiry or when its owner is seen dead.
  * Strings and blobs handed out are allocated with kdart__malloc and freed
  * with kdart__entry_release.  Not thread-safe by itself: the runtime
  * serializes calls on one store with its own lock.
@@ -24,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KDART__STORE_SCHEMA 1 /* PRAGMA user_version of the newest schema */
+#define KDART__STORE_SCHEMA 2 /* PRAGMA user_version of the newest schema */
 
 typedef struct kdart__store kdart__store;
 
@@ -86,5 +89,43 @@ int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);
+
+/* ------------------------------------------------------------- leases */
+
+/* A compile lease: "process owner_pid on owner_host (booted as boot_id)
+ * is compiling key; wait for its entry until expiry".  Times are unix
+ * milliseconds (wall clock, comparable between processes of one host).
+ * started also tells two leases of one process apart (two handles). */
+typedef struct kdart__lease {
+    char key[65];
+    int64_t owner_pid;
+    char owner_host[256];
+    char boot_id[64];
+    int64_t started, heartbeat, expiry;
+} kdart__lease;
+
+/* Takes the lease on key for ttl_ms, in one BEGIN IMMEDIATE transaction.
+ * It succeeds when no lease row exists, when the row has expired, or when
+ * its owner ran on this host under the same boot id and its pid is gone
+ * (kill(pid, 0) fails with ESRCH).  KDART_OK: *mine holds the lease (pass
+ * it to renew and release).  KDART_EAGAIN: a live lease of someone else;
+ * *holder (may be NULL) describes it.  Other statuses: the store failed
+ * (errmsg says how).  Expired rows of every key are deleted on the way. */
+int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, kdart__lease *mine,
+                            kdart__lease *holder);
+/* heartbeat = now, expiry = now + ttl_ms, if mine is still the lease on
+ * its key; KDART_ENOENT when it is not (it expired and was taken over, or
+ * was released). */
+int kdart__store_lease_renew(kdart__store *st, kdart__lease *mine, int64_t ttl_ms);
+/* Deletes the lease if it is still mine; releasing a lost lease is OK. */
+int kdart__store_lease_release(kdart__store *st, const kdart__lease *mine);
+/* Is there a live lease on key?  KDART_OK and *holder (may be NULL) when
+ * there is; KDART_ENOENT when there is none, or it has expired, or its
+ * owner is a dead process of this boot. */
+int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *holder);
+/* Test seam: makes this process pose as another owner in the leases it
+ * takes from now on (pid 0, host NULL or boot_id NULL: keep the real one);
+ * kdart__store_lease_identity(0, NULL, NULL) restores the truth. */
+void kdart__store_lease_identity(int64_t pid, const char *host, const char *boot_id);
 
 #endif /* KDART_CACHE_STORE_H */

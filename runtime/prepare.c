@@ -51,18 +51,15 @@ typedef struct request {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static const char *nvrtc_build(kdart_rt *rt) {
-    if (!rt->nvrtc_build && kdart__nvrtc_build_id(&rt->nvrtc_build) != KDART_OK) return NULL;
-    return rt->nvrtc_build;
-}
 
 /* Builds the manifest text of a request (sources already loaded). */
 static int build_manifest(kdart_rt *rt, request *q) {
     char *lines[KDART__MANIFEST_MAX];
     int n = 0, rc = KDART_OK;
     char opts[512];
-    const char *build = nvrtc_build(rt);
-    if (!build) return kdart__err(rt, KDART_ECOMPILE, "cannot determine the NVRTC build id");
+    if (!rt->nvrtc_build && (rc = kdart__nvrtc_build_id(&rt->nvrtc_build)) != KDART_OK)
+        return kdart__err(rt, rc, "cannot determine the NVRTC build id");
+    const char *build = rt->nvrtc_build;
 #define LINE(...)                                                                 \
     do {                                                                          \
         char tmp[1024];                                                           \

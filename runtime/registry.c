@@ -22,11 +22,11 @@
 #include "rt.h"
 
 /* Launch shapes of the two KDA kernels, from their traits structs. */
-#define KDART__INTRA_THREADS(K) 256
-#define KDART__INTRA_SMEM(K) 0
-#define KDART__DHU_THREADS(K) 128
-#define KDART__DHU_SMEM(K) 0
-#define KDART__DHU_BV(K) 64
+#define KDART__INTRA_THREADS(K) (4 * (K))                   /* BwdIntraTraits<K>::kThreads */
+#define KDART__INTRA_SMEM(K) ((K) == 128 ? 188160 : 116992) /* BwdIntraTraits<K>::kSmemBytes */
+#define KDART__DHU_THREADS(K) 128                        /* BwdDhuTraits<K>::kThreads */
+#define KDART__DHU_SMEM(K) ((K) == 128 ? 148480 : 90624) /* BwdDhuTraits<K>::kSmemBytes */
+#define KDART__DHU_BV(K) 64                              /* BwdDhuTraits<K>::kBV */
 
 int kdart__dhu_bv(int K) { return KDART__DHU_BV(K); }
 
@@ -173,8 +173,8 @@ int kdart__arch_check(const char *arch) {
     if (digits < 2 || digits > 3) return KDART_EARCH;
     if (*p == 'a' || *p == 'f') p++;
     if (*p) return KDART_EARCH;
-    /* The kernels use sm_80+ features (cp.async, bf16 mma). */
-    if (atoi(arch + 3) < 80) return KDART_EARCH;
+    /* The kernels use Hopper-generation instructions (stmatrix). */
+    if (atoi(arch + 3) < 90) return KDART_EARCH;
     return KDART_OK;
 }
 

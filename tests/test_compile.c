@@ -138,7 +138,7 @@ START_TEST(hit_after_miss) {
     ck_assert_int_eq(kdart_cache_get(rt, prefix, &ent), KDART_OK);
     ck_assert_str_eq(ent->key, a.key);
     kdart_entry_free(ent);
-    ck_assert_int_eq(kdart_cache_get(rt, "", &ent), KDART_EAMBIGUOUS);
+    ck_assert_int_eq(kdart_cache_get(rt, "", &ent), KDART_EINVAL);
     ck_assert_int_eq(kdart_cache_get(rt, "xyz", &ent), KDART_EINVAL);
     kdart_close(rt);
 }

@@ -106,6 +106,7 @@ START_TEST(arch_strings) {
     ck_assert_int_eq(kdart__arch_check("sm_90"), KDART_OK);
     ck_assert_int_eq(kdart__arch_check("sm_120f"), KDART_OK);
     ck_assert_int_eq(kdart__arch_check("sm_75"), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("sm_80"), KDART_EARCH); /* the kernels need sm_90+ */
     ck_assert_int_eq(kdart__arch_check("compute_90"), KDART_EARCH);
     ck_assert_int_eq(kdart__arch_check("sm_9"), KDART_EARCH);
     ck_assert_int_eq(kdart__arch_check("sm_90ab"), KDART_EARCH);

@@ -73,13 +73,13 @@ static void setup(void) {
 
 static void teardown(void) { kdart_close(rt); }
 
-#define EXPECT(call, status, word)                                                               \
-    do {                                                                                         \
-        int rc_ = (call);                                                                        \
-        ck_assert_msg(rc_ == (status), "%s: got %s (%s)", #call, kdart_errname(rc_), kdart_last_error(rt)); \
-        if (word) ck_assert_msg(strstr(kdart_last_error(rt), word) != NULL, "message '%s' lacks '%s'", \
-                                kdart_last_error(rt), (const char *)(word));                     \
-    } while (0)
+static void expect(int rc, int status, const char *word, const char *call) {
+    ck_assert_msg(rc == status, "%s: got %s (%s)", call, kdart_errname(rc), kdart_last_error(rt));
+    if (word)
+        ck_assert_msg(strstr(kdart_last_error(rt), word) != NULL, "message '%s' lacks '%s'", kdart_last_error(rt),
+                      word);
+}
+#define EXPECT(call, status, word) expect((call), (status), (word), #call)
 
 START_TEST(intra_valid_reaches_launch) {
     intra_set s;

@@ -133,7 +133,8 @@ KDART_EXTERN void kdart_options_init(kdart_options *opts);
 KDART_EXTERN int kdart_open(kdart_rt **out, const kdart_options *opts);
 /* Closes a runtime; NULL is a no-op.  No other call may be in flight. */
 KDART_EXTERN void kdart_close(kdart_rt *rt);
-/* The calling thread's last error message on this handle; "" when none. */
+/* The calling thread's last error message on this handle; "" when none.
+ * It starts with the status name and a colon ("ESHAPE: tensor dAkk ..."). */
 KDART_EXTERN const char *kdart_last_error(const kdart_rt *rt);
 
 /* What the runtime resolved at open time (paths, arch, versions). */

@@ -1,0 +1,521 @@
+/*
+ * kda_ref.c: implementation of the float64 KDA backward references, the
+ * RNG, the bf16/fp16 conversions, the input generators and the error metrics
+ * declared in kda_ref.h.
+ *
+ * Guarantees: C11 with libc and libm only, no global mutable state, no
+ * allocation except per-call scratch (freed before returning; an allocation
+ * failure aborts, since this is test code).  The references follow spec
+ * sections 5.1 and 5.2 term for term; only the loop order differs (each
+ * exp2(g_r - g_s) with s <= r is evaluated once and used by both the row and
+ * the column sums), which changes nothing but double rounding.
+ */
+#include "kda_ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BT KREF_BT
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "kda_ref: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+/* ---------------------------------------------------------------- RNG --- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void kref_rng_seed(kref_rng *r, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    r->has_spare = 0;
+    r->spare = 0.0;
+}
+
+uint64_t kref_rng_u64(kref_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double kref_rng_uniform(kref_rng *r)
+{
+    return (double)(kref_rng_u64(r) >> 11) * 0x1.0p-53;
+}
+
+double kref_rng_normal(kref_rng *r)
+{
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return r->spare;
+    }
+    /* u1 in (0,1] so that log(u1) is finite. */
+    double u1 = 1.0 - kref_rng_uniform(r);
+    double u2 = kref_rng_uniform(r);
+    double rad = sqrt(-2.0 * log(u1));
+    double th = 6.283185307179586476925 * u2;
+    r->spare = rad * sin(th);
+    r->has_spare = 1;
+    return rad * cos(th);
+}
+
+uint64_t kref_pick_seed(void)
+{
+    const char *e = getenv("KREF_SEED");
+    if (e && *e) return strtoull(e, NULL, 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^
+                 ((uint64_t)getpid() << 32);
+    return splitmix64(&x);
+}
+
+/* -------------------------------------------------------- conversions --- */
+
+/* Rounds x to a binary format with mbits stored mantissa bits, minimum
+ * normal exponent emin and largest finite value maxf, ties to even.  The
+ * scaling by a power of two is exact, and nearbyint rounds ties to even in
+ * the default rounding mode. */
+static double round_fmt(double x, int mbits, int emin, double maxf)
+{
+    if (!isfinite(x) || x == 0.0) return x;
+    int ex;
+    frexp(x, &ex); /* |x| = m 2^ex, m in [0.5,1): unbiased exponent ex-1 */
+    int e = ex - 1;
+    if (e < emin) e = emin;
+    double q = ldexp(nearbyint(ldexp(x, mbits - e)), e - mbits);
+    if (fabs(q) > maxf) return copysign(INFINITY, x);
+    return q;
+}
+
+/* Encodes an already representable value. */
+static uint16_t encode_fmt(double x, int mbits, int ebits, int emin)
+{
+    int bias = (1 << (ebits - 1)) - 1;
+    uint16_t sign = signbit(x) ? (uint16_t)(1u << 15) : 0;
+    uint16_t expall = (uint16_t)(((1u << ebits) - 1) << mbits);
+    if (isnan(x)) return (uint16_t)(sign | expall | (1u << (mbits - 1)));
+    if (isinf(x)) return (uint16_t)(sign | expall);
+    double a = fabs(x);
+    if (a == 0.0) return sign;
+    if (a < ldexp(1.0, emin)) /* subnormal */
+        return (uint16_t)(sign | (uint16_t)ldexp(a, mbits - emin));
+    int ex;
+    frexp(a, &ex);
+    int e = ex - 1;
+    uint16_t mant = (uint16_t)(ldexp(a, mbits - e) - ldexp(1.0, mbits));
+    return (uint16_t)(sign | ((uint16_t)(e + bias) << mbits) | mant);
+}
+
+static double decode_fmt(uint16_t b, int mbits, int ebits, int emin)
+{
+    int bias = (1 << (ebits - 1)) - 1;
+    int sign = (b >> 15) & 1;
+    int E = (b >> mbits) & ((1 << ebits) - 1);
+    int m = b & ((1 << mbits) - 1);
+    double v;
+    if (E == (1 << ebits) - 1)
+        v = m ? NAN : INFINITY;
+    else if (E == 0)
+        v = ldexp((double)m, emin - mbits);
+    else
+        v = ldexp((double)(m + (1 << mbits)), E - bias - mbits);
+    return sign ? -v : v;
+}
+
+#define BF16_MAX 3.38953138925153547590470800371487866880e38 /* (2-2^-7) 2^127 */
+
+uint16_t kref_to_bf16(double x)
+{
+    return encode_fmt(round_fmt(x, 7, -126, BF16_MAX), 7, 8, -126);
+}
+uint16_t kref_to_fp16(double x)
+{
+    return encode_fmt(round_fmt(x, 10, -14, 65504.0), 10, 5, -14);
+}
+double kref_from_bf16(uint16_t b) { return decode_fmt(b, 7, 8, -126); }
+double kref_from_fp16(uint16_t b) { return decode_fmt(b, 10, 5, -14); }
+
+double kref_round_io(double x, int io)
+{
+    if (io == 0) return round_fmt(x, 7, -126, BF16_MAX);
+    if (io == 1) return round_fmt(x, 10, -14, 65504.0);
+    return x;
+}
+
+double kref_round_f32(double x) { return (double)(float)x; }
+
+/* --------------------------------------------------------- bwd_intra --- */
+
+void kref_bwd_intra(int B, int T, int H, int HV, int K,
+                    const double *q, const double *k, const double *g,
+                    const double *beta, const double *dAqk, const double *dAkk,
+                    const double *dq_in, const double *dk_in,
+                    const double *dg_in, const double *db_in, int fold_dg,
+                    double *dq, double *dk, double *dg, double *db)
+{
+    const int G = HV / H, NT = T / BT;
+    /* Per-chunk slices, transposed to [d][r] so the inner loops are
+     * contiguous. */
+    double *qs = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *ks = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *gs = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *Aq = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *Ak = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *Ct = xmalloc(sizeof(double) * (size_t)K * BT);
+    double *aq = xmalloc(sizeof(double) * BT * BT); /* [r][s], s <= r valid */
+    double *ak = xmalloc(sizeof(double) * BT * BT);
+    double bs[BT];
+
+    for (int b = 0; b < B; b++)
+        for (int hv = 0; hv < HV; hv++) {
+            const int h = hv / G;
+            for (int c = 0; c < NT; c++) {
+                const int t0 = c * BT;
+                for (int r = 0; r < BT; r++) {
+                    size_t tr = (size_t)b * T + t0 + r;
+                    for (int d = 0; d < K; d++) {
+                        qs[(size_t)d * BT + r] = q[(tr * H + h) * K + d];
+                        ks[(size_t)d * BT + r] = k[(tr * H + h) * K + d];
+                        gs[(size_t)d * BT + r] = g[(tr * HV + hv) * K + d];
+                    }
+                    bs[r] = beta[tr * HV + hv];
+                    /* Only s <= r is copied: strictly-upper entries are never
+                     * read. */
+                    for (int s = 0; s <= r; s++) {
+                        aq[r * BT + s] = dAqk[(tr * HV + hv) * BT + s];
+                        ak[r * BT + s] = dAkk[(tr * HV + hv) * BT + s];
+                    }
+                }
+                for (int d = 0; d < K; d++) {
+                    const double *qd = qs + (size_t)d * BT;
+                    const double *kd = ks + (size_t)d * BT;
+                    const double *gd = gs + (size_t)d * BT;
+                    double *Ctd = Ct + (size_t)d * BT;
+                    for (int s = 0; s < BT; s++) Ctd[s] = 0.0;
+                    for (int r = 0; r < BT; r++) {
+                        double sq = 0.0, sk = 0.0;
+                        const double gr = gd[r];
+                        const double colq = qd[r], colk = bs[r] * kd[r];
+                        const double *aqr = aq + r * BT, *akr = ak + r * BT;
+                        for (int s = 0; s <= r; s++) {
+                            const double e = exp2(gr - gd[s]); /* arg <= 0 */
+                            sq += aqr[s] * kd[s] * e;
+                            sk += akr[s] * kd[s] * e;
+                            Ctd[s] += (aqr[s] * colq + akr[s] * colk) * e;
+                        }
+                        Aq[(size_t)d * BT + r] = sq;
+                        Ak[(size_t)d * BT + r] = sk;
+                    }
+                }
+                for (int r = 0; r < BT; r++) {
+                    size_t tr = (size_t)b * T + t0 + r;
+                    double dbacc = 0.0;
+                    const double br = bs[r];
+                    for (int d = 0; d < K; d++) {
+                        size_t o = (tr * HV + hv) * K + d, i = (size_t)d * BT + r;
+                        const double qr = qs[i], kr = ks[i];
+                        dq[o] = dq_in[o] + Aq[i];
+                        dk[o] = dk_in[o] + br * Ak[i] + Ct[i];
+                        dg[o] = dg_in[o] + qr * Aq[i] + (br * Ak[i] - Ct[i]) * kr;
+                        dbacc += kr * Ak[i];
+                    }
+                    db[tr * HV + hv] = db_in[tr * HV + hv] + dbacc;
+                }
+                if (fold_dg)
+                    for (int d = 0; d < K; d++) {
+                        double acc = 0.0;
+                        for (int r = BT - 1; r >= 0; r--) {
+                            size_t o = (((size_t)b * T + t0 + r) * HV + hv) * K + d;
+                            acc += dg[o];
+                            dg[o] = acc;
+                        }
+                    }
+            }
+        }
+    free(qs); free(ks); free(gs); free(Aq); free(Ak); free(Ct);
+    free(aq); free(ak);
+}
+
+/* ----------------------------------------------------------- bwd_dhu --- */
+
+void kref_bwd_dhu(int B, int T, int HV, int K, int V,
+                  const double *qg, const double *kg, const double *w,
+                  const double *g, const double *dout, const double *dv,
+                  const double *dht, double scale, int faithful_io,
+                  double *dh, double *dv2, double *dh0)
+{
+    const int NT = T / BT;
+    const int io = (faithful_io == 0 || faithful_io == 1) ? faithful_io : -1;
+    const size_t KV = (size_t)K * V;
+    double *dH = xmalloc(sizeof(double) * KV);
+    double *dHr = xmalloc(sizeof(double) * KV); /* operand copy of dH */
+    double *qd = xmalloc(sizeof(double) * KV);
+    double *wd = xmalloc(sizeof(double) * KV);
+    double *dv2c = xmalloc(sizeof(double) * (size_t)BT * V); /* operand dv2 */
+
+    for (int b = 0; b < B; b++)
+        for (int hv = 0; hv < HV; hv++) {
+            const size_t so = ((size_t)b * HV + hv) * KV;
+            for (size_t i = 0; i < KV; i++) dH[i] = dht ? dht[so + i] : 0.0;
+            for (int c = NT - 1; c >= 0; c--) {
+                const int t0 = c * BT;
+                for (size_t i = 0; i < KV; i++) dHr[i] = kref_round_io(dH[i], io);
+                memcpy(dh + (((size_t)b * NT + c) * HV + hv) * KV, dHr,
+                       sizeof(double) * KV);
+                /* dv2 uses the pre-update dH. */
+                for (int i = 0; i < BT; i++) {
+                    size_t tv = (((size_t)b * T + t0 + i) * HV + hv) * V;
+                    size_t tk = (((size_t)b * T + t0 + i) * HV + hv) * K;
+                    double *row = dv2c + (size_t)i * V;
+                    for (int v = 0; v < V; v++) row[v] = dv[tv + v];
+                    for (int d = 0; d < K; d++) {
+                        const double kv = kg[tk + d];
+                        const double *hr = dHr + (size_t)d * V;
+                        for (int v = 0; v < V; v++) row[v] += kv * hr[v];
+                    }
+                    for (int v = 0; v < V; v++) {
+                        row[v] = kref_round_io(row[v], io);
+                        dv2[tv + v] = row[v];
+                    }
+                }
+                for (size_t i = 0; i < KV; i++) qd[i] = wd[i] = 0.0;
+                for (int i = 0; i < BT; i++) {
+                    size_t tv = (((size_t)b * T + t0 + i) * HV + hv) * V;
+                    size_t tk = (((size_t)b * T + t0 + i) * HV + hv) * K;
+                    const double *row = dv2c + (size_t)i * V;
+                    for (int d = 0; d < K; d++) {
+                        const double qv = qg[tk + d], wv = w[tk + d];
+                        double *qdr = qd + (size_t)d * V, *wdr = wd + (size_t)d * V;
+                        for (int v = 0; v < V; v++) {
+                            qdr[v] += qv * dout[tv + v];
+                            wdr[v] += wv * row[v];
+                        }
+                    }
+                }
+                const size_t tl = (((size_t)b * T + t0 + BT - 1) * HV + hv) * K;
+                for (int d = 0; d < K; d++) {
+                    const double a = exp2(g[tl + d]);
+                    for (int v = 0; v < V; v++) {
+                        size_t i = (size_t)d * V + v;
+                        dH[i] = a * dH[i] + scale * qd[i] - wd[i];
+                    }
+                }
+            }
+            if (dh0) memcpy(dh0 + so, dH, sizeof(double) * KV);
+        }
+    free(dH); free(dHr); free(qd); free(wd); free(dv2c);
+}
+
+/* -------------------------------------------------------- generators --- */
+
+const char *kref_gate_name(kref_gate_family f)
+{
+    switch (f) {
+    case KREF_GATE_MILD: return "MILD";
+    case KREF_GATE_LOGSIG: return "LOGSIG";
+    case KREF_GATE_STRONG: return "STRONG";
+    case KREF_GATE_CONST5: return "CONST5";
+    case KREF_GATE_FUSED: return "FUSED";
+    default: return "?";
+    }
+}
+
+/* log(sigmoid(x)) = -softplus(-x), computed without overflow. */
+static double logsigmoid(double x)
+{
+    return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x));
+}
+
+static double softplus(double x)
+{
+    return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+void kref_gen_gate(kref_rng *r, kref_gate_family f, int B, int T, int HV,
+                   int K, double *a)
+{
+    double *Aexp = NULL, *dtb = NULL;
+    if (f == KREF_GATE_FUSED) {
+        Aexp = xmalloc(sizeof(double) * (size_t)HV);
+        dtb = xmalloc(sizeof(double) * (size_t)HV * K);
+        for (int hv = 0; hv < HV; hv++) Aexp[hv] = 1.0 + 15.0 * kref_rng_uniform(r);
+        for (int i = 0; i < HV * K; i++) dtb[i] = 0.5 * kref_rng_normal(r);
+    }
+    size_t n = (size_t)B * T * HV * K;
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        switch (f) {
+        case KREF_GATE_MILD: v = logsigmoid(1.5 * kref_rng_normal(r) + 2.0); break;
+        case KREF_GATE_LOGSIG: v = logsigmoid(kref_rng_normal(r)); break;
+        case KREF_GATE_STRONG: v = logsigmoid(kref_rng_normal(r)) / 0.1; break;
+        case KREF_GATE_CONST5: v = -5.0; break;
+        case KREF_GATE_FUSED: {
+            int hv = (int)((i / (size_t)K) % (size_t)HV), d = (int)(i % (size_t)K);
+            v = -Aexp[hv] * softplus(kref_rng_normal(r) + dtb[hv * K + d]);
+            break;
+        }
+        default: v = 0.0;
+        }
+        a[i] = v;
+    }
+    free(Aexp);
+    free(dtb);
+}
+
+void kref_gate_cumsum(int B, int T, int HV, int K, const double *a, double *g2)
+{
+    for (int b = 0; b < B; b++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int d = 0; d < K; d++) {
+                double acc = 0.0;
+                for (int t = 0; t < T; t++) {
+                    if (t % BT == 0) acc = 0.0;
+                    size_t o = (((size_t)b * T + t) * HV + hv) * K + d;
+                    acc += a[o];
+                    g2[o] = kref_round_f32(KREF_RCP_LN2 * acc);
+                }
+            }
+}
+
+void kref_gen_normal(kref_rng *r, size_t n, double scale, double *x)
+{
+    for (size_t i = 0; i < n; i++) x[i] = scale * kref_rng_normal(r);
+}
+
+void kref_gen_unit_rows(kref_rng *r, size_t nrows, int K, double *x)
+{
+    for (size_t i = 0; i < nrows; i++) {
+        double *row = x + i * (size_t)K, ss = 0.0;
+        for (int d = 0; d < K; d++) {
+            row[d] = kref_rng_normal(r);
+            ss += row[d] * row[d];
+        }
+        double inv = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
+        for (int d = 0; d < K; d++) row[d] *= inv;
+    }
+}
+
+void kref_gen_beta(kref_rng *r, size_t n, double *beta)
+{
+    for (size_t i = 0; i < n; i++) beta[i] = 2.0 / (1.0 + exp(-kref_rng_normal(r)));
+}
+
+void kref_gen_dA(kref_rng *r, int B, int T, int HV, int strict,
+                 double garbage, double *dA)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int hv = 0; hv < HV; hv++) {
+                int row = t % BT;
+                double *p = dA + (((size_t)b * T + t) * HV + hv) * BT;
+                for (int s = 0; s < BT; s++) {
+                    if (s < row || (s == row && !strict))
+                        p[s] = kref_rng_normal(r);
+                    else if (s == row)
+                        p[s] = 0.0;
+                    else
+                        p[s] = garbage;
+                }
+            }
+}
+
+void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
+                         const double *k, const double *beta,
+                         const double *g2, double *w, double *kg, double *qg)
+{
+    const int NT = T / BT;
+    double *L = xmalloc(sizeof(double) * BT * BT);
+    double *A = xmalloc(sizeof(double) * BT * BT);
+    double *kb = xmalloc(sizeof(double) * (size_t)BT * K); /* beta k exp2 g2 */
+    for (int b = 0; b < B; b++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int c = 0; c < NT; c++) {
+                const int t0 = c * BT;
+#define IX(r, d) ((((size_t)b * T + t0 + (r)) * HV + hv) * K + (d))
+                for (int r = 0; r < BT; r++) {
+                    double br = beta[((size_t)b * T + t0 + r) * HV + hv];
+                    for (int s = 0; s < BT; s++) {
+                        double acc = 0.0;
+                        if (s < r)
+                            for (int d = 0; d < K; d++)
+                                acc += k[IX(r, d)] * k[IX(s, d)] *
+                                       exp2(g2[IX(r, d)] - g2[IX(s, d)]);
+                        L[r * BT + s] = br * acc;
+                    }
+                    for (int d = 0; d < K; d++)
+                        kb[(size_t)r * K + d] = br * k[IX(r, d)] * exp2(g2[IX(r, d)]);
+                }
+                /* (I+L) A = I by forward substitution, A unit lower. */
+                for (int j = 0; j < BT; j++)
+                    for (int r = 0; r < BT; r++) {
+                        double v = (r == j) ? 1.0 : 0.0;
+                        if (r > j)
+                            for (int s = j; s < r; s++) v -= L[r * BT + s] * A[s * BT + j];
+                        A[r * BT + j] = (r >= j) ? v : 0.0;
+                    }
+                for (int r = 0; r < BT; r++)
+                    for (int d = 0; d < K; d++) {
+                        double acc = 0.0;
+                        for (int s = 0; s <= r; s++) acc += A[r * BT + s] * kb[(size_t)s * K + d];
+                        w[IX(r, d)] = acc;
+                        kg[IX(r, d)] = k[IX(r, d)] * exp2(g2[IX(BT - 1, d)] - g2[IX(r, d)]);
+                        qg[IX(r, d)] = q[IX(r, d)] * exp2(g2[IX(r, d)]);
+                    }
+#undef IX
+            }
+    free(L); free(A); free(kb);
+}
+
+/* ----------------------------------------------------------- metrics --- */
+
+double kref_rel_rms(const double *ref, const double *got, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) || !isfinite(ref[i])) return INFINITY;
+        double e = got[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+double kref_max_abs(const double *ref, const double *got, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) || !isfinite(ref[i])) return INFINITY;
+        double e = fabs(got[i] - ref[i]);
+        if (e > m) m = e;
+    }
+    return m;
+}

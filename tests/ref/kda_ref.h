@@ -1,0 +1,142 @@
+/*
+ * kda_ref.h: the float64 host reference for the two KDA backward stages
+ * (bwd_intra, spec section 5.1, and bwd_dhu, spec section 5.2 of
+ * shared/spec/kda_backward.md), plus the seeded random number generator, the
+ * bf16/fp16 host conversions, the test-input generators (spec section 6) and
+ * the error metrics that the kernel tests use.
+ *
+ * Guarantees: plain C11 with only libc and libm; no global state (the RNG is
+ * a caller-owned struct); every array is caller-allocated and uses the
+ * contiguous fla layouts of kernel_src/kda_params.h with BT = 64; all
+ * arithmetic is in double.  The reference algorithms are verified against
+ * finite differences of the forward definitions by tests/test_reference.c.
+ * Requires T % 64 == 0 and HV % H == 0; K and V are free (no K in {64,128}
+ * restriction here).
+ */
+#ifndef KDART_KDA_REF_H
+#define KDART_KDA_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KREF_BT 64                    /* chunk length, fixed by the algorithm */
+#define KREF_RCP_LN2 1.4426950216     /* fla's fp32 RCP_LN2 constant */
+
+/* ---- Seeded RNG: xoshiro256** seeded through splitmix64. ---- */
+typedef struct kref_rng {
+    uint64_t s[4];
+    int has_spare;  /* Box-Muller produces pairs; the second one is cached. */
+    double spare;
+} kref_rng;
+
+/* Seeds the generator; equal seeds give equal streams on every platform. */
+void kref_rng_seed(kref_rng *r, uint64_t seed);
+uint64_t kref_rng_u64(kref_rng *r);
+/* Uniform double in [0,1) with 53 random bits. */
+double kref_rng_uniform(kref_rng *r);
+/* Standard normal double (Box-Muller). */
+double kref_rng_normal(kref_rng *r);
+/* Returns the seed to use for a test run: the value of the environment
+ * variable KREF_SEED when set (to replay a failure), else a mix of the time
+ * and the pid.  Callers print it. */
+uint64_t kref_pick_seed(void);
+
+/* ---- Host conversions (round to nearest, ties to even). ---- */
+/* Overflow goes to inf, NaN stays NaN (quiet, sign kept), subnormals are
+ * rounded correctly (fp16 and bf16 both have them).  The double inputs are
+ * rounded once, directly (no double rounding through float). */
+uint16_t kref_to_bf16(double x);
+uint16_t kref_to_fp16(double x);
+double kref_from_bf16(uint16_t bits);
+double kref_from_fp16(uint16_t bits);
+/* Rounds x to the io dtype and back: io = 0 bf16, io = 1 fp16.  Any other io
+ * value returns x unchanged. */
+double kref_round_io(double x, int io);
+/* Rounds x to fp32 and back. */
+double kref_round_f32(double x);
+
+/* ---- References. ---- */
+/*
+ * bwd_intra, spec 5.1, in double.  Inputs: q,k [B,T,H,K]; g (g2, log2
+ * units) [B,T,HV,K]; beta [B,T,HV]; dAqk, dAkk [B,T,HV,64] (only s <= r of
+ * each chunk row is read; strictly-upper entries may hold anything, NaN
+ * included); dq_in, dk_in, dg_in [B,T,HV,K]; db_in [B,T,HV].  Outputs per
+ * value head: dq, dk, dg [B,T,HV,K] and db [B,T,HV] (db_in included).  With
+ * fold_dg the dg output is the chunk-local inclusive suffix sum.  dAkk's
+ * diagonal is read, as in the spec (fla writes it as zero).
+ */
+void kref_bwd_intra(int B, int T, int H, int HV, int K,
+                    const double *q, const double *k, const double *g,
+                    const double *beta, const double *dAqk, const double *dAkk,
+                    const double *dq_in, const double *dk_in,
+                    const double *dg_in, const double *db_in, int fold_dg,
+                    double *dq, double *dk, double *dg, double *db);
+
+/*
+ * bwd_dhu, spec 5.2, in double.  Inputs: qg, kg, w, g [B,T,HV,K] (only row
+ * 64c+63 of g is read); dout ("do"), dv [B,T,HV,V]; dht [B,HV,K,V] or NULL
+ * (start from zero).  Outputs: dh [B,NT,HV,K,V], dv2 [B,T,HV,V], and dh0
+ * [B,HV,K,V] unless dh0 is NULL.  faithful_io = -1 is the exact float64
+ * recurrence; 0 (bf16) or 1 (fp16) rounds dH to the io dtype before the kg.dH
+ * product and the checkpoint store, and rounds dv2 to the io dtype before
+ * the w.dv2 product and the dv2 store, as fla does.  dH itself and dh0 stay
+ * double.
+ */
+void kref_bwd_dhu(int B, int T, int HV, int K, int V,
+                  const double *qg, const double *kg, const double *w,
+                  const double *g, const double *dout, const double *dv,
+                  const double *dht, double scale, int faithful_io,
+                  double *dh, double *dv2, double *dh0);
+
+/* ---- Input generators (caller allocates, functions fill). ---- */
+typedef enum kref_gate_family {
+    KREF_GATE_MILD = 0,   /* a = logsigmoid(1.5*randn + 2) */
+    KREF_GATE_LOGSIG,     /* a = logsigmoid(randn) */
+    KREF_GATE_STRONG,     /* a = logsigmoid(randn) / 0.1 */
+    KREF_GATE_CONST5,     /* a = -5 */
+    KREF_GATE_FUSED,      /* a = -exp(A_log[hv]) softplus(g_raw + dt_bias[hv,d]) */
+    KREF_GATE_NFAMILIES
+} kref_gate_family;
+
+/* Name of a family, for messages. */
+const char *kref_gate_name(kref_gate_family f);
+/* Per-token natural-log decay a [B,T,HV,K], every entry <= 0.  FUSED draws
+ * exp(A_log[hv]) ~ U[1,16], dt_bias[hv,d] = 0.5 randn, g_raw = randn. */
+void kref_gen_gate(kref_rng *r, kref_gate_family f, int B, int T, int HV,
+                   int K, double *a);
+/* g2 = fp32(RCP_LN2 * chunk-local inclusive cumsum of a), [B,T,HV,K]; the
+ * cumsum restarts every 64 rows and is accumulated in double.  g2 is
+ * non-increasing within each chunk for a <= 0. */
+void kref_gate_cumsum(int B, int T, int HV, int K, const double *a,
+                      double *g2);
+/* n independent standard normals times scale. */
+void kref_gen_normal(kref_rng *r, size_t n, double scale, double *x);
+/* nrows rows of length K, randn then L2-normalized (used for q and k). */
+void kref_gen_unit_rows(kref_rng *r, size_t nrows, int K, double *x);
+/* n values 2*sigmoid(randn), in (0,2). */
+void kref_gen_beta(kref_rng *r, size_t n, double *beta);
+/* dA [B,T,HV,64]: randn on s <= r of each chunk row r (strict = 0, dAqk) or
+ * on s < r (strict = 1, dAkk, whose diagonal is then exactly 0); the
+ * strictly-upper entries get `garbage` (e.g. NAN) to prove they are unread. */
+void kref_gen_dA(kref_rng *r, int B, int T, int HV, int strict,
+                 double garbage, double *dA);
+/*
+ * Realistic bwd_dhu inputs (spec 6.3) from q, k [B,T,HV,K] (at value heads,
+ * rows unit-norm), beta [B,T,HV] and g2 [B,T,HV,K]: per chunk
+ * L[r,s] = beta[r] sum_d k[r,d]k[s,d]exp2(g2[r,d]-g2[s,d]) (s<r),
+ * Akk = (I+L)^-1 (forward substitution), w = Akk (beta k exp2(g2)),
+ * kg = k exp2(g2_last - g2), qg = q exp2(g2); all [B,T,HV,K], in double
+ * (the caller rounds them to the io dtype).
+ */
+void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
+                         const double *k, const double *beta,
+                         const double *g2, double *w, double *kg, double *qg);
+
+/* ---- Error metrics. ---- */
+/* ||got - ref||_2 / ||ref||_2; INFINITY when any got (or ref) entry is not
+ * finite; when ||ref|| = 0 it is 0 if got is all zero, else INFINITY. */
+double kref_rel_rms(const double *ref, const double *got, size_t n);
+/* max |got - ref|; INFINITY when any entry is not finite. */
+double kref_max_abs(const double *ref, const double *got, size_t n);
+
+#endif /* KDART_KDA_REF_H */

@@ -1,0 +1,898 @@
+/*
+ * test_cli.c: the `kdart` command-line tool, tested as a user runs it.
+ *
+ * Every test runs the built binary (KDART_TEST_CLI) as a subprocess with
+ * stdout and stderr captured to files, and checks exit codes and output.
+ * Nothing touches the user's cache: each test gets its own mkdtemp
+ * directory, passed as KDART_CACHE_DIR, and every inherited KDART_*
+ * variable is dropped from the child's environment.
+ *
+ * Compiling is the slow part, so the "cache" test case prewarms one seed
+ * cache once (chunk_rcumsum, the cheapest registered kernel, both specs,
+ * sm_90a) in an unchecked fixture, and each test starts from a copy of it.
+ * No GPU is needed: prewarm compiles without loading, and on a machine
+ * with no libcuda the CLI must still work (stats says CUDA is missing).
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#ifndef KDART_TEST_CLI
+#error "KDART_TEST_CLI (path of the built kdart binary) must be defined"
+#endif
+#ifndef KDART_TEST_SOURCE_DIR
+#error "KDART_TEST_SOURCE_DIR must be defined"
+#endif
+
+extern char **environ;
+
+/* The seed cache, built once per test case in the parent process. */
+static char seed_dir[PATH_MAX];
+static int seed_ok;
+/* This test's directory (set up in the forked child by the fixture). */
+static char test_dir[PATH_MAX];
+/* Extra "NAME=value" strings for the next child's environment (or NULL). */
+static const char *const *extra_env;
+
+typedef struct run_result {
+    int status; /* exit code, or 128 + signal */
+    char *out;  /* stdout, NUL-terminated */
+    char *err;  /* stderr, NUL-terminated */
+} run_result;
+
+static void run_free(run_result *r) {
+    free(r->out);
+    free(r->err);
+    memset(r, 0, sizeof *r);
+}
+
+static char *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (size) *size = n;
+    return buf;
+}
+
+static int env_is_dropped(const char *e) { return strncmp(e, "KDART_", 6) == 0; }
+
+/* Runs kdart with the given arguments (NULL-terminated) against the cache
+ * directory `dir`, capturing stdout and stderr. */
+static void run_in(run_result *r, const char *dir, const char *arg, ...) {
+    const char *argv[64];
+    int argc = 0;
+    argv[argc++] = KDART_TEST_CLI;
+    va_list ap;
+    va_start(ap, arg);
+    for (const char *a = arg; a && argc < 63; a = va_arg(ap, const char *)) argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    /* Environment: the parent's minus KDART_*, plus the cache and kernel
+     * directories, plus whatever the test asked for (which wins). */
+    size_t nenv = 0;
+    while (environ[nenv]) nenv++;
+    const char **envp = calloc(nenv + 24, sizeof *envp);
+    ck_assert_ptr_nonnull(envp);
+    size_t m = 0;
+    for (size_t i = 0; i < nenv; i++) {
+        if (env_is_dropped(environ[i])) continue;
+        int overridden = 0;
+        for (const char *const *x = extra_env; x && *x; x++) {
+            size_t nl = strcspn(*x, "=");
+            if (strncmp(environ[i], *x, nl + 1) == 0) overridden = 1;
+        }
+        if (!overridden) envp[m++] = environ[i];
+    }
+    char cache_env[PATH_MAX + 32], kdir_env[PATH_MAX + 32];
+    snprintf(cache_env, sizeof cache_env, "KDART_CACHE_DIR=%s", dir);
+    snprintf(kdir_env, sizeof kdir_env, "KDART_KERNEL_DIR=%s/kernel_src", KDART_TEST_SOURCE_DIR);
+    envp[m++] = cache_env;
+    envp[m++] = kdir_env;
+    for (const char *const *x = extra_env; x && *x && m < nenv + 22; x++) envp[m++] = *x;
+    envp[m] = NULL;
+
+    char out_path[PATH_MAX + 16], err_path[PATH_MAX + 16];
+    snprintf(out_path, sizeof out_path, "%s/stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int err = posix_spawn(&pid, KDART_TEST_CLI, &fa, NULL, (char *const *)argv, (char *const *)envp);
+    posix_spawn_file_actions_destroy(&fa);
+    free(envp);
+    ck_assert_msg(err == 0, "cannot run %s: %s", KDART_TEST_CLI, strerror(err));
+    int status;
+    while (waitpid(pid, &status, 0) < 0) ck_assert_int_eq(errno, EINTR);
+    r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r->out = slurp(out_path, NULL);
+    r->err = slurp(err_path, NULL);
+    ck_assert_ptr_nonnull(r->out);
+    ck_assert_ptr_nonnull(r->err);
+}
+
+/* The same, in this test's own directory. */
+#define RUN(r, ...) run_in((r), test_dir, __VA_ARGS__, (const char *)NULL)
+
+/* Asserts an exit status and shows the child's output when it is wrong. */
+#define EXPECT_STATUS(r, want)                                                                                         \
+    ck_assert_msg((r)->status == (want), "exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s", (r)->status, \
+                  (want), (r)->out, (r)->err)
+#define EXPECT_IN(hay, needle) ck_assert_msg(strstr((hay), (needle)) != NULL, "'%s' not in:\n%s", (needle), (hay))
+
+static int count_substr(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    return n;
+}
+
+/* -------------------------------------------------- a tiny JSON checker */
+
+/* Returns the position after one JSON value starting at p, or NULL if the
+ * text is not valid JSON (RFC 8259 grammar; no depth limit needed here). */
+static const char *json_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+static const char *json_value(const char *p);
+
+static const char *json_str(const char *p) {
+    if (*p++ != '"') return NULL;
+    while (*p != '"') {
+        unsigned char ch = (unsigned char)*p;
+        if (ch < 0x20) return NULL; /* also the end of the text */
+        if (ch == '\\') {
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) return NULL;
+                p += 5;
+                continue;
+            }
+            if (!*p || !strchr("\"\\/bfnrt", *p)) return NULL;
+        }
+        p++;
+    }
+    return p + 1;
+}
+
+static const char *json_num(const char *p) {
+    if (*p == '-') p++;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (*p >= '0' && *p <= '9') p++;
+    else
+        return NULL;
+    if (*p == '.') {
+        p++;
+        if (!(*p >= '0' && *p <= '9')) return NULL;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return NULL;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return p;
+}
+
+static const char *json_value(const char *p) {
+    p = json_ws(p);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        int object = *p == '{';
+        p = json_ws(p + 1);
+        if (*p == close) return p + 1;
+        for (;;) {
+            if (object) {
+                if (!(p = json_str(json_ws(p)))) return NULL;
+                p = json_ws(p);
+                if (*p++ != ':') return NULL;
+            }
+            if (!(p = json_value(p))) return NULL;
+            p = json_ws(p);
+            if (*p == close) return p + 1;
+            if (*p++ != ',') return NULL;
+        }
+    }
+    if (*p == '"') return json_str(p);
+    if (strncmp(p, "true", 4) == 0) return p + 4;
+    if (strncmp(p, "false", 5) == 0) return p + 5;
+    if (strncmp(p, "null", 4) == 0) return p + 4;
+    return json_num(p);
+}
+
+/* 1 if text is exactly one JSON value starting with `first` ('[' or '{'). */
+static int json_valid(const char *text, char first) {
+    const char *p = json_ws(text);
+    if (*p != first) return 0;
+    p = json_value(p);
+    return p && *json_ws(p) == '\0';
+}
+
+/* ------------------------------------------------------------ fixtures */
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *dir) {
+    if (dir[0]) nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void make_temp_dir(char *out, const char *tag) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, PATH_MAX, "%s/kdart-cli-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", tag);
+    ck_assert_msg(mkdtemp(out) != NULL, "mkdtemp %s: %s", out, strerror(errno));
+}
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *data = slurp(from, &n);
+    if (!data) return; /* optional files (-wal, -shm) may be absent */
+    FILE *f = fopen(to, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    free(data);
+}
+
+static void test_dir_setup(void) { make_temp_dir(test_dir, "test"); }
+
+static void test_dir_teardown(void) { rm_tree(test_dir); }
+
+/* Copies the seed cache (the database and any WAL files) into test_dir. */
+static void use_seed(void) {
+    ck_assert_msg(seed_ok, "the seed prewarm failed; see the output above");
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char from[PATH_MAX + 32], to[PATH_MAX + 32];
+        snprintf(from, sizeof from, "%s/kdart.db%s", seed_dir, suffixes[i]);
+        snprintf(to, sizeof to, "%s/kdart.db%s", test_dir, suffixes[i]);
+        copy_file(from, to);
+    }
+}
+
+static void seed_setup(void) {
+    make_temp_dir(seed_dir, "seed");
+    run_result r;
+    run_in(&r, seed_dir, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", (const char *)NULL);
+    seed_ok = r.status == 0;
+    if (!seed_ok) fprintf(stderr, "seed prewarm exited %d\n--- stdout:\n%s\n--- stderr:\n%s\n", r.status, r.out, r.err);
+    run_free(&r);
+}
+
+static void seed_teardown(void) { rm_tree(seed_dir); }
+
+/* The first full key in `ls --json` output (and, if key2 is given, the
+ * second), so tests can address entries. */
+static void keys_from_ls(char key1[65], char key2[65]) {
+    run_result r;
+    RUN(&r, "ls", "--json");
+    EXPECT_STATUS(&r, 0);
+    const char *p = strstr(r.out, "\"key\": \"");
+    ck_assert_msg(p != NULL, "no key in ls --json:\n%s", r.out);
+    memcpy(key1, p + 8, 64);
+    key1[64] = '\0';
+    if (key2) {
+        p = strstr(p + 8, "\"key\": \"");
+        ck_assert_msg(p != NULL, "only one key in ls --json:\n%s", r.out);
+        memcpy(key2, p + 8, 64);
+        key2[64] = '\0';
+    }
+    ck_assert_uint_eq(strspn(key1, "0123456789abcdef"), 64);
+    run_free(&r);
+}
+
+/* ----------------------------------------------------- usage, no cache */
+
+static const char *const command_names[] = {"prewarm", "ls",    "show", "sass",    "export",   "verify",
+                                            "gc",      "stats", "why",  "kernels", "selftest", "help"};
+
+START_TEST(test_top_help) {
+    run_result r;
+    RUN(&r, "--help");
+    EXPECT_STATUS(&r, 0);
+    for (size_t i = 0; i < sizeof command_names / sizeof command_names[0]; i++) EXPECT_IN(r.out, command_names[i]);
+    EXPECT_IN(r.out, "Exit status");
+    EXPECT_IN(r.out, "ambiguous");
+    EXPECT_IN(r.out, "--ro-cache");
+    run_free(&r);
+
+    RUN(&r, "--version");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(strncmp(r.out, "kdart ", 6) == 0, "version output: %s", r.out);
+    run_free(&r);
+
+    RUN(&r, "help", "gc");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "--max-bytes");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_command_help) {
+    /* Every command has --help, and it exits 0 without touching a cache. */
+    for (size_t i = 0; i < sizeof command_names / sizeof command_names[0]; i++) {
+        run_result r;
+        RUN(&r, command_names[i], "--help");
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, "usage: kdart");
+        EXPECT_IN(r.out, command_names[i]);
+        run_free(&r);
+    }
+    char db[PATH_MAX + 16];
+    snprintf(db, sizeof db, "%s/kdart.db", test_dir);
+    ck_assert_msg(access(db, F_OK) != 0, "--help created a cache file");
+}
+END_TEST
+
+START_TEST(test_usage_errors) {
+    run_result r;
+    RUN(&r, "frobnicate");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_IN(r.err, "unknown command");
+    run_free(&r);
+
+    RUN(&r, "ls", "--bogus");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_IN(r.err, "--bogus");
+    run_free(&r);
+
+    run_in(&r, test_dir, (const char *)NULL); /* no command at all */
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "gc");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_IN(r.err, "--max-bytes");
+    run_free(&r);
+
+    RUN(&r, "gc", "--max-bytes", "12Q");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "show");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "export", "abcdef");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_IN(r.err, "-o");
+    run_free(&r);
+
+    RUN(&r, "prewarm", "--jobs", "0");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "prewarm", "--arch", "hopper");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=96", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+
+    RUN(&r, "--cache");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_unknown_kernel) {
+    run_result r;
+    RUN(&r, "prewarm", "--kernel", "no_such_kernel", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.err, "chunk_rcumsum"); /* lists the registered kernels */
+    run_free(&r);
+
+    RUN(&r, "why", "no_such_kernel", "K=64", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 4);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_kernels) {
+    run_result r;
+    RUN(&r, "kernels");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "chunk_rcumsum");
+    EXPECT_IN(r.out, "bwd_intra");
+    EXPECT_IN(r.out, "bwd_dhu");
+    EXPECT_IN(r.out, "K={64,128}");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_selftest_placeholder) {
+    /* Without a GPU: exit 3 and say why; with one: every kernel passes. */
+    run_result r;
+    RUN(&r, "selftest");
+    if (r.status == 3) {
+        EXPECT_IN(r.err, "needs a GPU");
+    } else {
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, "selftest: 0 failure(s)");
+    }
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_stats) {
+    run_result r;
+    RUN(&r, "stats");
+    EXPECT_STATUS(&r, 0);
+    char db[PATH_MAX + 16];
+    snprintf(db, sizeof db, "%s/kdart.db", test_dir);
+    EXPECT_IN(r.out, db);
+    EXPECT_IN(r.out, "writable");
+    EXPECT_IN(r.out, "NVRTC");
+    EXPECT_IN(r.out, "nvJitLink");
+    /* The CLI must work with no driver at all, and say so.  Whether there
+     * is one is judged as the runtime judges it: can libcuda.so.1 be
+     * loaded (the GPU machine keeps it outside /usr/lib/x86_64-linux-gnu). */
+    void *libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (libcuda) dlclose(libcuda);
+    if (!libcuda) {
+        const char *line = strstr(r.out, "\nCUDA ");
+        ck_assert_msg(line != NULL, "no CUDA line in:\n%s", r.out);
+        size_t len = strcspn(line + 1, "\n");
+        ck_assert_msg(memmem(line + 1, len, "not available", 13) != NULL, "CUDA said available:\n%s", r.out);
+    }
+    run_free(&r);
+
+    RUN(&r, "stats", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '{'), "stats --json is not a JSON object:\n%s", r.out);
+    EXPECT_IN(r.out, "\"cache_path\"");
+    EXPECT_IN(r.out, "\"cuda_available\"");
+    run_free(&r);
+
+    /* --cache after the command, and a --ro-cache: both reported. */
+    char other[PATH_MAX + 16], ro[PATH_MAX + 16];
+    snprintf(other, sizeof other, "%s/other.db", test_dir);
+    snprintf(ro, sizeof ro, "%s/ro.db", test_dir);
+    RUN(&r, "stats", "--cache", other, "--ro-cache", ro);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, other);
+    EXPECT_IN(r.out, ro);
+    run_free(&r);
+}
+END_TEST
+
+/* ------------------------------------------------- with a seeded cache */
+
+START_TEST(test_prewarm_then_hits) {
+    /* In a fresh directory (not the seed): compile, then hit. */
+    run_result r;
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.err, "compiled");
+    EXPECT_IN(r.err, "[1/2");
+    EXPECT_IN(r.err, "chunk_rcumsum K=64 sm_90a");
+    EXPECT_IN(r.out, "2 compiled, 0 hits, 0 failed");
+    run_free(&r);
+
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--jobs", "2");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.err, "hit");
+    EXPECT_IN(r.out, "0 compiled, 2 hits, 0 failed");
+    run_free(&r);
+
+    /* --force recompiles what the cache holds. */
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "2 compiled, 0 hits, 0 failed");
+    run_free(&r);
+
+    /* --quiet drops the progress lines but keeps the summary. */
+    RUN(&r, "--quiet", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(strstr(r.err, "hit") == NULL, "--quiet still printed progress:\n%s", r.err);
+    EXPECT_IN(r.out, "2 hits");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_prewarm_parallel) {
+    /* Two architectures, one spec, two threads sharing one handle. */
+    run_result r;
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=128", "--arch", "sm_90a,sm_100a", "-j2");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.err, "chunk_rcumsum K=128 sm_90a");
+    EXPECT_IN(r.err, "chunk_rcumsum K=128 sm_100a");
+    EXPECT_IN(r.out, "2 compiled, 0 hits, 0 failed");
+    run_free(&r);
+
+    RUN(&r, "ls");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "sm_100a");
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 2);
+    run_free(&r);
+}
+END_TEST
+
+/* A kernel directory whose chunk_rcumsum does not compile: prewarm fails
+ * with the compiler's message, the failure is recorded (and still fails
+ * the next run), and the entry has a log but no cubin. */
+START_TEST(test_compile_failure) {
+    char kdir[PATH_MAX + 16], from[PATH_MAX + 64], to[PATH_MAX + 64];
+    snprintf(kdir, sizeof kdir, "%s/kernels", test_dir);
+    ck_assert_int_eq(mkdir(kdir, 0755), 0);
+    static const char *const files[] = {"chunk_rcumsum.cuh", "kda_params.h", "kdart_common.cuh"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(from, sizeof from, "%s/kernel_src/%s", KDART_TEST_SOURCE_DIR, files[i]);
+        snprintf(to, sizeof to, "%s/%s", kdir, files[i]);
+        copy_file(from, to);
+    }
+    snprintf(to, sizeof to, "%s/chunk_rcumsum.cuh", kdir);
+    FILE *f = fopen(to, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("\nthis is not C++ @@@;\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+
+    run_result r;
+    for (int pass = 0; pass < 2; pass++) {
+        RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=64", "--arch", "sm_90a", "--kernel-dir", kdir);
+        EXPECT_STATUS(&r, 1);
+        EXPECT_IN(r.err, "FAILED");
+        EXPECT_IN(r.err, "ECOMPILE");
+        EXPECT_IN(r.err, "error");
+        EXPECT_IN(r.out, "0 compiled, 0 hits, 1 failed");
+        run_free(&r);
+    }
+
+    RUN(&r, "ls");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "FAILED");
+    run_free(&r);
+
+    char key[65];
+    keys_from_ls(key, NULL);
+    RUN(&r, "show", key);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "FAILED");
+    EXPECT_IN(r.out, "this is not C++"); /* the compiler log is kept */
+    run_free(&r);
+
+    char out[PATH_MAX + 16];
+    snprintf(out, sizeof out, "%s/failed.cubin", test_dir);
+    RUN(&r, "export", key, "-o", out);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_IN(r.err, "no cubin");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_ls) {
+    use_seed();
+    run_result r;
+    RUN(&r, "ls");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "KEY");
+    EXPECT_IN(r.out, "K=64");
+    EXPECT_IN(r.out, "K=128");
+    EXPECT_IN(r.out, "sm_90a");
+    EXPECT_IN(r.out, " ok ");
+    EXPECT_IN(r.out, " rw");
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 2);
+    run_free(&r);
+
+    RUN(&r, "ls", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '['), "ls --json is not a JSON array:\n%s", r.out);
+    ck_assert_int_eq(count_substr(r.out, "\"key\": "), 2);
+    EXPECT_IN(r.out, "\"kernel\": \"chunk_rcumsum\"");
+    EXPECT_IN(r.out, "\"spec\": \"K=64\"");
+    EXPECT_IN(r.out, "\"arch\": \"sm_90a\"");
+    EXPECT_IN(r.out, "\"status\": \"ok\"");
+    EXPECT_IN(r.out, "\"cubin_size\": ");
+    run_free(&r);
+
+    /* The same file as a read-only cache under an empty writable one. */
+    char seed_db[PATH_MAX + 16], empty_db[PATH_MAX + 16];
+    snprintf(seed_db, sizeof seed_db, "%s/kdart.db", test_dir);
+    snprintf(empty_db, sizeof empty_db, "%s/empty.db", test_dir);
+    RUN(&r, "--cache", empty_db, "--ro-cache", seed_db, "ls");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_int_eq(count_substr(r.out, " ro1"), 2);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_show) {
+    use_seed();
+    char key1[65], key2[65];
+    keys_from_ls(key1, key2);
+    char prefix[13];
+    snprintf(prefix, sizeof prefix, "%.12s", key1);
+
+    run_result r;
+    RUN(&r, "show", prefix);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, key1);
+    EXPECT_IN(r.out, "chunk_rcumsum");
+    EXPECT_IN(r.out, "manifest");
+    EXPECT_IN(r.out, "arch=sm_90a");
+    EXPECT_IN(r.out, "kernel=chunk_rcumsum");
+    EXPECT_IN(r.out, "report:");
+    EXPECT_IN(r.out, "log:");
+    run_free(&r);
+
+    RUN(&r, "show", key1, "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '{'), "show --json is not a JSON object:\n%s", r.out);
+    EXPECT_IN(r.out, key1);
+    EXPECT_IN(r.out, "\"manifest\": [");
+    EXPECT_IN(r.out, "\"report\": [");
+    EXPECT_IN(r.out, "\"log\": ");
+    run_free(&r);
+
+    RUN(&r, "show", "deadbeefdeadbeefdeadbeef");
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.err, "deadbeef");
+    run_free(&r);
+
+    /* An ambiguous prefix: the two keys' common prefix, when they have one. */
+    size_t common = 0;
+    while (common < 64 && key1[common] == key2[common]) common++;
+    if (common > 0) {
+        char amb[65];
+        snprintf(amb, sizeof amb, "%.*s", (int)common, key1);
+        RUN(&r, "show", amb);
+        EXPECT_STATUS(&r, 5);
+        run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_export) {
+    use_seed();
+    char key[65];
+    keys_from_ls(key, NULL);
+    char prefix[13], file[PATH_MAX + 16];
+    snprintf(prefix, sizeof prefix, "%.12s", key);
+    snprintf(file, sizeof file, "%s/out.cubin", test_dir);
+
+    run_result r;
+    RUN(&r, "export", prefix, "-o", file);
+    EXPECT_STATUS(&r, 0);
+    run_free(&r);
+    size_t n;
+    char *data = slurp(file, &n);
+    ck_assert_ptr_nonnull(data);
+    ck_assert_uint_gt(n, 64);
+    ck_assert_msg(memcmp(data,
+                         "\x7f"
+                         "ELF",
+                         4) == 0,
+                  "exported file is not ELF");
+    free(data);
+
+    RUN(&r, "export", "deadbeefdeadbeef", "-o", file);
+    EXPECT_STATUS(&r, 4);
+    run_free(&r);
+}
+END_TEST
+
+/* 1 if `name` is an executable in dir. */
+static int tool_in(const char *dir, const char *name) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, X_OK) == 0;
+}
+
+START_TEST(test_sass) {
+    use_seed();
+    char key[65];
+    keys_from_ls(key, NULL);
+    char prefix[13];
+    snprintf(prefix, sizeof prefix, "%.12s", key);
+
+    /* A PATH without the toolkit: the CLI must still look in
+     * /usr/local/cuda/bin, so what it finds depends only on that. */
+    static const char *const env[] = {"PATH=/usr/bin:/bin", "CUDA_HOME=", NULL};
+    extra_env = env;
+    int have = tool_in("/usr/local/cuda/bin", "nvdisasm") || tool_in("/usr/local/cuda/bin", "cuobjdump") ||
+               tool_in("/usr/bin", "nvdisasm") || tool_in("/usr/bin", "cuobjdump") || tool_in("/bin", "nvdisasm") ||
+               tool_in("/bin", "cuobjdump");
+    run_result r;
+    RUN(&r, "sass", prefix);
+    extra_env = NULL;
+    if (have) {
+        EXPECT_STATUS(&r, 0);
+        ck_assert_msg(strlen(r.out) > 0, "sass printed nothing; stderr:\n%s", r.err);
+    } else {
+        EXPECT_STATUS(&r, 3);
+        EXPECT_IN(r.err, "nvdisasm");
+        EXPECT_IN(r.err, "/usr/local/cuda/bin");
+    }
+    run_free(&r);
+
+    RUN(&r, "sass", "deadbeefdeadbeef");
+    EXPECT_STATUS(&r, 4);
+    run_free(&r);
+}
+END_TEST
+
+/* Overwrites every cubin blob in the cache file with zeros, behind the
+ * runtime's back. */
+static void corrupt_blobs(void) {
+    char db_path[PATH_MAX + 16];
+    snprintf(db_path, sizeof db_path, "%s/kdart.db", test_dir);
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL);
+    ck_assert_msg(rc == SQLITE_OK, "open %s: %s", db_path, db ? sqlite3_errmsg(db) : "?");
+    char *msg = NULL;
+    rc = sqlite3_exec(db, "UPDATE entries SET cubin = zeroblob(length(cubin)) WHERE cubin IS NOT NULL", NULL, NULL,
+                      &msg);
+    ck_assert_msg(rc == SQLITE_OK, "corrupting: %s", msg ? msg : "?");
+    ck_assert_int_gt(sqlite3_changes(db), 0);
+    sqlite3_free(msg);
+    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
+}
+
+START_TEST(test_verify) {
+    use_seed();
+    run_result r;
+    RUN(&r, "verify");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "checked 2 entries, 0 damaged");
+    run_free(&r);
+
+    corrupt_blobs();
+    RUN(&r, "verify");
+    EXPECT_STATUS(&r, 1);
+    EXPECT_IN(r.out, "2 damaged");
+    run_free(&r);
+
+    /* Damaged rows were quarantined: a second pass finds the cache clean,
+     * and stats counts them. */
+    RUN(&r, "verify");
+    EXPECT_STATUS(&r, 0);
+    run_free(&r);
+    RUN(&r, "stats");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "2 quarantined");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_gc) {
+    use_seed();
+    run_result r;
+    RUN(&r, "gc", "--max-bytes", "1G");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "evicted 0 entries");
+    run_free(&r);
+
+    RUN(&r, "gc", "--max-bytes=0");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "evicted 2 entries");
+    run_free(&r);
+
+    RUN(&r, "ls");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(strstr(r.out, "chunk_rcumsum") == NULL, "entries left after gc:\n%s", r.out);
+    run_free(&r);
+
+    RUN(&r, "ls", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '['), "ls --json on an empty cache:\n%s", r.out);
+    ck_assert_msg(strstr(r.out, "\"key\"") == NULL, "entries left after gc:\n%s", r.out);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_why) {
+    use_seed();
+    run_result r;
+    /* Cached for sm_90a only: the nearest entry differs in the arch. */
+    RUN(&r, "why", "chunk_rcumsum", "K=128", "--arch", "sm_100a");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "miss");
+    EXPECT_IN(r.out, "arch: entry has sm_90a, request needs sm_100a");
+    run_free(&r);
+
+    RUN(&r, "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "hit");
+    run_free(&r);
+
+    RUN(&r, "why", "chunk_rcumsum", "K=96", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 2);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_why_spec) {
+    /* Only K=64 prewarmed (and -v after the command shows the runtime's
+     * log): asking about K=128 names the spec field. */
+    run_result r;
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=64", "--arch", "sm_90a", "-v");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "1 compiled");
+    EXPECT_IN(r.err, "kdart: info: "); /* -v passes the runtime's INFO log through */
+    run_free(&r);
+
+    RUN(&r, "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "miss");
+    EXPECT_IN(r.out, "spec.K: entry has 64, request needs 128");
+    run_free(&r);
+}
+END_TEST
+
+static Suite *cli_suite(void) {
+    Suite *s = suite_create("cli");
+
+    TCase *usage = tcase_create("usage");
+    tcase_add_checked_fixture(usage, test_dir_setup, test_dir_teardown);
+    tcase_set_timeout(usage, 600);
+    tcase_add_test(usage, test_top_help);
+    tcase_add_test(usage, test_command_help);
+    tcase_add_test(usage, test_usage_errors);
+    tcase_add_test(usage, test_unknown_kernel);
+    tcase_add_test(usage, test_kernels);
+    tcase_add_test(usage, test_selftest_placeholder);
+    tcase_add_test(usage, test_stats);
+    suite_add_tcase(s, usage);
+
+    TCase *cache = tcase_create("cache");
+    tcase_add_unchecked_fixture(cache, seed_setup, seed_teardown);
+    tcase_add_checked_fixture(cache, test_dir_setup, test_dir_teardown);
+    tcase_set_timeout(cache, 600);
+    tcase_add_test(cache, test_prewarm_then_hits);
+    tcase_add_test(cache, test_prewarm_parallel);
+    tcase_add_test(cache, test_compile_failure);
+    tcase_add_test(cache, test_ls);
+    tcase_add_test(cache, test_show);
+    tcase_add_test(cache, test_export);
+    tcase_add_test(cache, test_sass);
+    tcase_add_test(cache, test_verify);
+    tcase_add_test(cache, test_gc);
+    tcase_add_test(cache, test_why);
+    tcase_add_test(cache, test_why_spec);
+    suite_add_tcase(s, cache);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(cli_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,78 @@
+/*
+ * kda_check.h: runs the two KDA kernels through kdart's public API on
+ * fresh random inputs and measures their error against the float64
+ * reference (tests/ref/kda_ref.c).  Shared by the GPU test suite
+ * (tests/gpu/test_gpu.c) and `kdart selftest`.
+ *
+ * It talks to the GPU only for memory and timing, through its own small
+ * dlopen of libcuda, so the CLI that links it still uses nothing of kdart
+ * but the public header.  Every output buffer is filled with NaN before
+ * each launch, so an element the kernel fails to write shows up as an
+ * infinite error.
+ */
+#ifndef KDART_KDA_CHECK_H
+#define KDART_KDA_CHECK_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kdart.h"
+
+/* Loads libcuda and makes device 0's primary context current.
+ * Returns 0, or 77 (ctest's skip code) when there is no GPU, with why. */
+int kc_init(char *why, size_t n);
+
+typedef struct kc_intra_case {
+    int B, T, H, HV, K;
+    int io;        /* 0 bf16, 1 fp16 */
+    int fold_dg, emit_bf16;
+    int gate;      /* kref_gate_family (tests/ref/kda_ref.h) */
+    unsigned long long seed;
+    int reps;      /* timed launches after the checked one (0: no timing) */
+    int graph;     /* also capture the launch in a CUDA graph and compare */
+} kc_intra_case;
+
+typedef struct kc_dhu_case {
+    int B, T, HV, K, V;
+    int io;
+    int with_dht, with_dh0;
+    unsigned long long seed;
+    int reps;
+    int graph;
+} kc_dhu_case;
+
+typedef struct kc_report {
+    int status;            /* kdart status of the launch (KDART_OK expected) */
+    char message[512];     /* kdart_last_error on failure, or a harness error */
+    int nout;
+    const char *names[4];
+    double rel_rms[4];     /* ||out-ref|| / ||ref|| in float64 */
+    double rel_rms_alt[4]; /* dhu: against the exact float64 scan (rel_rms is
+                              teacher-forced: the reference takes the kernel's
+                              own rounded dH and dv2 as its matrix operands) */
+    double max_abs[4];
+    int deterministic;     /* a second launch gave bitwise-equal outputs */
+    int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
+    double ms;             /* median time per call over reps (0 if reps == 0) */
+} kc_report;
+
+/* Runs one case.  Returns 0 when the case ran (see report.status and the
+ * errors), or -1 on a harness failure (message says why). */
+int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r);
+int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
+
+/* Calls bwd_intra with one argument broken in the way `which` names, on
+ * real device buffers whose outputs hold a sentinel pattern; returns the
+ * status and sets *untouched to whether every output still holds the
+ * pattern afterwards.  which: 0 valid (sanity), 1 misaligned dq, 2 wrong
+ * dtype g, 3 shape mismatch dAkk, 4 K=96, 5 T=100, 6 HV not multiple of H,
+ * 7 emit with HV>H, 8 transposed strides q, 9 host tensor, 10 null dk. */
+int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n);
+#define KC_NBAD 11
+
+/* The selftest of `kdart selftest`: every specialization of both kernels
+ * once, with errors and time per call, printed to out.  Returns the number
+ * of failures. */
+int kc_selftest(kdart_rt *rt, FILE *out);
+
+#endif /* KDART_KDA_CHECK_H */

@@ -1,0 +1,1481 @@
+/*
+ * kdart.c: the `kdart` command-line tool.
+ *
+ * What it is for: operating a kdart compile cache from a shell.  Prewarm it
+ * (compile every registered specialization for the target architectures,
+ * e.g. while building a container image, so that no job pays for NVRTC at
+ * run time), look inside it (ls, show, sass, export, stats), keep it healthy
+ * (verify, gc), and explain a cache miss (why).
+ *
+ * DESIGN.  The tool is a client of the public API in kdart.h and nothing
+ * else: whatever it can do, an embedding application can do too, and the
+ * tool cannot depend on the runtime's internals.  Commands live in one table
+ * (name, handler, one-line summary, usage text) from which both `--help` and
+ * dispatch are produced, so adding a command is one function plus one row.
+ *
+ * Global options (--cache, --ro-cache, --kernel-dir, --quiet, -v) may come
+ * before or after the command name; they are pulled out of argv first and
+ * the rest is handed to the command.  Commands that only read the cache open
+ * the runtime with KDART_OPEN_NO_CUDA, so they never initialize a driver
+ * and behave the same on machines without a GPU.
+ *
+ * Output conventions: results on stdout (tables, JSON, disassembly);
+ * progress, warnings and errors on stderr, each prefixed with "kdart".
+ * The exit codes are listed in EXIT_* below and in `kdart --help`.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kdart.h>
+
+#include "kda_check.h" /* kdart selftest: runs the kernels against the float64 reference */
+
+extern char **environ;
+
+/* Exit codes.  Scripts depend on these: never renumber. */
+enum {
+    EXIT_OK = 0,        /* success */
+    EXIT_FAIL = 1,      /* the operation failed: compile failure, damage found, I/O error */
+    EXIT_USAGE = 2,     /* bad command line */
+    EXIT_MISSING = 3,   /* a needed external tool or the GPU is missing */
+    EXIT_NOTFOUND = 4,  /* unknown key, kernel or file */
+    EXIT_AMBIGUOUS = 5, /* a key prefix matches more than one entry */
+};
+
+#define MAX_RO_CACHES 16
+#define SPEC_MAX 256 /* longest canonical spec text we accept */
+
+/* Everything the command line decided, plus the runtime once opened.
+ * One instance lives in main(); commands receive a pointer to it. */
+typedef struct cli {
+    kdart_options opts;                  /* handed to kdart_open */
+    const char *ro_paths[MAX_RO_CACHES]; /* --ro-cache, in the order given */
+    int quiet;                           /* --quiet: errors only */
+    int verbose;                         /* -v: INFO, -vv: DEBUG log messages */
+    const char *cmd_name;                /* for messages: "kdart ls: ..." */
+    kdart_rt *rt;                        /* opened by cli_open, closed in main */
+} cli;
+
+typedef struct command command;
+typedef int (*command_fn)(cli *c, const command *self, int argc, char **argv);
+
+struct command {
+    const char *name;
+    command_fn run;      /* argv[0] is the command name */
+    const char *summary; /* one line for `kdart --help` */
+    const char *usage;   /* synopsis and options for `kdart CMD --help` */
+};
+
+static const command *find_command(const char *name);
+static void print_top_help(FILE *f);
+
+/* ------------------------------------------------------------ messages */
+
+static void errorf(const cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void errorf(const cli *c, const char *fmt, ...) {
+    va_list ap;
+    char msg[4096];
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c && c->cmd_name)
+        fprintf(stderr, "kdart %s: %s\n", c->cmd_name, msg);
+    else
+        fprintf(stderr, "kdart: %s\n", msg);
+}
+
+/* Which exit code a library status deserves.  Bad arguments that only the
+ * library can judge (a malformed spec or arch) count as usage errors. */
+static int exit_for_status(int status) {
+    switch (status) {
+    case KDART_OK: return EXIT_OK;
+    case KDART_EINVAL:
+    case KDART_ESPEC:
+    case KDART_EARCH: return EXIT_USAGE;
+    case KDART_ENOENT:
+    case KDART_EKERNEL: return EXIT_NOTFOUND;
+    case KDART_EAMBIGUOUS: return EXIT_AMBIGUOUS;
+    case KDART_ENOCUDA:
+    case KDART_ENODEVICE: return EXIT_MISSING;
+    default: return EXIT_FAIL;
+    }
+}
+
+/* Describes a failure as "ENAME: detail" (the runtime's own messages
+ * already start with the code's name), or "message (ENAME)" when the
+ * runtime left no detail. */
+static void describe_failure(char *buf, size_t n, int status, const char *detail) {
+    const char *name = kdart_errname(status);
+    size_t nl = strlen(name);
+    if (!detail || !detail[0])
+        snprintf(buf, n, "%s (%s)", kdart_strerror(status), name);
+    else if (strncmp(detail, name, nl) == 0 && detail[nl] == ':')
+        snprintf(buf, n, "%s", detail);
+    else
+        snprintf(buf, n, "%s: %s", name, detail);
+}
+
+/* Reports a failed library call as "kdart CMD: what: ENAME: detail" and
+ * returns the matching exit code. */
+static int fail_status(cli *c, int status, const char *what) {
+    char msg[2048];
+    describe_failure(msg, sizeof msg, status, c->rt ? kdart_last_error(c->rt) : "");
+    errorf(c, "%s: %s", what, msg);
+    return exit_for_status(status);
+}
+
+/* The library's log callback.  It is called from whichever thread logs
+ * (prewarm workers included); one fprintf per message keeps lines whole. */
+static void log_to_stderr(void *user, int level, const char *message) {
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    (void)user;
+    fprintf(stderr, "kdart: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], message);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "2026-11-29 07:45:17 +0000" in local time; "-" for 0 (never). */
+static const char *format_time(int64_t t, char *buf, size_t n, int compact) {
+    if (t <= 0) {
+        snprintf(buf, n, "-");
+        return buf;
+    }
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!localtime_r(&tt, &tm) || strftime(buf, n, compact ? "%Y-%m-%dT%H:%M" : "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+        snprintf(buf, n, "%" PRId64, t);
+    return buf;
+}
+
+/* "512B", "12.3K", "4.0M": binary units, short enough for a table column. */
+static const char *format_size(int64_t bytes, char *buf, size_t n) {
+    static const char units[] = "BKMGTP";
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, n, "%" PRId64 "B", bytes);
+    else
+        snprintf(buf, n, "%.1f%c", v, units[u]);
+    return buf;
+}
+
+/* Parses a byte count with an optional binary suffix: 512, 64K, 1.5G, 2GiB.
+ * Returns 0 and sets *out, or -1 if the text is not a non-negative size. */
+static int parse_bytes(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') return -1;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1; /* also rejects NaN */
+    /* One binary suffix: K, M, G or T (any case), then an optional "iB"/"B". */
+    static const char suffixes[] = "KMGT";
+    double mul = 1.0;
+    const char *sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
+    if (sfx) {
+        for (const char *q = suffixes; q <= sfx; q++) mul *= 1024.0;
+        end++;
+    }
+    if (mul > 1.0 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    v *= mul;
+    if (!(v < 9.2e18)) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+/* Matches option `name` at argv[*i] as "--name VALUE" or "--name=VALUE".
+ * Returns 1 and sets *value (advancing *i past a separate value), 0 when
+ * argv[*i] is another option, -1 (message printed) when the value is
+ * missing. */
+static int opt_value(const cli *c, int argc, char **argv, int *i, const char *name, const char **value) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        errorf(c, "option %s needs a value", name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+/* Prints a usage error with a pointer to the command's help; returns 2. */
+static int usage_error(const cli *c, const command *self, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int usage_error(const cli *c, const command *self, const char *fmt, ...) {
+    va_list ap;
+    char msg[512];
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    errorf(c, "%s (see 'kdart %s --help')", msg, self->name);
+    return EXIT_USAGE;
+}
+
+static int unknown_arg(const cli *c, const command *self, const char *arg) {
+    return arg[0] == '-' ? usage_error(c, self, "unknown option '%s'", arg)
+                         : usage_error(c, self, "unexpected argument '%s'", arg);
+}
+
+/* Opens the runtime with the command line's options.  Commands that never
+ * need the GPU pass need_cuda = 0 so that libcuda is not even loaded. */
+static int cli_open(cli *c, int need_cuda) {
+    kdart_options o = c->opts;
+    if (!need_cuda) o.flags |= KDART_OPEN_NO_CUDA;
+    int rc = kdart_open(&c->rt, &o);
+    if (rc != KDART_OK) {
+        c->rt = NULL;
+        errorf(c, "cannot open the kdart runtime: %s (%s)", kdart_strerror(rc), kdart_errname(rc));
+        return exit_for_status(rc);
+    }
+    return EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* Writes s as a JSON string literal: quotes, backslashes and control
+ * characters escaped; bytes that are not valid UTF-8 (a compiler log can
+ * contain anything) become U+FFFD so that the output always parses. */
+static void json_string(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned char ch = *p;
+        if (ch == '"' || ch == '\\') {
+            fputc('\\', f);
+            fputc(ch, f);
+            p++;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            switch (ch) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", ch); break;
+            }
+            p++;
+        } else if (ch < 0x80) {
+            fputc(ch, f);
+            p++;
+        } else {
+            /* Length of a well-formed UTF-8 sequence starting here, or 0. */
+            int len = ch >= 0xc2 && ch <= 0xdf ? 2 : ch >= 0xe0 && ch <= 0xef ? 3 : ch >= 0xf0 && ch <= 0xf4 ? 4 : 0;
+            for (int k = 1; k < len; k++)
+                if ((p[k] & 0xc0) != 0x80) len = 0;
+            if (len == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f))) len = 0;
+            if (len == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))) len = 0;
+            if (len) {
+                fwrite(p, 1, (size_t)len, f);
+                p += len;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+/* Writes "name=value" lines as a JSON array of strings (lossless: the
+ * manifest and report may repeat a name). */
+static void json_lines(FILE *f, const char *text) {
+    fputc('[', f);
+    int first = 1;
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0) {
+            char *line = strndup(p, n);
+            if (!first) fputs(", ", f);
+            json_string(f, line ? line : "");
+            free(line);
+            first = 0;
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    fputc(']', f);
+}
+
+/* Prints each line of text indented, skipping empty lines. */
+static void print_indented(FILE *f, const char *text, const char *indent) {
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0) fprintf(f, "%s%.*s\n", indent, (int)n, p);
+        p += n + (nl ? 1 : 0);
+    }
+}
+
+static const char *tier_name(int tier, char *buf, size_t n) {
+    if (tier == 0)
+        snprintf(buf, n, "rw");
+    else
+        snprintf(buf, n, "ro%d", tier);
+    return buf;
+}
+
+/* Looks a key prefix up; prints the standard message when it fails. */
+static int get_entry(cli *c, const char *prefix, kdart_entry **out) {
+    int rc = kdart_cache_get(c->rt, prefix, out);
+    if (rc == KDART_OK) return EXIT_OK;
+    *out = NULL;
+    if (rc == KDART_ENOENT) {
+        errorf(c, "no cache entry has a key starting with '%s'", prefix);
+        return EXIT_NOTFOUND;
+    }
+    if (rc == KDART_EAMBIGUOUS) {
+        errorf(c, "key prefix '%s' matches more than one entry; give more digits", prefix);
+        return EXIT_AMBIGUOUS;
+    }
+    if (rc == KDART_EINVAL) {
+        errorf(c, "'%s' is not a key: keys are hexadecimal (see 'kdart ls')", prefix);
+        return EXIT_USAGE;
+    }
+    return fail_status(c, rc, "cache lookup failed");
+}
+
+/* ----------------------------------------------------------- prewarm */
+
+typedef struct prewarm_task {
+    const char *kernel; /* from the registry (static storage) */
+    char spec[SPEC_MAX];
+    const char *arch; /* points into the --arch list copy */
+} prewarm_task;
+
+/* Shared by the worker threads of one prewarm run. */
+typedef struct prewarm_run {
+    kdart_rt *rt;
+    prewarm_task *tasks;
+    int ntasks;
+    atomic_int next;      /* index of the next task to claim */
+    pthread_mutex_t lock; /* guards the counts below and keeps progress lines in order */
+    int done, compiled, hits, failed;
+    double t0;
+    uint32_t flags; /* KDART_PREPARE_* for every task */
+    int quiet;
+} prewarm_run;
+
+static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
+    kdart_prepared p;
+    memset(&p, 0, sizeof p);
+    double t1 = now_s();
+    int rc = kdart_prepare(run->rt, t->kernel, t->spec, t->arch, run->flags, &p);
+    double took = now_s() - t1;
+    /* kdart_last_error is per thread, so read it here, before another call. */
+    char detail[2048] = "";
+    if (rc != KDART_OK) describe_failure(detail, sizeof detail, rc, kdart_last_error(run->rt));
+
+    pthread_mutex_lock(&run->lock);
+    int n = ++run->done;
+    int width = snprintf(NULL, 0, "%d", run->ntasks);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "[%*d/%d %6.1fs]", width, n, run->ntasks, now_s() - run->t0);
+    if (rc != KDART_OK) {
+        run->failed++;
+        /* A compiler log spans lines: indent the continuation lines, and
+         * print the whole message with one call so that a log message from
+         * another thread cannot land in the middle of it. */
+        char msg[4096];
+        size_t m = 0, len = strlen(detail);
+        while (len > 0 && isspace((unsigned char)detail[len - 1])) detail[--len] = '\0';
+        for (const char *s = detail; *s && m + 6 < sizeof msg; s++) {
+            msg[m++] = *s;
+            if (*s == '\n' && s[1] != '\n') memcpy(msg + m, "    ", 4), m += 4;
+        }
+        msg[m] = '\0';
+        fprintf(stderr, "%s %s %s %s  FAILED: %s\n", prefix, t->kernel, t->spec, t->arch, msg);
+    } else if (p.source == KDART_FROM_COMPILE) {
+        run->compiled++;
+        if (!run->quiet)
+            fprintf(stderr, "%s %s %s %s  compiled %.1fs\n", prefix, t->kernel, t->spec, t->arch,
+                    p.compile_ms > 0 ? p.compile_ms / 1000.0 : took);
+    } else {
+        run->hits++;
+        if (!run->quiet)
+            fprintf(stderr, "%s %s %s %s  hit%s\n", prefix, t->kernel, t->spec, t->arch,
+                    p.source == KDART_FROM_RO_CACHE ? " (read-only cache)" : "");
+    }
+    pthread_mutex_unlock(&run->lock);
+}
+
+static void *prewarm_worker(void *arg) {
+    prewarm_run *run = arg;
+    int i;
+    while ((i = atomic_fetch_add(&run->next, 1)) < run->ntasks) prewarm_one(run, &run->tasks[i]);
+    return NULL;
+}
+
+static int kernel_known(const char *name) {
+    for (int i = 0; i < kdart_kernel_count(); i++)
+        if (strcmp(kdart_kernel_name(i), name) == 0) return 1;
+    return 0;
+}
+
+static void list_kernels(FILE *f) {
+    for (int i = 0; i < kdart_kernel_count(); i++) fprintf(f, "%s%s", i ? ", " : "", kdart_kernel_name(i));
+    fputc('\n', f);
+}
+
+/* A loose syntax check ("sm_" and digits, optional a/f suffix) so that a
+ * typo fails at once rather than once per specialization; the runtime has
+ * the final word on which targets it supports. */
+static int arch_plausible(const char *a) {
+    if (strncmp(a, "sm_", 3) != 0) return 0;
+    const char *p = a + 3;
+    int digits = 0;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (*p == 'a' || *p == 'f') p++;
+    return digits >= 2 && digits <= 3 && *p == '\0';
+}
+
+static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
+    const char *arch_list = NULL;
+    const char *kernels[16];
+    int nkernels = 0;
+    const char *specs[64];
+    int nspecs = 0;
+    int jobs = 1;
+    uint32_t flags = KDART_PREPARE_NO_LOAD;
+
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if ((m = opt_value(c, argc, argv, &i, "--arch", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            arch_list = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--kernel", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (nkernels == (int)(sizeof kernels / sizeof kernels[0]))
+                return usage_error(c, self, "too many --kernel options");
+            kernels[nkernels++] = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--spec", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (nspecs == (int)(sizeof specs / sizeof specs[0])) return usage_error(c, self, "too many --spec options");
+            specs[nspecs++] = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--jobs", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (parse_int(v, 1, 256, &jobs) != 0) return usage_error(c, self, "--jobs wants 1..256, not '%s'", v);
+        } else if (strcmp(argv[i], "--force") == 0) {
+            flags |= KDART_PREPARE_FORCE;
+        } else if (strncmp(argv[i], "-j", 2) == 0 && argv[i][2]) {
+            if (parse_int(argv[i] + 2, 1, 256, &jobs) != 0)
+                return usage_error(c, self, "--jobs wants 1..256, not '%s'", argv[i] + 2);
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    for (int k = 0; k < nkernels; k++) {
+        if (!kernel_known(kernels[k])) {
+            errorf(c, "unknown kernel '%s'; registered kernels are:", kernels[k]);
+            list_kernels(stderr);
+            return EXIT_NOTFOUND;
+        }
+    }
+    if (nspecs > 0 && nkernels != 1) return usage_error(c, self, "--spec needs exactly one --kernel");
+
+    /* The arch list: a private copy split in place at the commas. */
+    char arch_buf[512];
+    const char *arches[32];
+    int narches = 0;
+    if (arch_list) {
+        if (strlen(arch_list) >= sizeof arch_buf) return usage_error(c, self, "--arch list too long");
+        strcpy(arch_buf, arch_list);
+        for (char *save = NULL, *tok = strtok_r(arch_buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+            if (!arch_plausible(tok)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", tok);
+            int dup = 0;
+            for (int a = 0; a < narches; a++) dup |= strcmp(arches[a], tok) == 0;
+            if (dup) continue;
+            if (narches == (int)(sizeof arches / sizeof arches[0]))
+                return usage_error(c, self, "too many architectures");
+            arches[narches++] = tok;
+        }
+        if (narches == 0) return usage_error(c, self, "--arch needs at least one architecture");
+    }
+
+    /* Canonical spec texts, so a --spec typo is a usage error up front. */
+    char(*canon)[SPEC_MAX] = nspecs ? calloc((size_t)nspecs, SPEC_MAX) : NULL;
+    if (nspecs && !canon) return fail_status(c, KDART_ENOMEM, "prewarm");
+    for (int s = 0; s < nspecs; s++) {
+        int st = kdart_spec_canonical(kernels[0], specs[s], canon[s], SPEC_MAX);
+        if (st < 0) {
+            errorf(c, "'%s' is not a specialization of %s, whose parameters are: %s", specs[s], kernels[0],
+                   kdart_kernel_params(kernels[0]));
+            free(canon);
+            return EXIT_USAGE;
+        }
+    }
+
+    /* Without --arch the default comes from the device, so load CUDA. */
+    int rc = cli_open(c, arch_list == NULL);
+    kdart_rt_info info;
+    int st = rc == EXIT_OK ? kdart_info(c->rt, &info) : KDART_OK;
+    if (rc != EXIT_OK || st != KDART_OK) {
+        free(canon);
+        return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
+    }
+    if (narches == 0) arches[narches++] = info.default_arch;
+    /* Prewarming into memory is wasted work; say so, but do it anyway:
+     * the run still shows which specializations compile. */
+    if (!info.cache_writable && !c->quiet)
+        errorf(c, "warning: no writable cache%s%s; compiled entries will not be kept", info.cache_path[0] ? " at " : "",
+               info.cache_path);
+
+    /* Build the task list: kernel, then spec, then arch. */
+    int ntasks = 0;
+    for (int k = 0; k < kdart_kernel_count(); k++) {
+        const char *name = kdart_kernel_name(k);
+        int wanted = nkernels == 0;
+        for (int j = 0; j < nkernels; j++) wanted |= strcmp(kernels[j], name) == 0;
+        if (wanted) ntasks += (nspecs ? nspecs : kdart_spec_count(name)) * narches;
+    }
+    prewarm_task *tasks = calloc(ntasks ? (size_t)ntasks : 1, sizeof *tasks);
+    if (!tasks) {
+        free(canon);
+        return fail_status(c, KDART_ENOMEM, "prewarm");
+    }
+    int n = 0;
+    for (int k = 0; k < kdart_kernel_count(); k++) {
+        const char *name = kdart_kernel_name(k);
+        int wanted = nkernels == 0;
+        for (int j = 0; j < nkernels; j++) wanted |= strcmp(kernels[j], name) == 0;
+        if (!wanted) continue;
+        int nsp = nspecs ? nspecs : kdart_spec_count(name);
+        for (int s = 0; s < nsp; s++) {
+            char spec[SPEC_MAX];
+            if (nspecs)
+                snprintf(spec, sizeof spec, "%s", canon[s]);
+            else if (kdart_spec_at(name, s, spec, sizeof spec) < 0)
+                continue; /* cannot happen for s < kdart_spec_count */
+            for (int a = 0; a < narches; a++) {
+                tasks[n].kernel = name;
+                snprintf(tasks[n].spec, sizeof tasks[n].spec, "%s", spec);
+                tasks[n].arch = arches[a];
+                n++;
+            }
+        }
+    }
+    free(canon);
+
+    prewarm_run run;
+    memset(&run, 0, sizeof run);
+    run.rt = c->rt;
+    run.tasks = tasks;
+    run.ntasks = n;
+    atomic_init(&run.next, 0);
+    pthread_mutex_init(&run.lock, NULL);
+    run.quiet = c->quiet;
+    run.flags = flags;
+    run.t0 = now_s();
+
+    if (jobs > n) jobs = n > 0 ? n : 1;
+    pthread_t threads[256];
+    int started = 0;
+    for (; started < jobs - 1; started++) {
+        /* The calling thread is worker number `jobs`; a thread that cannot
+         * start just means fewer workers, never a failed prewarm. */
+        if (pthread_create(&threads[started], NULL, prewarm_worker, &run) != 0) break;
+    }
+    prewarm_worker(&run);
+    for (int t = 0; t < started; t++) pthread_join(threads[t], NULL);
+    pthread_mutex_destroy(&run.lock);
+    free(tasks);
+
+    printf("prewarm: %d entr%s: %d compiled, %d hits, %d failed in %.1fs (%d job%s)\n", n, n == 1 ? "y" : "ies",
+           run.compiled, run.hits, run.failed, now_s() - run.t0, started + 1, started ? "s" : "");
+    return run.failed ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- ls */
+
+typedef struct ls_row {
+    char key[65];
+    char *kernel, *spec, *arch;
+    int failed, tier;
+    size_t size;
+    double compile_ms;
+    int64_t created, last_used, hits;
+} ls_row;
+
+typedef struct ls_rows {
+    ls_row *v;
+    size_t n, cap;
+    int oom;
+} ls_rows;
+
+/* kdart_cache_list callback: the entry lives only during the call, so copy. */
+static int ls_collect(void *user, const kdart_entry *e) {
+    ls_rows *rows = user;
+    if (rows->n == rows->cap) {
+        size_t cap = rows->cap ? rows->cap * 2 : 64;
+        ls_row *v = realloc(rows->v, cap * sizeof *v);
+        if (!v) {
+            rows->oom = 1;
+            return 1;
+        }
+        rows->v = v;
+        rows->cap = cap;
+    }
+    ls_row *r = &rows->v[rows->n];
+    memset(r, 0, sizeof *r);
+    memcpy(r->key, e->key, sizeof r->key);
+    r->key[64] = '\0';
+    r->kernel = strdup(e->kernel ? e->kernel : "");
+    r->spec = strdup(e->spec ? e->spec : "");
+    r->arch = strdup(e->arch ? e->arch : "");
+    if (!r->kernel || !r->spec || !r->arch) {
+        free(r->kernel), free(r->spec), free(r->arch);
+        rows->oom = 1;
+        return 1;
+    }
+    r->failed = e->failed;
+    r->tier = e->tier;
+    r->size = e->cubin_size;
+    r->compile_ms = e->compile_ms;
+    r->created = e->created;
+    r->last_used = e->last_used;
+    r->hits = e->hits;
+    rows->n++;
+    return 0;
+}
+
+static int ls_order(const void *pa, const void *pb) {
+    const ls_row *a = pa, *b = pb;
+    int d = strcmp(a->kernel, b->kernel);
+    if (!d) d = strcmp(a->spec, b->spec);
+    if (!d) d = strcmp(a->arch, b->arch);
+    if (!d) d = a->tier - b->tier;
+    return d;
+}
+
+static int cmd_ls(cli *c, const command *self, int argc, char **argv) {
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+
+    ls_rows rows = {0};
+    int st = kdart_cache_list(c->rt, ls_collect, &rows);
+    if (rows.oom) st = KDART_ENOMEM;
+    if (st != KDART_OK) {
+        rc = fail_status(c, st, "cannot list the cache");
+        goto out;
+    }
+    qsort(rows.v, rows.n, sizeof *rows.v, ls_order);
+
+    char t1[40], sz[32], tier[16];
+    if (json) {
+        fputs("[", stdout);
+        for (size_t i = 0; i < rows.n; i++) {
+            const ls_row *r = &rows.v[i];
+            fputs(i ? ",\n  {" : "\n  {", stdout);
+            fputs("\"key\": ", stdout), json_string(stdout, r->key);
+            fputs(", \"kernel\": ", stdout), json_string(stdout, r->kernel);
+            fputs(", \"spec\": ", stdout), json_string(stdout, r->spec);
+            fputs(", \"arch\": ", stdout), json_string(stdout, r->arch);
+            printf(", \"status\": \"%s\", \"tier\": %d, \"cubin_size\": %zu, \"compile_ms\": %.3f",
+                   r->failed ? "failed" : "ok", r->tier, r->size, r->compile_ms);
+            printf(", \"hits\": %" PRId64 ", \"created\": %" PRId64 ", \"last_used\": %" PRId64 "}", r->hits,
+                   r->created, r->last_used);
+        }
+        fputs(rows.n ? "\n]\n" : "]\n", stdout);
+        goto out;
+    }
+    if (rows.n == 0) {
+        if (!c->quiet) errorf(c, "the cache has no entries");
+        goto out;
+    }
+    int wk = 6, ws = 4, wa = 4; /* widths of KERNEL, SPEC, ARCH */
+    for (size_t i = 0; i < rows.n; i++) {
+        int l;
+        if ((l = (int)strlen(rows.v[i].kernel)) > wk) wk = l;
+        if ((l = (int)strlen(rows.v[i].spec)) > ws) ws = l;
+        if ((l = (int)strlen(rows.v[i].arch)) > wa) wa = l;
+    }
+    printf("%-12s  %-*s  %-*s  %-*s  %7s  %10s  %6s  %-16s  %-6s  %s\n", "KEY", wk, "KERNEL", ws, "SPEC", wa, "ARCH",
+           "SIZE", "COMPILE_MS", "HITS", "LAST_USED", "STATUS", "TIER");
+    for (size_t i = 0; i < rows.n; i++) {
+        const ls_row *r = &rows.v[i];
+        printf("%-12.12s  %-*s  %-*s  %-*s  %7s  %10.0f  %6" PRId64 "  %-16s  %-6s  %s\n", r->key, wk, r->kernel, ws,
+               r->spec, wa, r->arch, format_size((int64_t)r->size, sz, sizeof sz), r->compile_ms, r->hits,
+               format_time(r->last_used, t1, sizeof t1, 1), r->failed ? "FAILED" : "ok",
+               tier_name(r->tier, tier, sizeof tier));
+    }
+out:
+    for (size_t i = 0; i < rows.n; i++) free(rows.v[i].kernel), free(rows.v[i].spec), free(rows.v[i].arch);
+    free(rows.v);
+    return rc;
+}
+
+/* -------------------------------------------------------------- show */
+
+/* Parses "KEY" plus the flags in `allowed` ("--json", "-o FILE").  Shared
+ * by show, sass and export, which all take one key prefix. */
+typedef struct key_args {
+    const char *key;
+    int json;
+    const char *output;
+} key_args;
+
+enum { KA_JSON = 1, KA_OUTPUT = 2 };
+
+/* Returns -1 when help was printed (exit 0), else an exit code. */
+static int parse_key_args(cli *c, const command *self, int argc, char **argv, int allowed, key_args *ka) {
+    memset(ka, 0, sizeof *ka);
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return -1;
+        } else if ((allowed & KA_JSON) && strcmp(argv[i], "--json") == 0) {
+            ka->json = 1;
+        } else if ((allowed & KA_OUTPUT) && (m = opt_value(c, argc, argv, &i, "--output", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            ka->output = v;
+        } else if ((allowed & KA_OUTPUT) && (m = opt_value(c, argc, argv, &i, "-o", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            ka->output = v;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return unknown_arg(c, self, argv[i]);
+        } else if (!ka->key) {
+            ka->key = argv[i];
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    if (!ka->key || !ka->key[0]) return usage_error(c, self, "missing KEY (a key or a unique prefix, see 'kdart ls')");
+    if ((allowed & KA_OUTPUT) && !ka->output) return usage_error(c, self, "missing -o FILE");
+    return EXIT_OK;
+}
+
+static void show_text(const kdart_entry *e) {
+    char t[64], sz[32], tier[16];
+    printf("key          %s\n", e->key);
+    printf("kernel       %s\n", e->kernel ? e->kernel : "");
+    printf("spec         %s\n", e->spec ? e->spec : "");
+    printf("arch         %s\n", e->arch ? e->arch : "");
+    printf("status       %s\n", e->failed ? "FAILED (a recorded compile failure; see the log)" : "ok");
+    printf("tier         %s\n", tier_name(e->tier, tier, sizeof tier));
+    printf("cubin        %zu bytes (%s)\n", e->cubin_size, format_size((int64_t)e->cubin_size, sz, sizeof sz));
+    if (e->cubin_sha256 && e->cubin_sha256[0]) printf("cubin sha256 %s\n", e->cubin_sha256);
+    printf("compile      %.1f ms\n", e->compile_ms);
+    printf("created      %s\n", format_time(e->created, t, sizeof t, 0));
+    printf("last used    %s\n", format_time(e->last_used, t, sizeof t, 0));
+    printf("hits         %" PRId64 "\n", e->hits);
+    printf("\nmanifest (everything in the key):\n");
+    print_indented(stdout, e->manifest, "  ");
+    printf("\nreport:\n");
+    print_indented(stdout, e->report, "  ");
+    printf("\nlog:\n");
+    if (e->log && e->log[0])
+        print_indented(stdout, e->log, "  ");
+    else
+        printf("  (empty)\n");
+}
+
+static void show_json(const kdart_entry *e) {
+    fputs("{\"key\": ", stdout), json_string(stdout, e->key);
+    fputs(",\n \"kernel\": ", stdout), json_string(stdout, e->kernel);
+    fputs(",\n \"spec\": ", stdout), json_string(stdout, e->spec);
+    fputs(",\n \"arch\": ", stdout), json_string(stdout, e->arch);
+    printf(",\n \"status\": \"%s\",\n \"tier\": %d,\n \"cubin_size\": %zu", e->failed ? "failed" : "ok", e->tier,
+           e->cubin_size);
+    fputs(",\n \"cubin_sha256\": ", stdout), json_string(stdout, e->cubin_sha256);
+    printf(",\n \"compile_ms\": %.3f,\n \"created\": %" PRId64 ",\n \"last_used\": %" PRId64 ",\n \"hits\": %" PRId64,
+           e->compile_ms, e->created, e->last_used, e->hits);
+    fputs(",\n \"manifest\": ", stdout), json_lines(stdout, e->manifest);
+    fputs(",\n \"report\": ", stdout), json_lines(stdout, e->report);
+    fputs(",\n \"log\": ", stdout), json_string(stdout, e->log ? e->log : "");
+    fputs("}\n", stdout);
+}
+
+static int cmd_show(cli *c, const command *self, int argc, char **argv) {
+    key_args ka;
+    int rc = parse_key_args(c, self, argc, argv, KA_JSON, &ka);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    kdart_entry *e;
+    if ((rc = get_entry(c, ka.key, &e)) != EXIT_OK) return rc;
+    if (ka.json)
+        show_json(e);
+    else
+        show_text(e);
+    kdart_entry_free(e);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------- sass, export */
+
+/* Writes the whole buffer; 0 on success, else errno is set. */
+static int write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Finds an executable: every $PATH directory, then $CUDA_HOME/bin, then
+ * /usr/local/cuda/bin (where the toolkit lives when it is not on PATH). */
+static int find_tool(const char *name, char *out, size_t n) {
+    const char *path = getenv("PATH");
+    const char *cuda_home = getenv("CUDA_HOME");
+    char dirs[8192];
+    snprintf(dirs, sizeof dirs, "%s:%s%s:/usr/local/cuda/bin", path ? path : "",
+             cuda_home && cuda_home[0] ? cuda_home : "", cuda_home && cuda_home[0] ? "/bin" : "");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        struct stat st;
+        snprintf(out, n, "%s/%s", d, name);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Refuses entries that hold no cubin (recorded compile failures). */
+static int entry_has_cubin(cli *c, const kdart_entry *e) {
+    if (e->failed || !e->cubin || e->cubin_size == 0) {
+        errorf(c,
+               "entry %.12s (%s %s %s) is a recorded compile failure and has no cubin; 'kdart show %.12s' "
+               "prints its log",
+               e->key, e->kernel, e->spec, e->arch, e->key);
+        return 0;
+    }
+    return 1;
+}
+
+static int cmd_sass(cli *c, const command *self, int argc, char **argv) {
+    key_args ka;
+    int rc = parse_key_args(c, self, argc, argv, 0, &ka);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    kdart_entry *e;
+    if ((rc = get_entry(c, ka.key, &e)) != EXIT_OK) return rc;
+    if (!entry_has_cubin(c, e)) {
+        kdart_entry_free(e);
+        return EXIT_FAIL;
+    }
+
+    /* nvdisasm reads a bare cubin directly; cuobjdump is the fallback. */
+    char tool[4096];
+    char *tool_argv[4];
+    if (find_tool("nvdisasm", tool, sizeof tool)) {
+        tool_argv[0] = tool, tool_argv[1] = "-c";
+    } else if (find_tool("cuobjdump", tool, sizeof tool)) {
+        tool_argv[0] = tool, tool_argv[1] = "-sass";
+    } else {
+        errorf(c,
+               "neither nvdisasm nor cuobjdump was found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin; "
+               "'kdart export %.12s -o FILE' writes the cubin for disassembly elsewhere",
+               e->key);
+        kdart_entry_free(e);
+        return EXIT_MISSING;
+    }
+
+    const char *tmpdir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kdart-%.12s-XXXXXX.cubin", tmpdir && tmpdir[0] ? tmpdir : "/tmp", e->key);
+    int fd = mkstemps(path, 6);
+    if (fd < 0) {
+        errorf(c, "cannot create a temporary file %s: %s", path, strerror(errno));
+        kdart_entry_free(e);
+        return EXIT_FAIL;
+    }
+    int werr = write_all(fd, e->cubin, e->cubin_size) != 0 ? errno : 0;
+    if (close(fd) != 0 && !werr) werr = errno;
+    kdart_entry_free(e);
+    if (werr) {
+        errorf(c, "cannot write %s: %s", path, strerror(werr));
+        unlink(path);
+        return EXIT_FAIL;
+    }
+    tool_argv[2] = path;
+    tool_argv[3] = NULL;
+
+    fflush(stdout); /* our output so far must precede the tool's */
+    pid_t pid;
+    int err = posix_spawn(&pid, tool, NULL, NULL, tool_argv, environ);
+    int status = 0;
+    if (err == 0)
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    unlink(path);
+    if (err != 0) {
+        errorf(c, "cannot run %s: %s", tool, strerror(err));
+        return EXIT_MISSING;
+    }
+    /* SIGPIPE: whoever reads our stdout (`kdart sass KEY | head`) stopped
+     * reading, which is what they asked for, not a failure. */
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE) return EXIT_OK;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        errorf(c, "%s failed (%s %d)", tool, WIFEXITED(status) ? "exit status" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+static int cmd_export(cli *c, const command *self, int argc, char **argv) {
+    key_args ka;
+    int rc = parse_key_args(c, self, argc, argv, KA_OUTPUT, &ka);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    kdart_entry *e;
+    if ((rc = get_entry(c, ka.key, &e)) != EXIT_OK) return rc;
+    if (!entry_has_cubin(c, e)) {
+        kdart_entry_free(e);
+        return EXIT_FAIL;
+    }
+    rc = EXIT_OK;
+    if (strcmp(ka.output, "-") == 0) {
+        if (isatty(STDOUT_FILENO)) {
+            errorf(c, "refusing to write a binary cubin to a terminal; redirect stdout or give -o FILE");
+            rc = EXIT_USAGE;
+        } else if (fwrite(e->cubin, 1, e->cubin_size, stdout) != e->cubin_size || fflush(stdout) != 0) {
+            errorf(c, "cannot write to stdout: %s", strerror(errno));
+            rc = EXIT_FAIL;
+        }
+    } else {
+        FILE *f = fopen(ka.output, "wb");
+        if (!f) {
+            errorf(c, "cannot create %s: %s", ka.output, strerror(errno));
+            rc = EXIT_FAIL;
+        } else {
+            int ok = fwrite(e->cubin, 1, e->cubin_size, f) == e->cubin_size;
+            int err = errno;
+            if (fclose(f) != 0 && ok) ok = 0, err = errno;
+            if (!ok) {
+                errorf(c, "cannot write %s: %s", ka.output, strerror(err));
+                rc = EXIT_FAIL;
+            } else if (!c->quiet) {
+                fprintf(stderr, "kdart export: wrote %zu bytes (%s %s %s) to %s\n", e->cubin_size, e->kernel, e->spec,
+                        e->arch, ka.output);
+            }
+        }
+    }
+    kdart_entry_free(e);
+    return rc;
+}
+
+/* ------------------------------------------------- verify, gc, stats */
+
+/* For commands that take no arguments but --help (and maybe --json). */
+static int parse_no_args(cli *c, const command *self, int argc, char **argv, int *json) {
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return -1;
+        } else if (json && strcmp(argv[i], "--json") == 0) {
+            *json = 1;
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    return EXIT_OK;
+}
+
+static int cmd_verify(cli *c, const command *self, int argc, char **argv) {
+    int rc = parse_no_args(c, self, argc, argv, NULL);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    int64_t checked = 0, damaged = 0;
+    int st = kdart_cache_verify(c->rt, &checked, &damaged);
+    if (st != KDART_OK && st != KDART_ECORRUPT) return fail_status(c, st, "verify failed");
+    printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
+           damaged ? " (quarantined; they will be recompiled on next use)" : "");
+    return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_gc(cli *c, const command *self, int argc, char **argv) {
+    const char *max = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if ((m = opt_value(c, argc, argv, &i, "--max-bytes", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            max = v;
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    if (!max) return usage_error(c, self, "missing --max-bytes N");
+    int64_t max_bytes;
+    if (parse_bytes(max, &max_bytes) != 0)
+        return usage_error(c, self, "--max-bytes wants a size like 512M or 2G, not '%s'", max);
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    int64_t evicted = 0, freed = 0;
+    int st = kdart_cache_gc(c->rt, max_bytes, &evicted, &freed);
+    if (st != KDART_OK) return fail_status(c, st, "gc failed");
+    char sz[32];
+    printf("evicted %" PRId64 " entr%s, freed %" PRId64 " bytes (%s)\n", evicted, evicted == 1 ? "y" : "ies", freed,
+           format_size(freed, sz, sizeof sz));
+    return EXIT_OK;
+}
+
+static int cmd_stats(cli *c, const command *self, int argc, char **argv) {
+    int json = 0;
+    int rc = parse_no_args(c, self, argc, argv, &json);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    /* CUDA is loaded here on purpose: "is CUDA available" is a question
+     * stats answers. */
+    if ((rc = cli_open(c, 1)) != EXIT_OK) return rc;
+    kdart_rt_info info;
+    int st = kdart_info(c->rt, &info);
+    if (st != KDART_OK) return fail_status(c, st, "cannot read the runtime's settings");
+    /* Without a disk cache (":memory:", or one that could not be opened,
+     * which the runtime has already warned about) there are no totals to
+     * show, and that is not an error of `stats`. */
+    kdart_cache_stats cs;
+    memset(&cs, 0, sizeof cs);
+    int have_cache = info.cache_path && info.cache_path[0];
+    int st2 = have_cache ? kdart_cache_stats_get(c->rt, &cs) : KDART_OK;
+    if (st2 != KDART_OK && !json) fail_status(c, st2, "cannot read cache statistics");
+
+    if (json) {
+        fputs("{\"version\": ", stdout), json_string(stdout, kdart_version());
+        fputs(",\n \"cache_path\": ", stdout), json_string(stdout, info.cache_path);
+        printf(",\n \"cache_writable\": %s", info.cache_writable ? "true" : "false");
+        fputs(",\n \"ro_cache_paths\": [", stdout);
+        for (size_t i = 0; i < c->opts.n_ro_cache_paths; i++) {
+            if (i) fputs(", ", stdout);
+            json_string(stdout, c->ro_paths[i]);
+        }
+        fputs("]", stdout);
+        fputs(",\n \"kernel_dir\": ", stdout), json_string(stdout, info.kernel_dir);
+        fputs(",\n \"default_arch\": ", stdout), json_string(stdout, info.default_arch);
+        printf(",\n \"nvrtc_version\": \"%d.%d\"", info.nvrtc_major, info.nvrtc_minor);
+        fputs(",\n \"nvrtc_build\": ", stdout), json_string(stdout, info.nvrtc_build);
+        printf(",\n \"nvjitlink_version\": \"%d.%d\"", info.nvjitlink_major, info.nvjitlink_minor);
+        printf(",\n \"cuda_available\": %s", info.cuda_available ? "true" : "false");
+        printf(",\n \"cache_max_bytes\": %" PRId64, info.cache_max_bytes);
+        if (have_cache && st2 == KDART_OK)
+            printf(",\n \"entries\": %" PRId64 ",\n \"failed_entries\": %" PRId64 ",\n \"quarantined\": %" PRId64
+                   ",\n \"bytes\": %" PRId64 ",\n \"hits\": %" PRId64 ",\n \"compile_ms_total\": %.3f",
+                   cs.entries, cs.failed_entries, cs.quarantined, cs.bytes, cs.hits, cs.compile_ms_total);
+        fputs("}\n", stdout);
+        return st2 == KDART_OK ? EXIT_OK : exit_for_status(st2);
+    }
+
+    char sz[32], sz2[32];
+    printf("kdart            %s\n", kdart_version());
+    if (have_cache)
+        printf("cache path       %s (%s)\n", info.cache_path, info.cache_writable ? "writable" : "read-only");
+    else
+        printf("cache path       none: compiling in memory\n");
+    for (size_t i = 0; i < c->opts.n_ro_cache_paths; i++)
+        printf("read-only cache  %s (tier ro%zu)\n", c->ro_paths[i], i + 1);
+    printf("kernel dir       %s\n", info.kernel_dir ? info.kernel_dir : "");
+    printf("default arch     %s\n", info.default_arch ? info.default_arch : "");
+    printf("NVRTC            %d.%d (%s)\n", info.nvrtc_major, info.nvrtc_minor,
+           info.nvrtc_build ? info.nvrtc_build : "?");
+    printf("nvJitLink        %d.%d\n", info.nvjitlink_major, info.nvjitlink_minor);
+    printf("CUDA             %s\n", info.cuda_available ? "available" : "not available (no driver or no device)");
+    if (have_cache && st2 == KDART_OK) {
+        printf("entries          %" PRId64 " (%" PRId64 " failed compiles, %" PRId64 " quarantined)\n", cs.entries,
+               cs.failed_entries, cs.quarantined);
+        printf("cubin bytes      %" PRId64 " (%s) of %s allowed\n", cs.bytes, format_size(cs.bytes, sz, sizeof sz),
+               cs.max_bytes < 0 ? "unlimited"
+                                : format_size(cs.max_bytes ? cs.max_bytes : info.cache_max_bytes, sz2, sizeof sz2));
+        printf("hits             %" PRId64 "\n", cs.hits);
+        printf("compile time     %.1f s in total\n", cs.compile_ms_total / 1000.0);
+    }
+    return st2 == KDART_OK ? EXIT_OK : exit_for_status(st2);
+}
+
+/* ---------------------------------------------------------------- why */
+
+static int cmd_why(cli *c, const command *self, int argc, char **argv) {
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    const char *arch = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if ((m = opt_value(c, argc, argv, &i, "--arch", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            arch = v;
+        } else if (argv[i][0] == '-' || npos == 2) {
+            return unknown_arg(c, self, argv[i]);
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos < 1) return usage_error(c, self, "missing KERNEL");
+    if (!kernel_known(pos[0])) {
+        errorf(c, "unknown kernel '%s'; registered kernels are:", pos[0]);
+        list_kernels(stderr);
+        return EXIT_NOTFOUND;
+    }
+    if (arch && !arch_plausible(arch)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", arch);
+    /* Without --arch the answer is about the device's default target. */
+    int rc = cli_open(c, arch == NULL);
+    if (rc != EXIT_OK) return rc;
+    char *text = NULL;
+    int st = kdart_why(c->rt, pos[0], pos[1] ? pos[1] : "", arch, &text);
+    if (st != KDART_OK) {
+        free(text);
+        if (st == KDART_ESPEC)
+            errorf(c, "'%s' is not a specialization of %s, whose parameters are: %s", pos[1] ? pos[1] : "", pos[0],
+                   kdart_kernel_params(pos[0]));
+        return st == KDART_ESPEC ? EXIT_USAGE : fail_status(c, st, "why failed");
+    }
+    fputs(text ? text : "", stdout);
+    if (text && text[0] && text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+    free(text);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------ kernels, help */
+
+static int cmd_kernels(cli *c, const command *self, int argc, char **argv) {
+    int rc = parse_no_args(c, self, argc, argv, NULL);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    for (int i = 0; i < kdart_kernel_count(); i++) {
+        const char *name = kdart_kernel_name(i);
+        const char *params = kdart_kernel_params(name);
+        printf("%-16s %3d specs  %s\n", name, kdart_spec_count(name), params ? params : "");
+    }
+    return EXIT_OK;
+}
+
+/* Needs a GPU and the kernels' reference tests; the command exists now so
+ * that scripts and help text are stable. */
+static int cmd_selftest(cli *c, const command *self, int argc, char **argv) {
+    int rc = parse_no_args(c, self, argc, argv, NULL);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    char why[256];
+    if (kc_init(why, sizeof why) != 0) {
+        errorf(c, "needs a GPU: %s", why);
+        return EXIT_MISSING;
+    }
+    if ((rc = cli_open(c, 1)) != EXIT_OK) return rc;
+    /* kda_check launches both kernels on fresh random inputs through the
+     * public API and compares with the float64 reference. */
+    return kc_selftest(c->rt, stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
+static int cmd_help(cli *c, const command *self, int argc, char **argv) {
+    if (argc < 2) {
+        print_top_help(stdout);
+        return EXIT_OK;
+    }
+    if (is_help(argv[1])) {
+        fputs(self->usage, stdout);
+        return EXIT_OK;
+    }
+    const command *cmd = find_command(argv[1]);
+    if (!cmd) {
+        errorf(c, "unknown command '%s' (see 'kdart --help')", argv[1]);
+        return EXIT_USAGE;
+    }
+    fputs(cmd->usage, stdout);
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------ the table */
+
+static const command commands[] = {
+    {"prewarm", cmd_prewarm, "compile every registered specialization into the cache",
+     "usage: kdart prewarm [--arch LIST] [--kernel NAME]... [--spec SPEC]... [--jobs N] [--force]\n"
+     "\n"
+     "Compiles (or finds in the cache) every specialization of every registered\n"
+     "kernel for each target architecture, without loading anything on a GPU.\n"
+     "One progress line per entry goes to stderr; a summary goes to stdout.\n"
+     "\n"
+     "  --arch LIST     comma-separated targets, e.g. sm_90a,sm_100a (default: the\n"
+     "                  runtime's default: KDART_ARCH, else the local GPU's, else sm_100a)\n"
+     "  --kernel NAME   only this kernel (repeatable; see 'kdart kernels')\n"
+     "  --spec SPEC     only this specialization of the one --kernel, e.g. K=64 or\n"
+     "                  io=bf16,fold_dg=0,emit_bf16=0,K=128 (repeatable; omitted\n"
+     "                  parameters take their defaults)\n"
+     "  --jobs N, -jN   compile with N threads (default 1)\n"
+     "  --force         recompile even what the cache holds (including recorded\n"
+     "                  failures) and replace the entries\n"
+     "\n"
+     "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel.\n"},
+    {"ls", cmd_ls, "list cache entries",
+     "usage: kdart ls [--json]\n"
+     "\n"
+     "One line per entry of the writable cache and every --ro-cache:\n"
+     "KEY (first 12 hex digits), KERNEL, SPEC, ARCH, SIZE (cubin), COMPILE_MS,\n"
+     "HITS, LAST_USED (local time), STATUS (ok, or FAILED for a recorded compile\n"
+     "failure) and TIER (rw: the writable cache; roN: the N-th --ro-cache).\n"
+     "\n"
+     "  --json   a JSON array of objects with the full key and raw numbers\n"},
+    {"show", cmd_show, "print everything about one entry",
+     "usage: kdart show KEY [--json]\n"
+     "\n"
+     "KEY is a full key or a unique prefix of one.  Prints the key, kernel, spec,\n"
+     "arch, status, sizes, compile time, times and hits, the manifest (every\n"
+     "line that went into the key), the report (registers, spills, stack, shared\n"
+     "and constant memory per kernel) and the compiler and linker logs.\n"
+     "\n"
+     "  --json   the same as one JSON object\n"
+     "\n"
+     "Exit status: 0 found, 4 no such key, 5 the prefix is ambiguous.\n"},
+    {"sass", cmd_sass, "disassemble an entry's cubin (nvdisasm or cuobjdump)",
+     "usage: kdart sass KEY\n"
+     "\n"
+     "Writes the entry's cubin to a temporary file and runs 'nvdisasm -c' on it,\n"
+     "or 'cuobjdump -sass' when nvdisasm is missing.  Both are looked for on PATH,\n"
+     "in $CUDA_HOME/bin and in /usr/local/cuda/bin.\n"
+     "\n"
+     "Exit status: 0 ok, 1 the tool failed, 3 no disassembler found, 4 no such\n"
+     "key, 5 ambiguous prefix.\n"},
+    {"export", cmd_export, "write an entry's cubin to a file",
+     "usage: kdart export KEY -o FILE\n"
+     "\n"
+     "Writes the raw cubin (an ELF file that cuobjdump and nvdisasm read).\n"
+     "\n"
+     "  -o, --output FILE   where to write it; '-' for stdout (not a terminal)\n"},
+    {"verify", cmd_verify, "check the cache's integrity and every cubin's checksum",
+     "usage: kdart verify\n"
+     "\n"
+     "Runs SQLite's integrity check and compares every cubin with its stored\n"
+     "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
+     "needed).\n"
+     "\n"
+     "Exit status: 0 clean, 1 damage found.\n"},
+    {"gc", cmd_gc, "evict least recently used entries down to a size",
+     "usage: kdart gc --max-bytes N\n"
+     "\n"
+     "Evicts least recently used entries until the cubins in the writable cache\n"
+     "take at most N bytes.  N takes a binary suffix: K, M, G (512M, 2G, 1.5GiB).\n"
+     "--max-bytes 0 evicts every entry that holds a cubin.\n"},
+    {"stats", cmd_stats, "cache statistics and the runtime's settings",
+     "usage: kdart stats [--json]\n"
+     "\n"
+     "Prints the cache path and whether it is writable, the read-only caches,\n"
+     "the kernel source directory, the default architecture, the NVRTC and\n"
+     "nvJitLink versions, whether CUDA is available, and the cache's entry,\n"
+     "byte, hit and compile-time totals.\n"},
+    {"why", cmd_why, "explain the key of a specialization and how the cache differs",
+     "usage: kdart why KERNEL [SPEC] [--arch A]\n"
+     "\n"
+     "Prints the manifest that (KERNEL, SPEC, A) would be keyed by and how the\n"
+     "nearest cached entries differ from it, field by field: the answer to\n"
+     "\"why did this compile again?\".  SPEC defaults to the kernel's default\n"
+     "specialization; A to the runtime's default architecture.\n"
+     "\n"
+     "Exit status: 0 ok, 2 bad spec or arch, 4 unknown kernel.\n"},
+    {"kernels", cmd_kernels, "list the registered kernels and their parameters",
+     "usage: kdart kernels\n"
+     "\n"
+     "One line per registered kernel: its name, its number of specializations\n"
+     "and the values each parameter takes.\n"},
+    {"selftest", cmd_selftest, "run every kernel on the GPU against a reference (not yet)",
+     "usage: kdart selftest\n"
+     "\n"
+     "Not available yet: it needs a GPU and the kernel reference tests.\n"
+     "Exits with status 2 for now.\n"},
+    {"help", cmd_help, "help on a command", "usage: kdart help [COMMAND]\n"},
+};
+
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void print_top_help(FILE *f) {
+    fputs("usage: kdart [GLOBAL OPTIONS] COMMAND [ARGS]\n"
+          "\n"
+          "Operates the kdart compile cache: the cubins that the kdart runtime\n"
+          "JIT-compiles (NVRTC + nvJitLink) for the KDA backward kernels.\n"
+          "\n"
+          "Commands:\n",
+          f);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "Global options (before or after the command):\n"
+          "  --cache PATH       the writable cache file (default: $KDART_CACHE_DIR/kdart.db,\n"
+          "                     else $XDG_CACHE_HOME/kdart/kdart.db, else ~/.cache/kdart/kdart.db)\n"
+          "  --ro-cache PATH    a read-only cache searched after it (repeatable, in order)\n"
+          "  --kernel-dir DIR   where the kernel sources are (default: $KDART_KERNEL_DIR,\n"
+          "                     else the installed kernel_src)\n"
+          "  -q, --quiet        print errors only\n"
+          "  -v, --verbose      log the runtime's INFO messages to stderr (-vv: DEBUG)\n"
+          "  -h, --help         this text; 'kdart COMMAND --help' for a command's\n"
+          "  -V, --version      print the version\n"
+          "\n"
+          "Exit status:\n"
+          "  0  success\n"
+          "  1  the operation failed (a compile failed, damage found, I/O error)\n"
+          "  2  usage error (bad command line, spec or architecture)\n"
+          "  3  a needed external tool or the GPU is missing\n"
+          "  4  not found (unknown key, unknown kernel)\n"
+          "  5  ambiguous key prefix\n",
+          f);
+}
+
+/* ---------------------------------------------------------------- main */
+
+/* Pulls the global options out of argv (anywhere before a "--", which is
+ * dropped), leaving the command and its own arguments, in order, in
+ * rest[].  Returns the new count, or -1 after printing a usage error. */
+static int take_global_options(cli *c, int argc, char **argv, char **rest) {
+    int n = 0, literal = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (literal) {
+            rest[n++] = argv[i];
+        } else if (strcmp(argv[i], "--") == 0) {
+            literal = 1; /* what follows is the command's, even "--cache" */
+        } else if ((m = opt_value(c, argc, argv, &i, "--cache", &v)) != 0) {
+            if (m < 0) return -1;
+            c->opts.cache_path = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--ro-cache", &v)) != 0) {
+            if (m < 0) return -1;
+            if (c->opts.n_ro_cache_paths == MAX_RO_CACHES) {
+                errorf(c, "at most %d --ro-cache options", MAX_RO_CACHES);
+                return -1;
+            }
+            c->ro_paths[c->opts.n_ro_cache_paths++] = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--kernel-dir", &v)) != 0) {
+            if (m < 0) return -1;
+            c->opts.kernel_dir = v;
+        } else if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+            c->quiet = 1;
+        } else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0) {
+            c->verbose++;
+        } else if (strcmp(argv[i], "-vv") == 0) {
+            c->verbose += 2;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    rest[n] = NULL;
+    return n;
+}
+
+int main(int argc, char **argv) {
+    cli c;
+    memset(&c, 0, sizeof c);
+    kdart_options_init(&c.opts);
+    c.opts.ro_cache_paths = c.ro_paths;
+
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) {
+        fprintf(stderr, "kdart: out of memory\n");
+        return EXIT_FAIL;
+    }
+    int n = take_global_options(&c, argc, argv, rest);
+    if (n < 0) {
+        free(rest);
+        return EXIT_USAGE;
+    }
+
+    /* The library never prints; the tool shows its warnings (a cache that
+     * cannot be opened, a missing kernel dir) unless --quiet. */
+    c.opts.log = log_to_stderr;
+    c.opts.log_level = c.quiet          ? KDART_LOG_ERROR
+                       : c.verbose >= 2 ? KDART_LOG_DEBUG
+                       : c.verbose == 1 ? KDART_LOG_INFO
+                                        : KDART_LOG_WARN;
+
+    int rc;
+    if (n == 0) {
+        fprintf(stderr, "usage: kdart [GLOBAL OPTIONS] COMMAND [ARGS]; 'kdart --help' lists the commands\n");
+        rc = EXIT_USAGE;
+    } else if (is_help(rest[0])) {
+        print_top_help(stdout);
+        rc = EXIT_OK;
+    } else if (strcmp(rest[0], "--version") == 0 || strcmp(rest[0], "-V") == 0) {
+        printf("kdart %s\n", kdart_version());
+        rc = EXIT_OK;
+    } else {
+        const command *cmd = find_command(rest[0]);
+        if (!cmd) {
+            errorf(&c,
+                   rest[0][0] == '-' ? "unknown option '%s' (see 'kdart --help')"
+                                     : "unknown command '%s' (see 'kdart --help')",
+                   rest[0]);
+            rc = EXIT_USAGE;
+        } else {
+            c.cmd_name = cmd->name;
+            rc = cmd->run(&c, cmd, n, rest);
+        }
+    }
+    kdart_close(c.rt);
+    free(rest);
+
+    /* A full disk or a closed pipe must not pass for success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kdart: error writing to stdout: %s\n", strerror(errno));
+        if (rc == EXIT_OK) rc = EXIT_FAIL;
+    }
+    return rc;
+}
