@@ -172,8 +172,17 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     }
     out->lowered = kdart__strdup(lowered);
     size_t nir = 0;
-    if (!out->lowered || nvrtcGetLTOIRSize(prog, &nir) != NVRTC_SUCCESS || !(ltoir = kdart__malloc(nir))) {
-        rc = out->lowered ? KDART_ECOMPILE : KDART_ENOMEM;
+    if (!out->lowered) {
+        rc = KDART_ENOMEM;
+        goto done;
+    }
+    if (nvrtcGetLTOIRSize(prog, &nir) != NVRTC_SUCCESS) {
+        rc = KDART_ECOMPILE;
+        sb_str(&log, "nvrtcGetLTOIRSize failed\n");
+        goto done;
+    }
+    if (!(ltoir = kdart__malloc(nir))) {
+        rc = KDART_ENOMEM;
         goto done;
     }
     if (nvrtcGetLTOIR(prog, ltoir) != NVRTC_SUCCESS) {

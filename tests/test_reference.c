@@ -26,6 +26,19 @@
 
 static uint64_t g_seed;
 
+/* Check's ck_assert records a checkpoint through the runner on every call,
+ * which is slow in tight loops; these call it only when the condition
+ * fails (the arguments are pure and may be evaluated twice). */
+#define CHK(cond)                                                         \
+    do {                                                                  \
+        if (!(cond)) ck_assert_msg(0, "failed: %s (seed %llu)", #cond,    \
+                                   (unsigned long long)g_seed);           \
+    } while (0)
+#define CHK_U(x, y)                                                       \
+    do {                                                                  \
+        if ((x) != (y)) ck_assert_uint_eq((x), (y));                      \
+    } while (0)
+
 static double *dalloc(size_t n)
 {
     double *p = calloc(n ? n : 1, sizeof(double));
@@ -184,9 +197,9 @@ static void intra_fd_family(kref_gate_family fam)
                 }
             }
     /* fold_dg must not change dq, dk, db. */
-    ck_assert(kref_max_abs(dq, dq2, nv) == 0.0);
-    ck_assert(kref_max_abs(dk, dk2, nv) == 0.0);
-    ck_assert(kref_max_abs(db, db2, nb) == 0.0);
+    CHK(kref_max_abs(dq, dq2, nv) == 0.0);
+    CHK(kref_max_abs(dk, dk2, nv) == 0.0);
+    CHK(kref_max_abs(db, db2, nb) == 0.0);
 
     const double h = (fam == KREF_GATE_STRONG || fam == KREF_GATE_FUSED) ? 2e-6 : 1e-5;
     const int NS = 12;
@@ -226,7 +239,7 @@ static void intra_fd_family(kref_gate_family fam)
             }
     kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
                    dk_in, dg_in, db_in, 0, dq2, dk2, dgf, db2);
-    ck_assert(kref_max_abs(dq, dq2, nv) == 0.0 && kref_max_abs(dk, dk2, nv) == 0.0 &&
+    CHK(kref_max_abs(dq, dq2, nv) == 0.0 && kref_max_abs(dk, dk2, nv) == 0.0 &&
               kref_max_abs(dg, dgf, nv) == 0.0 && kref_max_abs(db, db2, nb) == 0.0);
 
     free(p.q); free(p.k); free(p.g); free(p.beta); free(p.dAqk); free(p.dAkk); free(a);
@@ -265,7 +278,7 @@ START_TEST(test_intra_speed)
     kref_bwd_intra(B, T, H, HV, K, q, k, g, beta, dAqk, dAkk, z, z, z, zb, 1, dq, dk, dg, db);
     double el = now_s() - t0;
     printf("  bwd_intra speed: B2 T1024 HV2 K128 took %.2f s (this build)\n", el);
-    ck_assert(kref_rel_rms(dq, dq, nv) == 0.0 && kref_rel_rms(dk, dk, nv) == 0.0 &&
+    CHK(kref_rel_rms(dq, dq, nv) == 0.0 && kref_rel_rms(dk, dk, nv) == 0.0 &&
               kref_rel_rms(dg, dg, nv) == 0.0 && kref_rel_rms(db, db, nb) == 0.0);
     free(q); free(k); free(a); free(g); free(beta); free(dAqk); free(dAkk); free(z);
     free(zb); free(dq); free(dk); free(dg); free(db);
@@ -403,7 +416,7 @@ static void dhu_fd_case(int with_dht)
                   (unsigned long long)g_seed);
     if (!with_dht) /* dh[NT-1] = dht = 0 */
         for (size_t i = 0; i < (size_t)HV * K * V; i++)
-            ck_assert(dh[(size_t)(NT - 1) * HV * K * V + i] == 0.0);
+            CHK(dh[(size_t)(NT - 1) * HV * K * V + i] == 0.0);
     free(p.qg); free(p.kg); free(p.w); free(p.g); free(p.u); free(p.dout); free(p.dv);
     free(p.h0); free(p.dht); free(a); free(dh); free(dv2); free(dh0);
 }
@@ -469,10 +482,10 @@ START_TEST(test_dhu_faithful)
     /* dh0 may legitimately move far less: with realistic gates a chunk's
      * total decay is tiny, so dh0 sees only chunk 0's rounding, where kg and
      * w have disjoint support (late rows vs early rows). */
-    ck_assert(eh > lo && eh < hi && ev > lo && ev < hi && e0 < hi);
+    CHK(eh > lo && eh < hi && ev > lo && ev < hi && e0 < hi);
     /* Faithful checkpoints and dv2 are exactly representable in io. */
-    for (size_t i = 0; i < nh; i++) ck_assert(kref_round_io(fh[i], io) == fh[i]);
-    for (size_t i = 0; i < nvv; i++) ck_assert(kref_round_io(fv2[i], io) == fv2[i]);
+    for (size_t i = 0; i < nh; i++) CHK(kref_round_io(fh[i], io) == fh[i]);
+    for (size_t i = 0; i < nvv; i++) CHK(kref_round_io(fv2[i], io) == fv2[i]);
     free(qg); free(kg); free(w); free(g); free(dout); free(dv); free(dht);
     free(dh); free(dv2); free(dh0); free(fh); free(fv2); free(fh0);
 }
@@ -492,8 +505,8 @@ START_TEST(test_gen_gates)
         kref_gate_cumsum(B, T, HV, K, a, g);
         double amin = 0, amean = 0;
         for (size_t i = 0; i < n; i++) {
-            ck_assert(isfinite(a[i]) && a[i] <= 0.0);
-            ck_assert(kref_round_f32(g[i]) == g[i]);
+            CHK(isfinite(a[i]) && a[i] <= 0.0);
+            CHK(kref_round_f32(g[i]) == g[i]);
             amin = fmin(amin, a[i]);
             amean += a[i] / (double)n;
         }
@@ -503,10 +516,10 @@ START_TEST(test_gen_gates)
                     for (int d = 0; d < K; d++) {
                         size_t o = (((size_t)b * T + t) * HV + hv) * K + d;
                         if (t % BT == 0) /* reset: row 0 holds its own gate only */
-                            ck_assert(fabs(g[o] - KREF_RCP_LN2 * a[o]) <=
+                            CHK(fabs(g[o] - KREF_RCP_LN2 * a[o]) <=
                                       1e-6 * fabs(g[o]) + 1e-30);
                         else
-                            ck_assert(g[o] <= g[o - (size_t)HV * K]);
+                            CHK(g[o] <= g[o - (size_t)HV * K]);
                     }
         printf("  gate %-6s: mean a %.3f nats, min a %.2f\n",
                kref_gate_name((kref_gate_family)f), amean, amin);
@@ -529,21 +542,21 @@ START_TEST(test_gen_dA)
             for (int s = 0; s < BT; s++) {
                 size_t o = ((size_t)t * HV + hv) * BT + s;
                 int r = t % BT;
-                if (s <= r) ck_assert(isfinite(qk[o]) && qk[o] != 0.0);
-                else ck_assert(isnan(qk[o]));
-                if (s < r) ck_assert(isfinite(kk[o]) && kk[o] != 0.0);
-                else if (s == r) ck_assert(kk[o] == 0.0);
-                else ck_assert(kk[o] == 1e30);
+                if (s <= r) CHK(isfinite(qk[o]) && qk[o] != 0.0);
+                else CHK(isnan(qk[o]));
+                if (s < r) CHK(isfinite(kk[o]) && kk[o] != 0.0);
+                else if (s == r) CHK(kk[o] == 0.0);
+                else CHK(kk[o] == 1e30);
             }
     double *x = dalloc(1000), *b = dalloc(1000);
     kref_gen_unit_rows(&rng, 10, 100, x);
     for (int i = 0; i < 10; i++) {
         double s = 0;
         for (int d = 0; d < 100; d++) s += x[i * 100 + d] * x[i * 100 + d];
-        ck_assert(fabs(s - 1.0) < 1e-12);
+        CHK(fabs(s - 1.0) < 1e-12);
     }
     kref_gen_beta(&rng, 1000, b);
-    for (int i = 0; i < 1000; i++) ck_assert(b[i] > 0.0 && b[i] < 2.0);
+    for (int i = 0; i < 1000; i++) CHK(b[i] > 0.0 && b[i] < 2.0);
     free(qk); free(kk); free(x); free(b);
 }
 END_TEST
@@ -563,19 +576,19 @@ START_TEST(test_gen_dhu_bounded)
     make_realistic(&rng, fam, -1, B, T, HV, K, V, qg, kg, w, g, dout, dv, dht);
     double mw = 0;
     for (size_t i = 0; i < nk; i++) {
-        ck_assert(isfinite(qg[i]) && isfinite(kg[i]) && isfinite(w[i]));
+        CHK(isfinite(qg[i]) && isfinite(kg[i]) && isfinite(w[i]));
         mw = fmax(mw, fabs(w[i]));
     }
     double *dh = dalloc(nh), *dv2 = dalloc(nvv), *dh0 = dalloc(ns);
     kref_bwd_dhu(B, T, HV, K, V, qg, kg, w, g, dout, dv, dht, 1.0 / sqrt((double)K), -1,
                  dh, dv2, dh0);
     double mh = 0, mv = 0;
-    for (size_t i = 0; i < nh; i++) { ck_assert(isfinite(dh[i])); mh = fmax(mh, fabs(dh[i])); }
-    for (size_t i = 0; i < ns; i++) { ck_assert(isfinite(dh0[i])); mh = fmax(mh, fabs(dh0[i])); }
-    for (size_t i = 0; i < nvv; i++) { ck_assert(isfinite(dv2[i])); mv = fmax(mv, fabs(dv2[i])); }
+    for (size_t i = 0; i < nh; i++) { CHK(isfinite(dh[i])); mh = fmax(mh, fabs(dh[i])); }
+    for (size_t i = 0; i < ns; i++) { CHK(isfinite(dh0[i])); mh = fmax(mh, fabs(dh0[i])); }
+    for (size_t i = 0; i < nvv; i++) { CHK(isfinite(dv2[i])); mv = fmax(mv, fabs(dv2[i])); }
     printf("  realistic dhu %-6s T1024 K128: max|w| %.2f max|dH| %.2f max|dv2| %.2f\n",
            kref_gate_name(fam), mw, mh, mv);
-    ck_assert(mh < 1e4 && mv < 1e4);
+    CHK(mh < 1e4 && mv < 1e4);
     free(qg); free(kg); free(w); free(g); free(dout); free(dv); free(dht);
     free(dh); free(dv2); free(dh0);
 }
@@ -610,21 +623,21 @@ START_TEST(test_conversions)
     ck_assert_uint_eq(kref_to_fp16(1.5 * 0x1p-24), 0x0002);
     ck_assert_uint_eq(kref_to_fp16(0x1p-14), 0x0400);
     ck_assert_uint_eq(kref_to_fp16(0x1p-14 - 0x1p-24), 0x03FF);
-    ck_assert(kref_from_fp16(0x0001) == 0x1p-24);
-    ck_assert(kref_from_bf16(0x0001) == 0x1p-133);
+    CHK(kref_from_fp16(0x0001) == 0x1p-24);
+    CHK(kref_from_bf16(0x0001) == 0x1p-133);
     /* NaN stays NaN. */
-    ck_assert(isnan(kref_from_bf16(kref_to_bf16(NAN))));
-    ck_assert(isnan(kref_from_fp16(kref_to_fp16(NAN))));
-    ck_assert(isnan(kref_round_io(NAN, 0)) && isnan(kref_round_io(NAN, 1)));
-    ck_assert(kref_round_io(0.1, -1) == 0.1);
-    ck_assert(kref_round_io(65504.0, 1) == 65504.0);
+    CHK(isnan(kref_from_bf16(kref_to_bf16(NAN))));
+    CHK(isnan(kref_from_fp16(kref_to_fp16(NAN))));
+    CHK(isnan(kref_round_io(NAN, 0)) && isnan(kref_round_io(NAN, 1)));
+    CHK(kref_round_io(0.1, -1) == 0.1);
+    CHK(kref_round_io(65504.0, 1) == 65504.0);
     /* Every non-NaN bit pattern decodes and re-encodes to itself. */
     for (unsigned b = 0; b < 65536; b++) {
         double x = kref_from_fp16((uint16_t)b);
-        if (!isnan(x)) ck_assert_uint_eq(kref_to_fp16(x), b);
+        if (!isnan(x)) CHK_U(kref_to_fp16(x), b);
         double y = kref_from_bf16((uint16_t)b);
-        if (!isnan(y)) ck_assert_uint_eq(kref_to_bf16(y), b);
-        else ck_assert(isnan(kref_from_bf16(kref_to_bf16(y))));
+        if (!isnan(y)) CHK_U(kref_to_bf16(y), b);
+        else CHK(isnan(kref_from_bf16(kref_to_bf16(y))));
     }
     /* float -> bf16 agrees with the usual bit trick on random floats. */
     kref_rng rng;
@@ -635,14 +648,14 @@ START_TEST(test_conversions)
         memcpy(&f, &u, 4);
         if (isnan(f)) continue;
         uint32_t want = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-        ck_assert_uint_eq(kref_to_bf16((double)f), want);
+        CHK_U(kref_to_bf16((double)f), want);
         /* fp16 round trip is the nearest value: no fp16 is strictly closer. */
         double x = (double)f;
         uint16_t hb = kref_to_fp16(x);
         double hx = kref_from_fp16(hb);
         if (isfinite(hx) && (hb & 0x7FFF) != 0x7BFF && (hb & 0x7FFF) != 0) {
             double up = kref_from_fp16((uint16_t)(hb + 1)), dn = kref_from_fp16((uint16_t)(hb - 1));
-            ck_assert(fabs(hx - x) <= fabs(up - x) && fabs(hx - x) <= fabs(dn - x));
+            CHK(fabs(hx - x) <= fabs(up - x) && fabs(hx - x) <= fabs(dn - x));
         }
     }
 }
@@ -651,21 +664,21 @@ END_TEST
 START_TEST(test_metrics_rng)
 {
     double r[3] = {1, 2, 2}, g[3] = {1, 2, 2};
-    ck_assert(kref_rel_rms(r, g, 3) == 0.0);
+    CHK(kref_rel_rms(r, g, 3) == 0.0);
     g[1] = 2.3;
-    ck_assert(fabs(kref_rel_rms(r, g, 3) - 0.1) < 1e-12);
-    ck_assert(fabs(kref_max_abs(r, g, 3) - 0.3) < 1e-12);
+    CHK(fabs(kref_rel_rms(r, g, 3) - 0.1) < 1e-12);
+    CHK(fabs(kref_max_abs(r, g, 3) - 0.3) < 1e-12);
     g[2] = NAN;
-    ck_assert(kref_rel_rms(r, g, 3) == INFINITY);
-    ck_assert(!(kref_rel_rms(r, g, 3) <= 1.0));
-    ck_assert(kref_max_abs(r, g, 3) == INFINITY);
+    CHK(kref_rel_rms(r, g, 3) == INFINITY);
+    CHK(!(kref_rel_rms(r, g, 3) <= 1.0));
+    CHK(kref_max_abs(r, g, 3) == INFINITY);
     g[2] = INFINITY;
-    ck_assert(kref_rel_rms(r, g, 3) == INFINITY);
+    CHK(kref_rel_rms(r, g, 3) == INFINITY);
     /* The RNG replays, and its normals look normal. */
     kref_rng a, b;
     kref_rng_seed(&a, 42);
     kref_rng_seed(&b, 42);
-    for (int i = 0; i < 100; i++) ck_assert(kref_rng_u64(&a) == kref_rng_u64(&b));
+    for (int i = 0; i < 100; i++) CHK(kref_rng_u64(&a) == kref_rng_u64(&b));
     double m = 0, v = 0;
     const int N = 200000;
     for (int i = 0; i < N; i++) {
@@ -675,7 +688,7 @@ START_TEST(test_metrics_rng)
     }
     m /= N;
     v = v / N - m * m;
-    ck_assert(fabs(m) < 0.02 && fabs(v - 1.0) < 0.02);
+    CHK(fabs(m) < 0.02 && fabs(v - 1.0) < 0.02);
 }
 END_TEST
 
@@ -683,6 +696,7 @@ static Suite *ref_suite(void)
 {
     Suite *s = suite_create("reference");
     TCase *tc = tcase_create("conversions");
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_conversions);
     tcase_add_test(tc, test_metrics_rng);
     suite_add_tcase(s, tc);

@@ -1,0 +1,705 @@
+#!/usr/bin/env python3
+"""bench/side_by_side.py: kdart against fla (flash-linear-attention), stage by stage.
+
+For each shape row it builds the inputs of the two KDA backward stages with
+torch (the recipe of ../shared/docs/peers.md, "Inputs"), runs fla's
+chunk_kda_bwd_intra and chunk_gated_delta_rule_bwd_dhu and kdart's
+kdart_kda_bwd_intra and kdart_kda_bwd_dhu (libkdart.so through ctypes, DLPack
+DLTensors), checks that the two agree (relative RMS of every output against
+fla's), times both with CUDA events (median of --iters after warm-up), and
+prints one table with the ratio fla/kdart, kdart's effective bandwidth over
+the fewest bytes each stage must move, and that bandwidth as a share of the
+device-to-device copy ceiling measured in the same run.
+
+Runs on the GPU machine (torch, triton; fla from a wheel, see bench/README.md).
+`--help` works without torch: torch is imported inside main().
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+CHUNK = 64
+RCP_LN2 = 1.4426950216  # fla/ops/utils/constant.py
+MISMATCH_AT = 5e-2
+
+
+# ---------------------------------------------------------------- shape rows
+
+class Row:
+    def __init__(self, name, B, T, H, HV, K, V, fold_emit=False, note=""):
+        self.name, self.B, self.T, self.H, self.HV, self.K, self.V = name, B, T, H, HV, K, V
+        self.fold_emit = fold_emit  # bwd_intra with fold_dg=1, emit_bf16=1 (intra only)
+        self.note = note
+
+    def shape_str(self):
+        h = f"H{self.H}" if self.H == self.HV else f"H{self.H}/HV{self.HV}"
+        v = f"K{self.K}" if self.K == self.V else f"K{self.K} V{self.V}"
+        return f"{self.B},{self.T},{h},{v}"
+
+
+# Every row of peers.md's table (same order), then prod8192 with fold_dg=1, emit_bf16=1.
+ROWS = [
+    Row("prod8192", 16, 8192, 16, 16, 128, 256, note="the seeds' headline shape"),
+    Row("b1_t8192_h96", 1, 8192, 96, 96, 128, 128),
+    Row("b1_t32768_h32", 1, 32768, 32, 32, 128, 128),
+    Row("b1_t8192_h32", 1, 8192, 32, 32, 128, 128),
+    Row("b4_t4096_h32", 4, 4096, 32, 32, 128, 128),
+    Row("b2_t8192_h16", 2, 8192, 16, 16, 128, 128),
+    Row("b8_t2048_h32", 8, 2048, 32, 32, 128, 128),
+    Row("b1_t2048_h16", 1, 2048, 16, 16, 128, 128),
+    Row("b4_t4096_h16_hv32", 4, 4096, 16, 32, 128, 128, note="grouped value heads"),
+    Row("b2_t4096_h32_k64", 2, 4096, 32, 32, 64, 64),
+    Row("prod8192_fold_emit", 16, 8192, 16, 16, 128, 256, fold_emit=True,
+        note="bwd_intra fold_dg=1 emit_bf16=1; fla = intra + chunk_local_cumsum(dg, reverse)"),
+]
+QUICK = ["b1_t8192_h32", "b2_t4096_h32_k64"]
+
+
+def select_rows(spec, quick):
+    if quick and not spec:
+        spec = ",".join(QUICK)
+    if not spec:
+        return list(ROWS)
+    out = []
+    for tok in spec.split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        if tok.isdigit():
+            i = int(tok)
+            if not 0 <= i < len(ROWS):
+                raise SystemExit(f"--rows: index {i} out of range 0..{len(ROWS) - 1}")
+            r = ROWS[i]
+        else:
+            m = [r for r in ROWS if r.name.lower() == tok.lower()]
+            if not m:
+                raise SystemExit(f"--rows: no row named {tok!r} (see --list)")
+            r = m[0]
+        if r not in out:
+            out.append(r)
+    return out
+
+
+# ------------------------------------------------------------ byte counting
+
+def intra_bytes(r, emit=False, io=2):
+    """Fewest bytes bwd_intra must move: every input read once, every output written once."""
+    n_hk = r.B * r.T * r.H * r.K
+    n_vk = r.B * r.T * r.HV * r.K
+    n_v = r.B * r.T * r.HV
+    rd = 2 * n_hk * io + n_vk * 4 + n_v * io + 2 * n_v * CHUNK * 4 + 3 * n_vk * 4 + n_v * 4
+    wr = 2 * n_vk * (io if emit else 4) + n_vk * 4 + n_v * 4
+    return rd + wr
+
+
+def dhu_bytes(r, dht=True, dh0=True, io=2):
+    """Fewest bytes bwd_dhu must move (of g only row 63 of each chunk is read)."""
+    NT = r.T // CHUNK
+    n_k = r.B * r.T * r.HV * r.K
+    n_v = r.B * r.T * r.HV * r.V
+    state = r.B * r.HV * r.K * r.V
+    rd = 3 * n_k * io + r.B * NT * r.HV * r.K * 4 + 2 * n_v * io + (state * 4 if dht else 0)
+    wr = r.B * NT * r.HV * r.K * r.V * io + n_v * io + (state * 4 if dh0 else 0)
+    return rd + wr
+
+
+# ------------------------------------------------------- ctypes: DLPack, kdart
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):  # dlpack 0.6 (and 1.x: DLTensor is unchanged)
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_P = ctypes.POINTER(DLTensor)
+
+
+class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [
+        (n, _P) for n in ("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "dg_in", "db_in",
+                          "dq", "dk", "dg", "db")
+    ] + [("fold_dg", ctypes.c_int), ("emit_bf16", ctypes.c_int)]
+
+
+class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [
+        (n, _P) for n in ("qg", "kg", "w", "g", "d_o", "dv", "dht", "dh", "dv2", "dh0")
+    ] + [("scale", ctypes.c_float)]
+
+
+class Prepared(ctypes.Structure):  # kdart_prepared
+    _fields_ = [("key", ctypes.c_char * 65), ("source", ctypes.c_int), ("compile_ms", ctypes.c_double),
+                ("lookup_ms", ctypes.c_double), ("load_ms", ctypes.c_double), ("loaded", ctypes.c_int)]
+
+
+FROM = {0: "memory", 1: "cache", 2: "ro-cache", 3: "compiled"}
+kDLCUDA = 2
+kDLFloat = 2
+kDLBfloat = 4
+
+
+class DL:
+    """A DLTensor view of a contiguous CUDA torch tensor (keeps its shape array alive)."""
+
+    def __init__(self, t):
+        import torch
+        assert t.is_cuda and t.is_contiguous(), "kdart takes contiguous CUDA tensors"
+        code = {torch.bfloat16: (kDLBfloat, 16), torch.float16: (kDLFloat, 16),
+                torch.float32: (kDLFloat, 32)}[t.dtype]
+        self.t = t
+        self.shape = (ctypes.c_int64 * t.dim())(*t.shape)
+        self.dl = DLTensor(ctypes.c_void_p(t.data_ptr()), DLDevice(kDLCUDA, t.device.index or 0), t.dim(),
+                           DLDataType(code[0], code[1], 1),
+                           ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+
+    @property
+    def ptr(self):
+        return ctypes.pointer(self.dl)
+
+
+class Kdart:
+    def __init__(self, path):
+        self.lib = lib = ctypes.CDLL(path)
+        lib.kdart_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        lib.kdart_open.restype = ctypes.c_int
+        lib.kdart_close.argtypes = [ctypes.c_void_p]
+        lib.kdart_close.restype = None
+        lib.kdart_last_error.argtypes = [ctypes.c_void_p]
+        lib.kdart_last_error.restype = ctypes.c_char_p
+        lib.kdart_strerror.argtypes = [ctypes.c_int]
+        lib.kdart_strerror.restype = ctypes.c_char_p
+        lib.kdart_version.argtypes = []
+        lib.kdart_version.restype = ctypes.c_char_p
+        lib.kdart_prepare.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.c_uint32, ctypes.POINTER(Prepared)]
+        lib.kdart_prepare.restype = ctypes.c_int
+        lib.kdart_kda_bwd_intra.argtypes = [ctypes.c_void_p, ctypes.POINTER(IntraArgs), ctypes.c_void_p]
+        lib.kdart_kda_bwd_intra.restype = ctypes.c_int
+        lib.kdart_kda_bwd_dhu.argtypes = [ctypes.c_void_p, ctypes.POINTER(DhuArgs), ctypes.c_void_p]
+        lib.kdart_kda_bwd_dhu.restype = ctypes.c_int
+        self.rt = ctypes.c_void_p()
+        self.check(lib.kdart_open(ctypes.byref(self.rt), None), "kdart_open", rt=False)
+        self.version = lib.kdart_version().decode()
+
+    def check(self, rc, what, rt=True):
+        if rc != 0:
+            msg = self.lib.kdart_last_error(self.rt).decode(errors="replace") if rt and self.rt else ""
+            raise RuntimeError(f"{what} failed: {rc} {self.lib.kdart_strerror(rc).decode()}: {msg}")
+
+    def prepare(self, kernel, spec):
+        p = Prepared()
+        t0 = time.perf_counter()
+        self.check(self.lib.kdart_prepare(self.rt, kernel.encode(), spec.encode(), None, 0, ctypes.byref(p)),
+                   f"kdart_prepare({kernel}, {spec})")
+        return p, (time.perf_counter() - t0) * 1e3
+
+    def close(self):
+        if self.rt:
+            self.lib.kdart_close(self.rt)
+            self.rt = ctypes.c_void_p()
+
+
+# ------------------------------------------------------------------ helpers
+
+def rel_rms(a, b):
+    """rms(a - b) / rms(b) in float64, in slices (the dh tensors are GBs)."""
+    a = a.reshape(-1)
+    b = b.reshape(-1)
+    num = den = 0.0
+    step = 1 << 25
+    for i in range(0, b.numel(), step):
+        x = a[i:i + step].double()
+        y = b[i:i + step].double()
+        num += (x - y).square().sum().item()
+        den += y.square().sum().item()
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return math.sqrt(num / den)
+
+
+def all_finite(t):
+    import torch
+    return bool(torch.isfinite(t).all().item())
+
+
+def chunk_gate(shape, device):
+    """g = chunk-local inclusive cumsum (log2 units) of logsigmoid(1.5*randn + 2), fp32 [B,T,HV,K]."""
+    import torch
+    import torch.nn.functional as F
+    B, T, HV, K = shape
+    a = F.logsigmoid(torch.randn(B, T // CHUNK, CHUNK, HV, K, device=device) * 1.5 + 2.0)
+    g = a.cumsum_(2).mul_(RCP_LN2)
+    return g.reshape(B, T, HV, K).contiguous()
+
+
+def rcumsum_chunks(x):
+    """chunk-local reverse (suffix) cumsum along T of [B,T,HV,K] fp32 (torch; fla-free)."""
+    B, T, HV, K = x.shape
+    y = x.reshape(B, T // CHUNK, CHUNK, HV, K).flip(2).cumsum(2).flip(2)
+    return y.reshape(B, T, HV, K).contiguous()
+
+
+def make_intra(r, device):
+    import torch
+    import torch.nn.functional as F
+    B, T, H, HV, K = r.B, r.T, r.H, r.HV, r.K
+    bf = torch.bfloat16
+    q = torch.randn(B, T, H, K, device=device).to(bf)
+    k = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(bf)
+    g = chunk_gate((B, T, HV, K), device)
+    beta = torch.rand(B, T, HV, device=device).to(bf)
+    ar = torch.arange(CHUNK, device=device)
+    lower = (ar[:, None] >= ar[None, :]).float()  # [r, s], s <= r
+    strict = (ar[:, None] > ar[None, :]).float()  # s < r
+    dAqk = (torch.randn(B, T // CHUNK, CHUNK, HV, CHUNK, device=device) * 0.1).mul_(lower[None, None, :, None, :])
+    dAkk = (torch.randn(B, T // CHUNK, CHUNK, HV, CHUNK, device=device) * 0.1).mul_(strict[None, None, :, None, :])
+    dAqk = dAqk.reshape(B, T, HV, CHUNK).contiguous()
+    dAkk = dAkk.reshape(B, T, HV, CHUNK).contiguous()
+    dq = torch.randn(B, T, HV, K, device=device)
+    dk = torch.randn(B, T, HV, K, device=device)
+    dg = torch.randn(B, T, HV, K, device=device)
+    db = torch.randn(B, T, HV, device=device)
+    return dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, dg=dg, db=db)
+
+
+def make_dhu(r, device):
+    import torch
+    B, T, HV, K, V = r.B, r.T, r.HV, r.K, r.V
+    bf = torch.bfloat16
+    qg = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
+    kg = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
+    w = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
+    g = chunk_gate((B, T, HV, K), device)
+    do = torch.randn(B, T, HV, V, device=device).to(bf)
+    dv = torch.randn(B, T, HV, V, device=device).to(bf)
+    h0 = torch.randn(B, HV, K, V, device=device)
+    dht = torch.randn(B, HV, K, V, device=device)
+    return dict(qg=qg, kg=kg, w=w, g=g, do=do, dv=dv, h0=h0, dht=dht, scale=K ** -0.5)
+
+
+class Timer:
+    def __init__(self, iters, warmup, pad_cycles):
+        self.iters, self.warmup, self.pad = iters, warmup, pad_cycles
+
+    def __call__(self, fns):
+        """Median and min ms of fns[i % len(fns)]() over self.iters, after self.warmup calls.
+        Each timed call is preceded by a GPU spin (torch.cuda._sleep) so that the host's launch
+        overhead is hidden behind it and only device time is counted (as triton's do_bench)."""
+        import torch
+        n = len(fns)
+        for i in range(max(self.warmup, n)):
+            fns[i % n]()
+        torch.cuda.synchronize()
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(self.iters)]
+        sleep = getattr(torch.cuda, "_sleep", None)
+        for i, (s, e) in enumerate(ev):
+            if sleep is not None and self.pad > 0:
+                sleep(self.pad)
+            s.record()
+            fns[i % n]()
+            e.record()
+        torch.cuda.synchronize()
+        ts = sorted(s.elapsed_time(e) for s, e in ev)
+        return ts[len(ts) // 2], ts[0]
+
+
+def copy_ceiling(timer):
+    """Device-to-device copy of 2 GiB: (read + write bytes) / time, GB/s."""
+    import torch
+    n = 1 << 31
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    src.fill_(1)
+    dst = torch.empty_like(src)
+    med, _ = timer([lambda d=dst, s=src: d.copy_(s)])
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (med * 1e-3) / 1e9, med
+
+
+def nsets_for(nbytes, L2=50e6):
+    """Input sets to rotate through: several when one set is small enough that L2 could flatter."""
+    return 1 if nbytes >= 20 * L2 else 3
+
+
+# ---------------------------------------------------------------- the stages
+
+def run_intra(r, ctx):
+    import torch
+    kd, fla, timer, dev = ctx["kd"], ctx["fla"], ctx["timer"], ctx["device"]
+    fold = emit = 1 if r.fold_emit else 0
+    nbytes = intra_bytes(r, emit=bool(emit))
+    nsets = nsets_for(nbytes)
+    spec = f"io=bf16,fold_dg={fold},emit_bf16={emit},K={r.K}"
+    p, ms = kd.prepare("bwd_intra", spec)
+    print(f"  kdart bwd_intra [{spec}]: {FROM.get(p.source, p.source)} "
+          f"(compile {p.compile_ms:.0f} ms, prepare call {ms:.0f} ms)", flush=True)
+    sets = [make_intra(r, dev) for _ in range(nsets)]
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    odt = torch.bfloat16 if emit else torch.float32
+
+    launches, outs, keep = [], [], []
+    for s in sets:
+        o = dict(dq=torch.full(s["dq"].shape, float("nan"), dtype=odt, device=dev),
+                 dk=torch.full(s["dk"].shape, float("nan"), dtype=odt, device=dev),
+                 dg=torch.full_like(s["dg"], float("nan")),
+                 db=torch.full_like(s["db"], float("nan")))
+        d = {n: DL(t) for n, t in list(s.items()) + [("o_" + n, t) for n, t in o.items()]}
+        a = IntraArgs(ctypes.sizeof(IntraArgs), d["q"].ptr, d["k"].ptr, d["g"].ptr, d["beta"].ptr,
+                      d["dAqk"].ptr, d["dAkk"].ptr, d["dq"].ptr, d["dk"].ptr, d["dg"].ptr, d["db"].ptr,
+                      d["o_dq"].ptr, d["o_dk"].ptr, d["o_dg"].ptr, d["o_db"].ptr, fold, emit)
+        keep.append((d, a))
+        outs.append(o)
+
+        def launch(a=a):
+            rc = kd.lib.kdart_kda_bwd_intra(kd.rt, ctypes.byref(a), stream)
+            if rc:
+                kd.check(rc, "kdart_kda_bwd_intra")
+        launches.append(launch)
+
+    res = dict(stage="bwd_intra" + (" fold+emit" if r.fold_emit else ""), row=r.name, shape=r.shape_str(),
+               bytes=nbytes, nsets=nsets, checks={}, flags=[])
+    # kdart once on poisoned outputs, then check
+    launches[0]()
+    torch.cuda.synchronize()
+    ko = outs[0]
+    for n, t in ko.items():
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+
+    res["kdart_ms"], res["kdart_min_ms"] = timer(launches)
+
+    s0 = sets[0]
+    if fla is not None:
+        try:
+            def fla_intra(s):
+                return fla["intra"](s["q"], s["k"], s["g"], s["beta"], s["dAqk"], s["dAkk"],
+                                    s["dq"], s["dk"], s["db"], s["dg"], chunk_size=CHUNK, safe_gate=False)
+
+            def fla_fold(s):  # fla's equivalent of fold_dg=1 (emit_bf16's casts: fla_fold_casts)
+                _, _, _, dg_ = fla_intra(s)
+                return fla["cumsum"](dg_, CHUNK, reverse=True)
+
+            def fla_fold_casts(s):
+                dq_, dk_, _, dg_ = fla_intra(s)
+                return fla["cumsum"](dg_, CHUNK, reverse=True), dq_.to(torch.bfloat16), dk_.to(torch.bfloat16)
+
+            dq2, dk2, db2, dg2 = fla_intra(s0)
+            if r.fold_emit:
+                dg2 = fla["cumsum"](dg2, CHUNK, reverse=True)
+            torch.cuda.synchronize()
+            ref = dict(dq=dq2, dk=dk2, dg=dg2, db=db2)
+            for n in ("dq", "dk", "dg", "db"):
+                res["checks"][n] = rel_rms(ko[n], ref[n])
+            del dq2, dk2, db2, dg2, ref
+            if r.fold_emit:
+                res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_fold(s) for s in sets])
+                res["fla_ms_with_casts"], _ = timer([lambda s=s: fla_fold_casts(s) for s in sets])
+            else:
+                res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_intra(s) for s in sets])
+        except Exception as e:  # fla broke on this row: keep kdart's numbers
+            print(f"  fla failed: {type(e).__name__}: {e}", flush=True)
+            res["fla_error"] = f"{type(e).__name__}: {e}"
+            res["flags"].append("FLA_ERROR")
+            res.pop("fla_ms", None)
+    elif r.fold_emit:
+        # fla-free self check: the same inputs through kdart's plain specialization, folded by torch
+        kd.prepare("bwd_intra", f"io=bf16,fold_dg=0,emit_bf16=0,K={r.K}")
+        pl = dict(dq=torch.empty_like(s0["dq"]), dk=torch.empty_like(s0["dk"]),
+                  dg=torch.empty_like(s0["dg"]), db=torch.empty_like(s0["db"]))
+        dd = {n: DL(t) for n, t in list(s0.items()) + [("o_" + n, t) for n, t in pl.items()]}
+        a = IntraArgs(ctypes.sizeof(IntraArgs), dd["q"].ptr, dd["k"].ptr, dd["g"].ptr, dd["beta"].ptr,
+                      dd["dAqk"].ptr, dd["dAkk"].ptr, dd["dq"].ptr, dd["dk"].ptr, dd["dg"].ptr, dd["db"].ptr,
+                      dd["o_dq"].ptr, dd["o_dk"].ptr, dd["o_dg"].ptr, dd["o_db"].ptr, 0, 0)
+        kd.check(kd.lib.kdart_kda_bwd_intra(kd.rt, ctypes.byref(a), stream), "kdart_kda_bwd_intra")
+        torch.cuda.synchronize()
+        pl["dg"] = rcumsum_chunks(pl["dg"])
+        for n in ("dq", "dk", "dg", "db"):
+            res["checks"]["self_" + n] = rel_rms(ko[n], pl[n])
+        del pl, dd, a
+    del sets, outs, keep, launches, ko, s0
+    return res
+
+
+def run_dhu(r, ctx):
+    import torch
+    kd, fla, timer, dev = ctx["kd"], ctx["fla"], ctx["timer"], ctx["device"]
+    nbytes = dhu_bytes(r)
+    nsets = nsets_for(nbytes)
+    spec = f"io=bf16,K={r.K}"
+    p, ms = kd.prepare("bwd_dhu", spec)
+    print(f"  kdart bwd_dhu [{spec}]: {FROM.get(p.source, p.source)} "
+          f"(compile {p.compile_ms:.0f} ms, prepare call {ms:.0f} ms)", flush=True)
+    sets = [make_dhu(r, dev) for _ in range(nsets)]
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    NT = r.T // CHUNK
+
+    launches, outs, keep = [], [], []
+    for s in sets:
+        o = dict(dh=torch.full((r.B, NT, r.HV, r.K, r.V), float("nan"), dtype=torch.bfloat16, device=dev),
+                 dv2=torch.full_like(s["dv"], float("nan")),
+                 dh0=torch.full_like(s["h0"], float("nan")))
+        d = {n: DL(t) for n, t in s.items() if n != "scale"}
+        d.update({"o_" + n: DL(t) for n, t in o.items()})
+        a = DhuArgs(ctypes.sizeof(DhuArgs), d["qg"].ptr, d["kg"].ptr, d["w"].ptr, d["g"].ptr, d["do"].ptr,
+                    d["dv"].ptr, d["dht"].ptr, d["o_dh"].ptr, d["o_dv2"].ptr, d["o_dh0"].ptr, s["scale"])
+        keep.append((d, a))
+        outs.append(o)
+
+        def launch(a=a):
+            rc = kd.lib.kdart_kda_bwd_dhu(kd.rt, ctypes.byref(a), stream)
+            if rc:
+                kd.check(rc, "kdart_kda_bwd_dhu")
+        launches.append(launch)
+
+    res = dict(stage="bwd_dhu", row=r.name, shape=r.shape_str(), bytes=nbytes, nsets=nsets, checks={}, flags=[])
+    launches[0]()
+    torch.cuda.synchronize()
+    ko = outs[0]
+    for n, t in ko.items():
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+
+    res["kdart_ms"], res["kdart_min_ms"] = timer(launches)
+
+    if fla is not None:
+        try:
+            def fla_dhu(s):
+                return fla["dhu"](q=s["qg"], k=s["kg"], w=s["w"], do=s["do"], dv=s["dv"], gk=s["g"],
+                                  h0=s["h0"], dht=s["dht"], scale=s["scale"], chunk_size=CHUNK)
+            dh, dh0, dv2 = fla_dhu(sets[0])
+            torch.cuda.synchronize()
+            ref = dict(dh=dh, dv2=dv2, dh0=dh0)
+            for n in ("dh", "dv2", "dh0"):
+                res["checks"][n] = rel_rms(ko[n], ref[n])
+            del dh, dh0, dv2, ref
+            res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_dhu(s) for s in sets])
+        except Exception as e:  # fla broke on this row: keep kdart's numbers
+            print(f"  fla failed: {type(e).__name__}: {e}", flush=True)
+            res["fla_error"] = f"{type(e).__name__}: {e}"
+            res["flags"].append("FLA_ERROR")
+            res.pop("fla_ms", None)
+    del sets, outs, keep, launches, ko
+    return res
+
+
+# ---------------------------------------------------------------- fla import
+
+def import_fla():
+    os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+    try:
+        import inspect
+        from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
+        from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
+        from fla.ops.utils import chunk_local_cumsum
+        try:
+            import fla
+            ver = getattr(fla, "__version__", "?")
+        except Exception:
+            ver = "?"
+        si = inspect.signature(chunk_kda_bwd_intra)
+        sd = inspect.signature(chunk_gated_delta_rule_bwd_dhu)
+        for name, sig, need in (("chunk_kda_bwd_intra", si, ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk",
+                                                            "db", "dg", "chunk_size", "safe_gate")),
+                                ("chunk_gated_delta_rule_bwd_dhu", sd, ("q", "k", "w", "do", "dv", "gk", "h0",
+                                                                       "dht", "scale", "chunk_size"))):
+            missing = [p for p in need if p not in sig.parameters]
+            if missing:
+                raise ImportError(f"fla {ver}: {name}{sig} lacks {missing}")
+        order = list(si.parameters)[:10]
+        if order != ["q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg"]:
+            raise ImportError(f"fla {ver}: chunk_kda_bwd_intra positional order changed: {order}")
+        print(f"fla {ver}: chunk_kda_bwd_intra{si}")
+        print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
+        return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
+                    version=ver)
+    except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
+        print(f"fla not available ({type(e).__name__}: {e}); running kdart only")
+        return None
+
+
+# --------------------------------------------------------------------- main
+
+def dump_json(path, meta, results):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(dict(meta, results=results), f, indent=1)
+    os.replace(tmp, path)
+
+
+def fmt(x, f):
+    return "-" if x is None else format(x, f)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="kdart vs fla side by side for the KDA backward stages bwd_intra and bwd_dhu "
+                    "(agreement, CUDA-event timings, bandwidth vs the copy ceiling).")
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libkdart.so"),
+                    help="path of libkdart.so (default: build/libkdart.so in the repo)")
+    ap.add_argument("--rows", default="",
+                    help="comma-separated row indices or names (see --list); default: all")
+    ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
+    ap.add_argument("--stage", choices=("both", "intra", "dhu"), default="both", help="which stages to run")
+    ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (median; default 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default 3)")
+    ap.add_argument("--pad-cycles", type=int, default=1_000_000,
+                    help="GPU spin (torch.cuda._sleep cycles) before each timed call, to hide host launch "
+                         "overhead (default 1e6, about 0.5 ms); 0 disables")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no new row after this many seconds (the table is still printed); 0: no limit")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the 2 GiB copy-ceiling measurement")
+    ap.add_argument("--list", action="store_true", help="list the rows and exit")
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for i, r in enumerate(ROWS):
+            print(f"{i:2d}  {r.name:22s} {r.shape_str():28s} {r.note}")
+        return 0
+    rows = select_rows(args.rows, args.quick)
+
+    import torch
+    if not torch.cuda.is_available():
+        print("no CUDA device: this benchmark runs on the GPU machine", file=sys.stderr)
+        return 3
+    # The library finds its kernel sources through KDART_KERNEL_DIR when the
+    # build-time source path does not exist here (a tree copied to another machine).
+    os.environ.setdefault("KDART_KERNEL_DIR", os.path.join(ROOT, "kernel_src"))
+    os.environ.setdefault("KDART_LOG", "warn")  # cache trouble and the like go to stderr
+    dev = torch.device("cuda")
+    torch.cuda.init()
+    torch.empty(1, device=dev)  # make the primary context current before kdart looks for one
+
+    fla = None if args.no_fla else import_fla()
+    lib = os.path.abspath(args.lib)
+    if not os.path.exists(lib):
+        print(f"{lib}: not found (build with tools/build.sh, or pass --lib)", file=sys.stderr)
+        return 3
+    kd = Kdart(lib)
+    props = torch.cuda.get_device_properties(dev)
+    print(f"device {props.name}, {props.multi_processor_count} SMs; torch {torch.__version__}; "
+          f"kdart {kd.version} ({lib}); fla {fla['version'] if fla else 'off'}; "
+          f"KDART_CACHE_DIR={os.environ.get('KDART_CACHE_DIR', '(default)')}", flush=True)
+
+    timer = Timer(args.iters, args.warmup, args.pad_cycles)
+    t_start = time.time()
+    ceil_gbs = None
+    if not args.no_ceiling:
+        ceil_gbs, ceil_ms = copy_ceiling(timer)
+        print(f"copy ceiling: {ceil_gbs:.0f} GB/s (2 GiB device-to-device copy, read+write, {ceil_ms:.3f} ms)",
+              flush=True)
+
+    meta = dict(device=props.name, sms=props.multi_processor_count, torch=torch.__version__, kdart=kd.version,
+                fla=fla["version"] if fla else None, copy_ceiling_gbs=ceil_gbs, iters=args.iters,
+                warmup=args.warmup, pad_cycles=args.pad_cycles, mismatch_at=MISMATCH_AT)
+    ctx = dict(kd=kd, fla=fla, timer=timer, device=dev)
+    results = []
+    failed = fatal = False
+    for r in rows:
+        if fatal:
+            break
+        if args.budget_s and time.time() - t_start > args.budget_s:
+            left = rows[rows.index(r):]
+            print(f"--budget-s {args.budget_s:.0f} spent: skipping {', '.join(x.name for x in left)}", flush=True)
+            meta["skipped"] = [x.name for x in left]
+            break
+        stages = []
+        if args.stage in ("both", "intra"):
+            stages.append(run_intra)
+        if args.stage in ("both", "dhu") and not r.fold_emit:
+            stages.append(run_dhu)
+        for fn in stages:
+            print(f"[{r.name}] {r.shape_str()} {fn.__name__[4:]} (t={time.time() - t_start:.0f} s)", flush=True)
+            try:
+                res = fn(r, ctx)
+            except Exception as e:  # report and go on with the next row
+                failed = True
+                stage = "bwd_dhu" if fn is run_dhu else "bwd_intra fold+emit" if r.fold_emit else "bwd_intra"
+                res = dict(stage=stage, row=r.name, shape=r.shape_str(), error=f"{type(e).__name__}: {e}")
+                print(f"  ERROR {res['error']}", flush=True)
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            except Exception as e:  # a kernel fault poisons the context: nothing after it can run
+                print(f"  CUDA context lost ({type(e).__name__}: {e}); stopping", flush=True)
+                res.setdefault("error", f"context lost: {e}")
+                fatal = True
+            if "error" not in res:
+                res["kdart_gbs"] = res["bytes"] / (res["kdart_ms"] * 1e-3) / 1e9
+                res["fla_gbs"] = res["bytes"] / (res["fla_ms"] * 1e-3) / 1e9 if "fla_ms" in res else None
+                res["ratio"] = res["fla_ms"] / res["kdart_ms"] if "fla_ms" in res else None
+                res["pct_ceiling"] = 100 * res["kdart_gbs"] / ceil_gbs if ceil_gbs else None
+                for n, v in res["checks"].items():
+                    if not math.isfinite(v) or v > MISMATCH_AT:
+                        res["flags"].append(f"MISMATCH:{n}")
+                if any(f.startswith(("MISMATCH", "NONFINITE")) for f in res["flags"]):
+                    failed = True
+                chk = " ".join(f"{n}={v:.2e}" for n, v in res["checks"].items())
+                extra = f"  fla+casts {res['fla_ms_with_casts']:.3f} ms" if "fla_ms_with_casts" in res else ""
+                print(f"  kdart {res['kdart_ms']:.3f} ms, fla {fmt(res.get('fla_ms'), '.3f')} ms{extra}; "
+                      f"rel-RMS vs {'fla' if fla else 'kdart plain'}: {chk or '-'} "
+                      f"{' '.join(res['flags'])}", flush=True)
+            results.append(res)
+            if args.json:  # after every row, so a run cut short still leaves its numbers
+                dump_json(args.json, meta, results)
+            if fatal:
+                break
+
+    elapsed = time.time() - t_start
+    if not fatal:
+        kd.close()
+
+    # the table
+    print()
+    hdr = ("stage", "shape", "fla ms", "kdart ms", "fla/kdart", "kdart GB/s", "% ceil", "worst rel-RMS", "flags")
+    lines = []
+    for res in results:
+        if "error" in res:
+            lines.append((res["stage"], res["shape"], "-", "-", "-", "-", "-", "-", "ERROR"))
+            continue
+        worst = max((v if math.isfinite(v) else math.inf) for v in res["checks"].values()) if res["checks"] else None
+        lines.append((res["stage"], res["shape"], fmt(res.get("fla_ms"), ".3f"), f"{res['kdart_ms']:.3f}",
+                      fmt(res.get("ratio"), ".2f") + ("x" if res.get("ratio") else ""), f"{res['kdart_gbs']:.0f}",
+                      fmt(res.get("pct_ceiling"), ".0f"), fmt(worst, ".1e"), ",".join(res["flags"])))
+    w = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)]
+    print("| " + " | ".join(h.ljust(n) for h, n in zip(hdr, w)) + " |")
+    print("|" + "|".join("-" * (n + 2) for n in w) + "|")
+    for ln in lines:
+        print("| " + " | ".join(str(x).ljust(n) for x, n in zip(ln, w)) + " |")
+    print(f"\nbf16 io; median of {args.iters} CUDA-event timings after {args.warmup} warm-up calls; "
+          f"copy ceiling {fmt(ceil_gbs, '.0f')} GB/s; GB/s over the fewest bytes each stage must move; "
+          f"fold+emit row: fla = chunk_kda_bwd_intra + chunk_local_cumsum(dg, reverse) "
+          f"(with the two bf16 casts: see 'fla+casts' above); {elapsed:.0f} s")
+
+    if args.json:
+        meta["elapsed_s"] = elapsed
+        dump_json(args.json, meta, results)
+        print(f"wrote {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
