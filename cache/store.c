@@ -11,7 +11,12 @@
  *     row's cubin_size and cubin_sha256, on every read.  A mismatch moves the
  *     row to `quarantine` in one transaction (re-checked under the write
  *     lock, so a row another writer has just repaired is never moved) and
- *     get reports KDART_ENOENT, so the caller recompiles.
+ *     get reports KDART_ENOENT, so the caller recompiles.  A row is read
+ *     from the table by the rowid the key index gives and its key compared,
+ *     so a damaged index can never hand out another entry's (intact) blob;
+ *     a writable store rebuilds the index (REINDEX) and reads again.
+ *   - A plain miss leaves errmsg empty; a non-empty errmsg with ENOENT is
+ *     worth a warning (damaged, quarantined).
  *   - put is one BEGIN IMMEDIATE transaction: insert (OR IGNORE, or OR
  *     REPLACE when asked), then the byte budget.  An existing row means
  *     another writer won, which is success.
@@ -19,7 +24,9 @@
  *     truncated, NOTADB or CORRUPT while reading the schema) is renamed to
  *     <path>.corrupt-<unixtime>-<pid> (with its -wal, -shm and -journal) and
  *     a fresh database is created; the note stays in errmsg so the runtime
- *     can warn.  A database with a newer user_version is used read-only.
+ *     can warn.  A database with a newer user_version is used read-only
+ *     (refused with ECACHE if its tables lack our columns); an SQLite file
+ *     with tables but no user_version is someone else's and is refused.
  *     A read-only store never creates, moves or writes anything.
  *   - Every failure comes back as a KDART status, with the SQLite message and
  *     what we were doing in errmsg.  Nothing here prints, exits or aborts.
@@ -40,7 +47,10 @@
  *   kdart that only knows schema 1 then uses the file read-only.
  * Journal: WAL, synchronous=NORMAL (a power cut may lose the last commits,
  * never corrupt; a lost entry is only a recompile), busy_timeout 10 s so
- * ranks sharing one cache wait for each other instead of failing.
+ * ranks sharing one cache wait for each other instead of failing (and
+ * switching to WAL, which SQLite will not wait for, is retried as long).
+ * A read-only store whose -shm cannot be opened (a cache shipped in a
+ * read-only image) is read again with immutable=1.
  * auto_vacuum=INCREMENTAL on new files, so gc can give space back.
  *
  * Non-goals: thread safety (the runtime serializes calls on one store),
@@ -168,6 +178,22 @@ static int is_full_key(const char *key) {
 
 static int sql_exec(kdart__store *st, const char *sql, const char *what) {
     int src = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    return src == SQLITE_OK ? KDART_OK : sql_err(st, src, "%s", what);
+}
+
+/* sql_exec for statements that take the write lock while holding a read
+ * lock (switching to WAL): SQLite answers SQLITE_BUSY at once there,
+ * without the busy handler, when another process holds the write lock,
+ * since waiting could deadlock.  We hold nothing else, so waiting is safe:
+ * retry for up to the busy timeout. */
+static int sql_exec_retry(kdart__store *st, const char *sql, const char *what) {
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    int src = SQLITE_BUSY;
+    for (int waited = 0; waited <= BUSY_TIMEOUT_MS; waited += 20) {
+        src = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+        if ((src & 0xff) != SQLITE_BUSY) break;
+        nanosleep(&pause, NULL);
+    }
     return src == SQLITE_OK ? KDART_OK : sql_err(st, src, "%s", what);
 }
 
@@ -400,13 +426,19 @@ static int setup(kdart__store *st) {
     if (!st->ro_open) {
         if (sqlite3_db_readonly(st->db, "main") == 1)
             return set_err(st, KDART_EIO, "cache file %s is read-only", st->path);
+        /* Our migrations create tables and set the version in one
+         * transaction, so tables without a version are someone else's. */
+        if (v <= 0 && n > 0)
+            return set_err(st, KDART_ECACHE, "%s is an SQLite database but not a kdart cache; left alone",
+                           st->path);
         if (v < KDART__STORE_SCHEMA) {
-            /* Only possible before the first table exists. */
-            if (n == 0 && (rc = sql_exec(st, "PRAGMA auto_vacuum = INCREMENTAL", "setting auto_vacuum"))) return rc;
-            if ((rc = sql_exec(st, "PRAGMA journal_mode = WAL", "switching the cache to WAL"))) return rc;
+            /* auto_vacuum can only be chosen before the first table exists. */
+            if (n == 0 && (rc = sql_exec_retry(st, "PRAGMA auto_vacuum = INCREMENTAL", "setting auto_vacuum")))
+                return rc;
+            if ((rc = sql_exec_retry(st, "PRAGMA journal_mode = WAL", "switching the cache to WAL"))) return rc;
             if ((rc = migrate(st))) return rc;
         }
-        if ((rc = sql_exec(st, "PRAGMA synchronous = NORMAL", "setting synchronous"))) return rc;
+        if ((rc = sql_exec_retry(st, "PRAGMA synchronous = NORMAL", "setting synchronous"))) return rc;
     }
     if (v > KDART__STORE_SCHEMA) {
         st->newer = 1;
@@ -1354,6 +1386,7 @@ int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, k
         return KDART_EAGAIN;
     }
     if (rc != KDART_OK && rc != KDART_ENOENT) goto fail;
+    int64_t prev_started = rc == KDART_OK ? cur.started : 0;
     /* Expired leases, of this key and any other, go. */
     int64_t t[1] = {now};
     if ((rc = lease_exec(st, "DELETE FROM leases WHERE expiry <= ?1", NULL, t, 1, NULL, 0,
@@ -1365,7 +1398,7 @@ int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, k
     memcpy(mine->boot_id, me.boot_id, sizeof mine->boot_id);
     /* started is unique per key, so renew and release can tell this lease
      * from a later one taken by another handle of the same process. */
-    mine->started = rc == KDART_OK && cur.started >= now ? cur.started + 1 : now;
+    mine->started = prev_started >= now ? prev_started + 1 : now;
     mine->heartbeat = now;
     mine->expiry = now + ttl_ms;
     const char *texts[2] = {mine->owner_host, mine->boot_id};

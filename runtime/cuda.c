@@ -75,13 +75,34 @@ static int cuda_fail(kdart_rt *rt, const char *what, CUresult r) {
     return kdart__err(rt, KDART_ECUDA, "%s failed: %s", what, name);
 }
 
+/* The last context this thread saw, with its device and arch: the launch
+ * path asks for them on every call, and cuCtxGetDevice plus two attribute
+ * queries would cost most of a microsecond each time.  A context handle
+ * stays bound to one device for its life; primary contexts (what CUDA
+ * runtime and PyTorch use) live as long as the process. */
+static _Thread_local struct {
+    CUcontext ctx;
+    int dev;
+    char arch[16];
+} tl_ctx;
+
 int kdart__cuda_context(kdart_rt *rt, void **ctx_out, char arch[16]) {
+    return kdart__cuda_context_dev(rt, ctx_out, arch, NULL);
+}
+
+int kdart__cuda_context_dev(kdart_rt *rt, void **ctx_out, char arch[16], int *dev_out) {
     const kdart__cuda *cu;
     int rc = kdart__cuda_get(rt, &cu);
     if (rc) return rc;
     CUcontext ctx = NULL;
     CUresult r = cu->cuCtxGetCurrent(&ctx);
     if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetCurrent", r);
+    if (ctx && ctx == tl_ctx.ctx) {
+        if (arch) memcpy(arch, tl_ctx.arch, 16);
+        if (dev_out) *dev_out = tl_ctx.dev;
+        *ctx_out = ctx;
+        return KDART_OK;
+    }
     if (!ctx) {
         /* No context on this thread: use device 0's primary context, the
          * one the CUDA runtime (and so PyTorch) would use. */
@@ -91,16 +112,18 @@ int kdart__cuda_context(kdart_rt *rt, void **ctx_out, char arch[16]) {
             return cuda_fail(rt, "cuDevicePrimaryCtxRetain", r);
         if ((r = cu->cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxSetCurrent", r);
     }
-    if (arch) {
-        CUdevice dev;
-        int major = 0, minor = 0;
-        if ((r = cu->cuCtxGetDevice(&dev)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetDevice", r);
-        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-        /* Arch-specific targets (the "a" suffix) from Hopper on: the kernels
-         * may use wgmma and setmaxnreg, which exist only there. */
-        snprintf(arch, 16, "sm_%d%d%s", major, minor, major >= 9 ? "a" : "");
-    }
+    CUdevice dev;
+    int major = 0, minor = 0;
+    if ((r = cu->cuCtxGetDevice(&dev)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetDevice", r);
+    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    tl_ctx.ctx = ctx;
+    tl_ctx.dev = (int)dev;
+    /* Arch-specific targets (the "a" suffix) from Hopper on: the kernels
+     * may use wgmma and setmaxnreg, which exist only there. */
+    snprintf(tl_ctx.arch, sizeof tl_ctx.arch, "sm_%d%d%s", major, minor, major >= 9 ? "a" : "");
+    if (arch) memcpy(arch, tl_ctx.arch, 16);
+    if (dev_out) *dev_out = tl_ctx.dev;
     *ctx_out = ctx;
     return KDART_OK;
 }

@@ -122,19 +122,17 @@ static int check_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out) {
     return KDART_OK;
 }
 
-/* Checks that the current context is on the tensors' device, and returns
- * the launchable function of the specialization there. */
+/* Checks that the current context is on the tensors' device (device_id
+ * < 0: any), and returns the launchable function of the specialization. */
 static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kdart__unit **unit, void **fn) {
     void *ctx;
     char arch[16];
-    int rc = kdart__cuda_context(rt, &ctx, arch);
+    int dev;
+    int rc = kdart__cuda_context_dev(rt, &ctx, arch, &dev);
     if (rc) return rc;
-    const kdart__cuda *cu = NULL;
-    kdart__cuda_get(rt, &cu);
-    CUdevice dev;
-    if (cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (int)dev != device_id)
+    if (device_id >= 0 && dev != device_id)
         return kdart__err(rt, KDART_EDEVICE, "tensors are on cuda:%d but the current context is on cuda:%d",
-                          device_id, (int)dev);
+                          device_id, dev);
     const kdart__kernel *k = &kdart__kernels[kernel];
     kdart__unit *u = atomic_load_explicit(&rt->slots[kernel][kdart__spec_index(k, vals)], memory_order_acquire);
     if (!u || strcmp(u->arch, arch) != 0) {
@@ -268,4 +266,22 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     };
     int bv = kdart__dhu_bv((int)K);
     return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(B * HV), 1, u->threads, u->smem, stream, &p);
+}
+
+int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart_launch_info *out) {
+    KDART__CHECK_RT(rt);
+    if (!kernel || !out) return kdart__err(rt, KDART_ENULL, "kernel and out must not be NULL");
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
+    int vals[KDART__MAX_PARAMS];
+    char err[256];
+    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
+    if (rc) return kdart__err(rt, rc, "%s", err);
+    kdart__unit *u;
+    void *fn;
+    if ((rc = resolve(rt, (int)(k - kdart__kernels), vals, -1, &u, &fn)) != KDART_OK) return rc;
+    out->function = fn;
+    out->threads = u->threads;
+    out->smem_bytes = u->smem;
+    return KDART_OK;
 }

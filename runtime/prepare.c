@@ -20,14 +20,18 @@
  * unit lives in memory, and the log says so once.
  *
  * Locking: rt->lock is held for lookups and publication and released for
- * the compile itself, so prewarm threads compile different keys at once.
+ * the compile itself, so prewarm threads compile different keys at once,
+ * and while waiting for a compile of the same key by another thread or
+ * process (see PROTOCOL below: one compile per key per cache).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt.h"
+#include "service.h" /* kdart__service_prepare: the KDART_SERVICE hook */
 
 #define KDART__MANIFEST_MAX 64 /* lines */
 
@@ -215,11 +219,312 @@ static const char *log_tail(const char *log) {
     return n > 1500 ? log + n - 1500 : log;
 }
 
+/* ------------------------------------------------------ one compile per key
+ *
+ * PROTOCOL.  Many threads of one process, and many processes sharing one
+ * writable cache, may ask for the same uncompiled key at once.  Exactly one
+ * of them compiles it; the others wait and then load what it published.
+ *
+ *  1. In this process (single flight).  Under rt->lock, a thread that
+ *     misses (no unit in memory, no entry in the caches) creates a flight
+ *     record for the key in rt->flights and becomes its owner.  A thread
+ *     that finds a record waits on its condition variable (rt->lock is
+ *     released while it waits), then looks the key up again: the owner's
+ *     unit is in memory by then.  A compile failure (ECOMPILE, ELINK) is
+ *     handed to the waiters with its message, so a broken kernel is also
+ *     compiled once.  With KDART_PREPARE_NO_WAIT a thread that finds a
+ *     record returns KDART_EAGAIN instead of waiting.
+ *
+ *  2. Across processes (leases).  Before compiling, the owner takes the
+ *     key's lease in the writable cache (kdart__store_lease_take: one
+ *     BEGIN IMMEDIATE transaction).  Taken: it looks the key up once more
+ *     (another process may have published and released between our miss
+ *     and our take), and compiles only on a miss.  Held by a live process:
+ *     the owner polls, sleeping 50 ms growing to 200 ms with rt->lock
+ *     released, until the entry appears (then it loads it) or the lease
+ *     expires, is released without an entry, or its owner is seen dead
+ *     (then it takes the lease and compiles), or rt->lease_wait_ms
+ *     (KDART_LEASE_WAIT_MS, default 10 min) has passed (then it compiles
+ *     without a lease, with a warning).  Only the flight's owner polls;
+ *     the other threads of this process wait on the flight.  NO_WAIT
+ *     returns KDART_EAGAIN on a live foreign lease too.
+ *
+ *  3. While the owner compiles (rt->lock released), the heartbeat thread
+ *     renews its lease every rt->lease_renew_ms (5 s) to now + lease_ttl_ms
+ *     (60 s).  A process that dies mid-compile stops renewing: others take
+ *     over at the expiry at the latest, at once when it ran on their host
+ *     (pid probed, same boot id).
+ *
+ *  4. Publication is one transaction (kdart__store_put); a row already
+ *     there means another writer won, which is success.  Then the lease is
+ *     released and the flight ends: waiters wake and find the unit.
+ *
+ * No lock files: a lease is a row, and an abandoned row only lives until
+ * its expiry.  A handle without a writable cache (memory only, read-only
+ * caches) has nothing to share and takes no lease.  KDART_PREPARE_FORCE
+ * rebuilds: it waits for a flight of this process, but takes no lease
+ * (its purpose is to replace an entry that exists).
+ */
+
+static kdart__flight *flight_find(kdart_rt *rt, const char *key) {
+    for (kdart__flight *f = rt->flights; f; f = f->next)
+        if (strcmp(f->key, key) == 0) return f;
+    return NULL;
+}
+
+/* Registers the calling thread as the compiler of key.  Under rt->lock. */
+static int flight_begin(kdart_rt *rt, const char *key, kdart__flight **out) {
+    kdart__flight *f = kdart__calloc(1, sizeof *f);
+    if (!f) return kdart__err(rt, KDART_ENOMEM, "recording an in-flight compile");
+    if (pthread_cond_init(&f->cond, NULL) != 0) {
+        kdart__free(f);
+        return kdart__err(rt, KDART_ENOMEM, "creating a condition variable");
+    }
+    memcpy(f->key, key, sizeof f->key);
+    f->refs = 1;
+    f->next = rt->flights;
+    rt->flights = f;
+    *out = f;
+    return KDART_OK;
+}
+
+static void flight_put(kdart__flight *f) {
+    if (--f->refs > 0) return;
+    pthread_cond_destroy(&f->cond);
+    kdart__free(f->msg);
+    kdart__free(f);
+}
+
+/* The owner is done: unlink the record, publish the outcome, wake the
+ * waiters.  Under rt->lock. */
+static void flight_end(kdart_rt *rt, kdart__flight *f, int rc) {
+    for (kdart__flight **p = &rt->flights; *p; p = &(*p)->next)
+        if (*p == f) {
+            *p = f->next;
+            break;
+        }
+    f->done = 1;
+    f->rc = rc;
+    if (rc != KDART_OK) {
+        /* The message without its "ENAME: " prefix; kdart__err adds it back. */
+        const char *m = kdart_last_error(rt);
+        const char *colon = strstr(m, ": ");
+        f->msg = kdart__strdup(colon ? colon + 2 : m);
+    }
+    pthread_cond_broadcast(&f->cond);
+    flight_put(f);
+}
+
+/* Waits for another thread's compile of the same key.  KDART_OK: look the
+ * key up again.  The owner's compile failure is returned as this thread's
+ * (same status, same message).  Under rt->lock (released while waiting). */
+static int flight_wait(kdart_rt *rt, kdart__flight *f) {
+    f->refs++;
+    while (!f->done) pthread_cond_wait(&f->cond, &rt->lock);
+    int rc = f->rc == KDART_ECOMPILE || f->rc == KDART_ELINK ? f->rc : KDART_OK;
+    if (rc) rc = kdart__err(rt, rc, "%s", f->msg ? f->msg : "compile failed in another thread");
+    flight_put(f);
+    return rc;
+}
+
+/* Lease settings, resolved once under rt->lock.  Tests may preset them. */
+static void lease_settings(kdart_rt *rt) {
+    if (rt->lease_init) return;
+    if (rt->lease_ttl_ms <= 0) rt->lease_ttl_ms = KDART__LEASE_TTL_MS;
+    if (rt->lease_renew_ms <= 0) rt->lease_renew_ms = KDART__LEASE_RENEW_MS;
+    if (rt->lease_wait_ms == 0) {
+        const char *v = (rt->flags & KDART_OPEN_NO_ENV) ? NULL : getenv("KDART_LEASE_WAIT_MS");
+        char *end = NULL;
+        long long ms = v && v[0] ? strtoll(v, &end, 10) : -1;
+        rt->lease_wait_ms = ms >= 0 && end && *end == 0 ? (int64_t)ms : KDART__LEASE_WAIT_MS;
+    }
+    if (rt->lease_wait_ms < 0) rt->lease_wait_ms = 0;
+    rt->lease_init = 1;
+}
+
+/* ------------------------------------------------------------- heartbeat */
+
+/* Renews every lease this handle holds when it is due, sleeping until the
+ * next is due; idle (no timer) while none is held. */
+static void *heartbeat_main(void *arg) {
+    kdart_rt *rt = arg;
+    pthread_mutex_lock(&rt->lock);
+    while (!atomic_load(&rt->stopping)) {
+        double now = kdart__now_ms(), next = -1;
+        for (kdart__flight *f = rt->flights; f; f = f->next) {
+            if (!f->leased) continue;
+            if (f->renewed_ms + (double)rt->lease_renew_ms <= now) {
+                f->renewed_ms = now; /* on failure too: the next try is a period later */
+                int rc = kdart__store_lease_renew(rt->rw, &f->lease, rt->lease_ttl_ms);
+                if (rc == KDART_ENOENT) {
+                    f->leased = 0;
+                    kdart__log(rt, KDART_LOG_WARN, "compile lease on %.12s lost (%s); compiling on",
+                               f->key, kdart__store_errmsg(rt->rw));
+                    continue;
+                } else if (rc) {
+                    /* The store is busy or failing: try again next period. */
+                    kdart__log(rt, KDART_LOG_DEBUG, "renewing the lease on %.12s: %s", f->key,
+                               kdart__store_errmsg(rt->rw));
+                }
+            }
+            double due = f->renewed_ms + (double)rt->lease_renew_ms;
+            if (next < 0 || due < next) next = due;
+        }
+        if (next < 0) {
+            pthread_cond_wait(&rt->heartbeat_cond, &rt->lock);
+            continue;
+        }
+        int64_t wait = (int64_t)(next - kdart__now_ms());
+        if (wait < 1) wait = 1;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += (time_t)(wait / 1000);
+        ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rt->heartbeat_cond, &rt->lock, &ts);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return NULL;
+}
+
+/* A lease was taken: make sure the heartbeat runs.  Under rt->lock.  If
+ * the thread cannot start, the lease simply expires after its ttl. */
+static void heartbeat_kick(kdart_rt *rt) {
+    if (!rt->heartbeat_started) {
+        pthread_condattr_t a;
+        int ok = pthread_condattr_init(&a) == 0;
+        ok = ok && pthread_condattr_setclock(&a, CLOCK_MONOTONIC) == 0;
+        ok = ok && pthread_cond_init(&rt->heartbeat_cond, &a) == 0;
+        pthread_condattr_destroy(&a);
+        if (!ok) {
+            kdart__log(rt, KDART_LOG_WARN, "cannot start the lease heartbeat; leases will expire after %lld ms",
+                       (long long)rt->lease_ttl_ms);
+            return;
+        }
+        if (pthread_create(&rt->heartbeat, NULL, heartbeat_main, rt) != 0) {
+            pthread_cond_destroy(&rt->heartbeat_cond);
+            kdart__log(rt, KDART_LOG_WARN, "cannot start the lease heartbeat; leases will expire after %lld ms",
+                       (long long)rt->lease_ttl_ms);
+            return;
+        }
+        rt->heartbeat_started = 1;
+    }
+    pthread_cond_signal(&rt->heartbeat_cond);
+}
+
+void kdart__heartbeat_stop(kdart_rt *rt) {
+    pthread_mutex_lock(&rt->lock);
+    atomic_store(&rt->stopping, 1);
+    int started = rt->heartbeat_started;
+    if (started) pthread_cond_broadcast(&rt->heartbeat_cond);
+    pthread_mutex_unlock(&rt->lock);
+    if (!started) return;
+    pthread_join(rt->heartbeat, NULL);
+    pthread_cond_destroy(&rt->heartbeat_cond);
+    rt->heartbeat_started = 0;
+}
+
+/* ------------------------------------------------------ lookup and compile */
+
+/* The caches' answer for q: KDART_OK with *out (a new unit), KDART_ENOENT
+ * on a miss, KDART_ECOMPILE for a recorded failure, or a failure. */
+static int lookup_cached(kdart_rt *rt, request *q, kdart_prepared *info, kdart__unit **out) {
+    kdart__row row;
+    int tier = 0;
+    memset(&row, 0, sizeof row);
+    int rc = store_lookup(rt, q->key, &row, &tier);
+    if (rc != KDART_OK) return rc;
+    if (row.failed) {
+        rc = kdart__err(rt, KDART_ECOMPILE,
+                        "%s %s for %s failed to compile earlier (recorded in the cache; "
+                        "fix the source or prepare with KDART_PREPARE_FORCE):\n%s",
+                        q->k->name, q->spec, q->arch, log_tail(row.log));
+        kdart__row_release(&row);
+        return rc;
+    }
+    info->source = tier == 0 ? KDART_FROM_CACHE : KDART_FROM_RO_CACHE;
+    rc = unit_add(rt, q, row.cubin, row.cubin_size, row.lowered, out);
+    row.cubin = NULL;
+    row.lowered = NULL;
+    kdart__row_release(&row);
+    return rc;
+}
+
+static void sleep_ms(int64_t ms) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Step 2 of the protocol, for the flight's owner.  Returns KDART_ENOENT
+ * when the caller must compile (f->leased says whether under a lease),
+ * KDART_OK with *out when another process's entry appeared, or a status
+ * (EAGAIN for NO_WAIT, ECOMPILE for a recorded failure, ECANCELED when
+ * the handle is closing).  Under rt->lock, released while sleeping. */
+static int lease_or_wait(kdart_rt *rt, request *q, kdart__flight *f, uint32_t flags, kdart_prepared *info,
+                         kdart__unit **out) {
+    if (!rt->rw || kdart__store_readonly(rt->rw) || (flags & KDART_PREPARE_FORCE)) return KDART_ENOENT;
+    lease_settings(rt);
+    double t0 = kdart__now_ms();
+    int64_t nap = 50;
+    int logged = 0, rc;
+    kdart__lease holder;
+    for (;;) {
+        rc = kdart__store_lease_take(rt->rw, q->key, rt->lease_ttl_ms, &f->lease, &holder);
+        if (rc == KDART_OK) {
+            f->leased = 1;
+            f->renewed_ms = kdart__now_ms();
+            heartbeat_kick(rt);
+            /* Published between our miss and our take? */
+            return lookup_cached(rt, q, info, out);
+        }
+        if (rc != KDART_EAGAIN) {
+            warn_cache(rt, "taking a compile lease", rt->rw);
+            return KDART_ENOENT;
+        }
+        /* Someone else is compiling it: wait for its entry or its end. */
+        for (;;) {
+            if (flags & KDART_PREPARE_NO_WAIT)
+                return kdart__err(rt, KDART_EAGAIN, "%s %s for %s is being compiled by process %lld on %s",
+                                  q->k->name, q->spec, q->arch, (long long)holder.owner_pid, holder.owner_host);
+            if (atomic_load(&rt->stopping))
+                return kdart__err(rt, KDART_ECANCELED, "the runtime is closing");
+            double waited = kdart__now_ms() - t0;
+            if (waited >= (double)rt->lease_wait_ms) {
+                kdart__log(rt, KDART_LOG_WARN,
+                           "waited %.0f ms for process %lld on %s to compile %s %s for %s; compiling it here too",
+                           waited, (long long)holder.owner_pid, holder.owner_host, q->k->name, q->spec, q->arch);
+                return KDART_ENOENT;
+            }
+            if (!logged++)
+                kdart__log(rt, KDART_LOG_INFO, "waiting for process %lld on %s, which is compiling %s %s for %s",
+                           (long long)holder.owner_pid, holder.owner_host, q->k->name, q->spec, q->arch);
+            int64_t left = rt->lease_wait_ms - (int64_t)waited;
+            pthread_mutex_unlock(&rt->lock);
+            sleep_ms(nap < left ? nap : left > 0 ? left : 1);
+            pthread_mutex_lock(&rt->lock);
+            nap = nap * 3 / 2 > 200 ? 200 : nap * 3 / 2;
+            rc = lookup_cached(rt, q, info, out);
+            if (rc != KDART_ENOENT) return rc;
+            rc = kdart__store_lease_live(rt->rw, q->key, &holder);
+            if (rc == KDART_ENOENT) break; /* expired, released or dead: take it */
+            if (rc != KDART_OK) {
+                warn_cache(rt, "reading a compile lease", rt->rw);
+                return KDART_ENOENT;
+            }
+        }
+    }
+}
+
 static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_prepared *info,
                                kdart__unit **out) {
     kdart__compile_in in = {q->tu, &q->src, q->entry, q->nvrtc_opts, q->n_nvrtc, q->link_opts, q->n_link};
     kdart__compile_out co;
     kdart__log(rt, KDART_LOG_INFO, "compiling %s %s for %s (key %.12s)", q->k->name, q->spec, q->arch, q->key);
+    atomic_fetch_add(&rt->compiles, 1);
     pthread_mutex_unlock(&rt->lock);
     int rc = rt->compile(rt->compile_user, &in, &co);
     pthread_mutex_lock(&rt->lock);
@@ -228,7 +533,7 @@ static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_p
         kdart__compile_out_free(&co);
         return kdart__err(rt, rc, "compiling %s %s", q->k->name, q->spec);
     }
-    /* Another thread may have published the same key while we compiled. */
+    /* A forced rebuild may race a plain compile of the same key. */
     kdart__unit *other = unit_find(rt, q->key);
     if (other && rc == KDART_OK) {
         kdart__compile_out_free(&co);
@@ -249,6 +554,7 @@ static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_p
     row.cubin = co.cubin;
     row.cubin_size = co.cubin_size;
     row.compile_ms = co.ms;
+    /* One transaction; a row already there is another writer's win. */
     if (rt->rw && kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
         warn_cache(rt, "publish", rt->rw);
     if (rc != KDART_OK) {
@@ -276,12 +582,58 @@ static const char *default_arch(kdart_rt *rt) {
     return rt->default_arch ? rt->default_arch : "sm_100a";
 }
 
+/* Memory, then the caches, then one compile per key (see PROTOCOL above).
+ * Under rt->lock; *out is the unit on success. */
+static int find_or_compile(kdart_rt *rt, request *q, uint32_t flags, kdart_prepared *info, kdart__unit **out) {
+    int force = (flags & KDART_PREPARE_FORCE) != 0;
+    double t0 = kdart__now_ms();
+    for (;;) {
+        if (!force && (*out = unit_find(rt, q->key)) != NULL) {
+            info->source = KDART_FROM_MEMORY;
+            return KDART_OK;
+        }
+        kdart__flight *f = flight_find(rt, q->key);
+        if (f) {
+            if (flags & KDART_PREPARE_NO_WAIT)
+                return kdart__err(rt, KDART_EAGAIN, "%s %s for %s is being compiled by another thread",
+                                  q->k->name, q->spec, q->arch);
+            int rc = flight_wait(rt, f);
+            if (rc) return rc;
+            continue; /* FORCE: rebuild after the other's compile */
+        }
+        if (!force) {
+            int rc = lookup_cached(rt, q, info, out);
+            info->lookup_ms = kdart__now_ms() - t0;
+            if (rc != KDART_ENOENT) return rc;
+        }
+        int rc = flight_begin(rt, q->key, &f);
+        if (rc) return rc;
+        /* KDART_SERVICE hook (runtime/client.c): the node's compile service compiles and
+         * publishes the key, then it is read from the cache; before the lease, which the
+         * service takes itself.  KDART_ENOENT: no service, or it could not help. */
+        rc = kdart__service_prepare(rt, q->k->name, q->spec, q->arch, flags, q->key);
+        rc = rc == KDART_OK ? lookup_cached(rt, q, info, out) : KDART_ENOENT;
+        if (rc == KDART_ENOENT) rc = lease_or_wait(rt, q, f, flags, info, out);
+        if (rc == KDART_ENOENT) {
+            info->source = KDART_FROM_COMPILE;
+            rc = compile_and_publish(rt, q, flags, info, out);
+        }
+        if (f->leased) {
+            f->leased = 0;
+            if (kdart__store_lease_release(rt->rw, &f->lease) != KDART_OK)
+                kdart__log(rt, KDART_LOG_DEBUG, "releasing the lease on %.12s: %s (it will expire)", q->key,
+                           kdart__store_errmsg(rt->rw));
+        }
+        flight_end(rt, f, rc);
+        return rc;
+    }
+}
+
 int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, uint32_t flags,
                    kdart_prepared *info, kdart__unit **unit_out) {
     kdart_prepared dummy;
     if (!info) info = &dummy;
     memset(info, 0, sizeof *info);
-    double t0 = kdart__now_ms();
     request q;
     kdart__unit *u = NULL;
     pthread_mutex_lock(&rt->lock);
@@ -295,39 +647,8 @@ int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, 
     rc = request_init(rt, &q, kernel, vals, arch);
     if (rc) goto done;
     memcpy(info->key, q.key, sizeof info->key);
-
-    u = (flags & KDART_PREPARE_FORCE) ? NULL : unit_find(rt, q.key);
-    if (u) {
-        info->source = KDART_FROM_MEMORY;
-    } else {
-        kdart__row row;
-        int tier = 0;
-        memset(&row, 0, sizeof row);
-        rc = (flags & KDART_PREPARE_FORCE) ? KDART_ENOENT : store_lookup(rt, q.key, &row, &tier);
-        info->lookup_ms = kdart__now_ms() - t0;
-        if (rc == KDART_OK && row.failed) {
-            rc = kdart__err(rt, KDART_ECOMPILE,
-                            "%s %s for %s failed to compile earlier (recorded in the cache; "
-                            "fix the source or prepare with KDART_PREPARE_FORCE):\n%s",
-                            q.k->name, q.spec, q.arch, log_tail(row.log));
-            kdart__row_release(&row);
-            goto done;
-        }
-        if (rc == KDART_OK) {
-            info->source = tier == 0 ? KDART_FROM_CACHE : KDART_FROM_RO_CACHE;
-            rc = unit_add(rt, &q, row.cubin, row.cubin_size, row.lowered, &u);
-            row.cubin = NULL;
-            row.lowered = NULL;
-            kdart__row_release(&row);
-            if (rc) goto done;
-        } else if (rc == KDART_ENOENT) {
-            info->source = KDART_FROM_COMPILE;
-            rc = compile_and_publish(rt, &q, flags, info, &u);
-            if (rc) goto done;
-        } else {
-            goto done;
-        }
-    }
+    rc = find_or_compile(rt, &q, flags, info, &u);
+    if (rc) goto done;
 
     /* Load when the target is this device; a cubin for another arch is
      * only cached (prewarm for other machines). */

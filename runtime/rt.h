@@ -2,9 +2,12 @@
  * rt.h: the runtime handle and the interfaces between the runtime's modules
  * (registry, source, compile, cuda, runtime, ops).  Internal: kdart__ names.
  *
- * Locking: rt->lock guards the stores, the unit list and every slow path
- * (compile, load).  The launch path reads a prepared unit through an atomic
- * pointer in rt->slots and takes no lock.
+ * Locking: rt->lock guards the stores, the unit list, the in-flight
+ * compiles and every slow path (compile, load), and is released while a
+ * compile runs and while a prepare waits for someone else's compile.  The
+ * launch path reads a prepared unit through an atomic pointer in rt->slots
+ * and takes no lock.  The background-compile queue (jobs.c) has its own
+ * lock, never held together with rt->lock.
  */
 #ifndef KDART_RT_H
 #define KDART_RT_H
@@ -129,6 +132,8 @@ int kdart__cuda_get(kdart_rt *rt, const kdart__cuda **out);
 /* Returns the current context, making device 0's primary context current
  * when the thread has none.  Fills the arch string of its device. */
 int kdart__cuda_context(kdart_rt *rt, void **ctx, char arch[16]);
+/* The same, also returning the context's device ordinal. */
+int kdart__cuda_context_dev(kdart_rt *rt, void **ctx, char arch[16], int *dev);
 
 /* ------------------------------------------------------------------ units */
 
@@ -149,6 +154,31 @@ typedef struct kdart__unit {
     _Atomic(void *) ctx[KDART__MAX_CTX];
     _Atomic(void *) fn[KDART__MAX_CTX];
 } kdart__unit;
+
+/* ------------------------------------------------------------ in flight */
+
+/* Single flight (prepare.c): one record per key this handle is compiling
+ * (or waiting for another process to compile).  Threads that miss the same
+ * key wait on cond instead of compiling it again.  Guarded by rt->lock;
+ * freed by whoever drops refs to 0. */
+typedef struct kdart__flight {
+    struct kdart__flight *next;
+    char key[65];
+    int done;            /* the owner finished: rc and msg are final */
+    int rc;              /* the owner's status */
+    char *msg;           /* the owner's error message, for waiters */
+    int refs;            /* the owner and every waiter */
+    int leased;          /* lease holds a lease of the writable cache */
+    kdart__lease lease;  /* renewed by the heartbeat thread while leased */
+    double renewed_ms;   /* kdart__now_ms() of the take or the last renewal */
+    pthread_cond_t cond;
+} kdart__flight;
+
+#define KDART__LEASE_TTL_MS 60000     /* a lease not renewed for this long expires */
+#define KDART__LEASE_RENEW_MS 5000    /* heartbeat period while compiling */
+#define KDART__LEASE_WAIT_MS 600000   /* longest wait for another process (KDART_LEASE_WAIT_MS) */
+
+typedef struct kdart__jobs kdart__jobs; /* jobs.c */
 
 /* --------------------------------------------------------------- handle */
 
@@ -185,6 +215,20 @@ struct kdart_rt {
     /* Units prepared for the current device's arch, by kernel and spec:
      * what the launch path reads. */
     _Atomic(kdart__unit *) slots[KDART__NKERNELS][KDART__MAX_SPECS];
+
+    /* Concurrency (prepare.c, jobs.c); zero-initialized by kdart_open's
+     * calloc, set up lazily under rt->lock. */
+    kdart__flight *flights;     /* keys being compiled by this handle */
+    int lease_init;             /* lease_* below resolved */
+    int64_t lease_ttl_ms;       /* tests may set these before the first prepare */
+    int64_t lease_renew_ms;
+    int64_t lease_wait_ms;      /* KDART_LEASE_WAIT_MS, else KDART__LEASE_WAIT_MS */
+    int heartbeat_started;
+    pthread_t heartbeat;
+    pthread_cond_t heartbeat_cond; /* CLOCK_MONOTONIC; initialized with the thread */
+    _Atomic int stopping;       /* kdart_close is shutting the threads down */
+    _Atomic long compiles;      /* compiles this handle ran (statistics, tests) */
+    kdart__jobs *jobs;          /* background compiles; NULL until the first */
 };
 
 int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...)
@@ -203,6 +247,11 @@ void kdart__log(const kdart_rt *rt, int level, const char *fmt, ...)
  * the unit (loaded into the current context unless no_load). */
 int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, uint32_t flags,
                    kdart_prepared *info, kdart__unit **unit);
+/* Stops the handle's threads (compile workers, kdart's own uv loop, the
+ * lease heartbeat), cancelling queued jobs.  First thing kdart_close does. */
+void kdart__threads_stop(kdart_rt *rt);
+/* Heartbeat (prepare.c): stops and joins the lease heartbeat thread. */
+void kdart__heartbeat_stop(kdart_rt *rt);
 /* The CUfunction of a loaded unit in the current context, resolved once. */
 int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn);
 void kdart__unit_unload(kdart_rt *rt, kdart__unit *u);

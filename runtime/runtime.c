@@ -199,6 +199,7 @@ fail_alloc:
 void kdart_close(kdart_rt *rt) {
     if (!rt || rt->magic != KDART__MAGIC) return;
     rt->magic = 0;
+    kdart__threads_stop(rt); /* workers, kdart's uv loop, lease heartbeat (jobs.c) */
     for (kdart__unit *u = rt->units, *next; u; u = next) {
         next = u->next;
         kdart__unit_unload(rt, u);

@@ -319,7 +319,7 @@ static void keys_from_ls(char key1[65], char key2[65]) {
 /* ----------------------------------------------------- usage, no cache */
 
 static const char *const command_names[] = {"prewarm", "ls",    "show", "sass",    "export",   "verify",
-                                            "gc",      "stats", "why",  "kernels", "selftest", "help"};
+                                            "gc",      "stats", "why",  "kernels", "selftest", "bench", "help"};
 
 START_TEST(test_top_help) {
     run_result r;

@@ -627,6 +627,10 @@ START_TEST(test_readonly) {
     raw_exec(path, "CREATE TABLE t(x)");
     ck_assert_int_eq(kdart__store_open(&st, path, 1, 0, err, sizeof err), KDART_ECACHE);
     ck_assert_str_ne(err, "");
+    /* Nor does a writable open make it one. */
+    ck_assert_int_eq(kdart__store_open(&st, path, 0, 0, err, sizeof err), KDART_ECACHE);
+    ck_assert_ptr_nonnull(strstr(err, "not a kdart cache"));
+    ck_assert_int_eq(raw_int(path, "SELECT count(*) FROM sqlite_master"), 1);
     for (int i = 0; i < 3; i++) free_row(&t[i]);
 }
 END_TEST

@@ -75,4 +75,27 @@ int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t 
  * of failures. */
 int kc_selftest(kdart_rt *rt, FILE *out);
 
+/* ---- benchmark (kdart bench) ---- */
+
+typedef struct kc_shape {
+    const char *name;
+    int B, T, H, HV, K, V;
+    int fold_dg, emit_bf16; /* bwd_intra options; rows with either set skip bwd_dhu */
+} kc_shape;
+
+/* peers.md's table plus prod8192 with fold_dg and emit_bf16 on. */
+extern const kc_shape kc_standard_shapes[];
+extern const int kc_n_standard;
+
+/* Measured device-to-device copy bandwidth (read + write bytes / s), GB/s. */
+double kc_copy_ceiling(void);
+/* Times both kernels on each shape (CUDA events, median over reps launches
+ * after warm-up, rotating input sets when a set is small against L2) and
+ * prints ms, the bytes each stage must move, GB/s and the share of
+ * ceiling_gbs.  io: 0 bf16, 1 fp16.  Returns 0 or -1 (message printed). */
+int kc_bench(kdart_rt *rt, const kc_shape *shapes, int n, int io, int reps, double ceiling_gbs, FILE *out);
+/* Host time per call of kdart_kda_bwd_intra against a raw cuLaunchKernel
+ * of the same function, in microseconds. */
+int kc_launch_overhead(kdart_rt *rt, double *kdart_us, double *raw_us);
+
 #endif /* KDART_KDA_CHECK_H */

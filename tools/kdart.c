@@ -393,17 +393,35 @@ typedef struct prewarm_run {
     double t0;
     uint32_t flags; /* KDART_PREPARE_* for every task */
     int quiet;
+    const char *service; /* --service: the compile service's socket, else NULL */
 } prewarm_run;
 
 static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
     kdart_prepared p;
     memset(&p, 0, sizeof p);
     double t1 = now_s();
-    int rc = kdart_prepare(run->rt, t->kernel, t->spec, t->arch, run->flags, &p);
-    double took = now_s() - t1;
+    int rc;
     /* kdart_last_error is per thread, so read it here, before another call. */
     char detail[2048] = "";
-    if (rc != KDART_OK) describe_failure(detail, sizeof detail, rc, kdart_last_error(run->rt));
+    if (run->service) {
+        /* The service compiles into its cache and answers; no timeout: a
+         * prewarm waits as long as the compiles take. */
+        kdart_service_result res;
+        rc = kdart_service_prepare(run->service, t->kernel, t->spec, t->arch[0] ? t->arch : NULL,
+                                   run->flags & KDART_PREPARE_FORCE, 0, &res);
+        if (rc != KDART_OK) {
+            snprintf(detail, sizeof detail, "service %.200s: %s: %.1500s", run->service, kdart_errname(rc), res.message);
+        } else if ((rc = res.status) != KDART_OK) {
+            describe_failure(detail, sizeof detail, rc, res.message);
+        } else {
+            p.source = res.source;
+            p.compile_ms = res.compile_ms;
+        }
+    } else {
+        rc = kdart_prepare(run->rt, t->kernel, t->spec, t->arch, run->flags, &p);
+        if (rc != KDART_OK) describe_failure(detail, sizeof detail, rc, kdart_last_error(run->rt));
+    }
+    double took = now_s() - t1;
 
     pthread_mutex_lock(&run->lock);
     int n = ++run->done;
@@ -423,16 +441,18 @@ static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
             if (*s == '\n' && s[1] != '\n') memcpy(msg + m, "    ", 4), m += 4;
         }
         msg[m] = '\0';
-        fprintf(stderr, "%s %s %s %s  FAILED: %s\n", prefix, t->kernel, t->spec, t->arch, msg);
+        fprintf(stderr, "%s %s %s %s  FAILED: %s\n", prefix, t->kernel, t->spec, t->arch[0] ? t->arch : "(default)",
+                msg);
     } else if (p.source == KDART_FROM_COMPILE) {
         run->compiled++;
         if (!run->quiet)
-            fprintf(stderr, "%s %s %s %s  compiled %.1fs\n", prefix, t->kernel, t->spec, t->arch,
+            fprintf(stderr, "%s %s %s %s  compiled %.1fs\n", prefix, t->kernel, t->spec,
+                    t->arch[0] ? t->arch : "(default)",
                     p.compile_ms > 0 ? p.compile_ms / 1000.0 : took);
     } else {
         run->hits++;
         if (!run->quiet)
-            fprintf(stderr, "%s %s %s %s  hit%s\n", prefix, t->kernel, t->spec, t->arch,
+            fprintf(stderr, "%s %s %s %s  hit%s\n", prefix, t->kernel, t->spec, t->arch[0] ? t->arch : "(default)",
                     p.source == KDART_FROM_RO_CACHE ? " (read-only cache)" : "");
     }
     pthread_mutex_unlock(&run->lock);
@@ -476,6 +496,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     int nspecs = 0;
     int jobs = 1;
     uint32_t flags = KDART_PREPARE_NO_LOAD;
+    const char *service = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -498,6 +519,10 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         } else if ((m = opt_value(c, argc, argv, &i, "--jobs", &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
             if (parse_int(v, 1, 256, &jobs) != 0) return usage_error(c, self, "--jobs wants 1..256, not '%s'", v);
+        } else if ((m = opt_value(c, argc, argv, &i, "--service", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (!v[0]) return usage_error(c, self, "--service wants a socket path");
+            service = v;
         } else if (strcmp(argv[i], "--force") == 0) {
             flags |= KDART_PREPARE_FORCE;
         } else if (strncmp(argv[i], "-j", 2) == 0 && argv[i][2]) {
@@ -548,20 +573,33 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         }
     }
 
-    /* Without --arch the default comes from the device, so load CUDA. */
-    int rc = cli_open(c, arch_list == NULL);
-    kdart_rt_info info;
-    int st = rc == EXIT_OK ? kdart_info(c->rt, &info) : KDART_OK;
-    if (rc != EXIT_OK || st != KDART_OK) {
-        free(canon);
-        return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
+    if (service) {
+        /* The service compiles, into its cache; without --arch, for its
+         * default target ("" on the wire).  Fail at once if nobody answers. */
+        int st = kdart_service_ping(service, 10000);
+        if (st != KDART_OK) {
+            free(canon);
+            errorf(c, "no compile service answers at %s (%s: %s)", service, kdart_errname(st),
+                   st == KDART_ENOENT ? "no such socket" : st == KDART_EAGAIN ? "nobody listens" : kdart_strerror(st));
+            return st == KDART_ENOENT || st == KDART_EAGAIN ? EXIT_NOTFOUND : EXIT_FAIL;
+        }
+        if (narches == 0) arches[narches++] = "";
+    } else {
+        /* Without --arch the default comes from the device, so load CUDA. */
+        int rc = cli_open(c, arch_list == NULL);
+        kdart_rt_info info;
+        int st = rc == EXIT_OK ? kdart_info(c->rt, &info) : KDART_OK;
+        if (rc != EXIT_OK || st != KDART_OK) {
+            free(canon);
+            return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
+        }
+        if (narches == 0) arches[narches++] = info.default_arch;
+        /* Prewarming into memory is wasted work; say so, but do it anyway:
+         * the run still shows which specializations compile. */
+        if (!info.cache_writable && !c->quiet)
+            errorf(c, "warning: no writable cache%s%s; compiled entries will not be kept",
+                   info.cache_path[0] ? " at " : "", info.cache_path);
     }
-    if (narches == 0) arches[narches++] = info.default_arch;
-    /* Prewarming into memory is wasted work; say so, but do it anyway:
-     * the run still shows which specializations compile. */
-    if (!info.cache_writable && !c->quiet)
-        errorf(c, "warning: no writable cache%s%s; compiled entries will not be kept", info.cache_path[0] ? " at " : "",
-               info.cache_path);
 
     /* Build the task list: kernel, then spec, then arch. */
     int ntasks = 0;
@@ -608,6 +646,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     pthread_mutex_init(&run.lock, NULL);
     run.quiet = c->quiet;
     run.flags = flags;
+    run.service = service;
     run.t0 = now_s();
 
     if (jobs > n) jobs = n > 0 ? n : 1;
@@ -1194,6 +1233,91 @@ static int cmd_why(cli *c, const command *self, int argc, char **argv) {
     return EXIT_OK;
 }
 
+/* -------------------------------------------------------------- serve */
+
+static void serve_ready(void *user, const char *socket_path) {
+    const cli *c = user;
+    if (!c->quiet) errorf(c, "listening on %s (pid %ld)", socket_path, (long)getpid());
+}
+
+static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
+    const char *socket_path = NULL;
+    int jobs = 0, max_clients = 0, stop = 0, status = 0;
+    double timeout_s = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if ((m = opt_value(c, argc, argv, &i, "--socket", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            socket_path = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--jobs", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (parse_int(v, 1, 1024, &jobs) != 0) return usage_error(c, self, "--jobs wants 1..1024, not '%s'", v);
+        } else if (strncmp(argv[i], "-j", 2) == 0 && argv[i][2]) {
+            if (parse_int(argv[i] + 2, 1, 1024, &jobs) != 0)
+                return usage_error(c, self, "--jobs wants 1..1024, not '%s'", argv[i] + 2);
+        } else if ((m = opt_value(c, argc, argv, &i, "--max-clients", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (parse_int(v, 1, 1 << 20, &max_clients) != 0)
+                return usage_error(c, self, "--max-clients wants a positive number, not '%s'", v);
+        } else if ((m = opt_value(c, argc, argv, &i, "--timeout", &v)) != 0) {
+            char *end;
+            if (m < 0) return EXIT_USAGE;
+            timeout_s = strtod(v, &end);
+            if (end == v || *end || !(timeout_s > 0) || timeout_s > 1e6)
+                return usage_error(c, self, "--timeout wants seconds, not '%s'", v);
+        } else if (strcmp(argv[i], "--stop") == 0) {
+            stop = 1;
+        } else if (strcmp(argv[i], "--status") == 0) {
+            status = 1;
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    if (!socket_path || !socket_path[0]) return usage_error(c, self, "missing --socket PATH");
+    if (stop && status) return usage_error(c, self, "--stop and --status exclude each other");
+    if (stop || status) {
+        int timeout_ms = (int)((timeout_s > 0 ? timeout_s : stop ? 600 : 10) * 1000);
+        int st;
+        if (stop) {
+            st = kdart_serve_stop_request(socket_path, timeout_ms);
+        } else {
+            char *reply = NULL;
+            st = kdart_service_request(socket_path, "kdart-proto=1\nop=stats\n", &reply, timeout_ms);
+            if (st == KDART_OK) fputs(reply, stdout);
+            free(reply);
+        }
+        if (st == KDART_OK) {
+            if (stop && !c->quiet) errorf(c, "the service on %s has stopped", socket_path);
+            return EXIT_OK;
+        }
+        if (st == KDART_ENOENT || st == KDART_EAGAIN) {
+            errorf(c, "no compile service at %s (%s)", socket_path,
+                   st == KDART_ENOENT ? "no such socket" : "a stale socket: nobody listens");
+            return EXIT_NOTFOUND;
+        }
+        errorf(c, "%s %s failed: %s (%s)", stop ? "stopping" : "asking", socket_path, kdart_strerror(st),
+               kdart_errname(st));
+        return EXIT_FAIL;
+    }
+    /* The service resolves its default arch from the local GPU, as prewarm does. */
+    int rc = cli_open(c, 1);
+    if (rc != EXIT_OK) return rc;
+    kdart_serve_options so;
+    kdart_serve_options_init(&so);
+    so.jobs = jobs;
+    so.max_clients = max_clients;
+    so.ready = serve_ready;
+    so.ready_user = c;
+    int st = kdart_serve(c->rt, socket_path, &so);
+    if (st != KDART_OK) return fail_status(c, st, "cannot serve");
+    if (!c->quiet) errorf(c, "stopped; %s removed", socket_path);
+    return EXIT_OK;
+}
+
 /* ------------------------------------------------------ kernels, help */
 
 static int cmd_kernels(cli *c, const command *self, int argc, char **argv) {
@@ -1225,6 +1349,60 @@ static int cmd_selftest(cli *c, const command *self, int argc, char **argv) {
     return kc_selftest(c->rt, stdout) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
+/* kdart bench: the kernels' time, bytes and bandwidth against the copy
+ * ceiling measured in the same run, on the standard table or one shape,
+ * and the host overhead of a kdart launch over a raw cuLaunchKernel. */
+static int cmd_bench(cli *c, const command *self, int argc, char **argv) {
+    const char *shape = NULL, *io = "bf16", *reps_s = "20";
+    int fold = 0, emit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if ((m = opt_value(c, argc, argv, &i, "--shape", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            shape = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--io", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            io = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--reps", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            reps_s = v;
+        } else if (strcmp(argv[i], "--fold-dg") == 0) {
+            fold = 1;
+        } else if (strcmp(argv[i], "--emit-bf16") == 0) {
+            emit = 1;
+        } else {
+            return unknown_arg(c, self, argv[i]);
+        }
+    }
+    if (strcmp(io, "bf16") != 0 && strcmp(io, "fp16") != 0) return usage_error(c, self, "--io is bf16 or fp16");
+    int reps = atoi(reps_s);
+    if (reps < 1 || reps > 64) return usage_error(c, self, "--reps wants 1..64");
+    kc_shape one = {"custom", 0, 0, 0, 0, 0, 0, fold, emit};
+    if (shape && (sscanf(shape, "%d,%d,%d,%d,%d,%d", &one.B, &one.T, &one.H, &one.HV, &one.K, &one.V) != 6 ||
+                  one.B < 1 || one.T < 64 || one.H < 1 || one.HV < 1 || one.K < 1 || one.V < 1))
+        return usage_error(c, self, "--shape wants B,T,H,HV,K,V (e.g. 16,8192,16,16,128,256)");
+    char why[256];
+    if (kc_init(why, sizeof why) != 0) {
+        errorf(c, "needs a GPU: %s", why);
+        return EXIT_MISSING;
+    }
+    int rc = cli_open(c, 1);
+    if (rc != EXIT_OK) return rc;
+    double ceiling = kc_copy_ceiling();
+    printf("copy ceiling (1 GiB device-to-device, read+write): %.0f GB/s\n", ceiling);
+    double kus = 0, rus = 0;
+    if (kc_launch_overhead(c->rt, &kus, &rus) == 0)
+        printf("host time per launch: kdart %.2f us, raw cuLaunchKernel %.2f us, overhead %.2f us\n", kus, rus,
+               kus - rus);
+    rc = kc_bench(c->rt, shape ? &one : kc_standard_shapes, shape ? 1 : kc_n_standard, io[0] == 'f', reps, ceiling,
+                  stdout);
+    return rc == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
 static int cmd_help(cli *c, const command *self, int argc, char **argv) {
     if (argc < 2) {
         print_top_help(stdout);
@@ -1248,6 +1426,7 @@ static int cmd_help(cli *c, const command *self, int argc, char **argv) {
 static const command commands[] = {
     {"prewarm", cmd_prewarm, "compile every registered specialization into the cache",
      "usage: kdart prewarm [--arch LIST] [--kernel NAME]... [--spec SPEC]... [--jobs N] [--force]\n"
+     "                     [--service SOCKET]\n"
      "\n"
      "Compiles (or finds in the cache) every specialization of every registered\n"
      "kernel for each target architecture, without loading anything on a GPU.\n"
@@ -1263,7 +1442,13 @@ static const command commands[] = {
      "  --force         recompile even what the cache holds (including recorded\n"
      "                  failures) and replace the entries\n"
      "\n"
-     "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel.\n"},
+     "  --service SOCKET  send the requests to the compile service listening on\n"
+     "                  SOCKET ('kdart serve'), which compiles them into its cache;\n"
+     "                  --jobs requests are in flight at once.  Without --arch the\n"
+     "                  service's default target is used\n"
+     "\n"
+     "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel or\n"
+     "no service at SOCKET.\n"},
     {"ls", cmd_ls, "list cache entries",
      "usage: kdart ls [--json]\n"
      "\n"
@@ -1329,16 +1514,50 @@ static const command commands[] = {
      "specialization; A to the runtime's default architecture.\n"
      "\n"
      "Exit status: 0 ok, 2 bad spec or arch, 4 unknown kernel.\n"},
+    {"serve", cmd_serve, "run the node's compile service on a Unix socket",
+     "usage: kdart serve --socket PATH [--jobs N] [--max-clients N]\n"
+     "       kdart serve --stop --socket PATH [--timeout S]\n"
+     "       kdart serve --status --socket PATH\n"
+     "\n"
+     "Runs the compile service: clients on this node (the library, when its\n"
+     "environment has KDART_SERVICE=PATH, and 'kdart prewarm --service PATH')\n"
+     "send it prepare requests; it compiles each key once, with N worker threads,\n"
+     "into the cache given by --cache / KDART_CACHE_DIR, which its clients read.\n"
+     "The socket is created with mode 0600 and never listens on a network.  A\n"
+     "stale socket file at PATH is replaced; a live service there is an error.\n"
+     "SIGTERM, SIGINT or 'kdart serve --stop' stop it cleanly: queued requests\n"
+     "are canceled, compiles in flight finish, the socket file is removed.\n"
+     "Protocol: docs/protocol.md.\n"
+     "\n"
+     "  --socket PATH      the Unix domain socket (at most 107 bytes)\n"
+     "  --jobs N, -jN      compile worker threads (default: the number of CPUs)\n"
+     "  --max-clients N    connections at once (default 1024); more are refused\n"
+     "  --stop             ask the service on PATH to stop, and wait until it has\n"
+     "  --timeout S        how long --stop waits (default 600 s)\n"
+     "  --status           print the service's counters (key=value lines)\n"
+     "\n"
+     "Exit status: 0 stopped cleanly (or --stop/--status done), 1 failure (another\n"
+     "service already listens on PATH, the socket cannot be created), 2 usage\n"
+     "(also: PATH exists and is not a socket, or is too long), 4 no service at\n"
+     "PATH (--stop, --status).\n"},
     {"kernels", cmd_kernels, "list the registered kernels and their parameters",
      "usage: kdart kernels\n"
      "\n"
      "One line per registered kernel: its name, its number of specializations\n"
      "and the values each parameter takes.\n"},
-    {"selftest", cmd_selftest, "run every kernel on the GPU against a reference (not yet)",
+    {"selftest", cmd_selftest, "run every kernel on the GPU against the float64 reference",
      "usage: kdart selftest\n"
      "\n"
-     "Not available yet: it needs a GPU and the kernel reference tests.\n"
-     "Exits with status 2 for now.\n"},
+     "Runs every specialization of bwd_intra and bwd_dhu once on fresh random\n"
+     "inputs and prints each output's error against the float64 reference and\n"
+     "the time per call.  Exit 0 when all pass, 1 otherwise, 3 without a GPU.\n"},
+    {"bench", cmd_bench, "time the kernels: ms, GB/s and share of the copy ceiling (GPU)",
+     "usage: kdart bench [--shape B,T,H,HV,K,V] [--io bf16|fp16] [--fold-dg] [--emit-bf16] [--reps N]\n"
+     "  Without --shape: the standard table (fla's benchmark rows and prod8192).\n"
+     "  Prints the median of N launches (CUDA events, rotating input sets), the\n"
+     "  bytes each stage must move, achieved GB/s and the share of the device\n"
+     "  copy bandwidth measured in the same run, and the host time per launch of\n"
+     "  kdart against a raw cuLaunchKernel.  Exit 3 without a GPU.\n"},
     {"help", cmd_help, "help on a command", "usage: kdart help [COMMAND]\n"},
 };
 

@@ -19,10 +19,17 @@
  *     and inspecting the cache work on machines with no GPU or driver.
  *   - Codes are stable: a code is never renumbered or reused.
  *
- * Threading: a kdart_rt may be used from any number of threads at once; each
- * thread's last error message is kept separately (kdart_last_error returns
- * the calling thread's).  Preparing a specialization takes an internal lock;
- * launching one that is prepared takes none.
+ * Threading: a kdart_rt may be used from any number of threads at once
+ * (every call but kdart_close); each thread's last error message is kept
+ * separately (kdart_last_error returns the calling thread's).  Preparing
+ * takes an internal lock, released while compiling and while waiting for
+ * another thread's or process's compile of the same key; launching a
+ * prepared specialization takes none.  N threads (or processes sharing
+ * one cache) preparing the same uncompiled specialization cause one
+ * compile; the others wait for it.  Each declaration below says what it
+ * adds to this.  The handle starts threads of its own only when asked to:
+ * compile workers and a uv loop thread (kdart_prepare_async) and a lease
+ * heartbeat (while a compile shared with other processes runs).
  */
 #ifndef KDART_H
 #define KDART_H
@@ -31,6 +38,7 @@
 #include <stdint.h>
 
 #include <dlpack/dlpack.h>
+#include <uv.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,7 +96,8 @@ typedef enum kdart_status {
     KDART__STATUS_MIN = -28
 } kdart_status;
 
-/* Short message for a status code; never NULL ("unknown status" if foreign). */
+/* Short message for a status code; never NULL ("unknown status" if foreign).
+ * These three read constant tables: any thread, no handle needed. */
 KDART_EXTERN const char *kdart_strerror(int status);
 /* The code's name without prefix ("EINVAL"); never NULL. */
 KDART_EXTERN const char *kdart_errname(int status);
@@ -100,8 +109,10 @@ typedef struct kdart_rt kdart_rt;
 
 enum kdart_log_level { KDART_LOG_ERROR = 0, KDART_LOG_WARN = 1, KDART_LOG_INFO = 2, KDART_LOG_DEBUG = 3 };
 
-/* Called from whichever thread produced the message; must not call back into
- * the same kdart_rt's prepare path. */
+/* Called from whichever thread produced the message (a caller's thread, a
+ * compile worker, the lease heartbeat), possibly from several at once, and
+ * sometimes with the handle's internal lock held: it must be thread-safe
+ * and must not call any function on the same kdart_rt. */
 typedef void (*kdart_log_fn)(void *user, int level, const char *message);
 
 typedef struct kdart_options {
@@ -117,7 +128,8 @@ typedef struct kdart_options {
     kdart_log_fn log;              /* NULL: silent, unless KDART_LOG=stderr */
     void *log_user;
     int log_level;                 /* most verbose level passed to log; KDART_LOG_WARN default */
-    int compile_threads;           /* 0: number of CPUs */
+    int compile_threads;           /* compile workers of kdart_prepare_async, started
+                                      on demand; 0: number of CPUs */
     int64_t cache_max_bytes;       /* 0: KDART_CACHE_MAX_BYTES, else 2 GiB; <0: unlimited */
     uint32_t flags;                /* KDART_OPEN_* */
 } kdart_options;
@@ -125,16 +137,26 @@ typedef struct kdart_options {
 #define KDART_OPEN_NO_ENV 0x1u     /* ignore every KDART_* environment variable */
 #define KDART_OPEN_NO_CUDA 0x2u    /* never load libcuda (compile and inspect only) */
 
+/* Fills defaults; touches only *opts (any thread). */
 KDART_EXTERN void kdart_options_init(kdart_options *opts);
 
 /* Opens a runtime.  opts may be NULL for defaults.  On failure *out is NULL
  * and the status says why; a cache that cannot be opened is not a failure
- * (the runtime compiles in memory and warns once through the log). */
+ * (the runtime compiles in memory and warns once through the log).  Any
+ * thread; handles are independent (several may share one cache file, in
+ * one process or many). */
 KDART_EXTERN int kdart_open(kdart_rt **out, const kdart_options *opts);
-/* Closes a runtime; NULL is a no-op.  No other call may be in flight. */
+/* Closes a runtime; NULL is a no-op.  No other call on the handle may be in
+ * flight or start during or after it (the caller ensures this).  It stops
+ * the handle's threads: queued background jobs are cancelled, running ones
+ * are waited for (a compile cannot be interrupted), then the workers, kdart's
+ * own uv loop and the heartbeat are joined; see kdart_prepare_async for
+ * what happens to their callbacks.  Never call it from a callback running
+ * on kdart's own loop (it would wait for itself). */
 KDART_EXTERN void kdart_close(kdart_rt *rt);
 /* The calling thread's last error message on this handle; "" when none.
- * It starts with the status name and a colon ("ESHAPE: tensor dAkk ..."). */
+ * It starts with the status name and a colon ("ESHAPE: tensor dAkk ...").
+ * Any thread; valid until that thread's next call on the handle. */
 KDART_EXTERN const char *kdart_last_error(const kdart_rt *rt);
 
 /* What the runtime resolved at open time (paths, arch, versions). */
@@ -149,6 +171,9 @@ typedef struct kdart_rt_info {
     int cuda_available;         /* 1 if libcuda loaded and a device exists */
     int64_t cache_max_bytes;
 } kdart_rt_info;
+/* Any thread.  The strings point into the handle (valid until kdart_close).
+ * May load libcuda and make device 0's primary context current on the
+ * calling thread when it has none, as a launch would. */
 KDART_EXTERN int kdart_info(kdart_rt *rt, kdart_rt_info *info);
 
 /* ------------------------------------------------------------ registry */
@@ -156,7 +181,8 @@ KDART_EXTERN int kdart_info(kdart_rt *rt, kdart_rt_info *info);
 /* Kernels and their specialization parameters.  A spec string names values
  * as "name=value" pairs separated by commas, e.g.
  * "io=bf16,fold_dg=1,emit_bf16=0,K=128"; omitted parameters take their
- * defaults; kdart_spec_canonical rewrites a spec in canonical form. */
+ * defaults; kdart_spec_canonical rewrites a spec in canonical form.
+ * These read a constant table: any thread, no handle needed. */
 KDART_EXTERN int kdart_kernel_count(void);
 KDART_EXTERN const char *kdart_kernel_name(int index);       /* NULL if out of range */
 KDART_EXTERN const char *kdart_kernel_params(const char *kernel); /* "io={bf16,fp16} K={64,128}" */
@@ -182,10 +208,20 @@ enum { KDART_FROM_MEMORY = 0, KDART_FROM_CACHE = 1, KDART_FROM_RO_CACHE = 2, KDA
 
 #define KDART_PREPARE_NO_LOAD 0x1u   /* compile/cache only, do not load into CUDA */
 #define KDART_PREPARE_FORCE 0x2u     /* recompile even on a hit, and replace the entry */
+#define KDART_PREPARE_NO_WAIT 0x4u   /* KDART_EAGAIN instead of waiting when another thread
+                                        or process is compiling this specialization */
 
 /* Compiles (or finds in the cache) one specialization for arch (NULL: the
  * runtime's default) and, when arch matches the current device and CUDA is
- * available, loads it into the current context.  out may be NULL. */
+ * available, loads it into the current context.  out may be NULL.
+ * Any thread, concurrently: different specializations compile in parallel;
+ * threads asking for one that is being compiled wait for that compile (or
+ * return KDART_EAGAIN with KDART_PREPARE_NO_WAIT), and so do processes
+ * sharing the writable cache (a lease row in the cache, renewed while the
+ * compile runs; a dead compiler blocks nobody past the lease's expiry,
+ * 60 s; the longest wait is KDART_LEASE_WAIT_MS, default 600000, after
+ * which the waiter compiles itself).  Loading uses the calling thread's
+ * current CUDA context (device 0's primary context if it has none). */
 KDART_EXTERN int kdart_prepare(kdart_rt *rt, const char *kernel, const char *spec,
                                const char *arch, uint32_t flags, kdart_prepared *out);
 
@@ -207,12 +243,17 @@ typedef struct kdart_entry {
 } kdart_entry;
 
 /* Called once per entry; return nonzero to stop. The entry is valid only
- * during the call (cubin, log and manifest are not filled in by list). */
+ * during the call (cubin, log and manifest are not filled in by list).
+ * The cache calls below may be made from any thread; they hold the handle's
+ * lock for their duration (so they wait for, and delay, other threads'
+ * cache lookups, never their compiles).  fn is called with that lock held:
+ * it must not call functions on the same handle. */
 typedef int (*kdart_entry_fn)(void *user, const kdart_entry *entry);
 KDART_EXTERN int kdart_cache_list(kdart_rt *rt, kdart_entry_fn fn, void *user);
 /* Looks an entry up by key or unique key prefix (KDART_EAMBIGUOUS otherwise)
  * and fills *out; free with kdart_entry_free. */
 KDART_EXTERN int kdart_cache_get(kdart_rt *rt, const char *key_prefix, kdart_entry **out);
+/* Frees an entry of kdart_cache_get; any thread, handle not needed. */
 KDART_EXTERN void kdart_entry_free(kdart_entry *entry);
 
 typedef struct kdart_cache_stats {
@@ -247,7 +288,10 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * captured in a CUDA graph.  The specialization is prepared on first use
  * (compiled or loaded from the cache, in the calling thread) unless
  * kdart_prepare was called for it ahead.  stream is a CUstream (NULL: the
- * legacy default stream of the current context). */
+ * legacy default stream of the current context).
+ * Any thread, concurrently.  Once the specialization is prepared for the
+ * current device, the call takes no lock (atomic loads only); the first
+ * call prepares it in the calling thread, which may wait for a compile. */
 
 typedef struct kdart_bwd_intra_args {
     uint32_t struct_size;      /* sizeof(kdart_bwd_intra_args) */
@@ -278,8 +322,154 @@ typedef struct kdart_bwd_dhu_args {
     float scale;
 } kdart_bwd_dhu_args;
 
+/* The CUDA function of a specialization in the current context, prepared
+ * and loaded if needed, with its launch shape: for callers that launch it
+ * themselves (cuLaunchKernel with one kdart_*_params struct from
+ * kernel_src/kda_params.h; grids as in the kernel sources' headers). */
+typedef struct kdart_launch_info {
+    void *function;  /* CUfunction, valid until kdart_close */
+    int threads;     /* threads per CTA */
+    int smem_bytes;  /* dynamic shared memory per CTA (the limit is already set) */
+} kdart_launch_info;
+KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart_launch_info *out);
+
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
+
+/* ------------------------------------------------------ compile service */
+
+/* `kdart serve`: one compile service per node, on a Unix domain socket
+ * (never a network interface), so that the ranks of a job and the servers
+ * of a node compile each key once, in one place, into the shared cache.
+ * Wire protocol: docs/protocol.md (length-prefixed "key=value" frames,
+ * versioned with kdart-proto=1).
+ *
+ * Clients: the library itself when the environment has KDART_SERVICE=PATH
+ * (and the handle was not opened with KDART_OPEN_NO_ENV): a prepare that
+ * misses every cache asks the service to compile the key, then reads the
+ * cubin from its own writable cache, which must be the service's.  When the
+ * service is unreachable, answers an error, or prepared another key (other
+ * sources or compiler), the library compiles itself and logs one warning.
+ * KDART_SERVICE_TIMEOUT (seconds, default 300) bounds the wait. */
+
+#define KDART_SERVE_NO_SIGNALS 0x1u /* do not stop on SIGTERM/SIGINT (a service run in a thread) */
+
+/* Called once on the service's thread when the socket accepts connections. */
+typedef void (*kdart_serve_ready_fn)(void *user, const char *socket_path);
+
+typedef struct kdart_serve_options {
+    uint32_t struct_size;      /* sizeof(kdart_serve_options): set by kdart_serve_options_init */
+    int jobs;                  /* compile worker threads; 0: the number of CPUs */
+    int max_clients;           /* connections at once; 0: 1024.  Beyond: EAGAIN reply, closed */
+    uint32_t flags;            /* KDART_SERVE_* */
+    kdart_serve_ready_fn ready;
+    void *ready_user;
+} kdart_serve_options;
+
+KDART_EXTERN void kdart_serve_options_init(kdart_serve_options *opts);
+
+/* Runs the compile service of rt on socket_path until SIGTERM or SIGINT
+ * (unless KDART_SERVE_NO_SIGNALS) or a "stop" request, then shuts down
+ * cleanly: stops accepting, removes the socket file, cancels queued work
+ * (ECANCELED replies), finishes the compiles in flight and answers them,
+ * closes every connection, and returns KDART_OK.
+ *
+ * The socket is created with mode 0600.  A path where another service
+ * answers is refused (KDART_EAGAIN); a stale socket file (nobody listens)
+ * is replaced; a path that exists and is not a socket is refused
+ * (KDART_EINVAL).  Requests are compiled on opts->jobs worker threads of
+ * the service's own (not libuv's shared pool), through kdart_prepare with
+ * KDART_PREPARE_NO_LOAD; identical requests in flight share one compile.
+ * The calling thread runs the event loop; rt may be used by other threads
+ * meanwhile.  SIGPIPE is set to SIG_IGN if it was SIG_DFL. */
+KDART_EXTERN int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options *opts);
+
+/* Asks the service at socket_path to stop and waits (up to timeout_ms;
+ * <= 0: no limit) until it has finished its in-flight work and closed.
+ * KDART_ENOENT: no socket there; KDART_EAGAIN: a stale socket (nobody
+ * listens); KDART_ETIMEDOUT; KDART_EIO: another transport failure. */
+KDART_EXTERN int kdart_serve_stop_request(const char *socket_path, int timeout_ms);
+
+/* What the service answered. */
+typedef struct kdart_service_result {
+    int status;          /* the service's status for the request: KDART_OK or KDART_E* */
+    char message[2048];  /* its message ("ECOMPILE: ..." with the log tail), or the transport's */
+    char key[65];        /* prepare: the key */
+    int source;          /* prepare: KDART_FROM_* on the service's side */
+    double compile_ms;   /* prepare: the service's compile time (0 on a hit) */
+    int entries, compiled, hits, failed; /* prewarm: counts */
+} kdart_service_result;
+
+/* Client calls.  Each opens one connection, sends one request and waits up
+ * to timeout_ms (<= 0: no limit) for the reply.  The return value is the
+ * transport's status (KDART_OK when a reply arrived: then out->status is
+ * the service's); errors as for kdart_serve_stop_request. */
+KDART_EXTERN int kdart_service_ping(const char *socket_path, int timeout_ms); /* the reply's status */
+KDART_EXTERN int kdart_service_prepare(const char *socket_path, const char *kernel, const char *spec,
+                                       const char *arch, uint32_t flags, int timeout_ms,
+                                       kdart_service_result *out);
+/* Every specialization of kernel (NULL: of every kernel) for each arch of
+ * the comma list (NULL: the service's default). */
+KDART_EXTERN int kdart_service_prewarm(const char *socket_path, const char *kernel, const char *arch,
+                                       uint32_t flags, int timeout_ms, kdart_service_result *out);
+/* A raw request payload (docs/protocol.md); *reply (malloc) is the reply
+ * payload, NUL-terminated. */
+KDART_EXTERN int kdart_service_request(const char *socket_path, const char *request, char **reply,
+                                       int timeout_ms);
+
+/* ------------------------------------------------- background compiles */
+
+/* kdart_prepare on kdart's own compile workers (up to
+ * kdart_options.compile_threads threads of the handle, started as jobs
+ * arrive; never libuv's thread pool, which serves file I/O), with the
+ * result posted to a libuv loop.  Jobs start in FIFO order.
+ *
+ * A job runs kdart_prepare(rt, kernel, spec, arch, flags, &info) on a
+ * worker.  When it ends, cb(user, status, info) runs exactly once:
+ *   - loop != NULL: on the thread running `loop` (through a uv_async_t the
+ *     job owns; a pending job keeps the loop alive).  kdart_prepare_async
+ *     must then be called on the loop's thread, or while the loop is not
+ *     running (libuv allows uv_async_init nowhere else).
+ *   - loop == NULL: on a thread of kdart's own running a loop kdart owns,
+ *     started on first use and joined by kdart_close.
+ * info is never NULL and is valid only during the call; on failure it
+ * holds what was known (the key, once computed); on KDART_ECANCELED it is
+ * zeroed.  kdart_job_error(job) gives the failure's message during the
+ * call.  Unless flags has KDART_PREPARE_NO_LOAD, the unit is loaded into
+ * device 0's primary context (workers have no context of their own).
+ *
+ * kdart_prepare_async checks its arguments (handle, kernel, spec, arch,
+ * cb) and starts what it needs before queuing; when it returns an error
+ * (EMISUSE, ENULL, EKERNEL, ESPEC, EARCH, ENOMEM, ECANCELED after close
+ * began), nothing was queued and cb is never called.  On KDART_OK, *job
+ * (job may be NULL) identifies the job until cb returns; the job is freed
+ * right after, so the pointer must not be used once cb has run.  Any
+ * thread (with the loop rule above).
+ *
+ * kdart_close cancels queued jobs (status KDART_ECANCELED) and waits for
+ * running ones.  Callbacks are never dropped: those of jobs on kdart's own
+ * loop run before kdart_close returns; those of jobs on a caller's loop
+ * run the next time that loop runs, which may be after kdart_close
+ * returned: such a callback must not use the handle (it is gone), and
+ * gets KDART_ECANCELED unless its compile had started before the close.
+ * Run the loop until it is idle before uv_loop_close (jobs are freed by
+ * their loop, after their callback). */
+typedef struct kdart_job kdart_job;
+typedef void (*kdart_prepare_cb)(void *user, int status, const kdart_prepared *info);
+
+KDART_EXTERN int kdart_prepare_async(kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
+                                     uint32_t flags, uv_loop_t *loop, kdart_prepare_cb cb, void *user,
+                                     kdart_job **job);
+/* Cancels a job that is still queued: returns KDART_OK, and its callback
+ * then runs (on its loop, as usual) with KDART_ECANCELED.  Returns
+ * KDART_EAGAIN once the job has started or finished (its callback reports
+ * the real status), KDART_ENULL for NULL.  Any thread, until the job's
+ * callback has returned (on the loop thread, that includes inside it), but
+ * not while kdart_close runs (after it, every job has finished: EAGAIN). */
+KDART_EXTERN int kdart_job_cancel(kdart_job *job);
+/* The message of a failed job (as kdart_last_error would give on the
+ * worker), "" on success.  Valid during the job's callback only. */
+KDART_EXTERN const char *kdart_job_error(const kdart_job *job);
 
 #ifdef __cplusplus
 }
