@@ -180,8 +180,12 @@ static int unit_add(kdart_rt *rt, const request *q, unsigned char *cubin, size_t
     return KDART_OK;
 }
 
+/* A failing cache (full disk, lost permissions) warns once per handle; the
+ * repeats go to DEBUG, or a full disk would warn on every compile. */
 static void warn_cache(kdart_rt *rt, const char *what, kdart__store *st) {
-    kdart__log(rt, KDART_LOG_WARN, "cache %s: %s failed (%s); continuing in memory", kdart__store_path(st), what,
+    int level = rt->cache_warned ? KDART_LOG_DEBUG : KDART_LOG_WARN;
+    rt->cache_warned = 1;
+    kdart__log(rt, level, "cache %s: %s failed (%s); continuing in memory", kdart__store_path(st), what,
                kdart__store_errmsg(st));
 }
 

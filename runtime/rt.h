@@ -195,6 +195,7 @@ struct kdart_rt {
     kdart__store *rw;       /* NULL when the cache could not be opened */
     kdart__store **ro;      /* n_ro entries, NULL where unavailable */
     int64_t cache_max_bytes;
+    int cache_warned;       /* a cache failure was logged at WARN (under lock) */
     int compile_threads;
     uint32_t flags;
 

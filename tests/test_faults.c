@@ -1,0 +1,182 @@
+/*
+ * test_faults.c: crashes and full disks, on the CPU.
+ *
+ * kill_points: a writer process compiles and publishes entries in a loop
+ * (with KDART_PREPARE_FORCE, so every prepare is a compile, a lease and a
+ * publishing transaction) and reports each key it has published through a
+ * pipe.  The parent kills it with SIGKILL after a different delay each
+ * round, so the kills land all over compile-and-publish: inside NVRTC,
+ * between the lease and the insert, inside SQLite's commit.  After each
+ * kill: `verify` finds no damage, every key reported as published is still
+ * in the cache, and no lease of the dead writer blocks anyone (its owner
+ * is a dead process of this host, so the lease is void at once; the
+ * expiry bounds it everywhere else).
+ *
+ * full_filesystem: RLIMIT_FSIZE makes every write past a few kilobytes
+ * fail with EFBIG, as a full disk does (SQLite sees SQLITE_FULL or
+ * SQLITE_IOERR).  Kernels must still prepare, in memory, with one warning.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt.h"
+#include "testlib.h"
+
+static char dir[256];
+static char db[512];
+
+static void setup(void) {
+    test_tmpdir(dir, sizeof dir);
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+}
+
+static void teardown(void) { test_rmtree(dir); }
+
+static const char *const specs[] = {"K=64", "K=128"};
+static const char *const archs[] = {"sm_90a", "sm_100a"};
+
+/* The writer: publishes forever, reporting "key\n" after each publish. */
+static void writer(int fd) {
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    if (!rt) _exit(2);
+    for (unsigned i = 0;; i++) {
+        kdart_prepared p;
+        int rc = kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[(i / 2) % 2],
+                               KDART_PREPARE_NO_LOAD | KDART_PREPARE_FORCE, &p);
+        if (rc != KDART_OK) _exit(3);
+        char line[80];
+        int n = snprintf(line, sizeof line, "%s\n", p.key);
+        if (write(fd, line, (size_t)n) != n) _exit(4);
+    }
+}
+
+static int cache_has(kdart_rt *rt, const char *key) {
+    kdart_entry *e = NULL;
+    int rc = kdart_cache_get(rt, key, &e);
+    kdart_entry_free(e);
+    return rc == KDART_OK;
+}
+
+START_TEST(kill_points) {
+    int rounds = 40, lost = 0, checked_keys = 0;
+    long total_published = 0;
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    for (int round = 0; round < rounds; round++) {
+        int fds[2];
+        ck_assert_int_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            close(fds[0]);
+            writer(fds[1]);
+        }
+        close(fds[1]);
+        /* Kill points spread from the very start to well into the loop,
+         * with a random offset so no two runs kill at the same places. */
+        useconds_t delay = (useconds_t)(round * 15000 + rand() % 15000);
+        usleep(delay);
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        ck_assert_msg(WIFSIGNALED(status), "writer exited by itself (status %d)", status);
+        /* Every key the writer reported was committed before it said so. */
+        char buf[8192];
+        size_t have = 0;
+        ssize_t n;
+        while ((n = read(fds[0], buf + have, sizeof buf - 1 - have)) > 0) have += (size_t)n;
+        close(fds[0]);
+        buf[have] = 0;
+        kdart_rt *rt = test_open(db, NULL, NULL);
+        ck_assert_ptr_nonnull(rt);
+        int64_t checked = 0, damaged = 0;
+        if (access(db, F_OK) == 0) {
+            int vrc = kdart_cache_verify(rt, &checked, &damaged);
+            ck_assert_msg(vrc == KDART_OK && damaged == 0, "round %d: verify %s, %lld damaged: %s", round,
+                          kdart_errname(vrc), (long long)damaged, kdart_last_error(rt));
+        }
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+            if (strlen(line) != 64) continue; /* a line cut by the kill */
+            total_published++;
+            checked_keys++;
+            if (!cache_has(rt, line)) lost++;
+        }
+        /* No lease of the dead writer may block: a prepare of every key
+         * finishes at once (the keys are in the cache or compile now). */
+        for (int i = 0; i < 4; i++) {
+            kdart_prepared p;
+            double t0 = kdart__now_ms();
+            ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[i / 2], KDART_PREPARE_NO_LOAD, &p),
+                             KDART_OK);
+            ck_assert_msg(kdart__now_ms() - t0 < 5000, "prepare waited %.0f ms after the kill",
+                          kdart__now_ms() - t0);
+            kdart__lease holder;
+            int live = rt->rw ? kdart__store_lease_live(rt->rw, p.key, &holder) : KDART_ENOENT;
+            ck_assert_msg(live == KDART_ENOENT || holder.owner_pid != pid,
+                          "round %d: the dead writer's lease on %.12s is still live", round, p.key);
+        }
+        kdart_close(rt);
+    }
+    printf("kill_points: %d kills, %ld entries reported published before the kill, %d checked, %d lost\n", rounds,
+           total_published, checked_keys, lost);
+    ck_assert_int_eq(lost, 0);
+}
+END_TEST
+
+START_TEST(full_filesystem) {
+    /* Fill the cache first while there is room, then shrink the room. */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG */
+        test_log log;
+        kdart_rt *rt = test_open(db, NULL, &log);
+        if (!rt) _exit(10);
+        if (kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, NULL)) _exit(11);
+        struct rlimit rl = {16384, 16384};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(12);
+        int before = log.count[KDART_LOG_WARN];
+        int bad = 0;
+        for (int i = 0; i < 3; i++) {
+            kdart_prepared p;
+            bad |= kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[1], KDART_PREPARE_NO_LOAD | KDART_PREPARE_FORCE,
+                                 &p) != KDART_OK;
+            bad |= kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[0], KDART_PREPARE_NO_LOAD, &p) != KDART_OK;
+        }
+        int warned = log.count[KDART_LOG_WARN] - before;
+        printf("full_filesystem: 6 prepares on a full disk, %d failed, %d warning(s): %s\n", bad, warned,
+               log.last[KDART_LOG_WARN]);
+        fflush(stdout);
+        kdart_close(rt);
+        _exit(bad ? 13 : warned == 1 ? 0 : 14);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d (13: a prepare failed, 14: not "
+                  "exactly one warning)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    /* The cache is still sound afterwards. */
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    int64_t checked, damaged;
+    ck_assert_int_eq(kdart_cache_verify(rt, &checked, &damaged), KDART_OK);
+    ck_assert_int_ge(checked, 1);
+    kdart_close(rt);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("faults");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, kill_points);
+    tcase_add_test(tc, full_filesystem);
+    suite_add_tcase(s, tc);
+    return test_run(s);
+}
