@@ -236,6 +236,31 @@ static const char *blob_problem(const void *blob, int n, int64_t size, const cha
     return strcmp(hex, sha) ? "checksum mismatch" : NULL;
 }
 
+/* The digest a failed-compile row carries in cubin_sha256: it has no blob,
+ * and a flipped `failed` flag must not turn a good entry into a recorded
+ * failure (or the reverse) unnoticed. */
+static void failed_digest(const char *key, char out[65]) {
+    char text[80];
+    int n = snprintf(text, sizeof text, "failed:%s", key ? key : "");
+    kdart__sha256_hex(text, (size_t)n, out);
+}
+
+/* What is wrong with a row's payload (columns given by index), or NULL. */
+static const char *row_problem(sqlite3_stmt *s, const char *key, int c_failed, int c_blob, int c_size, int c_sha) {
+    if (sqlite3_column_type(s, c_failed) != SQLITE_INTEGER) return "damaged failed flag";
+    sqlite3_int64 failed = sqlite3_column_int64(s, c_failed);
+    const char *sha = (const char *)sqlite3_column_text(s, c_sha);
+    if (failed == 1) {
+        char want[65];
+        failed_digest(key, want);
+        if (sqlite3_column_bytes(s, c_blob) != 0 || !sha || strcmp(sha, want) != 0) return "damaged failure record";
+        return NULL;
+    }
+    if (failed != 0) return "damaged failed flag";
+    return blob_problem(sqlite3_column_blob(s, c_blob), sqlite3_column_bytes(s, c_blob),
+                        sqlite3_column_int64(s, c_size), sha);
+}
+
 /* --------------------------------------------------------- file system */
 
 static int path_exists(const char *path) {
@@ -667,9 +692,10 @@ static int quarantine_row(kdart__store *st, int64_t rowid, const char *key, int 
         const void *b = sqlite3_column_blob(sel, 2);
         int n = sqlite3_column_bytes(sel, 2);
         const char *why = NULL;
+        (void)b;
+        (void)n;
         if (!k || strcmp(k, key)) *state = Q_GONE;
-        else if (!sqlite3_column_int(sel, 1))
-            why = blob_problem(b, n, sqlite3_column_int64(sel, 3), (const char *)sqlite3_column_text(sel, 4));
+        else why = row_problem(sel, key, 1, 2, 3, 4);
         if (k && !strcmp(k, key)) *state = why ? Q_MOVED : Q_GOOD;
         if (why) {
             char reason[64];
@@ -768,8 +794,7 @@ static int read_row(kdart__store *st, const char *key, kdart__row *row, int *wha
         rc = sql_err(st, SQLITE_NOMEM, "reading entry %.16s", key);
         goto out;
     }
-    if (!row->failed && (*bad = blob_problem(blob, n, sqlite3_column_int64(stmt, 10),
-                                              (const char *)sqlite3_column_text(stmt, 11)))) {
+    if ((*bad = row_problem(stmt, key, 4, 9, 10, 11)) != NULL) {
         *what = ROW_BADBLOB;
         rc = KDART_ENOENT;
         goto out;
@@ -896,7 +921,7 @@ int kdart__store_put(kdart__store *st, kdart__row *row, int replace) {
     const unsigned char *blob = row->failed ? NULL : row->cubin;
     size_t size = row->failed ? 0 : row->cubin_size;
     if (blob) kdart__sha256_hex(blob, size, row->cubin_sha256);
-    else row->cubin_sha256[0] = 0;
+    else failed_digest(row->key, row->cubin_sha256);
     int64_t now = kdart__unix_time();
     if (!row->created) row->created = now;
     if (!row->last_used) row->last_used = now;
@@ -915,7 +940,7 @@ int kdart__store_put(kdart__store *st, kdart__row *row, int replace) {
     sqlite3_bind_text(ins, 9, row->lowered, -1, SQLITE_STATIC);
     if (blob) sqlite3_bind_blob64(ins, 10, blob, size, SQLITE_STATIC);
     sqlite3_bind_int64(ins, 11, (int64_t)size);
-    if (blob) sqlite3_bind_text(ins, 12, row->cubin_sha256, -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins, 12, row->cubin_sha256, -1, SQLITE_STATIC);
     sqlite3_bind_double(ins, 13, row->compile_ms);
     sqlite3_bind_int64(ins, 14, row->created);
     sqlite3_bind_int64(ins, 15, row->last_used);
@@ -1171,10 +1196,9 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
         snprintf(key, sizeof key, "%s", k ? k : "");
         const void *blob = sqlite3_column_blob(sel, 3);
         int n = sqlite3_column_bytes(sel, 3);
-        const char *why = sqlite3_column_int(sel, 2)
-                              ? NULL
-                              : blob_problem(blob, n, sqlite3_column_int64(sel, 4),
-                                             (const char *)sqlite3_column_text(sel, 5));
+        (void)blob;
+        (void)n;
+        const char *why = row_problem(sel, key, 2, 3, 4, 5);
         char reason[64];
         snprintf(reason, sizeof reason, "%s", why ? why : "");
         sqlite3_reset(sel);

@@ -170,6 +170,83 @@ START_TEST(full_filesystem) {
 }
 END_TEST
 
+/* Seeded fuzz of what the runtime decodes from cache rows: random bytes
+ * (NULs, huge and empty values included) in the text columns and the blob
+ * of random rows, then every reader runs: list, get, why, verify and
+ * prepare.  Each must return a status, never crash, and prepare must still
+ * produce the kernel (a damaged row is quarantined and recompiled). */
+#include <sqlite3.h>
+
+static void random_bytes(unsigned *seed, unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(rand_r(seed) >> 7);
+}
+
+static int list_count(void *user, const kdart_entry *e) {
+    (*(int *)user)++;
+    return e->kernel == NULL; /* touch the entry */
+}
+
+START_TEST(entry_fuzz) {
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    kdart_prepared a;
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, &a), KDART_OK);
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=128", "sm_100a", KDART_PREPARE_NO_LOAD, NULL), KDART_OK);
+    kdart_close(rt);
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    printf("entry_fuzz: seed %u\n", seed);
+    static const char *const cols[] = {"kernel", "spec", "arch", "manifest", "report", "log", "lowered",
+                                       "cubin", "cubin_sha256", "cubin_size", "failed", "key"};
+    const int ncols = (int)(sizeof cols / sizeof cols[0]);
+    int rounds = 200, statuses[64] = {0};
+    for (int round = 0; round < rounds; round++) {
+        sqlite3 *h;
+        ck_assert_int_eq(sqlite3_open(db, &h), SQLITE_OK);
+        sqlite3_busy_timeout(h, 5000);
+        int nmut = 1 + rand_r(&seed) % 3;
+        for (int m = 0; m < nmut; m++) {
+            const char *col = cols[rand_r(&seed) % ncols];
+            size_t len = (size_t)(rand_r(&seed) % 4 == 0 ? 0 : rand_r(&seed) % 3000);
+            unsigned char *val = malloc(len + 1);
+            random_bytes(&seed, val, len);
+            char sql[256];
+            snprintf(sql, sizeof sql, "UPDATE entries SET %s = ? WHERE rowid IN (SELECT rowid FROM entries ORDER BY "
+                     "random() LIMIT 1)", col);
+            sqlite3_stmt *st;
+            if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK) {
+                int kind = rand_r(&seed) % 3;
+                if (kind == 0) sqlite3_bind_blob(st, 1, val, (int)len, SQLITE_TRANSIENT);
+                else if (kind == 1) sqlite3_bind_text(st, 1, (const char *)val, (int)len, SQLITE_TRANSIENT);
+                else sqlite3_bind_int64(st, 1, (sqlite3_int64)rand_r(&seed) - RAND_MAX / 2);
+                sqlite3_step(st); /* a unique-key clash is fine: nothing changes */
+                sqlite3_finalize(st);
+            }
+            free(val);
+        }
+        sqlite3_close(h);
+        rt = test_open(db, NULL, NULL);
+        ck_assert_ptr_nonnull(rt);
+        int n = 0;
+        statuses[-kdart_cache_list(rt, list_count, &n) % 64]++;
+        kdart_entry *e = NULL;
+        statuses[-kdart_cache_get(rt, a.key, &e) % 64]++;
+        kdart_entry_free(e);
+        char *why = NULL;
+        statuses[-kdart_why(rt, "chunk_rcumsum", "K=64", "sm_90a", &why) % 64]++;
+        free(why);
+        int64_t checked, damaged;
+        statuses[-kdart_cache_verify(rt, &checked, &damaged) % 64]++;
+        kdart_prepared p;
+        int rc = kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, &p);
+        ck_assert_msg(rc == KDART_OK, "round %d: prepare %s: %s", round, kdart_errname(rc), kdart_last_error(rt));
+        kdart_close(rt);
+    }
+    printf("entry_fuzz: %d rounds of damaged rows, statuses:", rounds);
+    for (int i = 0; i < 64; i++)
+        if (statuses[i]) printf(" %s=%d", kdart_errname(-i), statuses[i]);
+    printf("; prepare succeeded every round\n");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
@@ -177,6 +254,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, kill_points);
     tcase_add_test(tc, full_filesystem);
+    tcase_add_test(tc, entry_fuzz);
     suite_add_tcase(s, tc);
     return test_run(s);
 }
