@@ -13,20 +13,26 @@
  *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K>, IO in {kdart::bf16,
  *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params.
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
- *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 4*K threads (512 / 256).
+ *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for both K.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory
- *            (188160 for K=128, 116992 for K=64); the runtime must set
+ *            (108288 for K=128, 107776 for K=64); the runtime must set
  *            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it.
+ *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM.
  *   Requires T % 64 == 0, HV % H == 0; outputs never alias inputs.
  *   Upper triangles of dAqk (s > r) and dAkk (s >= r) are never used in any
  *   arithmetic (garbage/NaN there is harmless); of those entries only the ones
  *   inside the 16x16 diagonal blocks are even loaded (whole 16-byte vectors).
  *
- * Structure (one CTA per (chunk, b*hv)):
- *   phase A  the chunk's q, k (io dtype), g, dAqk, dAkk, beta are copied once
- *            into shared memory with 16-byte vector loads.
+ * Structure (one CTA per (chunk, b*hv), two CTAs per SM so that one's loads
+ * overlap the other's compute).  Everything but db is column-separable, so the
+ * CTA walks the K columns in passes of 64 (K=128: two passes, K=64: one);
+ * dAqk, dAkk, beta are loaded once, before the first pass (and all of the CTA's
+ * dq_in/dk_in/dg_in lines are prefetched into L2 there).  Per pass:
+ *   phase A  the pass's columns of q, k (io dtype), g are copied into shared
+ *            memory with 16-byte vector loads.
  *   phase B  cross-block terms (16x16 sub-blocks off the diagonal) as tf32
- *            mma.sync m16n8k8 GEMMs; warp w owns output columns [8w, 8w+8).
+ *            mma.sync m16n8k8 GEMMs; warp w owns pass columns [8w, 8w+8); it
+ *            also prefetches the next pass's q, k, g lines into L2.
  *            Gate factorization through block-boundary pivots, every exp2
  *            argument <= 0 for any gate magnitude:
  *              row side, target block i (1..3), pivot e = 16i (first row of i):
@@ -34,13 +40,15 @@
  *              column side, source block i (0..2), pivot p = 16i+15 (last row of i):
  *                X_Ct[s,d] = exp2(g_p - g_s) * sum_{r>p} (dAqk[r,s] q[r] + dAkk[r,s] beta[r] k[r]) exp2(g_r - g_p)
  *            Results land in shared memory (fp32).
- *   phase C  diagonal 16x16 blocks in SIMT fp32, thread (i = tid/K, d = tid%K)
- *            owns block i, column d: one direct exp2 per (r,s,d) pair, shared
+ *   phase C  diagonal 16x16 blocks in SIMT fp32, thread (i = tid/64, d = tid%64)
+ *            owns block i, pass column d: one direct exp2 per (r,s,d) pair, shared
  *            by the row side (Aq, Ak) and the column side (Ct).  Rows are
  *            walked from 15 down to 0 so that after step r all three of
  *            Aq[r], Ak[r], Ct[r] are final; the row's dq, dk are written there.
- *   phase D  db (deterministic fixed-order reduction); dg rows written from
- *            shared memory (fold_dg: plus the totals of the later blocks).
+ *   phase D  dg rows written from shared memory (fold_dg: plus the totals of
+ *            the later blocks).
+ * After the passes: db (fixed-order sum of the per-(pass, warp) partials).
+ * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
 #ifndef KDART_BWD_INTRA_CUH
@@ -53,34 +61,45 @@ struct BwdIntraTraits {
     static_assert(K == 64 || K == 128, "bwd_intra supports K in {64, 128}");
     static constexpr int kBT = 64;             /* chunk rows */
     static constexpr int kBC = 16;             /* diagonal block rows */
-    static constexpr int kThreads = 4 * K;     /* (block i, column d) in phase C */
+    static constexpr int kKH = 64;             /* columns per pass */
+    static constexpr int kPasses = K / kKH;    /* column passes per CTA (2 / 1) */
+    static constexpr int kThreads = 4 * kKH;   /* (block i, column d) of one pass in phase C: 256 */
     static constexpr int kWarps = kThreads / 32;
-    static_assert(kWarps * 8 == K, "phase B: one 8-column n-tile per warp");
-    static constexpr int kKP = K + 8;          /* padded row stride of q/k/g/X (elements) */
-    static constexpr int kDAP = 72;            /* padded row stride of dAqk/dAkk */
-    static constexpr int kWPB = K / 32;        /* warps per diagonal block in phase C */
+    static_assert(kWarps * 8 == kKH, "phase B: one 8-column n-tile per warp");
+    static constexpr int kKP = kKH + 8;        /* padded row stride of q/k/g/X (elements) */
+    static constexpr int kWPB = kKH / 32;      /* warps per diagonal block in phase C */
+    static constexpr int kDbSlots = kWPB * kPasses; /* db partials per row */
+    /* dAqk/dAkk are stored compactly in [48][kDAP]: row r of block 1..3 (columns
+     * 0..16*blk+15 used) at (r-16)*kDAP; row r of block 0 (columns 0..15) at
+     * (r+16)*kDAP + 48, i.e. in the unused columns 48..63 of block 2's rows */
+    static constexpr int kDAP = 72;
+    static constexpr int kDAFloats = 48 * kDAP;
     /* byte offsets inside dynamic shared memory */
     static constexpr int kOffQ = 0;                                  /* io  [64][KP] */
     static constexpr int kOffK = kOffQ + kBT * kKP * 2;              /* io  [64][KP] */
     static constexpr int kOffG = kOffK + kBT * kKP * 2;              /* f32 [64][KP] */
-    static constexpr int kOffAqk = kOffG + kBT * kKP * 4;            /* f32 [64][72] */
-    static constexpr int kOffAkk = kOffAqk + kBT * kDAP * 4;         /* f32 [64][72] */
-    static constexpr int kOffXq = kOffAkk + kBT * kDAP * 4;          /* f32 [48][KP] rows 16..63 */
+    static constexpr int kOffAqk = kOffG + kBT * kKP * 4;            /* f32 compact */
+    static constexpr int kOffAkk = kOffAqk + kDAFloats * 4;          /* f32 compact */
+    static constexpr int kOffXq = kOffAkk + kDAFloats * 4;           /* f32 [48][KP] rows 16..63 */
     static constexpr int kOffXk = kOffXq + 48 * kKP * 4;             /* f32 [48][KP] rows 16..63 */
     static constexpr int kOffXc = kOffXk + 48 * kKP * 4;             /* f32 [48][KP] rows 0..47 */
     static constexpr int kOffBeta = kOffXc + 48 * kKP * 4;           /* f32 [64] */
-    static constexpr int kOffDbp = kOffBeta + kBT * 4;               /* f32 [64][WPB] */
-    static constexpr int kOffTot = kOffDbp + kBT * kWPB * 4;         /* f32 [4][K] */
-    static constexpr int kSmemBytes = kOffTot + 4 * K * 4;
-    static_assert(kSmemBytes <= 200 * 1024, "smem budget");
-    static_assert(kOffK % 16 == 0 && kOffG % 16 == 0 && kOffAqk % 16 == 0 &&
+    static constexpr int kOffDbp = kOffBeta + kBT * 4;               /* f32 [64][kDbSlots] */
+    static constexpr int kOffTot = kOffDbp + kBT * kDbSlots * 4;     /* f32 [4][kKH] */
+    static constexpr int kSmemBytes = kOffTot + 4 * kKH * 4;
+    /* CTAs per SM asked of ptxas (__launch_bounds__): 2 = 128 registers per thread */
+    static constexpr int kMinBlocks = 2;
+    /* two CTAs per SM: 2 x (smem + 1 KB reserved) <= 228 KB */
+    static_assert(kSmemBytes <= 113 * 1024, "smem budget: two CTAs per SM");
+    static_assert(kOffK % 16 == 0 && kOffG % 16 == 0 && kOffAqk % 16 == 0 && kOffAkk % 16 == 0 &&
                   kOffXq % 16 == 0 && kOffXc % 16 == 0 && kOffBeta % 16 == 0,
                   "16-byte aligned regions");
-    static_assert((kKP * 2) % 16 == 0 && (kDAP * 4) % 16 == 0, "16-byte aligned rows");
+    static_assert((kKP * 2) % 16 == 0 && (kDAP * 4) % 16 == 0,
+                  "16-byte aligned rows");
 };
-static_assert(BwdIntraTraits<128>::kThreads == 512 && BwdIntraTraits<128>::kSmemBytes == 188160,
+static_assert(BwdIntraTraits<128>::kThreads == 256 && BwdIntraTraits<128>::kSmemBytes == 108288,
               "contract K=128");
-static_assert(BwdIntraTraits<64>::kThreads == 256 && BwdIntraTraits<64>::kSmemBytes == 116992,
+static_assert(BwdIntraTraits<64>::kThreads == 256 && BwdIntraTraits<64>::kSmemBytes == 107776,
               "contract K=64");
 
 namespace kdart {
@@ -119,18 +138,32 @@ __device__ __forceinline__ float unpack_io(unsigned x, int hi) {
     return kdart::to_float(v);
 }
 __device__ __forceinline__ unsigned fbits(float x) { return __float_as_uint(x); }
+/* stores of write-once outputs: evict-first (st.global.cs), so that they do not
+ * push the prefetched input lines out of L2 */
+__device__ __forceinline__ void st_out(float *a, float x) {
+    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(a), "f"(x) : "memory");
+}
+__device__ __forceinline__ void st_out16(unsigned short *a, unsigned short x) {
+    asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a), "h"(x) : "memory");
+}
 
 } /* namespace intra */
 } /* namespace kdart */
 
 template <typename IO, bool FOLD_DG, bool EMIT_IO, int K>
-__global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, 1)
+__global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const kdart_bwd_intra_params p) {
     using Tr = BwdIntraTraits<K>;
     using namespace kdart::intra;
+    constexpr int KH = Tr::kKH;
     constexpr int KP = Tr::kKP;
-    constexpr int DAP = Tr::kDAP;
     constexpr int NTH = Tr::kThreads;
+    constexpr int DAP = Tr::kDAP;
+    constexpr int NDB = Tr::kDbSlots;
+    /* float offset of row 16*blk + rr in the compact dAqk/dAkk layout */
+    auto daoff = [](int blk, int rr) {
+        return blk == 0 ? (16 + rr) * DAP + 48 : (16 * (blk - 1) + rr) * DAP;
+    };
 
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned short *sQ = reinterpret_cast<unsigned short *>(smem + Tr::kOffQ);
@@ -145,42 +178,39 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     float *sDbp = reinterpret_cast<float *>(smem + Tr::kOffDbp);
     float *sTot = reinterpret_cast<float *>(smem + Tr::kOffTot);
 
-    const int tid = threadIdx.x;
-    const int chunk = blockIdx.x;
-    const int bh = blockIdx.y;
+    /* threadIdx.x through a volatile read in every phase: nothing derived from it is
+     * hoisted out of the pass loop and held in registers across phase C */
+    auto vtid = []() {
+        if (Tr::kPasses == 1) return (int)threadIdx.x; /* no loop: nothing to hoist */
+        unsigned t;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+        return (int)t;
+    };
+    const int tid = vtid();
     const int T = p.T, H = p.H, HV = p.HV;
-    const int b = bh / HV;
-    const int hv = bh - b * HV;
-    const int h = hv / (HV / H);
-    const int t0 = chunk * 64;
-    /* row (token) base indices */
-    const long long rowQ0 = ((long long)b * T + t0) * H + h;  /* [B,T,H] row of t0 */
-    const long long rowV0 = ((long long)b * T + t0) * HV + hv; /* [B,T,HV] row of t0 */
-    const long long strideQ = (long long)H * K;                /* elements between tokens */
+    /* row (token) base indices: [B,T,H] row of t0 (rowQ0) and [B,T,HV] row of t0 (rowV0).
+     * Recomputed where used from %ctaid (volatile reads: not hoisted), so that they
+     * are not held in registers across the pass loop (keeps phase C at 128 regs). */
+    auto row0 = [&](long long &rq, long long &rv) {
+        unsigned cx = blockIdx.x, cy = blockIdx.y;
+        if (Tr::kPasses > 1) {
+            asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
+            asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
+        }
+        const int bb = (int)cy / HV;
+        const int hvv = (int)cy - bb * HV;
+        const long long tt = (long long)bb * T + (long long)cx * 64;
+        rq = tt * H + hvv / (HV / H);
+        rv = tt * HV + hvv;
+    };
+    const long long strideQ = (long long)H * K; /* elements between tokens */
     const long long strideV = (long long)HV * K;
     const long long strideA = (long long)HV * 64;
 
-    /* ---------------- phase A: chunk -> shared memory (16-byte vectors) ---------------- */
+    /* ---------------- dAqk, dAkk (lower blocks only, compact) and beta: once ---------------- */
     {
-        const unsigned short *gq = static_cast<const unsigned short *>(p.q);
-        const unsigned short *gk = static_cast<const unsigned short *>(p.k);
-        constexpr int VPR = K / 8; /* 8 io elements per 16 bytes */
-#pragma unroll
-        for (int v = tid; v < 64 * VPR; v += NTH) {
-            const int r = v / VPR, c = (v - r * VPR) * 8;
-            const long long go = rowQ0 * K + r * strideQ + c;
-            const uint4 xq = __ldg(reinterpret_cast<const uint4 *>(gq + go));
-            const uint4 xk = __ldg(reinterpret_cast<const uint4 *>(gk + go));
-            *reinterpret_cast<uint4 *>(sQ + r * KP + c) = xq;
-            *reinterpret_cast<uint4 *>(sK + r * KP + c) = xk;
-        }
-        constexpr int FPR = K / 4;
-#pragma unroll
-        for (int v = tid; v < 64 * FPR; v += NTH) {
-            const int r = v / FPR, c = (v - r * FPR) * 4;
-            const float4 x = __ldg(reinterpret_cast<const float4 *>(p.g + rowV0 * K + r * strideV + c));
-            *reinterpret_cast<float4 *>(sG + r * KP + c) = x;
-        }
+        long long rowQ0, rowV0;
+        row0(rowQ0, rowV0);
 #pragma unroll
         for (int v = tid; v < 64 * 16; v += NTH) {
             const int r = v >> 4, c = (v & 15) * 4;
@@ -191,204 +221,278 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             const long long go = rowV0 * 64 + r * strideA + c;
             const float4 x = __ldg(reinterpret_cast<const float4 *>(p.dAqk + go));
             const float4 y = __ldg(reinterpret_cast<const float4 *>(p.dAkk + go));
-            *reinterpret_cast<float4 *>(sAqk + r * DAP + c) = x;
-            *reinterpret_cast<float4 *>(sAkk + r * DAP + c) = y;
+            const int so = (r < 16 ? (r + 16) * DAP + 48 : (r - 16) * DAP) + c;
+            *reinterpret_cast<float4 *>(sAqk + so) = x;
+            *reinterpret_cast<float4 *>(sAkk + so) = y;
+        }
+        /* pull all of this CTA's dq_in/dk_in/dg_in lines into L2 now (phase C reads them) */
+#pragma unroll
+        for (int v = tid; v < 64 * (K / 32); v += NTH) {
+            const long long o = rowV0 * K + (v / (K / 32)) * strideV + (v % (K / 32)) * 32;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dq_in + o));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dk_in + o));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dg_in + o));
         }
         if (tid < 64) {
             const IO *gb = static_cast<const IO *>(p.beta);
             sBeta[tid] = kdart::to_float(gb[rowV0 + (long long)tid * HV]);
         }
     }
-    __syncthreads();
 
-    /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
-    {
-        const int warp = tid >> 5, lane = tid & 31;
-        const int gid = lane >> 2, tig = lane & 3;
-        const int n0 = warp * 8;
-        const int colb = n0 + gid;     /* B-fragment column */
-        const int colc = n0 + 2 * tig; /* C-fragment columns colc, colc+1 */
+#pragma unroll 1
+    for (int pass = 0; pass < Tr::kPasses; ++pass) {
+        const int c0 = pass * KH; /* first global column of this pass */
 
-        /* row side: target block i, sources s < 16i, pivot row e = 16i */
-#pragma unroll
-        for (int i = 1; i < 4; ++i) {
-            float cq[4] = {0.f, 0.f, 0.f, 0.f}, ck[4] = {0.f, 0.f, 0.f, 0.f};
-            const float gpiv = sG[(16 * i) * KP + colb];
-            const int ra = 16 * i + gid, rb = ra + 8;
-#pragma unroll
-            for (int kk = 0; kk < 2 * i; ++kk) {
-                const int s0 = 8 * kk + tig, s1 = s0 + 4;
-                const float kb0 = ld_io<IO>(sK, s0 * KP + colb) * ex2(gpiv - sG[s0 * KP + colb]);
-                const float kb1 = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
-                const unsigned b0 = to_tf32(kb0), b1 = to_tf32(kb1);
-                mma_tf32(cq, to_tf32(sAqk[ra * DAP + s0]), to_tf32(sAqk[rb * DAP + s0]),
-                         to_tf32(sAqk[ra * DAP + s1]), to_tf32(sAqk[rb * DAP + s1]), b0, b1);
-                mma_tf32(ck, to_tf32(sAkk[ra * DAP + s0]), to_tf32(sAkk[rb * DAP + s0]),
-                         to_tf32(sAkk[ra * DAP + s1]), to_tf32(sAkk[rb * DAP + s1]), b0, b1);
-            }
-            const float2 gp = *reinterpret_cast<const float2 *>(sG + (16 * i) * KP + colc);
-            const float2 ga = *reinterpret_cast<const float2 *>(sG + ra * KP + colc);
-            const float2 gb = *reinterpret_cast<const float2 *>(sG + rb * KP + colc);
-            const float fa0 = ex2(ga.x - gp.x), fa1 = ex2(ga.y - gp.y);
-            const float fb0 = ex2(gb.x - gp.x), fb1 = ex2(gb.y - gp.y);
-            *reinterpret_cast<float2 *>(sXq + (ra - 16) * KP + colc) = make_float2(cq[0] * fa0, cq[1] * fa1);
-            *reinterpret_cast<float2 *>(sXq + (rb - 16) * KP + colc) = make_float2(cq[2] * fb0, cq[3] * fb1);
-            *reinterpret_cast<float2 *>(sXk + (ra - 16) * KP + colc) = make_float2(ck[0] * fa0, ck[1] * fa1);
-            *reinterpret_cast<float2 *>(sXk + (rb - 16) * KP + colc) = make_float2(ck[2] * fb0, ck[3] * fb1);
-        }
-
-        /* column side: source block i (rows s), targets r > p = 16i+15 */
-#pragma unroll
-        for (int i = 0; i < 3; ++i) {
-            float cc[4] = {0.f, 0.f, 0.f, 0.f};
-            const int pr = 16 * i + 15;
-            const float gpiv = sG[pr * KP + colb];
-            const int sa = 16 * i + gid, sb = sa + 8;
-#pragma unroll
-            for (int kk = 0; kk < 6 - 2 * i; ++kk) {
-                const int rA = 16 * (i + 1) + 8 * kk + tig, rB = rA + 4;
-                const float eA = ex2(sG[rA * KP + colb] - gpiv);
-                const float eB = ex2(sG[rB * KP + colb] - gpiv);
-                const unsigned bq0 = to_tf32(ld_io<IO>(sQ, rA * KP + colb) * eA);
-                const unsigned bq1 = to_tf32(ld_io<IO>(sQ, rB * KP + colb) * eB);
-                const unsigned bk0 = to_tf32(sBeta[rA] * ld_io<IO>(sK, rA * KP + colb) * eA);
-                const unsigned bk1 = to_tf32(sBeta[rB] * ld_io<IO>(sK, rB * KP + colb) * eB);
-                mma_tf32(cc, to_tf32(sAqk[rA * DAP + sa]), to_tf32(sAqk[rA * DAP + sb]),
-                         to_tf32(sAqk[rB * DAP + sa]), to_tf32(sAqk[rB * DAP + sb]), bq0, bq1);
-                mma_tf32(cc, to_tf32(sAkk[rA * DAP + sa]), to_tf32(sAkk[rA * DAP + sb]),
-                         to_tf32(sAkk[rB * DAP + sa]), to_tf32(sAkk[rB * DAP + sb]), bk0, bk1);
-            }
-            const float2 gp = *reinterpret_cast<const float2 *>(sG + pr * KP + colc);
-            const float2 ga = *reinterpret_cast<const float2 *>(sG + sa * KP + colc);
-            const float2 gb = *reinterpret_cast<const float2 *>(sG + sb * KP + colc);
-            *reinterpret_cast<float2 *>(sXc + sa * KP + colc) =
-                make_float2(cc[0] * ex2(gp.x - ga.x), cc[1] * ex2(gp.y - ga.y));
-            *reinterpret_cast<float2 *>(sXc + sb * KP + colc) =
-                make_float2(cc[2] * ex2(gp.x - gb.x), cc[3] * ex2(gp.y - gb.y));
-        }
-    }
-    __syncthreads();
-
-    /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
-    {
-        const int i = tid / K;     /* diagonal block, warp-uniform */
-        const int d = tid - i * K; /* column */
-        const int lane = tid & 31;
-        const int R0 = 16 * i;
-        float gs[16], ct[16];
-        unsigned ksp[8]; /* k of the block's 16 rows, raw io bits, two per register */
-#pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            gs[s] = sG[(R0 + s) * KP + d];
-            const unsigned kbits = sK[(R0 + s) * KP + d];
-            if (s & 1) ksp[s >> 1] |= kbits << 16;
-            else ksp[s >> 1] = kbits;
-            ct[s] = (i < 3) ? sXc[(R0 + s) * KP + d] : 0.f;
-        }
-        /* dg of each row (fold_dg: the within-block suffix sum) goes to this
-         * thread's own, already consumed X slot (Xc rows of block i for i < 3,
-         * Xq rows for i == 3); phase D adds the later blocks' totals and writes it. */
-        float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
-        float dgsuf = 0.f;
-        /* element offset of (row 0, column d) of this chunk; rows are 32-bit offsets */
-        const long long eb = rowV0 * K + d;
-        const int strideVi = HV * K;
-        /* the incoming grads of the next row are prefetched one row ahead */
-        float nq, nk, ng;
+        /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
+        /* (no barrier needed before it: the previous pass's last readers of sQ/sK/sG
+         *  are in its phase C, which ended with a barrier) */
         {
-            const long long o = eb + (R0 + 15) * strideVi;
-            nq = __ldg(p.dq_in + o); nk = __ldg(p.dk_in + o); ng = __ldg(p.dg_in + o);
-        }
+            long long rowQ0, rowV0;
+            row0(rowQ0, rowV0);
+            const int tid = vtid();
+            const unsigned short *gq = static_cast<const unsigned short *>(p.q);
+            const unsigned short *gk = static_cast<const unsigned short *>(p.k);
+            constexpr int VPR = KH / 8; /* 8 io elements per 16 bytes */
 #pragma unroll
-        for (int r = 15; r >= 0; --r) {
-            /* scheduling fence: keeps ptxas/NVVM from overlapping all the unrolled
-             * row steps (which spills at the 128-register cap of 512 threads) */
-            __syncwarp();
-            const int R = R0 + r;
-            const long long go = eb + R * strideVi;
-            const float din_q = nq, din_k = nk, din_g = ng;
-            if (r > 0) {
-                const long long on = go - strideVi;
-                nq = __ldg(p.dq_in + on); nk = __ldg(p.dk_in + on); ng = __ldg(p.dg_in + on);
+            for (int v = tid; v < 64 * VPR; v += NTH) {
+                const int r = v / VPR, c = (v - r * VPR) * 8;
+                const long long go = rowQ0 * K + r * strideQ + c0 + c;
+                const uint4 xq = __ldg(reinterpret_cast<const uint4 *>(gq + go));
+                const uint4 xk = __ldg(reinterpret_cast<const uint4 *>(gk + go));
+                *reinterpret_cast<uint4 *>(sQ + r * KP + c) = xq;
+                *reinterpret_cast<uint4 *>(sK + r * KP + c) = xk;
             }
-            const float gr = gs[r];
-            const float qr = ld_io<IO>(sQ, R * KP + d);
-            const float kr = unpack_io<IO>(ksp[r >> 1], r & 1);
-            const float br = sBeta[R];
-            const float bkr = br * kr;
-            const float *aqrow = sAqk + R * DAP + R0;
-            const float *akrow = sAkk + R * DAP + R0;
-            float aq = 0.f, ak = 0.f;
+            constexpr int FPR = KH / 4;
+#pragma unroll
+            for (int v = tid; v < 64 * FPR; v += NTH) {
+                const int r = v / FPR, c = (v - r * FPR) * 4;
+                const float4 x =
+                    __ldg(reinterpret_cast<const float4 *>(p.g + rowV0 * K + r * strideV + c0 + c));
+                *reinterpret_cast<float4 *>(sG + r * KP + c) = x;
+            }
+        }
+        __syncthreads();
+
+        /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
+        {
+            const int tid = vtid();
+            /* pull the next pass's q, k, g lines into L2 (its phase A reads them) */
+            if (pass + 1 < Tr::kPasses) {
+                long long rowQ0, rowV0;
+                row0(rowQ0, rowV0);
+                const int cn = c0 + KH;
+                const void *a;
+                if (tid < 64)
+                    a = static_cast<const unsigned short *>(p.q) + rowQ0 * K + tid * strideQ + cn;
+                else if (tid < 128)
+                    a = static_cast<const unsigned short *>(p.k) + rowQ0 * K + (tid - 64) * strideQ + cn;
+                else
+                    a = p.g + rowV0 * K + ((tid - 128) >> 1) * strideV + cn + (tid & 1) * 32;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+            }
+            const int warp = tid >> 5, lane = tid & 31;
+            const int gid = lane >> 2, tig = lane & 3;
+            const int n0 = warp * 8;
+            const int colb = n0 + gid;     /* B-fragment column */
+            const int colc = n0 + 2 * tig; /* C-fragment columns colc, colc+1 */
+
+            /* row side: target block i, sources s < 16i, pivot row e = 16i */
+#pragma unroll
+            for (int i = 1; i < 4; ++i) {
+                float cq[4] = {0.f, 0.f, 0.f, 0.f}, ck[4] = {0.f, 0.f, 0.f, 0.f};
+                const float gpiv = sG[(16 * i) * KP + colb];
+                const int ra = 16 * i + gid, rb = ra + 8;
+                const int oa = daoff(i, gid), ob = daoff(i, gid + 8);
+#pragma unroll
+                for (int kk = 0; kk < 2 * i; ++kk) {
+                    const int s0 = 8 * kk + tig, s1 = s0 + 4;
+                    const float kb0 = ld_io<IO>(sK, s0 * KP + colb) * ex2(gpiv - sG[s0 * KP + colb]);
+                    const float kb1 = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
+                    const unsigned b0 = to_tf32(kb0), b1 = to_tf32(kb1);
+                    mma_tf32(cq, to_tf32(sAqk[oa + s0]), to_tf32(sAqk[ob + s0]),
+                             to_tf32(sAqk[oa + s1]), to_tf32(sAqk[ob + s1]), b0, b1);
+                    mma_tf32(ck, to_tf32(sAkk[oa + s0]), to_tf32(sAkk[ob + s0]),
+                             to_tf32(sAkk[oa + s1]), to_tf32(sAkk[ob + s1]), b0, b1);
+                }
+                const float2 gp = *reinterpret_cast<const float2 *>(sG + (16 * i) * KP + colc);
+                const float2 ga = *reinterpret_cast<const float2 *>(sG + ra * KP + colc);
+                const float2 gb = *reinterpret_cast<const float2 *>(sG + rb * KP + colc);
+                const float fa0 = ex2(ga.x - gp.x), fa1 = ex2(ga.y - gp.y);
+                const float fb0 = ex2(gb.x - gp.x), fb1 = ex2(gb.y - gp.y);
+                *reinterpret_cast<float2 *>(sXq + (ra - 16) * KP + colc) = make_float2(cq[0] * fa0, cq[1] * fa1);
+                *reinterpret_cast<float2 *>(sXq + (rb - 16) * KP + colc) = make_float2(cq[2] * fb0, cq[3] * fb1);
+                *reinterpret_cast<float2 *>(sXk + (ra - 16) * KP + colc) = make_float2(ck[0] * fa0, ck[1] * fa1);
+                *reinterpret_cast<float2 *>(sXk + (rb - 16) * KP + colc) = make_float2(ck[2] * fb0, ck[3] * fb1);
+            }
+
+            /* column side: source block i (rows s), targets r > p = 16i+15 */
+#pragma unroll
+            for (int i = 0; i < 3; ++i) {
+                float cc[4] = {0.f, 0.f, 0.f, 0.f};
+                const int pr = 16 * i + 15;
+                const float gpiv = sG[pr * KP + colb];
+                const int sa = 16 * i + gid, sb = sa + 8;
+#pragma unroll
+                for (int kk = 0; kk < 6 - 2 * i; ++kk) {
+                    const int rA = 16 * (i + 1) + 8 * kk + tig, rB = rA + 4;
+                    const int blk = i + 1 + (kk >> 1), rr = 8 * (kk & 1) + tig;
+                    const int oA = daoff(blk, rr), oB = daoff(blk, rr + 4);
+                    const float eA = ex2(sG[rA * KP + colb] - gpiv);
+                    const float eB = ex2(sG[rB * KP + colb] - gpiv);
+                    const unsigned bq0 = to_tf32(ld_io<IO>(sQ, rA * KP + colb) * eA);
+                    const unsigned bq1 = to_tf32(ld_io<IO>(sQ, rB * KP + colb) * eB);
+                    const unsigned bk0 = to_tf32(sBeta[rA] * ld_io<IO>(sK, rA * KP + colb) * eA);
+                    const unsigned bk1 = to_tf32(sBeta[rB] * ld_io<IO>(sK, rB * KP + colb) * eB);
+                    mma_tf32(cc, to_tf32(sAqk[oA + sa]), to_tf32(sAqk[oA + sb]),
+                             to_tf32(sAqk[oB + sa]), to_tf32(sAqk[oB + sb]), bq0, bq1);
+                    mma_tf32(cc, to_tf32(sAkk[oA + sa]), to_tf32(sAkk[oA + sb]),
+                             to_tf32(sAkk[oB + sa]), to_tf32(sAkk[oB + sb]), bk0, bk1);
+                }
+                const float2 gp = *reinterpret_cast<const float2 *>(sG + pr * KP + colc);
+                const float2 ga = *reinterpret_cast<const float2 *>(sG + sa * KP + colc);
+                const float2 gb = *reinterpret_cast<const float2 *>(sG + sb * KP + colc);
+                *reinterpret_cast<float2 *>(sXc + sa * KP + colc) =
+                    make_float2(cc[0] * ex2(gp.x - ga.x), cc[1] * ex2(gp.y - ga.y));
+                *reinterpret_cast<float2 *>(sXc + sb * KP + colc) =
+                    make_float2(cc[2] * ex2(gp.x - gb.x), cc[3] * ex2(gp.y - gb.y));
+            }
+        }
+        __syncthreads();
+
+        /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
+        {
+            const int tid = vtid();
+            const int i = tid / KH;     /* diagonal block, warp-uniform */
+            const int d = tid - i * KH; /* column within the pass */
+            const int lane = tid & 31;
+            const int R0 = 16 * i;
+            long long rowQ0, rowV0;
+            row0(rowQ0, rowV0);
+            const int dabase = (i == 0) ? 16 * DAP + 48 : (R0 - 16) * DAP;
+            float gs[16], ct[16];
+            unsigned ksp[8]; /* k of the block's 16 rows, raw io bits, two per register */
 #pragma unroll
             for (int s = 0; s < 16; ++s) {
-                if (s < r) {
-                    const float e = ex2(gr - gs[s]);
-                    const float a1 = aqrow[s] * e;
-                    const float a2 = akrow[s] * e;
-                    const float kv = unpack_io<IO>(ksp[s >> 1], s & 1);
-                    aq = fmaf(a1, kv, aq);
-                    ak = fmaf(a2, kv, ak);
-                    ct[s] = fmaf(a1, qr, ct[s]);
-                    ct[s] = fmaf(a2, bkr, ct[s]);
-                } else if (s == r) { /* E = 1; dAkk diagonal is not read */
-                    const float a1 = aqrow[s];
-                    aq = fmaf(a1, kr, aq);
-                    ct[s] = fmaf(a1, qr, ct[s]);
-                }
+                gs[s] = sG[(R0 + s) * KP + d];
+                const unsigned kbits = sK[(R0 + s) * KP + d];
+                if (s & 1) ksp[s >> 1] |= kbits << 16;
+                else ksp[s >> 1] = kbits;
+                ct[s] = (i < 3) ? sXc[(R0 + s) * KP + d] : 0.f;
             }
-            if (i > 0) {
-                aq += sXq[(R - 16) * KP + d];
-                ak += sXk[(R - 16) * KP + d];
+            /* dg of each row (fold_dg: the within-block suffix sum) goes to this
+             * thread's own, already consumed X slot (Xc rows of block i for i < 3,
+             * Xq rows for i == 3); phase D adds the later blocks' totals and writes it. */
+            float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
+            /* element offset of (row 0, global column c0 + d) of this chunk */
+            const long long eb = rowV0 * K + c0 + d;
+            const int strideVi = HV * K;
+            /* the incoming grads of the next row are prefetched one row ahead */
+            float nq, nk, ng;
+            {
+                const long long o = eb + (R0 + 15) * strideVi;
+                nq = __ldg(p.dq_in + o); nk = __ldg(p.dk_in + o); ng = __ldg(p.dg_in + o);
             }
-            const float ctr = ct[r];
-            const float bak = br * ak;
-            const float vq = din_q + aq;
-            const float vk = din_k + bak + ctr;
-            const float vg = din_g + qr * aq + (bak - ctr) * kr;
-            if (EMIT_IO) {
-                static_cast<IO *>(p.dq)[go] = kdart::from_float<IO>(vq);
-                static_cast<IO *>(p.dk)[go] = kdart::from_float<IO>(vk);
-            } else {
-                static_cast<float *>(p.dq)[go] = vq;
-                static_cast<float *>(p.dk)[go] = vk;
-            }
-            /* dg goes through this thread's slot and is written in phase D */
-            if (FOLD_DG) {
-                dgsuf += vg;
-                slot[r * KP] = dgsuf;
-            } else {
-                slot[r * KP] = vg;
-            }
-            float pd = kr * ak;
 #pragma unroll
-            for (int m = 16; m >= 1; m >>= 1) pd += __shfl_xor_sync(0xffffffffu, pd, m);
-            if (lane == 0) sDbp[R * Tr::kWPB + (d >> 5)] = pd;
+            for (int r = 15; r >= 0; --r) {
+                /* scheduling fence: keeps ptxas/NVVM from overlapping all the unrolled
+                 * row steps (which spills at the 128-register cap) */
+                __syncwarp();
+                const int R = R0 + r;
+                const long long go = eb + R * strideVi;
+                const float din_q = nq, din_k = nk, din_g = ng;
+                if (r > 0) {
+                    const long long on = go - strideVi;
+                    nq = __ldg(p.dq_in + on); nk = __ldg(p.dk_in + on); ng = __ldg(p.dg_in + on);
+                }
+                const float gr = gs[r];
+                const float qr = ld_io<IO>(sQ, R * KP + d);
+                const float kr = unpack_io<IO>(ksp[r >> 1], r & 1);
+                const float br = sBeta[R];
+                const float bkr = br * kr;
+                const float *aqrow = sAqk + dabase + r * DAP + R0;
+                const float *akrow = sAkk + dabase + r * DAP + R0;
+                float aq = 0.f, ak = 0.f;
+#pragma unroll
+                for (int s = 0; s < 16; ++s) {
+                    if (s < r) {
+                        const float e = ex2(gr - gs[s]);
+                        const float a1 = aqrow[s] * e;
+                        const float a2 = akrow[s] * e;
+                        const float kv = unpack_io<IO>(ksp[s >> 1], s & 1);
+                        aq = fmaf(a1, kv, aq);
+                        ak = fmaf(a2, kv, ak);
+                        ct[s] = fmaf(a1, qr, ct[s]);
+                        ct[s] = fmaf(a2, bkr, ct[s]);
+                    } else if (s == r) { /* E = 1; dAkk diagonal is not read */
+                        const float a1 = aqrow[s];
+                        aq = fmaf(a1, kr, aq);
+                        ct[s] = fmaf(a1, qr, ct[s]);
+                    }
+                }
+                if (i > 0) {
+                    aq += sXq[(R - 16) * KP + d];
+                    ak += sXk[(R - 16) * KP + d];
+                }
+                const float ctr = ct[r];
+                const float bak = br * ak;
+                const float vq = din_q + aq;
+                const float vk = din_k + bak + ctr;
+                const float vg = din_g + qr * aq + (bak - ctr) * kr;
+                if (EMIT_IO) {
+                    st_out16(static_cast<unsigned short *>(p.dq) + go, kdart::from_float<IO>(vq).bits);
+                    st_out16(static_cast<unsigned short *>(p.dk) + go, kdart::from_float<IO>(vk).bits);
+                } else {
+                    st_out(static_cast<float *>(p.dq) + go, vq);
+                    st_out(static_cast<float *>(p.dk) + go, vk);
+                }
+                /* dg goes through this thread's slot and is written in phase D */
+                if (FOLD_DG) {
+                    /* the running suffix sum lives in the slot (one register less) */
+                    slot[r * KP] = (r < 15) ? slot[(r + 1) * KP] + vg : vg;
+                } else {
+                    slot[r * KP] = vg;
+                }
+                float pd = kr * ak;
+#pragma unroll
+                for (int m = 16; m >= 1; m >>= 1) pd += __shfl_xor_sync(0xffffffffu, pd, m);
+                if (lane == 0) sDbp[R * NDB + pass * Tr::kWPB + (d >> 5)] = pd;
+            }
+            if (FOLD_DG) sTot[i * KH + d] = slot[0];
         }
-        if (FOLD_DG) sTot[i * K + d] = dgsuf;
-    }
-    __syncthreads();
+        __syncthreads();
 
-    /* ---------------- phase D: db, dg (fold_dg: plus the later blocks' totals) ---------------- */
+        /* ---------------- phase D: dg of this pass's columns (fold_dg: plus the later blocks' totals) ---------------- */
+        {
+            const int tid = vtid();
+            const int i = tid / KH;
+            const int d = tid - i * KH;
+            const int R0 = 16 * i;
+            long long rowQ0, rowV0;
+            row0(rowQ0, rowV0);
+            float later = 0.f;
+            if (FOLD_DG) {
+#pragma unroll
+                for (int j = 3; j > 0; --j)
+                    if (j > i) later += sTot[j * KH + d];
+            }
+            const float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
+#pragma unroll
+            for (int r = 0; r < 16; ++r)
+                st_out(p.dg + rowV0 * K + (long long)(R0 + r) * strideV + c0 + d,
+                       FOLD_DG ? slot[r * KP] + later : slot[r * KP]);
+        }
+        /* (no barrier: the next pass's phase A writes only sQ/sK/sG, and its phase B
+         *  writes X after the barrier that follows phase A) */
+    }
+
+    /* ---------------- db: fixed-order sum of the per-(pass, warp) partials ---------------- */
     if (tid < 64) {
+        long long rowQ0, rowV0;
+        row0(rowQ0, rowV0);
         float acc = p.db_in[rowV0 + (long long)tid * HV];
 #pragma unroll
-        for (int w = 0; w < Tr::kWPB; ++w) acc += sDbp[tid * Tr::kWPB + w];
+        for (int w = 0; w < NDB; ++w) acc += sDbp[tid * NDB + w];
         p.db[rowV0 + (long long)tid * HV] = acc;
-    }
-    {
-        const int i = tid / K;
-        const int d = tid - i * K;
-        const int R0 = 16 * i;
-        float later = 0.f;
-        if (FOLD_DG) {
-#pragma unroll
-            for (int j = 3; j > 0; --j)
-                if (j > i) later += sTot[j * K + d];
-        }
-        const float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
-#pragma unroll
-        for (int r = 0; r < 16; ++r)
-            p.dg[rowV0 * K + (long long)(R0 + r) * strideV + d] = FOLD_DG ? slot[r * KP] + later : slot[r * KP];
     }
 }
 

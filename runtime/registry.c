@@ -22,8 +22,8 @@
 #include "rt.h"
 
 /* Launch shapes of the two KDA kernels, from their traits structs. */
-#define KDART__INTRA_THREADS(K) (4 * (K))                   /* BwdIntraTraits<K>::kThreads */
-#define KDART__INTRA_SMEM(K) ((K) == 128 ? 188160 : 116992) /* BwdIntraTraits<K>::kSmemBytes */
+#define KDART__INTRA_THREADS(K) 256                         /* BwdIntraTraits<K>::kThreads */
+#define KDART__INTRA_SMEM(K) ((K) == 128 ? 108288 : 107776) /* BwdIntraTraits<K>::kSmemBytes */
 #define KDART__DHU_THREADS(K) 128                        /* BwdDhuTraits<K>::kThreads */
 #define KDART__DHU_SMEM(K) ((K) == 128 ? 148480 : 90624) /* BwdDhuTraits<K>::kSmemBytes */
 #define KDART__DHU_BV(K) 64                              /* BwdDhuTraits<K>::kBV */
