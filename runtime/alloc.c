@@ -7,7 +7,9 @@
  * check after each failure that the right status came back and that
  * kdart__alloc_live() returned to where it started (nothing leaked).
  */
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,3 +66,58 @@ char *kdart__strndup(const char *s, size_t n) {
 }
 
 char *kdart__strdup(const char *s) { return s ? kdart__strndup(s, (size_t)-1) : NULL; }
+
+void kdart__buf_add(kdart__buf *b, const char *text, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *s = kdart__realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, text, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+void kdart__buf_str(kdart__buf *b, const char *text) { kdart__buf_add(b, text, strlen(text)); }
+
+void kdart__buf_fmt(kdart__buf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) {
+        kdart__buf_add(b, tmp, (size_t)n);
+        return;
+    }
+    /* Longer than the stack buffer: format straight into the buffer. */
+    kdart__buf_add(b, "", 0);
+    if (b->oom || !b->s) return;
+    size_t need = b->len + (size_t)n + 1;
+    if (need > b->cap) {
+        char *s = kdart__realloc(b->s, need);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = need;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void kdart__buf_free(kdart__buf *b) {
+    kdart__free(b->s);
+    memset(b, 0, sizeof *b);
+}

@@ -261,31 +261,13 @@ int kdart__proto_decode_request(const void *payload, size_t len, kdart__proto_re
 
 /* ------------------------------------------------------ reply building */
 
-static void buf_append(kdart__proto_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *np = kdart__realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
 /* Appends "key=escaped(value)\n", value cut at max bytes of output. */
 static void put_limited(kdart__proto_buf *b, const char *key, const char *value, size_t max) {
     char tmp[512];
     size_t t = 0, out = 0;
-    size_t start = b->len;
-    buf_append(b, key, strlen(key));
-    buf_append(b, "=", 1);
+    size_t start = b->text.len;
+    kdart__buf_add(&b->text, key, strlen(key));
+    kdart__buf_add(&b->text, "=", 1);
     for (const char *v = value ? value : ""; *v; v++) {
         char esc[2] = {0, 0};
         unsigned char c = (unsigned char)*v;
@@ -297,18 +279,18 @@ static void put_limited(kdart__proto_buf *b, const char *key, const char *value,
         else esc[0] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
         if (out + n > max) break;
         if (t + n > sizeof tmp) {
-            buf_append(b, tmp, t);
+            kdart__buf_add(&b->text, tmp, t);
             t = 0;
         }
         memcpy(tmp + t, esc, n);
         t += n;
         out += n;
     }
-    buf_append(b, tmp, t);
-    buf_append(b, "\n", 1);
-    if (!b->oom && b->len > KDART__PROTO_MAX_FRAME) {
-        b->len = start;
-        b->p[start] = 0;
+    kdart__buf_add(&b->text, tmp, t);
+    kdart__buf_add(&b->text, "\n", 1);
+    if (!b->text.oom && b->text.len > KDART__PROTO_MAX_FRAME) {
+        b->text.len = start;
+        b->text.s[start] = 0;
         b->overflow = 1;
     }
 }
@@ -318,7 +300,7 @@ void kdart__proto_put(kdart__proto_buf *b, const char *key, const char *value) {
 }
 
 void kdart__proto_put_trunc(kdart__proto_buf *b, const char *key, const char *value) {
-    size_t room = KDART__PROTO_MAX_FRAME - 1024 > b->len ? KDART__PROTO_MAX_FRAME - 1024 - b->len : 0;
+    size_t room = KDART__PROTO_MAX_FRAME - 1024 > b->text.len ? KDART__PROTO_MAX_FRAME - 1024 - b->text.len : 0;
     put_limited(b, key, value, room);
 }
 
@@ -332,8 +314,8 @@ void kdart__proto_putf(kdart__proto_buf *b, const char *key, const char *fmt, ..
 }
 
 void kdart__proto_buf_free(kdart__proto_buf *b) {
-    kdart__free(b->p);
-    memset(b, 0, sizeof *b);
+    kdart__buf_free(&b->text);
+    b->overflow = 0;
 }
 
 /* --------------------------------------------------------------- client */
@@ -592,14 +574,14 @@ static int call(const char *path, int op, const char *kernel, const char *spec, 
     if (spec && spec[0]) kdart__proto_put(&b, "spec", spec);
     if (arch && arch[0]) kdart__proto_put(&b, "arch", arch);
     if (flags & KDART_PREPARE_FORCE) kdart__proto_put(&b, "flags", "force");
-    if (b.oom || b.overflow) {
+    if (b.text.oom || b.overflow) {
         kdart__proto_buf_free(&b);
         snprintf(res->message, sizeof res->message, "request too large or out of memory");
-        return b.oom ? KDART_ENOMEM : KDART_EINVAL;
+        return b.text.oom ? KDART_ENOMEM : KDART_EINVAL;
     }
     char *reply = NULL;
     size_t rlen = 0;
-    int rc = kdart__service_call(path, b.p, b.len, &reply, &rlen, timeout_ms, res->message, sizeof res->message);
+    int rc = kdart__service_call(path, b.text.s, b.text.len, &reply, &rlen, timeout_ms, res->message, sizeof res->message);
     kdart__proto_buf_free(&b);
     if (rc) return rc;
     rc = parse_reply(reply, rlen, res);

@@ -19,45 +19,11 @@
 
 #include "rt.h"
 
-/* A growable string for logs and reports; on allocation failure it keeps
- * what it has and remembers the failure. */
-typedef struct sbuf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *text, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *s = kdart__realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, text, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-static void sb_str(sbuf *b, const char *text) { sb_add(b, text, strlen(text)); }
-
-static void sb_fmt(sbuf *b, const char *fmt, long long v) {
-    char tmp[128];
-    int n = snprintf(tmp, sizeof tmp, fmt, v);
-    sb_add(b, tmp, (size_t)n);
-}
-
 /* Parses ptxas's verbose report (one entry per unit).  Lines look like
  *   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
  *   ptxas info    : Used 18 registers, used 1 barriers, 256 bytes smem, 368 bytes cmem[0]
  * Fields that are absent stay 0, which is what ptxas means by leaving them out. */
-static void parse_report(const char *log, sbuf *out) {
+static void parse_report(const char *log, kdart__buf *out) {
     long long regs = 0, barriers = 0, smem = 0, cmem = 0, stack = 0, sst = 0, sld = 0;
     const char *p;
     if ((p = strstr(log, "bytes stack frame")) != NULL) {
@@ -82,42 +48,42 @@ static void parse_report(const char *log, sbuf *out) {
             if (strncmp(strchr(num, ' ') ? strchr(num, ' ') : num, " bytes cmem[0]", 14) == 0) cmem = atoll(num);
         }
     }
-    sb_fmt(out, "registers=%lld\n", regs);
-    sb_fmt(out, "barriers=%lld\n", barriers);
-    sb_fmt(out, "stack_bytes=%lld\n", stack);
-    sb_fmt(out, "spill_store_bytes=%lld\n", sst);
-    sb_fmt(out, "spill_load_bytes=%lld\n", sld);
-    sb_fmt(out, "smem_static_bytes=%lld\n", smem);
-    sb_fmt(out, "cmem0_bytes=%lld\n", cmem);
+    kdart__buf_fmt(out, "registers=%lld\n", regs);
+    kdart__buf_fmt(out, "barriers=%lld\n", barriers);
+    kdart__buf_fmt(out, "stack_bytes=%lld\n", stack);
+    kdart__buf_fmt(out, "spill_store_bytes=%lld\n", sst);
+    kdart__buf_fmt(out, "spill_load_bytes=%lld\n", sld);
+    kdart__buf_fmt(out, "smem_static_bytes=%lld\n", smem);
+    kdart__buf_fmt(out, "cmem0_bytes=%lld\n", cmem);
 }
 
-static void add_nvrtc_log(nvrtcProgram prog, sbuf *log) {
+static void add_nvrtc_log(nvrtcProgram prog, kdart__buf *log) {
     size_t n = 0;
     if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1) return;
     char *text = kdart__malloc(n);
     if (!text) return;
     if (nvrtcGetProgramLog(prog, text) == NVRTC_SUCCESS) {
-        sb_str(log, "--- nvrtc ---\n");
-        sb_str(log, text);
+        kdart__buf_str(log, "--- nvrtc ---\n");
+        kdart__buf_str(log, text);
     }
     kdart__free(text);
 }
 
-static void add_link_logs(nvJitLinkHandle h, sbuf *log) {
+static void add_link_logs(nvJitLinkHandle h, kdart__buf *log) {
     size_t n = 0;
     if (nvJitLinkGetInfoLogSize(h, &n) == NVJITLINK_SUCCESS && n > 1) {
         char *text = kdart__malloc(n);
         if (text && nvJitLinkGetInfoLog(h, text) == NVJITLINK_SUCCESS) {
-            sb_str(log, "--- nvjitlink info ---\n");
-            sb_str(log, text);
+            kdart__buf_str(log, "--- nvjitlink info ---\n");
+            kdart__buf_str(log, text);
         }
         kdart__free(text);
     }
     if (nvJitLinkGetErrorLogSize(h, &n) == NVJITLINK_SUCCESS && n > 1) {
         char *text = kdart__malloc(n);
         if (text && nvJitLinkGetErrorLog(h, text) == NVJITLINK_SUCCESS) {
-            sb_str(log, "--- nvjitlink error ---\n");
-            sb_str(log, text);
+            kdart__buf_str(log, "--- nvjitlink error ---\n");
+            kdart__buf_str(log, text);
         }
         kdart__free(text);
     }
@@ -127,7 +93,7 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     (void)user;
     memset(out, 0, sizeof *out);
     double t0 = kdart__now_ms();
-    sbuf log = {0}, report = {0};
+    kdart__buf log = {0}, report = {0};
     int rc = KDART_OK;
     nvrtcProgram prog = NULL;
     nvJitLinkHandle link = NULL;
@@ -148,14 +114,14 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     nvrtcResult nr = nvrtcCreateProgram(&prog, in->tu, "kdart_unit.cu", nh, hdr_text, hdr_name);
     if (nr != NVRTC_SUCCESS) {
         rc = nr == NVRTC_ERROR_OUT_OF_MEMORY ? KDART_ENOMEM : KDART_ECOMPILE;
-        sb_str(&log, "nvrtcCreateProgram: ");
-        sb_str(&log, nvrtcGetErrorString(nr));
+        kdart__buf_str(&log, "nvrtcCreateProgram: ");
+        kdart__buf_str(&log, nvrtcGetErrorString(nr));
         goto done;
     }
     if ((nr = nvrtcAddNameExpression(prog, in->entry)) != NVRTC_SUCCESS) {
         rc = KDART_ECOMPILE;
-        sb_str(&log, "nvrtcAddNameExpression: ");
-        sb_str(&log, nvrtcGetErrorString(nr));
+        kdart__buf_str(&log, "nvrtcAddNameExpression: ");
+        kdart__buf_str(&log, nvrtcGetErrorString(nr));
         goto done;
     }
     nr = nvrtcCompileProgram(prog, in->n_nvrtc_opts, in->nvrtc_opts);
@@ -167,7 +133,7 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     const char *lowered = NULL;
     if (nvrtcGetLoweredName(prog, in->entry, &lowered) != NVRTC_SUCCESS || !lowered) {
         rc = KDART_ECOMPILE;
-        sb_str(&log, "nvrtcGetLoweredName failed for the entry point\n");
+        kdart__buf_str(&log, "nvrtcGetLoweredName failed for the entry point\n");
         goto done;
     }
     out->lowered = kdart__strdup(lowered);
@@ -178,7 +144,7 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     }
     if (nvrtcGetLTOIRSize(prog, &nir) != NVRTC_SUCCESS) {
         rc = KDART_ECOMPILE;
-        sb_str(&log, "nvrtcGetLTOIRSize failed\n");
+        kdart__buf_str(&log, "nvrtcGetLTOIRSize failed\n");
         goto done;
     }
     if (!(ltoir = kdart__malloc(nir))) {
@@ -193,7 +159,7 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     nvJitLinkResult lr = nvJitLinkCreate(&link, (uint32_t)in->n_link_opts, (const char **)in->link_opts);
     if (lr != NVJITLINK_SUCCESS) {
         rc = KDART_ELINK;
-        sb_fmt(&log, "nvJitLinkCreate failed (%lld): bad link options or arch\n", (long long)lr);
+        kdart__buf_fmt(&log, "nvJitLinkCreate failed (%lld): bad link options or arch\n", (long long)lr);
         link = NULL;
         goto done;
     }
@@ -220,12 +186,12 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     }
     out->cubin_size = ncubin;
     parse_report(log.s ? log.s : "", &report);
-    sb_fmt(&report, "cubin_bytes=%lld\n", (long long)ncubin);
-    sb_fmt(&report, "ltoir_bytes=%lld\n", (long long)nir);
+    kdart__buf_fmt(&report, "cubin_bytes=%lld\n", (long long)ncubin);
+    kdart__buf_fmt(&report, "ltoir_bytes=%lld\n", (long long)nir);
     if (report.oom) rc = KDART_ENOMEM;
 
 done:
-    if (!log.s) sb_str(&log, ""); /* an empty log is "", never NULL */
+    if (!log.s) kdart__buf_str(&log, ""); /* an empty log is "", never NULL */
     if (log.oom && rc == KDART_OK) rc = KDART_ENOMEM;
     out->ms = kdart__now_ms() - t0;
     out->log = log.s;

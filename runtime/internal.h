@@ -36,6 +36,19 @@ char *kdart__strndup(const char *s, size_t n);
 long kdart__alloc_fail_at(long n);
 long kdart__alloc_live(void);
 
+/* A growable NUL-terminated string on the allocator seam.  On an
+ * allocation failure it keeps what it has and sets oom, so callers append
+ * freely and check once.  Zero-initialize; free with kdart__buf_free. */
+typedef struct kdart__buf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} kdart__buf;
+void kdart__buf_add(kdart__buf *b, const char *text, size_t n);
+void kdart__buf_str(kdart__buf *b, const char *text);
+void kdart__buf_fmt(kdart__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kdart__buf_free(kdart__buf *b);
+
 /* ----------------------------------------------------------------- sha256 */
 
 typedef struct kdart__sha256 {

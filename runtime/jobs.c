@@ -236,14 +236,11 @@ int kdart_prepare_async(kdart_rt *rt, const char *kernel, const char *spec, cons
                         uv_loop_t *loop, kdart_prepare_cb cb, void *user, kdart_job **job_out) {
     KDART__CHECK_RT(rt);
     if (job_out) *job_out = NULL;
-    if (!kernel) return kdart__err(rt, KDART_ENULL, "kernel name is NULL");
     if (!cb) return kdart__err(rt, KDART_ENULL, "callback is NULL");
-    const kdart__kernel *k = kdart__kernel_find(kernel);
-    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s' (see kdart_kernel_name)", kernel);
+    const kdart__kernel *k;
     int vals[KDART__MAX_PARAMS];
-    char err[256];
-    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
-    if (rc) return kdart__err(rt, rc, "%s", err);
+    int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
+    if (rc) return rc;
     if (arch && (kdart__arch_check(arch) != KDART_OK || strlen(arch) >= sizeof((kdart_job *)0)->arch))
         return kdart__err(rt, KDART_EARCH, "'%s' is not a target architecture (expected e.g. sm_90a, sm_100a)",
                           arch);

@@ -270,13 +270,11 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
 
 int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart_launch_info *out) {
     KDART__CHECK_RT(rt);
-    if (!kernel || !out) return kdart__err(rt, KDART_ENULL, "kernel and out must not be NULL");
-    const kdart__kernel *k = kdart__kernel_find(kernel);
-    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
+    if (!out) return kdart__err(rt, KDART_ENULL, "out must not be NULL");
+    const kdart__kernel *k;
     int vals[KDART__MAX_PARAMS];
-    char err[256];
-    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
-    if (rc) return kdart__err(rt, rc, "%s", err);
+    int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
+    if (rc) return rc;
     kdart__unit *u;
     void *fn;
     if ((rc = resolve(rt, (int)(k - kdart__kernels), vals, -1, &u, &fn)) != KDART_OK) return rc;

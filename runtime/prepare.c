@@ -683,13 +683,10 @@ done:
 int kdart_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, uint32_t flags,
                   kdart_prepared *out) {
     KDART__CHECK_RT(rt);
-    if (!kernel) return kdart__err(rt, KDART_ENULL, "kernel name is NULL");
-    const kdart__kernel *k = kdart__kernel_find(kernel);
-    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s' (see kdart_kernel_name)", kernel);
+    const kdart__kernel *k;
     int vals[KDART__MAX_PARAMS];
-    char err[256];
-    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
-    if (rc) return kdart__err(rt, rc, "%s", err);
+    int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
+    if (rc) return rc;
     return kdart__prepare(rt, (int)(k - kdart__kernels), vals, arch, flags, out, NULL);
 }
 
@@ -754,29 +751,8 @@ static const char *field(const char *m, const char *name, size_t nlen, size_t *v
     return NULL;
 }
 
-static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (*buf && *len + (size_t)n < *cap) {
-            *len += (size_t)n;
-            return;
-        }
-        size_t ncap = (*cap ? *cap * 2 : 1024) + (size_t)n;
-        char *nb = realloc(*buf, ncap);
-        if (!nb) return;
-        *buf = nb;
-        *cap = ncap;
-    }
-}
-
 /* Lists the fields of a that differ from or are missing in b. */
-static void diff_fields(const char *a, const char *b, char **buf, size_t *len, size_t *cap, int reverse) {
+static void diff_fields(const char *a, const char *b, kdart__buf *out, int reverse) {
     for (const char *p = a; *p;) {
         const char *eol = strchr(p, '\n');
         size_t llen = eol ? (size_t)(eol - p) : strlen(p);
@@ -786,11 +762,11 @@ static void diff_fields(const char *a, const char *b, char **buf, size_t *len, s
             const char *v = field(b, p, nlen, &vb);
             int va = (int)(llen - nlen - 1);
             if (!v && !reverse)
-                append(buf, len, cap, "  %.*s: requested %.*s, entry has none\n", (int)nlen, p, va, eq + 1);
+                kdart__buf_fmt(out, "  %.*s: requested %.*s, entry has none\n", (int)nlen, p, va, eq + 1);
             else if (!v && reverse)
-                append(buf, len, cap, "  %.*s: entry has %.*s, request has none\n", (int)nlen, p, va, eq + 1);
+                kdart__buf_fmt(out, "  %.*s: entry has %.*s, request has none\n", (int)nlen, p, va, eq + 1);
             else if (!reverse && ((size_t)va != vb || strncmp(v, eq + 1, vb) != 0))
-                append(buf, len, cap, "  %.*s: entry has %.*s, request needs %.*s\n", (int)nlen, p, (int)vb, v,
+                kdart__buf_fmt(out, "  %.*s: entry has %.*s, request needs %.*s\n", (int)nlen, p, (int)vb, v,
                        va, eq + 1);
         }
         p = eol ? eol + 1 : p + llen;
@@ -799,14 +775,12 @@ static void diff_fields(const char *a, const char *b, char **buf, size_t *len, s
 
 int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, char **text) {
     KDART__CHECK_RT(rt);
-    if (!kernel || !text) return kdart__err(rt, KDART_ENULL, "kernel and text must not be NULL");
+    if (!text) return kdart__err(rt, KDART_ENULL, "text must not be NULL");
     *text = NULL;
-    const kdart__kernel *k = kdart__kernel_find(kernel);
-    if (!k) return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
+    const kdart__kernel *k;
     int vals[KDART__MAX_PARAMS];
-    char err[256];
-    int rc = kdart__spec_parse(k, spec, vals, err, sizeof err);
-    if (rc) return kdart__err(rt, rc, "%s", err);
+    int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
+    if (rc) return rc;
     pthread_mutex_lock(&rt->lock);
     if (!arch) arch = default_arch(rt);
     if ((rc = kdart__arch_check(arch)) != KDART_OK) {
@@ -820,9 +794,8 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
         pthread_mutex_unlock(&rt->lock);
         return rc;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    append(&buf, &len, &cap, "request: %s %s for %s\nkey:     %s\n", k->name, q.spec, q.arch, q.key);
+    kdart__buf out = {0};
+    kdart__buf_fmt(&out, "request: %s %s for %s\nkey:     %s\n", k->name, q.spec, q.arch, q.key);
     nearest n = {q.manifest, "", NULL, -1, k->name, 0};
     kdart__store *stores[17];
     int ns = 0;
@@ -831,20 +804,22 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     for (int i = 0; i < ns; i++)
         if (stores[i]) kdart__store_list(stores[i], 1, nearest_fn, &n);
     if (unit_find(rt, q.key) || n.exact) {
-        append(&buf, &len, &cap, "status:  hit (the cache holds this key)\n");
+        kdart__buf_fmt(&out, "status:  hit (the cache holds this key)\n");
     } else if (!n.best_manifest) {
-        append(&buf, &len, &cap, "status:  miss: the cache holds no entry for kernel %s\n", k->name);
+        kdart__buf_fmt(&out, "status:  miss: the cache holds no entry for kernel %s\n", k->name);
     } else {
-        append(&buf, &len, &cap, "status:  miss; nearest entry %.12s differs in %d field(s):\n", n.best_key,
+        kdart__buf_fmt(&out, "status:  miss; nearest entry %.12s differs in %d field(s):\n", n.best_key,
                n.best_diff);
-        diff_fields(q.manifest, n.best_manifest, &buf, &len, &cap, 0);
-        diff_fields(n.best_manifest, q.manifest, &buf, &len, &cap, 1);
+        diff_fields(q.manifest, n.best_manifest, &out, 0);
+        diff_fields(n.best_manifest, q.manifest, &out, 1);
     }
-    append(&buf, &len, &cap, "manifest:\n%s", q.manifest);
+    kdart__buf_fmt(&out, "manifest:\n%s", q.manifest);
     kdart__free(n.best_manifest);
     request_free(&q);
     pthread_mutex_unlock(&rt->lock);
-    if (!buf) return kdart__err(rt, KDART_ENOMEM, "formatting kdart_why");
-    *text = buf;
+    /* The caller frees the text with free(): hand out plain malloc memory. */
+    *text = out.oom || !out.s ? NULL : strdup(out.s);
+    kdart__buf_free(&out);
+    if (!*text) return kdart__err(rt, KDART_ENOMEM, "formatting kdart_why");
     return KDART_OK;
 }

@@ -132,6 +132,15 @@ int kdart__spec_parse(const kdart__kernel *k, const char *spec, int *vals, char 
     return KDART_OK;
 }
 
+int kdart__kernel_spec(kdart_rt *rt, const char *kernel, const char *spec, const kdart__kernel **k, int *vals) {
+    if (!kernel) return kdart__err(rt, KDART_ENULL, "kernel name is NULL");
+    if (!(*k = kdart__kernel_find(kernel)))
+        return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s' (see kdart_kernel_name)", kernel);
+    char err[256];
+    int rc = kdart__spec_parse(*k, spec, vals, err, sizeof err);
+    return rc ? kdart__err(rt, rc, "%s", err) : KDART_OK;
+}
+
 int kdart__spec_index(const kdart__kernel *k, const int *vals) {
     int idx = 0;
     for (int i = 0; i < k->nparams; i++) idx = idx * k->params[i].nvalues + vals[i];

@@ -54,6 +54,9 @@ const kdart__kernel *kdart__kernel_find(const char *name);
 /* Parses a spec string into value indices (defaults filled in).  On error
  * returns KDART_ESPEC and writes why into err. */
 int kdart__spec_parse(const kdart__kernel *k, const char *spec, int *vals, char *err, size_t errlen);
+/* Finds kernel and parses spec, recording on rt why either fails (ENULL,
+ * EKERNEL, ESPEC): the common start of every call that names a kernel. */
+int kdart__kernel_spec(kdart_rt *rt, const char *kernel, const char *spec, const kdart__kernel **k, int *vals);
 /* Mixed-radix index of vals (first parameter slowest), and back. */
 int kdart__spec_index(const kdart__kernel *k, const int *vals);
 void kdart__spec_values(const kdart__kernel *k, int index, int *vals);

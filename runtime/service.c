@@ -222,22 +222,22 @@ static void write_cb(uv_write_t *req, int status) {
 
 /* Sends a reply frame; on failure the connection is closed. */
 static void conn_send(conn *c, kdart__proto_buf *b) {
-    if (c->closing || b->oom) {
-        if (b->oom) conn_close(c);
+    if (c->closing || b->text.oom) {
+        if (b->text.oom) conn_close(c);
         return;
     }
-    write_req *w = kdart__malloc(sizeof *w + FRAME_HDR + b->len);
+    write_req *w = kdart__malloc(sizeof *w + FRAME_HDR + b->text.len);
     if (!w) {
         conn_close(c);
         return;
     }
     w->c = c;
-    w->len = FRAME_HDR + b->len;
-    w->data[0] = (unsigned char)(b->len >> 24);
-    w->data[1] = (unsigned char)(b->len >> 16);
-    w->data[2] = (unsigned char)(b->len >> 8);
-    w->data[3] = (unsigned char)b->len;
-    memcpy(w->data + FRAME_HDR, b->p, b->len);
+    w->len = FRAME_HDR + b->text.len;
+    w->data[0] = (unsigned char)(b->text.len >> 24);
+    w->data[1] = (unsigned char)(b->text.len >> 16);
+    w->data[2] = (unsigned char)(b->text.len >> 8);
+    w->data[3] = (unsigned char)b->text.len;
+    memcpy(w->data + FRAME_HDR, b->text.s, b->text.len);
     uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
     c->refs++;
     c->writes_pending++;

@@ -60,9 +60,8 @@ int kdart__proto_decode_request(const void *payload, size_t len, kdart__proto_re
 /* A growing payload: appends "key=value\n" with the value escaped.  Stops
  * growing at KDART__PROTO_MAX_FRAME (overflow set; the text stays valid). */
 typedef struct kdart__proto_buf {
-    char *p;
-    size_t len, cap;
-    int overflow, oom;
+    kdart__buf text; /* the payload so far */
+    int overflow;
 } kdart__proto_buf;
 void kdart__proto_put(kdart__proto_buf *b, const char *key, const char *value);
 void kdart__proto_putf(kdart__proto_buf *b, const char *key, const char *fmt, ...)
