@@ -46,18 +46,40 @@ const char *kdart_version(void) {
 
 /* The calling thread's message buffer for rt, created on first use.  The
  * buffer is plain malloc memory (not the allocator seam): an out-of-memory
- * test must still be able to read why it failed. */
+ * test must still be able to read why it failed.  Buffers are chained on
+ * the handle and freed by kdart_close, whichever threads made them: a
+ * thread-specific destructor would run only for threads that exit while
+ * the handle lives, and leak the rest. */
+struct kdart__errbuf {
+    struct kdart__errbuf *next;
+    char msg[KDART__ERRMSG_MAX];
+};
+
 static char *thread_buf(const kdart_rt *rt) {
     char *buf = pthread_getspecific(rt->err_key);
     if (!buf) {
-        buf = calloc(1, KDART__ERRMSG_MAX);
-        if (!buf) return NULL;
-        if (pthread_setspecific(rt->err_key, buf) != 0) {
-            free(buf);
+        struct kdart__errbuf *e = calloc(1, sizeof *e);
+        if (!e) return NULL;
+        if (pthread_setspecific(rt->err_key, e->msg) != 0) {
+            free(e);
             return NULL;
         }
+        kdart_rt *mut = (kdart_rt *)rt; /* the chain, not the handle's state */
+        pthread_mutex_lock(&mut->err_lock);
+        e->next = mut->errbufs;
+        mut->errbufs = e;
+        pthread_mutex_unlock(&mut->err_lock);
+        buf = e->msg;
     }
     return buf;
+}
+
+void kdart__errbufs_free(kdart_rt *rt) {
+    for (struct kdart__errbuf *e = rt->errbufs, *next; e; e = next) {
+        next = e->next;
+        free(e);
+    }
+    rt->errbufs = NULL;
 }
 
 int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...) {

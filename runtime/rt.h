@@ -188,7 +188,9 @@ typedef struct kdart__jobs kdart__jobs; /* jobs.c */
 struct kdart_rt {
     uint32_t magic;
     pthread_mutex_t lock;
-    pthread_key_t err_key;
+    pthread_key_t err_key;   /* the calling thread's message buffer */
+    pthread_mutex_t err_lock;
+    struct kdart__errbuf *errbufs; /* every thread's buffer, freed by kdart_close */
 
     char *cache_path;       /* "" when none */
     char *kernel_dir;
@@ -238,6 +240,8 @@ struct kdart_rt {
 int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void kdart__err_clear(const kdart_rt *rt);
+/* Frees every thread's message buffer (kdart_close). */
+void kdart__errbufs_free(kdart_rt *rt);
 void kdart__log(const kdart_rt *rt, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

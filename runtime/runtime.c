@@ -121,7 +121,8 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
     kdart_rt *rt = kdart__calloc(1, sizeof *rt);
     if (!rt) goto fail_alloc;
     if (pthread_mutex_init(&rt->lock, NULL) != 0) goto fail_mutex;
-    if (pthread_key_create(&rt->err_key, free) != 0) goto fail_key;
+    if (pthread_mutex_init(&rt->err_lock, NULL) != 0) goto fail_err_lock;
+    if (pthread_key_create(&rt->err_key, NULL) != 0) goto fail_key;
 
     rt->flags = opts.flags;
     rt->log = opts.log;
@@ -188,7 +189,10 @@ fail_strings:
     kdart__free(rt->kernel_dir);
     kdart__free(rt->cache_path);
     pthread_key_delete(rt->err_key);
+    kdart__errbufs_free(rt);
 fail_key:
+    pthread_mutex_destroy(&rt->err_lock);
+fail_err_lock:
     pthread_mutex_destroy(&rt->lock);
 fail_mutex:
     kdart__free(rt);
@@ -218,10 +222,10 @@ void kdart_close(kdart_rt *rt) {
     kdart__free(rt->default_arch);
     kdart__free(rt->kernel_dir);
     kdart__free(rt->cache_path);
-    /* The calling thread's message buffer; other threads' are freed by the
-     * key's destructor when they exit. */
-    free(pthread_getspecific(rt->err_key));
+    /* Every thread's message buffer, whether or not the thread still runs. */
     pthread_key_delete(rt->err_key);
+    kdart__errbufs_free(rt);
+    pthread_mutex_destroy(&rt->err_lock);
     pthread_mutex_destroy(&rt->lock);
     kdart__free(rt);
 }

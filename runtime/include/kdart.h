@@ -38,7 +38,10 @@
 #include <stdint.h>
 
 #include <dlpack/dlpack.h>
-#include <uv.h>
+
+/* libuv's loop type, declared here so that only callers of
+ * kdart_prepare_async need libuv's headers (uv_loop_t is this struct). */
+struct uv_loop_s;
 
 #ifdef __cplusplus
 extern "C" {
@@ -458,7 +461,7 @@ typedef struct kdart_job kdart_job;
 typedef void (*kdart_prepare_cb)(void *user, int status, const kdart_prepared *info);
 
 KDART_EXTERN int kdart_prepare_async(kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
-                                     uint32_t flags, uv_loop_t *loop, kdart_prepare_cb cb, void *user,
+                                     uint32_t flags, struct uv_loop_s *loop, kdart_prepare_cb cb, void *user,
                                      kdart_job **job);
 /* Cancels a job that is still queued: returns KDART_OK, and its callback
  * then runs (on its loop, as usual) with KDART_ECANCELED.  Returns
