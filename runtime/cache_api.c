@@ -59,18 +59,11 @@ static int list_row(void *user, const kdart__row *row) {
     return c->stopped;
 }
 
-static int nstores(kdart_rt *rt, kdart__store **stores) {
-    int n = 0;
-    stores[n++] = rt->rw;
-    for (size_t i = 0; i < rt->n_ro && n < 17; i++) stores[n++] = rt->ro[i];
-    return n;
-}
-
 int kdart_cache_list(kdart_rt *rt, kdart_entry_fn fn, void *user) {
     KDART__CHECK_RT(rt);
     if (!fn) return kdart__err(rt, KDART_ENULL, "callback is NULL");
-    kdart__store *stores[17];
-    int n = nstores(rt, stores), rc = KDART_OK;
+    kdart__store **stores = rt->tiers;
+    int n = (int)(1 + rt->n_ro), rc = KDART_OK;
     pthread_mutex_lock(&rt->lock);
     list_ctx c = {fn, user, 0, 0};
     for (int i = 0; i < n && !c.stopped && rc == KDART_OK; i++) {
@@ -91,8 +84,8 @@ int kdart_cache_get(kdart_rt *rt, const char *prefix, kdart_entry **out) {
     KDART__CHECK_RT(rt);
     if (!prefix || !out) return kdart__err(rt, KDART_ENULL, "key prefix and out must not be NULL");
     *out = NULL;
-    kdart__store *stores[17];
-    int n = nstores(rt, stores), rc = KDART_ENOENT;
+    kdart__store **stores = rt->tiers;
+    int n = (int)(1 + rt->n_ro), rc = KDART_ENOENT;
     char key[65];
     int tier = -1;
     pthread_mutex_lock(&rt->lock);

@@ -191,11 +191,8 @@ static void warn_cache(kdart_rt *rt, const char *what, kdart__store *st) {
 
 /* Looks the key up in the stores.  On a hit fills row and *tier. */
 static int store_lookup(kdart_rt *rt, const char *key, kdart__row *row, int *tier) {
-    kdart__store *stores[1 + 16];
-    int n = 0;
-    stores[n++] = rt->rw;
-    for (size_t i = 0; i < rt->n_ro && n < 17; i++) stores[n++] = rt->ro[i];
-    for (int i = 0; i < n; i++) {
+    kdart__store **stores = rt->tiers;
+    for (int i = 0; i < (int)(1 + rt->n_ro); i++) {
         if (!stores[i]) continue;
         int rc = kdart__store_get(stores[i], key, row);
         if (rc == KDART_OK) {
@@ -797,12 +794,8 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     kdart__buf out = {0};
     kdart__buf_fmt(&out, "request: %s %s for %s\nkey:     %s\n", k->name, q.spec, q.arch, q.key);
     nearest n = {q.manifest, "", NULL, -1, k->name, 0};
-    kdart__store *stores[17];
-    int ns = 0;
-    stores[ns++] = rt->rw;
-    for (size_t i = 0; i < rt->n_ro && ns < 17; i++) stores[ns++] = rt->ro[i];
-    for (int i = 0; i < ns; i++)
-        if (stores[i]) kdart__store_list(stores[i], 1, nearest_fn, &n);
+    for (size_t i = 0; i < 1 + rt->n_ro; i++)
+        if (rt->tiers[i]) kdart__store_list(rt->tiers[i], 1, nearest_fn, &n);
     if (unit_find(rt, q.key) || n.exact) {
         kdart__buf_fmt(&out, "status:  hit (the cache holds this key)\n");
     } else if (!n.best_manifest) {

@@ -198,7 +198,8 @@ struct kdart_rt {
     char **ro_paths;
     size_t n_ro;
     kdart__store *rw;       /* NULL when the cache could not be opened */
-    kdart__store **ro;      /* n_ro entries, NULL where unavailable */
+    kdart__store **tiers;   /* lookup order: tiers[0] = rw, tiers[1..n_ro] the
+                               read-only caches; NULL where unavailable */
     int64_t cache_max_bytes;
     int cache_warned;       /* a cache failure was logged at WARN (under lock) */
     int compile_threads;

@@ -96,13 +96,14 @@ static void open_stores(kdart_rt *rt) {
     }
     for (size_t i = 0; i < rt->n_ro; i++) {
         err[0] = 0;
-        int rc = kdart__store_open(&rt->ro[i], rt->ro_paths[i], 1, 0, err, sizeof err);
+        int rc = kdart__store_open(&rt->tiers[1 + i], rt->ro_paths[i], 1, 0, err, sizeof err);
         if (rc) {
-            rt->ro[i] = NULL;
+            rt->tiers[1 + i] = NULL;
             kdart__log(rt, KDART_LOG_WARN, "read-only cache %s skipped (%s: %s)", rt->ro_paths[i],
                        kdart_errname(rc), err);
         }
     }
+    rt->tiers[0] = rt->rw;
 }
 
 int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
@@ -161,8 +162,7 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
             goto fail_strings;
         }
         rt->ro_paths = kdart__calloc(opts.n_ro_cache_paths, sizeof *rt->ro_paths);
-        rt->ro = kdart__calloc(opts.n_ro_cache_paths, sizeof *rt->ro);
-        if (!rt->ro_paths || !rt->ro) goto fail_strings;
+        if (!rt->ro_paths) goto fail_strings;
         rt->n_ro = opts.n_ro_cache_paths;
         for (size_t i = 0; i < rt->n_ro; i++)
             if (!opts.ro_cache_paths[i] || !(rt->ro_paths[i] = kdart__strdup(opts.ro_cache_paths[i]))) {
@@ -171,6 +171,8 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
             }
     }
 
+    rt->tiers = kdart__calloc(1 + rt->n_ro, sizeof *rt->tiers);
+    if (!rt->tiers) goto fail_strings;
     if ((rc = kdart__toolchain_versions(rt)) != KDART_OK) goto fail_strings;
     if (!dir_exists(rt->kernel_dir))
         kdart__log(rt, KDART_LOG_WARN, "kernel source directory %s not found; only cached kernels can be used",
@@ -184,7 +186,7 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
 fail_strings:
     for (size_t i = 0; rt->ro_paths && i < rt->n_ro; i++) kdart__free(rt->ro_paths[i]);
     kdart__free(rt->ro_paths);
-    kdart__free(rt->ro);
+    kdart__free(rt->tiers);
     kdart__free(rt->default_arch);
     kdart__free(rt->kernel_dir);
     kdart__free(rt->cache_path);
@@ -211,12 +213,9 @@ void kdart_close(kdart_rt *rt) {
         kdart__free(u->lowered);
         kdart__free(u);
     }
-    kdart__store_close(rt->rw);
-    for (size_t i = 0; i < rt->n_ro; i++) {
-        kdart__store_close(rt->ro[i]);
-        kdart__free(rt->ro_paths[i]);
-    }
-    kdart__free(rt->ro);
+    for (size_t i = 0; i < 1 + rt->n_ro; i++) kdart__store_close(rt->tiers[i]);
+    for (size_t i = 0; i < rt->n_ro; i++) kdart__free(rt->ro_paths[i]);
+    kdart__free(rt->tiers);
     kdart__free(rt->ro_paths);
     kdart__free(rt->nvrtc_build);
     kdart__free(rt->default_arch);

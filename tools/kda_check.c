@@ -150,6 +150,46 @@ static int dpoison(const dbuf *b) {
     return cu.cuMemsetD32_v2(b->p, pat, b->bytes / 4) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/* bwd_intra's tensors in kdart_bwd_intra_args order: in[0..9] are q, k, g,
+ * beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in; out[0..3] (when out is not
+ * NULL) dq, dk (out_dtype), dg, db.  Returns 0 or -1. */
+static int intra_alloc(dbuf *in, dbuf *out, int B, int T, int H, int HV, int K, int io, int out_dtype) {
+    int64_t sqk[4] = {B, T, H, K}, sg[4] = {B, T, HV, K}, sb[3] = {B, T, HV}, sA[4] = {B, T, HV, 64};
+    int ok = !dalloc(&in[0], io, 4, sqk) && !dalloc(&in[1], io, 4, sqk) && !dalloc(&in[2], DT_F32, 4, sg) &&
+             !dalloc(&in[3], io, 3, sb) && !dalloc(&in[4], DT_F32, 4, sA) && !dalloc(&in[5], DT_F32, 4, sA) &&
+             !dalloc(&in[6], DT_F32, 4, sg) && !dalloc(&in[7], DT_F32, 4, sg) && !dalloc(&in[8], DT_F32, 4, sg) &&
+             !dalloc(&in[9], DT_F32, 3, sb);
+    if (ok && out)
+        ok = !dalloc(&out[0], out_dtype, 4, sg) && !dalloc(&out[1], out_dtype, 4, sg) &&
+             !dalloc(&out[2], DT_F32, 4, sg) && !dalloc(&out[3], DT_F32, 3, sb);
+    return ok ? 0 : -1;
+}
+
+static kdart_bwd_intra_args intra_args(dbuf *in, dbuf *out, int fold_dg, int emit_bf16) {
+    kdart_bwd_intra_args a = {sizeof a,  &in[0].t,  &in[1].t,  &in[2].t,  &in[3].t, &in[4].t,
+                              &in[5].t,  &in[6].t,  &in[7].t,  &in[8].t,  &in[9].t, &out[0].t,
+                              &out[1].t, &out[2].t, &out[3].t, fold_dg,   emit_bf16};
+    return a;
+}
+
+/* A valid bwd_intra problem without the reference's cost: every io value
+ * 0x3c00 (bf16 0.0078, fp16 1.0), every fp32 input 0.0078 except g = -1 and
+ * dAqk = dAkk = 0.  For validation and launch-overhead runs. */
+static void intra_fill_small(dbuf *in) {
+    for (int i = 0; i < 10; i++) cu.cuMemsetD32_v2(in[i].p, 0x3c003c00u, in[i].bytes / 4);
+    cu.cuMemsetD32_v2(in[2].p, 0xbf800000u, in[2].bytes / 4);
+    cu.cuMemsetD32_v2(in[4].p, 0, in[4].bytes / 4);
+    cu.cuMemsetD32_v2(in[5].p, 0, in[5].bytes / 4);
+}
+
+/* bwd_dhu's inputs in kdart_bwd_dhu_args order: qg, kg, w, g, do, dv. */
+static int dhu_alloc_inputs(dbuf *in, int B, int T, int HV, int K, int V, int io) {
+    int64_t sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V};
+    int ok = !dalloc(&in[0], io, 4, sk) && !dalloc(&in[1], io, 4, sk) && !dalloc(&in[2], io, 4, sk) &&
+             !dalloc(&in[3], DT_F32, 4, sk) && !dalloc(&in[4], io, 4, sv) && !dalloc(&in[5], io, 4, sv);
+    return ok ? 0 : -1;
+}
+
 /* Rounds a host array to what the device will hold. */
 static void round_to(double *x, size_t n, int dtype) {
     for (size_t i = 0; i < n; i++) x[i] = dtype == DT_F32 ? kref_round_f32(x[i]) : kref_round_io(x[i], dtype);
@@ -318,14 +358,7 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     round_to(dg_in, ng, DT_F32);
     round_to(db_in, nb, DT_F32);
 
-    int64_t sqk[4] = {B, T, H, K}, sg[4] = {B, T, HV, K}, sb[3] = {B, T, HV}, sA[4] = {B, T, HV, 64};
-    int odt = c->emit_bf16 ? io : DT_F32;
-    int ok = !dalloc(&d[0], io, 4, sqk) && !dalloc(&d[1], io, 4, sqk) && !dalloc(&d[2], DT_F32, 4, sg) &&
-             !dalloc(&d[3], io, 3, sb) && !dalloc(&d[4], DT_F32, 4, sA) && !dalloc(&d[5], DT_F32, 4, sA) &&
-             !dalloc(&d[6], DT_F32, 4, sg) && !dalloc(&d[7], DT_F32, 4, sg) && !dalloc(&d[8], DT_F32, 4, sg) &&
-             !dalloc(&d[9], DT_F32, 3, sb) && !dalloc(&d[10], odt, 4, sg) && !dalloc(&d[11], odt, 4, sg) &&
-             !dalloc(&d[12], DT_F32, 4, sg) && !dalloc(&d[13], DT_F32, 3, sb);
-    if (!ok) {
+    if (intra_alloc(d, d + 10, B, T, H, HV, K, io, c->emit_bf16 ? io : DT_F32)) {
         fail(r, "out of device memory");
         goto out;
     }
@@ -335,9 +368,7 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
             fail(r, "uploading inputs");
             goto out;
         }
-    kdart_bwd_intra_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
-                                 &d[6].t,     &d[7].t, &d[8].t, &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
-                                 &d[13].t,    c->fold_dg, c->emit_bf16};
+    kdart_bwd_intra_args args = intra_args(d, d + 10, c->fold_dg, c->emit_bf16);
     dbuf *outs[4] = {&d[10], &d[11], &d[12], &d[13]};
     if (run_all(rt, launch_intra, &args, outs, 4, raw, c->graph, c->reps, r)) goto out;
     if (r->status != KDART_OK) {
@@ -458,11 +489,9 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     const double scale = 1.0 / sqrt((double)K);
     const float scale_f = (float)scale;
 
-    int64_t sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, ss[4] = {B, HV, K, V}, sh[5] = {B, NT, HV, K, V};
-    int ok = !dalloc(&d[0], io, 4, sk) && !dalloc(&d[1], io, 4, sk) && !dalloc(&d[2], io, 4, sk) &&
-             !dalloc(&d[3], DT_F32, 4, sk) && !dalloc(&d[4], io, 4, sv) && !dalloc(&d[5], io, 4, sv) &&
-             !dalloc(&d[6], DT_F32, 4, ss) && !dalloc(&d[7], io, 5, sh) && !dalloc(&d[8], io, 4, sv) &&
-             !dalloc(&d[9], DT_F32, 4, ss);
+    int64_t sv[4] = {B, T, HV, V}, ss[4] = {B, HV, K, V}, sh[5] = {B, NT, HV, K, V};
+    int ok = !dhu_alloc_inputs(d, B, T, HV, K, V, io) && !dalloc(&d[6], DT_F32, 4, ss) && !dalloc(&d[7], io, 5, sh) &&
+             !dalloc(&d[8], io, 4, sv) && !dalloc(&d[9], DT_F32, 4, ss);
     if (!ok) {
         fail(r, "out of device memory");
         goto out;
@@ -522,31 +551,21 @@ out:
 
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n) {
     enum { B = 1, T = 128, H = 2, HV = 4, K = 64 };
-    int64_t sqk[4] = {B, T, H, K}, sg[4] = {B, T, HV, K}, sb[3] = {B, T, HV}, sA[4] = {B, T, HV, 64};
     dbuf d[14];
     memset(d, 0, sizeof d);
     *untouched = 0;
-    int ok = !dalloc(&d[0], 0, 4, sqk) && !dalloc(&d[1], 0, 4, sqk) && !dalloc(&d[2], DT_F32, 4, sg) &&
-             !dalloc(&d[3], 0, 3, sb) && !dalloc(&d[4], DT_F32, 4, sA) && !dalloc(&d[5], DT_F32, 4, sA) &&
-             !dalloc(&d[6], DT_F32, 4, sg) && !dalloc(&d[7], DT_F32, 4, sg) && !dalloc(&d[8], DT_F32, 4, sg) &&
-             !dalloc(&d[9], DT_F32, 3, sb) && !dalloc(&d[10], DT_F32, 4, sg) && !dalloc(&d[11], DT_F32, 4, sg) &&
-             !dalloc(&d[12], DT_F32, 4, sg) && !dalloc(&d[13], DT_F32, 3, sb);
     int st = KDART_EINVAL;
-    if (!ok) {
+    if (intra_alloc(d, d + 10, B, T, H, HV, K, 0, DT_F32)) {
         snprintf(msg, n, "harness: out of device memory");
         goto out;
     }
     /* Inputs: a valid problem (zeros would do for validation, but a valid
      * call must then produce finite outputs). */
-    for (int i = 0; i < 10; i++) cu.cuMemsetD32_v2(d[i].p, 0x3c003c00u, d[i].bytes / 4); /* small values */
-    cu.cuMemsetD32_v2(d[2].p, 0xbf800000u, d[2].bytes / 4);                             /* g = -1 */
-    cu.cuMemsetD32_v2(d[4].p, 0, d[4].bytes / 4);
-    cu.cuMemsetD32_v2(d[5].p, 0, d[5].bytes / 4);
+    intra_fill_small(d);
     const unsigned sentinel = 0x5a5a5a5au;
     for (int i = 10; i < 14; i++) cu.cuMemsetD32_v2(d[i].p, sentinel, d[i].bytes / 4);
     cu.cuCtxSynchronize();
-    kdart_bwd_intra_args a = {sizeof a, &d[0].t, &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t, &d[6].t,
-                              &d[7].t,  &d[8].t, &d[9].t,  &d[10].t, &d[11].t, &d[12].t, &d[13].t, 0, 0};
+    kdart_bwd_intra_args a = intra_args(d, d + 10, 0, 0);
     int64_t bad_strides[4] = {T * H * K, H * K, 1, H};
     switch (which) {
     case 0: break;
@@ -784,7 +803,6 @@ static void bench_row(FILE *out, const char *stage, const kc_shape *s, double ms
 
 static int bench_intra(kdart_rt *rt, const kc_shape *s, int io, int reps, double ceiling, FILE *out) {
     const int B = s->B, T = s->T, H = s->H, HV = s->HV, K = s->K;
-    int64_t sqk[4] = {B, T, H, K}, sg[4] = {B, T, HV, K}, sb[3] = {B, T, HV}, sA[4] = {B, T, HV, 64};
     double set_bytes = 2.0 * B * T * H * K * 2 + 4.0 * B * T * HV * K * 4 + 2.0 * B * T * HV + 4.0 * B * T * HV +
                        2.0 * 4 * B * T * HV * 64;
     int odt = s->emit_bf16 ? io : DT_F32;
@@ -797,14 +815,10 @@ static int bench_intra(kdart_rt *rt, const kc_shape *s, int io, int reps, double
     kref_rng rng;
     kref_rng_seed(&rng, 1234);
     int rc = -1, ok = 1;
-    ok &= !dalloc(&o[0], odt, 4, sg) && !dalloc(&o[1], odt, 4, sg) && !dalloc(&o[2], DT_F32, 4, sg) &&
-          !dalloc(&o[3], DT_F32, 3, sb);
     for (int k = 0; k < nsets && ok; k++) {
         dbuf *d = in[k];
-        ok &= !dalloc(&d[0], io, 4, sqk) && !dalloc(&d[1], io, 4, sqk) && !dalloc(&d[2], DT_F32, 4, sg) &&
-              !dalloc(&d[3], io, 3, sb) && !dalloc(&d[4], DT_F32, 4, sA) && !dalloc(&d[5], DT_F32, 4, sA) &&
-              !dalloc(&d[6], DT_F32, 4, sg) && !dalloc(&d[7], DT_F32, 4, sg) && !dalloc(&d[8], DT_F32, 4, sg) &&
-              !dalloc(&d[9], DT_F32, 3, sb);
+        /* One set of outputs, written by every set's launch. */
+        ok &= !intra_alloc(d, k == 0 ? o : NULL, B, T, H, HV, K, io, odt);
         if (!ok) break;
         size_t rows = 64; /* one chunk of rows per tile */
         ok &= !fill_tiled(&d[0], rows * H * K * 4, 0, 0, 0.09, &rng) &&
@@ -815,10 +829,7 @@ static int bench_intra(kdart_rt *rt, const kc_shape *s, int io, int reps, double
               !fill_tiled(&d[5], rows * HV * 64 * 4, 2, HV * 64, 0, &rng) &&
               !fill_tiled(&d[6], rows * HV * K * 4, 0, 0, 1, &rng) && !fill_tiled(&d[7], rows * HV * K * 4, 0, 0, 1, &rng) &&
               !fill_tiled(&d[8], rows * HV * K * 4, 0, 0, 1, &rng) && !fill_tiled(&d[9], rows * HV * 4, 0, 0, 1, &rng);
-        kdart_bwd_intra_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t, &d[6].t,
-                                  &d[7].t, &d[8].t, &d[9].t, &o[0].t, &o[1].t, &o[2].t, &o[3].t, s->fold_dg,
-                                  s->emit_bf16};
-        args[k] = a;
+        args[k] = intra_args(d, o, s->fold_dg, s->emit_bf16);
     }
     if (!ok) {
         fprintf(out, "%-9s %-20s skipped: out of device memory or fill failed\n", "bwd_intra", s->name);
@@ -838,7 +849,7 @@ done:
 
 static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double ceiling, FILE *out) {
     const int B = s->B, T = s->T, HV = s->HV, K = s->K, V = s->V, NT = T / 64;
-    int64_t sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, ss[4] = {B, HV, K, V}, sh[5] = {B, NT, HV, K, V};
+    int64_t sv[4] = {B, T, HV, V}, sh[5] = {B, NT, HV, K, V};
     /* Inputs as in prod8192: no dht, no dh0 (the production call). g is
      * read at one row per chunk. */
     double set_bytes = 3.0 * B * T * HV * K * 2 + 4.0 * B * NT * HV * K + 2.0 * 2 * B * T * HV * V;
@@ -851,11 +862,9 @@ static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double c
     kref_rng rng;
     kref_rng_seed(&rng, 4321);
     int rc = -1, ok = !dalloc(&o[0], io, 5, sh) && !dalloc(&o[1], io, 4, sv);
-    (void)ss;
     for (int k = 0; k < nsets && ok; k++) {
         dbuf *d = in[k];
-        ok &= !dalloc(&d[0], io, 4, sk) && !dalloc(&d[1], io, 4, sk) && !dalloc(&d[2], io, 4, sk) &&
-              !dalloc(&d[3], DT_F32, 4, sk) && !dalloc(&d[4], io, 4, sv) && !dalloc(&d[5], io, 4, sv);
+        ok &= !dhu_alloc_inputs(d, B, T, HV, K, V, io);
         if (!ok) break;
         size_t rows = 64;
         ok &= !fill_tiled(&d[0], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
@@ -904,20 +913,12 @@ int kc_launch_overhead(kdart_rt *rt, double *kdart_us, double *raw_us) {
     /* The smallest valid problem: the GPU work is a few microseconds, and
      * launches are timed on the host in batches short enough that the
      * launch queue never fills (so the host never waits for the GPU). */
-    int64_t sqk[4] = {1, 64, 1, 64}, sb[3] = {1, 64, 1}, sA[4] = {1, 64, 1, 64};
     dbuf d[14];
     memset(d, 0, sizeof d);
-    int ok = 1;
-    for (int i = 0; i < 14; i++) {
-        int dt = (i == 0 || i == 1 || i == 3) ? 0 : DT_F32;
-        const int64_t *shape = (i == 3 || i == 9 || i == 13) ? sb : (i == 4 || i == 5) ? sA : sqk;
-        ok &= !dalloc(&d[i], dt, (i == 3 || i == 9 || i == 13) ? 3 : 4, shape);
-        if (ok) cu.cuMemsetD32_v2(d[i].p, i == 2 ? 0xbf800000u : 0x3c003c00u, d[i].bytes / 4);
-    }
     int rc = -1;
-    if (!ok) goto done;
-    kdart_bwd_intra_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,  &d[6].t,
-                              &d[7].t,  &d[8].t, &d[9].t, &d[10].t, &d[11].t, &d[12].t, &d[13].t, 0, 0};
+    if (intra_alloc(d, d + 10, 1, 64, 1, 1, 64, 0, DT_F32)) goto done;
+    intra_fill_small(d);
+    kdart_bwd_intra_args a = intra_args(d, d + 10, 0, 0);
     kdart_launch_info li;
     if (kdart_get_function(rt, "bwd_intra", "io=bf16,fold_dg=0,emit_bf16=0,K=64", &li) != KDART_OK) goto done;
     kdart_bwd_intra_params p = {(void *)d[0].p,  (void *)d[1].p,  (float *)d[2].p, (void *)d[3].p,
