@@ -145,7 +145,7 @@ class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
 class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
     _fields_ = [("struct_size", ctypes.c_uint32)] + [
         (n, _P) for n in ("qg", "kg", "w", "g", "d_o", "dv", "dht", "dh", "dv2", "dh0")
-    ] + [("scale", ctypes.c_float)]
+    ] + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)]
 
 
 class Prepared(ctypes.Structure):  # kdart_prepared
@@ -198,6 +198,9 @@ class Kdart:
         lib.kdart_kda_bwd_intra.restype = ctypes.c_int
         lib.kdart_kda_bwd_dhu.argtypes = [ctypes.c_void_p, ctypes.POINTER(DhuArgs), ctypes.c_void_p]
         lib.kdart_kda_bwd_dhu.restype = ctypes.c_int
+        lib.kdart_dhu_v_tile.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]
+        lib.kdart_dhu_v_tile.restype = ctypes.c_int
         self.rt = ctypes.c_void_p()
         self.check(lib.kdart_open(ctypes.byref(self.rt), None), "kdart_open", rt=False)
         self.version = lib.kdart_version().decode()
@@ -447,7 +450,9 @@ def run_dhu(r, ctx):
     kd, fla, timer, dev = ctx["kd"], ctx["fla"], ctx["timer"], ctx["device"]
     nbytes = dhu_bytes(r)
     nsets = nsets_for(nbytes)
-    spec = f"io=bf16,K={r.K}"
+    bv = ctypes.c_int(0)
+    kd.check(kd.lib.kdart_dhu_v_tile(kd.rt, r.B, r.HV, r.K, r.V, ctypes.byref(bv)), "kdart_dhu_v_tile")
+    spec = f"io=bf16,K={r.K},BV={bv.value}"  # the specialization the op launches (v_tile = 0)
     p, ms = kd.prepare("bwd_dhu", spec)
     print(f"  kdart bwd_dhu [{spec}]: {FROM.get(p.source, p.source)} "
           f"(compile {p.compile_ms:.0f} ms, prepare call {ms:.0f} ms)", flush=True)
@@ -463,7 +468,7 @@ def run_dhu(r, ctx):
         d = {n: DL(t) for n, t in s.items() if n != "scale"}
         d.update({"o_" + n: DL(t) for n, t in o.items()})
         a = DhuArgs(ctypes.sizeof(DhuArgs), d["qg"].ptr, d["kg"].ptr, d["w"].ptr, d["g"].ptr, d["do"].ptr,
-                    d["dv"].ptr, d["dht"].ptr, d["o_dh"].ptr, d["o_dv2"].ptr, d["o_dh0"].ptr, s["scale"])
+                    d["dv"].ptr, d["dht"].ptr, d["o_dh"].ptr, d["o_dv2"].ptr, d["o_dh0"].ptr, s["scale"], 0)
         keep.append((d, a))
         outs.append(o)
 

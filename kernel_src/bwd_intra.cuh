@@ -15,24 +15,38 @@
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for both K.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory
- *            (108288 for K=128, 107776 for K=64); the runtime must set
+ *            (112896 for K=128, 112384 for K=64); the runtime must set
  *            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it.
  *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM.
- *   Requires T % 64 == 0, HV % H == 0; outputs never alias inputs.
+ *   Requires T % 64 == 0, HV % H == 0; outputs never alias inputs; every
+ *   tensor 16-byte aligned (16-byte cp.async copies, vector loads and stores;
+ *   the runtime checks it); sm_80 or newer (cp.async, ldmatrix, tf32 mma).
  *   Upper triangles of dAqk (s > r) and dAkk (s >= r) are never used in any
  *   arithmetic (garbage/NaN there is harmless); of those entries only the ones
  *   inside the 16x16 diagonal blocks are even loaded (whole 16-byte vectors).
  *
  * Structure (one CTA per (chunk, b*hv), two CTAs per SM so that one's loads
  * overlap the other's compute).  Everything but db is column-separable, so the
- * CTA walks the K columns in passes of 64 (K=128: two passes, K=64: one);
- * dAqk, dAkk, beta are loaded once, before the first pass (and all of the CTA's
- * dq_in/dk_in/dg_in lines are prefetched into L2 there).  Per pass:
+ * CTA walks the K columns in passes of 64 (K=128: two passes, K=64: one).
+ * Before the first pass, the lower blocks of dAqk, dAkk are cp.async'd into a
+ * compact shared layout (the first phase A waits for them) and beta is loaded.
+ * Per pass:
  *   phase A  the pass's columns of q, k (io dtype), g are copied into shared
- *            memory with 16-byte vector loads.
+ *            memory with 16-byte cp.async.cg (L1 bypassed, no register
+ *            staging).  A later pass's q, k were already issued during the
+ *            previous pass's phase D, so its phase A copies only g.  Phase A
+ *            also prefetches into L2 the pass's 64 x 64 tiles of dq_in, dk_in,
+ *            dg_in (read by phase D, after phases B and C have hidden the
+ *            latency) and the next pass's g.
+ *            First pass only: the off-diagonal blocks of dAqk/dAkk, which are
+ *            only ever phase B's mma A operands, are rounded to tf32 once, in
+ *            place, instead of by every warp in every pass.
  *   phase B  cross-block terms (16x16 sub-blocks off the diagonal) as tf32
- *            mma.sync m16n8k8 GEMMs; warp w owns pass columns [8w, 8w+8); it
- *            also prefetches the next pass's q, k, g lines into L2.
+ *            mma.sync m16n8k8 GEMMs; warp w owns pass columns [8w, 8w+8).  The
+ *            row side's A fragments come straight from the rounded dA rows
+ *            with ldmatrix (a tf32 8x4 tile read as an 8x8 b16 tile); the
+ *            column side needs dA transposed and reads its elements singly.
+ *            The warps also prefetch the next pass's q, k, g lines into L2.
  *            Gate factorization through block-boundary pivots, every exp2
  *            argument <= 0 for any gate magnitude:
  *              row side, target block i (1..3), pivot e = 16i (first row of i):
@@ -44,10 +58,37 @@
  *            owns block i, pass column d: one direct exp2 per (r,s,d) pair, shared
  *            by the row side (Aq, Ak) and the column side (Ct).  Rows are
  *            walked from 15 down to 0 so that after step r all three of
- *            Aq[r], Ak[r], Ct[r] are final; the row's dq, dk are written there.
- *   phase D  dg rows written from shared memory (fold_dg: plus the totals of
- *            the later blocks).
+ *            Aq[r], Ak[r], Ct[r] are final.  Phase C touches no global memory:
+ *            the row's contributions (without the incoming grads) go to
+ *            shared-memory slots that the thread has already consumed:
+ *            dq' -> sG(R,d), dk' -> sXk row R-16 (block 0: the Dk0 region just
+ *            below sXk, so that the address is uniform), dg' -> Xc row R
+ *            (blocks 0..2) / Xq row R-16 (block 3).
+ *   phase D  streaming, in a map made for coalescing rather than for phase C:
+ *            thread t owns rows 16j + t/16 (j = 0..3) and pass columns
+ *            4(t%16)..4(t%16)+3.  All its 16-byte loads of dq_in, dk_in (and
+ *            dg_in) are issued before any use; the slots are added with
+ *            16-byte shared loads and the results written with 16-byte
+ *            st.global.cs.v4.f32 (EMIT_IO: dq, dk as 8-byte stores of four io
+ *            values).  The next pass's q, k cp.async copies start right after
+ *            the loads (phase D does not read sQ/sK).  FOLD_DG: thread
+ *            (i = tid/64, d) instead loads the 16 dg_in of its block's column
+ *            d, suffix-sums dg_in + dg' in place in the slots and stores the
+ *            block total in sTot; after a barrier every row adds the totals of
+ *            the later blocks (summed in the fixed order 3, 2, 1).
+ *   A barrier ends every pass but the last: the next phase A overwrites sG,
+ *   which holds the dq' slots that phase D reads.
  * After the passes: db (fixed-order sum of the per-(pass, warp) partials).
+ *
+ * Registers: everything has to fit in 128 per thread without spills.  With
+ * two passes, ptxas would otherwise compute tid- and row-derived addresses
+ * once, outside the pass loop, and hold them across phase C, which needs all
+ * 128 registers.  So threadIdx.x is re-read with a volatile asm in every phase
+ * (vtid); the token row bases rowQ0/rowV0 are recomputed from %ctaid (volatile)
+ * where phase A needs them and kept in shared memory for phases B..D and db,
+ * which read them back after a barrier; phase D adds an opaque zero
+ * read from shared memory to its tid and strides; phase C's unrolled row steps
+ * are separated by __syncwarp scheduling fences.
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -81,7 +122,8 @@ struct BwdIntraTraits {
     static constexpr int kOffAqk = kOffG + kBT * kKP * 4;            /* f32 compact */
     static constexpr int kOffAkk = kOffAqk + kDAFloats * 4;          /* f32 compact */
     static constexpr int kOffXq = kOffAkk + kDAFloats * 4;           /* f32 [48][KP] rows 16..63 */
-    static constexpr int kOffXk = kOffXq + 48 * kKP * 4;             /* f32 [48][KP] rows 16..63 */
+    static constexpr int kOffDk0 = kOffXq + 48 * kKP * 4;            /* f32 [16][KP] dk' of rows 0..15 */
+    static constexpr int kOffXk = kOffDk0 + 16 * kKP * 4;            /* f32 [48][KP] rows 16..63 */
     static constexpr int kOffXc = kOffXk + 48 * kKP * 4;             /* f32 [48][KP] rows 0..47 */
     static constexpr int kOffBeta = kOffXc + 48 * kKP * 4;           /* f32 [64] */
     static constexpr int kOffDbp = kOffBeta + kBT * 4;               /* f32 [64][kDbSlots] */
@@ -92,14 +134,15 @@ struct BwdIntraTraits {
     /* two CTAs per SM: 2 x (smem + 1 KB reserved) <= 228 KB */
     static_assert(kSmemBytes <= 113 * 1024, "smem budget: two CTAs per SM");
     static_assert(kOffK % 16 == 0 && kOffG % 16 == 0 && kOffAqk % 16 == 0 && kOffAkk % 16 == 0 &&
-                  kOffXq % 16 == 0 && kOffXc % 16 == 0 && kOffBeta % 16 == 0,
+                  kOffXq % 16 == 0 && kOffDk0 % 16 == 0 && kOffXk % 16 == 0 &&
+                  kOffXc % 16 == 0 && kOffBeta % 16 == 0 && kOffTot % 16 == 0,
                   "16-byte aligned regions");
     static_assert((kKP * 2) % 16 == 0 && (kDAP * 4) % 16 == 0,
                   "16-byte aligned rows");
 };
-static_assert(BwdIntraTraits<128>::kThreads == 256 && BwdIntraTraits<128>::kSmemBytes == 108288,
+static_assert(BwdIntraTraits<128>::kThreads == 256 && BwdIntraTraits<128>::kSmemBytes == 112896,
               "contract K=128");
-static_assert(BwdIntraTraits<64>::kThreads == 256 && BwdIntraTraits<64>::kSmemBytes == 107776,
+static_assert(BwdIntraTraits<64>::kThreads == 256 && BwdIntraTraits<64>::kSmemBytes == 112384,
               "contract K=64");
 
 namespace kdart {
@@ -138,14 +181,38 @@ __device__ __forceinline__ float unpack_io(unsigned x, int hi) {
     return kdart::to_float(v);
 }
 __device__ __forceinline__ unsigned fbits(float x) { return __float_as_uint(x); }
+/* four 8x4 tf32 tiles (as 8x8 b16) = one m16n8k8 A fragment, rows from this lane's address */
+__device__ __forceinline__ void ldsm_x4_tf32(const float *s, unsigned &a0, unsigned &a1, unsigned &a2, unsigned &a3) {
+    unsigned addr;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(s));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr) : "memory");
+}
 /* stores of write-once outputs: evict-first (st.global.cs), so that they do not
  * push the prefetched input lines out of L2 */
-__device__ __forceinline__ void st_out(float *a, float x) {
-    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(a), "f"(x) : "memory");
+__device__ __forceinline__ void st_out4(float *a, float4 v) {
+    asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w)
+                 : "memory");
 }
-__device__ __forceinline__ void st_out16(unsigned short *a, unsigned short x) {
-    asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a), "h"(x) : "memory");
+/* four io values (8 bytes) */
+template <typename IO>
+__device__ __forceinline__ void st_out4io(unsigned short *a, float4 v) {
+    const unsigned lo = kdart::pack2<IO>(v.x, v.y), hi = kdart::pack2<IO>(v.z, v.w);
+    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(a), "r"(lo), "r"(hi) : "memory");
 }
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ float4 lds4(const float *s) { return *reinterpret_cast<const float4 *>(s); }
+__device__ __forceinline__ float4 ldg4(const float *g) { return __ldg(reinterpret_cast<const float4 *>(g)); }
+/* 16-byte global -> shared copy, L1 bypassed */
+__device__ __forceinline__ void cp16(void *sdst, const void *gsrc) {
+    unsigned s;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(sdst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 } /* namespace intra */
 } /* namespace kdart */
@@ -173,6 +240,8 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     float *sAkk = reinterpret_cast<float *>(smem + Tr::kOffAkk);
     float *sXq = reinterpret_cast<float *>(smem + Tr::kOffXq); /* row R at (R-16)*KP */
     float *sXk = reinterpret_cast<float *>(smem + Tr::kOffXk); /* row R at (R-16)*KP */
+    /* dk' slots: row R at R*KP (rows 0..15 in Dk0, rows 16..63 are sXk's rows) */
+    float *sDk = reinterpret_cast<float *>(smem + Tr::kOffDk0);
     float *sXc = reinterpret_cast<float *>(smem + Tr::kOffXc); /* row R at R*KP */
     float *sBeta = reinterpret_cast<float *>(smem + Tr::kOffBeta);
     float *sDbp = reinterpret_cast<float *>(smem + Tr::kOffDbp);
@@ -188,20 +257,28 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     };
     const int tid = vtid();
     const int T = p.T, H = p.H, HV = p.HV;
-    /* row (token) base indices: [B,T,H] row of t0 (rowQ0) and [B,T,HV] row of t0 (rowV0).
-     * Recomputed where used from %ctaid (volatile reads: not hoisted), so that they
-     * are not held in registers across the pass loop (keeps phase C at 128 regs). */
+    /* row (token) base indices: [B,T,H] row of t0 (rowQ0) and [B,T,HV] row of t0 (rowV0),
+     * computed from %ctaid where the one-time loads and phase A need them.  The reads
+     * are volatile (for K=64 too), so that nothing is computed once and held in
+     * registers across phase C. */
     auto row0 = [&](long long &rq, long long &rv) {
-        unsigned cx = blockIdx.x, cy = blockIdx.y;
-        if (Tr::kPasses > 1) {
-            asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
-            asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
-        }
+        unsigned cx, cy;
+        asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
+        asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
         const int bb = (int)cy / HV;
         const int hvv = (int)cy - bb * HV;
         const long long tt = (long long)bb * T + (long long)cx * 64;
         rq = tt * H + hvv / (HV / H);
         rv = tt * HV + hvv;
+    };
+    /* rowQ0, rowV0 kept in shared memory (padding columns 64..71 of compact dA row 0,
+     * never loaded): phases B..D and db read them back after a barrier, so ptxas cannot
+     * compute them (or addresses derived from them) early and hold them across phase C.
+     * sRow[2] holds a zero that phase D reads as an opaque value. */
+    long long *sRow = reinterpret_cast<long long *>(smem + Tr::kOffAqk + 64 * 4);
+    auto row0s = [&](long long &rq, long long &rv) {
+        rq = sRow[0];
+        rv = sRow[1];
     };
     const long long strideQ = (long long)H * K; /* elements between tokens */
     const long long strideV = (long long)HV * K;
@@ -219,19 +296,15 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
              * is never used either) */
             if (c >= 16 * ((r >> 4) + 1)) continue;
             const long long go = rowV0 * 64 + r * strideA + c;
-            const float4 x = __ldg(reinterpret_cast<const float4 *>(p.dAqk + go));
-            const float4 y = __ldg(reinterpret_cast<const float4 *>(p.dAkk + go));
             const int so = (r < 16 ? (r + 16) * DAP + 48 : (r - 16) * DAP) + c;
-            *reinterpret_cast<float4 *>(sAqk + so) = x;
-            *reinterpret_cast<float4 *>(sAkk + so) = y;
+            /* asynchronous: the first pass's phase A waits for these with its own */
+            cp16(sAqk + so, p.dAqk + go);
+            cp16(sAkk + so, p.dAkk + go);
         }
-        /* pull all of this CTA's dq_in/dk_in/dg_in lines into L2 now (phase C reads them) */
-#pragma unroll
-        for (int v = tid; v < 64 * (K / 32); v += NTH) {
-            const long long o = rowV0 * K + (v / (K / 32)) * strideV + (v % (K / 32)) * 32;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dq_in + o));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dk_in + o));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dg_in + o));
+        if (tid == 0) {
+            sRow[0] = rowQ0;
+            sRow[1] = rowV0;
+            sRow[2] = 0; /* opaque zero */
         }
         if (tid < 64) {
             const IO *gb = static_cast<const IO *>(p.beta);
@@ -244,8 +317,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
         const int c0 = pass * KH; /* first global column of this pass */
 
         /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
-        /* (no barrier needed before it: the previous pass's last readers of sQ/sK/sG
-         *  are in its phase C, which ended with a barrier) */
+        /* (the previous pass's last readers of sG, its phase D, end with a barrier) */
         {
             long long rowQ0, rowV0;
             row0(rowQ0, rowV0);
@@ -253,25 +325,59 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             const unsigned short *gq = static_cast<const unsigned short *>(p.q);
             const unsigned short *gk = static_cast<const unsigned short *>(p.k);
             constexpr int VPR = KH / 8; /* 8 io elements per 16 bytes */
+            /* a later pass's q, k were issued during the previous pass's phase D
+             * (the test is spelled as in the measured build: "pass == 0" makes
+             * NVVM emit a different, if equivalent, predicate and branch) */
+            if (!(pass > 0))
 #pragma unroll
             for (int v = tid; v < 64 * VPR; v += NTH) {
                 const int r = v / VPR, c = (v - r * VPR) * 8;
                 const long long go = rowQ0 * K + r * strideQ + c0 + c;
-                const uint4 xq = __ldg(reinterpret_cast<const uint4 *>(gq + go));
-                const uint4 xk = __ldg(reinterpret_cast<const uint4 *>(gk + go));
-                *reinterpret_cast<uint4 *>(sQ + r * KP + c) = xq;
-                *reinterpret_cast<uint4 *>(sK + r * KP + c) = xk;
+                cp16(sQ + r * KP + c, gq + go);
+                cp16(sK + r * KP + c, gk + go);
             }
             constexpr int FPR = KH / 4;
 #pragma unroll
             for (int v = tid; v < 64 * FPR; v += NTH) {
                 const int r = v / FPR, c = (v - r * FPR) * 4;
-                const float4 x =
-                    __ldg(reinterpret_cast<const float4 *>(p.g + rowV0 * K + r * strideV + c0 + c));
-                *reinterpret_cast<float4 *>(sG + r * KP + c) = x;
+                cp16(sG + r * KP + c, p.g + rowV0 * K + r * strideV + c0 + c);
             }
+            /* this pass's dq_in/dk_in/dg_in lines into L2 while phases A-C run, so
+             * that phase D's loads hit L2 (3 x 64 rows x 2 lines of 128 B = 48 KB
+             * per CTA per pass) */
+            for (int v = tid; v < 64 * 2 * 3; v += NTH) {
+                const int arr = v >> 7, w = v & 127;
+                const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32));
+            }
+            /* and the next pass's g (its phase A copies it after this pass's phase D) */
+            if (pass + 1 < Tr::kPasses && tid < 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * K + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
+            cp_wait_all(); /* (first pass: also the dAqk/dAkk copies) */
         }
         __syncthreads();
+        if (pass == 0) {
+            /* Round the off-diagonal blocks of dAqk/dAkk to tf32 once, in place:
+             * they are only ever phase B's A operands (phase C reads the diagonal
+             * blocks only), so every warp and pass then uses the stored bits as
+             * they are instead of converting the same values again. */
+            const int tid = vtid();
+#pragma unroll
+            for (int v = tid; v < 48 * 12; v += NTH) {
+                const int rr = v / 12, c = (v - rr * 12) * 4; /* compact row rr = row 16 + rr */
+                if (c < 16 * ((rr >> 4) + 1)) {
+                    float4 *pq = reinterpret_cast<float4 *>(sAqk + rr * DAP + c);
+                    float4 *pk = reinterpret_cast<float4 *>(sAkk + rr * DAP + c);
+                    float4 x = *pq, y = *pk;
+                    x.x = __uint_as_float(to_tf32(x.x)); x.y = __uint_as_float(to_tf32(x.y));
+                    x.z = __uint_as_float(to_tf32(x.z)); x.w = __uint_as_float(to_tf32(x.w));
+                    y.x = __uint_as_float(to_tf32(y.x)); y.y = __uint_as_float(to_tf32(y.y));
+                    y.z = __uint_as_float(to_tf32(y.z)); y.w = __uint_as_float(to_tf32(y.w));
+                    *pq = x; *pk = y;
+                }
+            }
+            __syncthreads();
+        }
 
         /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
         {
@@ -279,7 +385,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             /* pull the next pass's q, k, g lines into L2 (its phase A reads them) */
             if (pass + 1 < Tr::kPasses) {
                 long long rowQ0, rowV0;
-                row0(rowQ0, rowV0);
+                row0s(rowQ0, rowV0);
                 const int cn = c0 + KH;
                 const void *a;
                 if (tid < 64)
@@ -302,17 +408,20 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 float cq[4] = {0.f, 0.f, 0.f, 0.f}, ck[4] = {0.f, 0.f, 0.f, 0.f};
                 const float gpiv = sG[(16 * i) * KP + colb];
                 const int ra = 16 * i + gid, rb = ra + 8;
-                const int oa = daoff(i, gid), ob = daoff(i, gid + 8);
+                /* A fragments by ldmatrix: lane l addresses row 8*((l>>3)&1) + (l&7) of
+                 * the block, tf32 columns +4*(l>>4) (already rounded, see above) */
+                const int oL = daoff(i, 8 * ((lane >> 3) & 1) + (lane & 7)) + 4 * (lane >> 4);
 #pragma unroll
                 for (int kk = 0; kk < 2 * i; ++kk) {
                     const int s0 = 8 * kk + tig, s1 = s0 + 4;
                     const float kb0 = ld_io<IO>(sK, s0 * KP + colb) * ex2(gpiv - sG[s0 * KP + colb]);
                     const float kb1 = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
                     const unsigned b0 = to_tf32(kb0), b1 = to_tf32(kb1);
-                    mma_tf32(cq, to_tf32(sAqk[oa + s0]), to_tf32(sAqk[ob + s0]),
-                             to_tf32(sAqk[oa + s1]), to_tf32(sAqk[ob + s1]), b0, b1);
-                    mma_tf32(ck, to_tf32(sAkk[oa + s0]), to_tf32(sAkk[ob + s0]),
-                             to_tf32(sAkk[oa + s1]), to_tf32(sAkk[ob + s1]), b0, b1);
+                    unsigned a0, a1, a2, a3;
+                    ldsm_x4_tf32(sAqk + oL + 8 * kk, a0, a1, a2, a3);
+                    mma_tf32(cq, a0, a1, a2, a3, b0, b1);
+                    ldsm_x4_tf32(sAkk + oL + 8 * kk, a0, a1, a2, a3);
+                    mma_tf32(ck, a0, a1, a2, a3, b0, b1);
                 }
                 const float2 gp = *reinterpret_cast<const float2 *>(sG + (16 * i) * KP + colc);
                 const float2 ga = *reinterpret_cast<const float2 *>(sG + ra * KP + colc);
@@ -343,10 +452,10 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                     const unsigned bq1 = to_tf32(ld_io<IO>(sQ, rB * KP + colb) * eB);
                     const unsigned bk0 = to_tf32(sBeta[rA] * ld_io<IO>(sK, rA * KP + colb) * eA);
                     const unsigned bk1 = to_tf32(sBeta[rB] * ld_io<IO>(sK, rB * KP + colb) * eB);
-                    mma_tf32(cc, to_tf32(sAqk[oA + sa]), to_tf32(sAqk[oA + sb]),
-                             to_tf32(sAqk[oB + sa]), to_tf32(sAqk[oB + sb]), bq0, bq1);
-                    mma_tf32(cc, to_tf32(sAkk[oA + sa]), to_tf32(sAkk[oA + sb]),
-                             to_tf32(sAkk[oB + sa]), to_tf32(sAkk[oB + sb]), bk0, bk1);
+                    mma_tf32(cc, fbits(sAqk[oA + sa]), fbits(sAqk[oA + sb]),
+                             fbits(sAqk[oB + sa]), fbits(sAqk[oB + sb]), bq0, bq1);
+                    mma_tf32(cc, fbits(sAkk[oA + sa]), fbits(sAkk[oA + sb]),
+                             fbits(sAkk[oB + sa]), fbits(sAkk[oB + sb]), bk0, bk1);
                 }
                 const float2 gp = *reinterpret_cast<const float2 *>(sG + pr * KP + colc);
                 const float2 ga = *reinterpret_cast<const float2 *>(sG + sa * KP + colc);
@@ -367,7 +476,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             const int lane = tid & 31;
             const int R0 = 16 * i;
             long long rowQ0, rowV0;
-            row0(rowQ0, rowV0);
+            row0s(rowQ0, rowV0);
             const int dabase = (i == 0) ? 16 * DAP + 48 : (R0 - 16) * DAP;
             float gs[16], ct[16];
             unsigned ksp[8]; /* k of the block's 16 rows, raw io bits, two per register */
@@ -379,31 +488,18 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 else ksp[s >> 1] = kbits;
                 ct[s] = (i < 3) ? sXc[(R0 + s) * KP + d] : 0.f;
             }
-            /* dg of each row (fold_dg: the within-block suffix sum) goes to this
-             * thread's own, already consumed X slot (Xc rows of block i for i < 3,
-             * Xq rows for i == 3); phase D adds the later blocks' totals and writes it. */
+            /* the row's contributions go to this thread's own, already consumed
+             * slots (phase D adds the incoming grads and writes them):
+             *   dq' -> sG(R, d)   (gs[] holds the gates from here on)
+             *   dk' -> sDk(R, d)  (= sXk row R-16 for blocks 1..3, read just before)
+             *   dg' -> Xc row R for blocks 0..2, Xq row R-16 for block 3 */
             float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
-            /* element offset of (row 0, global column c0 + d) of this chunk */
-            const long long eb = rowV0 * K + c0 + d;
-            const int strideVi = HV * K;
-            /* the incoming grads of the next row are prefetched one row ahead */
-            float nq, nk, ng;
-            {
-                const long long o = eb + (R0 + 15) * strideVi;
-                nq = __ldg(p.dq_in + o); nk = __ldg(p.dk_in + o); ng = __ldg(p.dg_in + o);
-            }
 #pragma unroll
             for (int r = 15; r >= 0; --r) {
                 /* scheduling fence: keeps ptxas/NVVM from overlapping all the unrolled
                  * row steps (which spills at the 128-register cap) */
                 __syncwarp();
                 const int R = R0 + r;
-                const long long go = eb + R * strideVi;
-                const float din_q = nq, din_k = nk, din_g = ng;
-                if (r > 0) {
-                    const long long on = go - strideVi;
-                    nq = __ldg(p.dq_in + on); nk = __ldg(p.dk_in + on); ng = __ldg(p.dg_in + on);
-                }
                 const float gr = gs[r];
                 const float qr = ld_io<IO>(sQ, R * KP + d);
                 const float kr = unpack_io<IO>(ksp[r >> 1], r & 1);
@@ -431,64 +527,124 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 }
                 if (i > 0) {
                     aq += sXq[(R - 16) * KP + d];
-                    ak += sXk[(R - 16) * KP + d];
+                    ak += sDk[R * KP + d]; /* = sXk row R-16 */
                 }
                 const float ctr = ct[r];
                 const float bak = br * ak;
-                const float vq = din_q + aq;
-                const float vk = din_k + bak + ctr;
-                const float vg = din_g + qr * aq + (bak - ctr) * kr;
-                if (EMIT_IO) {
-                    st_out16(static_cast<unsigned short *>(p.dq) + go, kdart::from_float<IO>(vq).bits);
-                    st_out16(static_cast<unsigned short *>(p.dk) + go, kdart::from_float<IO>(vk).bits);
-                } else {
-                    st_out(static_cast<float *>(p.dq) + go, vq);
-                    st_out(static_cast<float *>(p.dk) + go, vk);
-                }
-                /* dg goes through this thread's slot and is written in phase D */
-                if (FOLD_DG) {
-                    /* the running suffix sum lives in the slot (one register less) */
-                    slot[r * KP] = (r < 15) ? slot[(r + 1) * KP] + vg : vg;
-                } else {
-                    slot[r * KP] = vg;
-                }
+                sG[R * KP + d] = aq;
+                sDk[R * KP + d] = bak + ctr;
+                slot[r * KP] = qr * aq + (bak - ctr) * kr;
                 float pd = kr * ak;
 #pragma unroll
                 for (int m = 16; m >= 1; m >>= 1) pd += __shfl_xor_sync(0xffffffffu, pd, m);
                 if (lane == 0) sDbp[R * NDB + pass * Tr::kWPB + (d >> 5)] = pd;
             }
-            if (FOLD_DG) sTot[i * KH + d] = slot[0];
         }
         __syncthreads();
 
-        /* ---------------- phase D: dg of this pass's columns (fold_dg: plus the later blocks' totals) ---------------- */
+        /* ---------------- phase D: stream dq_in/dk_in/dg_in, add the slots, write ---------------- */
         {
-            const int tid = vtid();
+            /* + an opaque zero read from shared memory after the barrier: nothing
+             * tid-derived of phase D is computed before phase C ends */
+            const int z = reinterpret_cast<const int *>(sRow)[4];
+            const int tid = vtid() + z;
+            /* (the strides too: else the loop-invariant 16 * strideV is hoisted out of the
+             * pass loop and held across phase C) */
+            const long long strideV = (long long)(HV + z) * K;
+            const long long strideQ = (long long)(H + z) * K;
+            long long rowQ0, rowV0;
+            row0s(rowQ0, rowV0);
+            /* streaming map: thread owns rows 16j + rr (j = 0..3), pass columns cc..cc+3 */
+            const int rr = tid >> 4;
+            const int cc = (tid & 15) * 4;
+            const long long gb = rowV0 * K + (long long)rr * strideV + c0 + cc;
+            const long long s16 = 16 * strideV;
+            /* fold_dg: thread (block i, column d) also suffix-sums its block's column */
             const int i = tid / KH;
             const int d = tid - i * KH;
-            const int R0 = 16 * i;
-            long long rowQ0, rowV0;
-            row0(rowQ0, rowV0);
-            float later = 0.f;
+            float ng[FOLD_DG ? 16 : 1];
             if (FOLD_DG) {
+                const long long o = rowV0 * K + (long long)(16 * i) * strideV + c0 + d;
 #pragma unroll
-                for (int j = 3; j > 0; --j)
-                    if (j > i) later += sTot[j * KH + d];
+                for (int s = 0; s < 16; ++s) ng[s] = __ldg(p.dg_in + o + s * strideV);
             }
-            const float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
+            /* every load of the thread is issued before any use */
+            float4 xq[4], xk[4], xg[4];
 #pragma unroll
-            for (int r = 0; r < 16; ++r)
-                st_out(p.dg + rowV0 * K + (long long)(R0 + r) * strideV + c0 + d,
-                       FOLD_DG ? slot[r * KP] + later : slot[r * KP]);
+            for (int j = 0; j < 4; ++j) {
+                xq[j] = ldg4(p.dq_in + gb + j * s16);
+                xk[j] = ldg4(p.dk_in + gb + j * s16);
+                if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
+            }
+            /* sQ/sK are free since the barrier after phase C (phase D does not read
+             * them): start the next pass's q, k copies now; its phase A waits for them */
+            if (pass + 1 < Tr::kPasses) {
+                const unsigned short *gq = static_cast<const unsigned short *>(p.q);
+                const unsigned short *gk = static_cast<const unsigned short *>(p.k);
+                constexpr int VPR = KH / 8;
+#pragma unroll
+                for (int v = tid; v < 64 * VPR; v += NTH) {
+                    const int r = v / VPR, c = (v - r * VPR) * 8;
+                    const long long go = rowQ0 * K + r * strideQ + (c0 + KH) + c;
+                    cp16(sQ + r * KP + c, gq + go);
+                    cp16(sK + r * KP + c, gk + go);
+                }
+            }
+            if (FOLD_DG) {
+                float *slot = (i < 3) ? (sXc + 16 * i * KP + d) : (sXq + 32 * KP + d);
+                float acc = 0.f;
+#pragma unroll
+                for (int s = 15; s >= 0; --s) {
+                    acc += ng[s] + slot[s * KP];
+                    slot[s * KP] = acc;
+                }
+                sTot[i * KH + d] = acc;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int R = 16 * j + rr;
+                const long long go = gb + j * s16;
+                const float4 vq = add4(xq[j], lds4(sG + R * KP + cc));
+                const float4 vk = add4(xk[j], lds4(sDk + R * KP + cc));
+                if (EMIT_IO) {
+                    st_out4io<IO>(static_cast<unsigned short *>(p.dq) + go, vq);
+                    st_out4io<IO>(static_cast<unsigned short *>(p.dk) + go, vk);
+                } else {
+                    st_out4(static_cast<float *>(p.dq) + go, vq);
+                    st_out4(static_cast<float *>(p.dk) + go, vk);
+                }
+                if (!FOLD_DG) {
+                    const float *sl = (j < 3) ? (sXc + R * KP) : (sXq + (R - 16) * KP);
+                    st_out4(p.dg + go, add4(xg[j], lds4(sl + cc)));
+                }
+            }
+            if (FOLD_DG) {
+                __syncthreads(); /* block totals and suffix sums complete */
+                const float4 t3 = lds4(sTot + 3 * KH + cc);
+                const float4 t2 = lds4(sTot + 2 * KH + cc);
+                const float4 t1 = lds4(sTot + 1 * KH + cc);
+                /* later-block totals summed 3, 2, 1 (fixed order) */
+                const float4 l2 = t3, l1 = add4(t3, t2), l0 = add4(l1, t1);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int R = 16 * j + rr;
+                    const float *sl = (j < 3) ? (sXc + R * KP) : (sXq + (R - 16) * KP);
+                    float4 v = lds4(sl + cc);
+                    if (j == 0) v = add4(v, l0);
+                    if (j == 1) v = add4(v, l1);
+                    if (j == 2) v = add4(v, l2);
+                    st_out4(p.dg + gb + j * s16, v);
+                }
+            }
         }
-        /* (no barrier: the next pass's phase A writes only sQ/sK/sG, and its phase B
-         *  writes X after the barrier that follows phase A) */
+        /* the next pass's phase A overwrites sG (the dq' slots read above) */
+        if (pass + 1 < Tr::kPasses) __syncthreads();
     }
 
     /* ---------------- db: fixed-order sum of the per-(pass, warp) partials ---------------- */
-    if (tid < 64) {
+    if (const int tid = vtid(); tid < 64) {
         long long rowQ0, rowV0;
-        row0(rowQ0, rowV0);
+        row0s(rowQ0, rowV0);
         float acc = p.db_in[rowV0 + (long long)tid * HV];
 #pragma unroll
         for (int w = 0; w < NDB; ++w) acc += sDbp[tid * NDB + w];

@@ -44,10 +44,19 @@ template <> __device__ __forceinline__ fp16 from_float<fp16>(float f) {
 template <> __device__ __forceinline__ float from_float<float>(float f) { return f; }
 
 /* Two 16-bit values packed in one 32-bit register, low half first, as the
- * mma.sync operand fragments expect. */
-template <typename T>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    return (unsigned)from_float<T>(lo).bits | ((unsigned)from_float<T>(hi).bits << 16);
+ * mma.sync operand fragments expect.  One cvt.rn.{bf16,f16}x2.f32 does both
+ * conversions (same round-to-nearest-even as from_float; the first source
+ * operand lands in the upper half). */
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<bf16>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<fp16>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 /* Compile-time tag so kernels can pick the mma.sync type string. */

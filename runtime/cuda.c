@@ -83,6 +83,7 @@ static int cuda_fail(kdart_rt *rt, const char *what, CUresult r) {
 static _Thread_local struct {
     CUcontext ctx;
     int dev;
+    int sms; /* multiprocessors: bwd_dhu sizes its grid by them */
     char arch[16];
 } tl_ctx;
 
@@ -117,6 +118,9 @@ int kdart__cuda_context_dev(kdart_rt *rt, void **ctx_out, char arch[16], int *de
     if ((r = cu->cuCtxGetDevice(&dev)) != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxGetDevice", r);
     cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    int sms = 0;
+    cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    tl_ctx.sms = sms > 0 ? sms : 1;
     tl_ctx.ctx = ctx;
     tl_ctx.dev = (int)dev;
     /* Arch-specific targets (the "a" suffix) from Hopper on: the kernels
@@ -125,6 +129,14 @@ int kdart__cuda_context_dev(kdart_rt *rt, void **ctx_out, char arch[16], int *de
     if (arch) memcpy(arch, tl_ctx.arch, 16);
     if (dev_out) *dev_out = tl_ctx.dev;
     *ctx_out = ctx;
+    return KDART_OK;
+}
+
+int kdart__cuda_sm_count(kdart_rt *rt, int *sms) {
+    void *ctx;
+    int rc = kdart__cuda_context_dev(rt, &ctx, NULL, NULL);
+    if (rc) return rc;
+    *sms = tl_ctx.sms; /* filled for ctx by the call above */
     return KDART_OK;
 }
 

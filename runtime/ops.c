@@ -235,6 +235,9 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
                           (long long)T);
     if (V % 64 != 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "V=%lld is not a multiple of 64", (long long)V);
+    if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
+                          a->v_tile);
     const int64_t NT = T / KDART_CHUNK;
     if (B * NT * HV * K * V > INT32_MAX * (int64_t)64 || B * T * HV * V > INT32_MAX || B * HV > 65535)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for the kernel's indexing");
@@ -253,7 +256,13 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     }
     if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
 
-    int vals[2] = {io, K == 64 ? 0 : 1};
+    int bv = a->v_tile;
+    if (bv == 0) {
+        int sms;
+        if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
+        bv = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
+    }
+    int vals[3] = {io, K == 64 ? 0 : 1, kdart__dhu_bv_index(bv)};
     kdart__unit *u;
     void *fn;
     if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn)) != KDART_OK) return rc;
@@ -264,8 +273,22 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
         a->scale,                  (int)B, (int)T, (int)HV, (int)V,
     };
-    int bv = kdart__dhu_bv((int)K);
     return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(B * HV), 1, u->threads, u->smem, stream, &p);
+}
+
+int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {
+    KDART__CHECK_RT(rt);
+    if (!v_tile) return kdart__err(rt, KDART_ENULL, "v_tile must not be NULL");
+    if (K != 64 && K != 128)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
+                          (long long)K);
+    if (B < 1 || HV < 1 || V < 64 || V % 64 != 0)
+        return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld V=%lld: need B, HV >= 1 and V a multiple of 64",
+                          (long long)B, (long long)HV, (long long)V);
+    int sms, rc = kdart__cuda_sm_count(rt, &sms);
+    if (rc) return rc;
+    *v_tile = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
+    return KDART_OK;
 }
 
 int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart_launch_info *out) {

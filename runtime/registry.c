@@ -11,8 +11,9 @@
  * the same manifest and the same cache key.
  *
  * The launch shapes here mirror the traits structs of the kernel sources
- * (RcumsumTraits, BwdIntraTraits, BwdDhuTraits); the GPU tests launch every
- * specialization, so a mismatch cannot go unnoticed.
+ * (RcumsumTraits, BwdIntraTraits, BwdDhuTraits), whose static_asserts pin the
+ * same numbers; the GPU tests launch every specialization, so a mismatch
+ * cannot go unnoticed.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -23,12 +24,13 @@
 
 /* Launch shapes of the two KDA kernels, from their traits structs. */
 #define KDART__INTRA_THREADS(K) 256                         /* BwdIntraTraits<K>::kThreads */
-#define KDART__INTRA_SMEM(K) ((K) == 128 ? 108288 : 107776) /* BwdIntraTraits<K>::kSmemBytes */
-#define KDART__DHU_THREADS(K) 128                        /* BwdDhuTraits<K>::kThreads */
-#define KDART__DHU_SMEM(K) ((K) == 128 ? 148480 : 90624) /* BwdDhuTraits<K>::kSmemBytes */
-#define KDART__DHU_BV(K) 64                              /* BwdDhuTraits<K>::kBV */
+#define KDART__INTRA_SMEM(K) ((K) == 128 ? 112896 : 112384) /* BwdIntraTraits<K>::kSmemBytes */
+#define KDART__DHU_THREADS 128                              /* BwdDhuTraits<K, BV>::kThreads */
+/* BwdDhuTraits<K, BV>::kSmemBytes: three cp.async stages of kg, qg, w ([64][K]
+ * io), do, dv ([64][BV] io) and one fp32 g row, plus IO(dH) [K][BV] */
+#define KDART__DHU_SMEM(K, BV) (3 * (3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4) + (K) * (BV) * 2)
 
-int kdart__dhu_bv(int K) { return KDART__DHU_BV(K); }
+static const int dhu_bvs[3] = {16, 32, 64}; /* the BV parameter's values, in order */
 
 static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *threads = vals[0] == 0 ? 64 : 128; /* one thread per channel */
@@ -43,16 +45,46 @@ static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
     *smem = KDART__INTRA_SMEM(K);
 }
 
-/* BwdDhuTraits<K> in kernel_src/bwd_dhu.cuh. vals: io, K. */
+/* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV. */
 static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
     int K = vals[1] == 0 ? 64 : 128;
-    (void)K;
-    *threads = KDART__DHU_THREADS(K);
-    *smem = KDART__DHU_SMEM(K);
+    *threads = KDART__DHU_THREADS;
+    *smem = KDART__DHU_SMEM(K, dhu_bvs[vals[2]]);
+}
+
+int kdart__dhu_bv_index(int bv) {
+    for (int i = 0; i < 3; i++)
+        if (dhu_bvs[i] == bv) return i;
+    return -1;
+}
+
+/* The scan is serial over chunks, so only the grid runs in parallel: a CTA
+ * (one scan of BV columns) takes about the same time per chunk wherever it
+ * runs, and the launch takes ceil(CTAs / SMs) of those times (every tile
+ * width runs one CTA per SM at K = 128; at K = 64 two fit, but the pair
+ * shares the SM, so it is not counted as free).  The relative per-chunk
+ * times below were measured on the H200 (docs/perf.md, "bwd_dhu v2"): at
+ * K = 128 a 64-column scan takes 2.15 us per chunk, 32 columns 1.35 us, 16
+ * columns 1.01 us.  The narrower tile wins only when its extra waves are paid
+ * for; ties go to the wider tile, which moves fewer K-side bytes. */
+int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
+    static const int rel128[3] = {470, 630, 1000}; /* per-chunk time, per mille of BV = 64 */
+    static const int rel64[3] = {550, 745, 1000};
+    const int *rel = K == 64 ? rel64 : rel128;
+    if (sms < 1) sms = 1;
+    int best = 2;
+    long long best_cost = -1;
+    for (int i = 2; i >= 0; i--) {
+        long long ctas = B * HV * (V / dhu_bvs[i]);
+        long long cost = (ctas + sms - 1) / sms * rel[i];
+        if (best_cost < 0 || cost < best_cost) best = i, best_cost = cost;
+    }
+    return dhu_bvs[best];
 }
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
 #define K_PARAM {"K", 2, {"64", "128"}, {"64", "128"}, 1}
+#define BV_PARAM {"BV", 3, {"16", "32", "64"}, {"16", "32", "64"}, 2}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
@@ -61,7 +93,7 @@ const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 4,
                             {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM},
                             bwd_intra_shape},
-    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 2, {IO_PARAM, K_PARAM},
+    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 3, {IO_PARAM, K_PARAM, BV_PARAM},
                           bwd_dhu_shape},
 };
 

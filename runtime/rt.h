@@ -64,8 +64,11 @@ void kdart__spec_values(const kdart__kernel *k, int index, int *vals);
 int kdart__spec_format(const kdart__kernel *k, const int *vals, char *buf, size_t n);
 /* "kdart_bwd_intra<kdart::bf16, false, false, 128>" */
 int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t n);
-/* V tile width of bwd_dhu (BwdDhuTraits<K>::kBV): grid.x = V / kBV. */
-int kdart__dhu_bv(int K);
+/* bwd_dhu's V tile width BV (grid.x = V / BV): the index of a width in the
+ * BV parameter (-1 if it is not one), and the width kdart launches for
+ * B x HV scans of V columns at head dim K on a device with sms SMs. */
+int kdart__dhu_bv_index(int bv);
+int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
 /* Checks "sm_<digits>[a|f]"; returns KDART_OK or KDART_EARCH. */
 int kdart__arch_check(const char *arch);
 
@@ -137,6 +140,8 @@ int kdart__cuda_get(kdart_rt *rt, const kdart__cuda **out);
 int kdart__cuda_context(kdart_rt *rt, void **ctx, char arch[16]);
 /* The same, also returning the context's device ordinal. */
 int kdart__cuda_context_dev(kdart_rt *rt, void **ctx, char arch[16], int *dev);
+/* The number of SMs of the current context's device (cached per thread). */
+int kdart__cuda_sm_count(kdart_rt *rt, int *sms);
 
 /* ------------------------------------------------------------------ units */
 

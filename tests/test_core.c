@@ -70,7 +70,7 @@ START_TEST(registry_specs) {
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 16);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 4);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 12);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 2);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128}");
@@ -88,7 +88,23 @@ START_TEST(registry_specs) {
     ck_assert_int_gt(kdart_spec_canonical("bwd_intra", " K=64 , io=fp16", buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64");
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128");
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "BV=16,K=64", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=16");
+    ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
+    /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
+     * row of docs/perf.md's table */
+    ck_assert_int_eq(kdart__dhu_pick_bv(16, 16, 256, 128, 132), 64); /* prod8192: 8 waves of 64 */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 96, 128, 128, 132), 32);  /* 2 waves of 64 vs 3 of 32 */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 32, 128, 128, 132), 32);  /* 64 of 64 -> 128 of 32 */
+    ck_assert_int_eq(kdart__dhu_pick_bv(4, 32, 128, 128, 132), 64);  /* 2 waves of 64 vs 4 of 32 */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 16, 128, 128, 132), 16);  /* 32 of 64 -> 128 of 16 */
+    ck_assert_int_eq(kdart__dhu_pick_bv(2, 32, 64, 64, 132), 32);    /* the K = 64 row */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 132), 16);    /* tiny: narrowest */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 1), 64);      /* one SM: widest */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 0), 64);      /* no SM count: as one */
+    ck_assert_int_eq(kdart__dhu_bv_index(32), 1);
+    ck_assert_int_eq(kdart__dhu_bv_index(48), -1);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=96", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "io=fp32", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "color=red", buf, sizeof buf), KDART_ESPEC);

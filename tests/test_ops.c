@@ -191,7 +191,7 @@ static void dhu_make(dhu_set *s, int io_code) {
     mk(&s->dv2, io_code, 16, 4, B, T, HV, V, 0);
     mk(&s->dh0, kDLFloat, 32, 4, B, HV, K, V, 0);
     kdart_bwd_dhu_args a = {sizeof a, &s->qg.t, &s->kg.t, &s->w.t,   &s->g.t,   &s->d_o.t,
-                            &s->dv.t, &s->dht.t, &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f};
+                            &s->dv.t, &s->dht.t, &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f, 0};
     s->a = a;
 }
 
@@ -232,6 +232,19 @@ START_TEST(dhu_validation) {
     dhu_make(&s, kDLBfloat);
     s.g.t.device.device_type = kDLCUDAHost;
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDEVICE, "tensor g");
+    dhu_make(&s, kDLBfloat);
+    s.a.v_tile = 48;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "v_tile=48");
+    dhu_make(&s, kDLBfloat);
+    s.a.v_tile = 32; /* valid: reaches the launch, which needs CUDA */
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    int bv = -1;
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, NULL), KDART_ENULL, "v_tile");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 96, &bv), KDART_ESHAPE, "V=96");
+    EXPECT(kdart_dhu_v_tile(rt, 0, 32, 128, 128, &bv), KDART_ESHAPE, "B=0");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 256, 128, &bv), KDART_EUNSUPPORTED, "K=256");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, &bv), KDART_ENOCUDA, NULL);
+    ck_assert_int_eq(bv, -1); /* untouched on failure */
 }
 END_TEST
 

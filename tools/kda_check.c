@@ -448,6 +448,11 @@ static void dhu_teacher_forced(int B, int T, int HV, int K, int V, int io, const
     free(Hn);
 }
 
+int kc_spec_bv(const char *spec) {
+    const char *p = spec ? strstr(spec, "BV=") : NULL;
+    return p ? atoi(p + 3) : 0;
+}
+
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     memset(r, 0, sizeof *r);
     if (!cu_ready) return fail(r, "kc_init not called");
@@ -504,7 +509,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         }
     kdart_bwd_dhu_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
                                c->with_dht ? &d[6].t : NULL, &d[7].t, &d[8].t, c->with_dh0 ? &d[9].t : NULL,
-                               scale_f};
+                               scale_f, c->v_tile};
     dbuf *outs[3] = {&d[7], &d[8], &d[9]};
     /* dh0 is poisoned even when not requested: it must stay NaN then. */
     if (run_all(rt, launch_dhu, &args, outs, 3, raw, c->graph, c->reps, r)) goto out;
@@ -637,7 +642,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         kc_dhu_case c = {2, 512, 4, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "fp16") != NULL, 1, 1,
-                         seed + 100 + (uint64_t)s, 20, 0};
+                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec)};
         kc_report r;
         char shape[64], errs[128] = "";
         snprintf(shape, sizeof shape, "B%d T%d HV%d K%d V%d", c.B, c.T, c.HV, c.K, c.V);
@@ -873,7 +878,7 @@ static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double c
               !fill_tiled(&d[3], rows * HV * K * 4, 1, HV * K, 0, &rng) &&
               !fill_tiled(&d[4], rows * HV * V * 4, 0, 0, 1, &rng) && !fill_tiled(&d[5], rows * HV * V * 4, 0, 0, 1, &rng);
         kdart_bwd_dhu_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
-                                NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K))};
+                                NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0};
         args[k] = a;
     }
     if (!ok) {

@@ -39,7 +39,11 @@ typedef struct kc_dhu_case {
     unsigned long long seed;
     int reps;
     int graph;
+    int v_tile;  /* 0: kdart picks; 16, 32, 64: that BV specialization */
 } kc_dhu_case;
+
+/* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
+int kc_spec_bv(const char *spec);
 
 typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */

@@ -323,6 +323,8 @@ typedef struct kdart_bwd_dhu_args {
     const DLTensor *dv2;       /* out [B,T,HV,V] io dtype */
     const DLTensor *dh0;       /* out [B,HV,K,V] fp32, or NULL: not produced */
     float scale;
+    int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick
+                                  for the device (kdart_dhu_v_tile), or 16, 32, 64 */
 } kdart_bwd_dhu_args;
 
 /* The CUDA function of a specialization in the current context, prepared
@@ -338,6 +340,14 @@ KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char
 
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
+
+/* The V tile width (16, 32 or 64) that kdart_kda_bwd_dhu launches with
+ * v_tile = 0 for B x HV scans of V columns at head dim K on the current
+ * device.  Each CTA runs one serial scan of BV columns, so the choice trades
+ * waves of CTAs (B*HV*V/BV of them) against the time per chunk of a tile,
+ * from measurements (docs/perf.md).  For callers that launch the "BV="
+ * specialization themselves. */
+KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
 
 /* ------------------------------------------------------ compile service */
 

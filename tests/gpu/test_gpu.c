@@ -131,7 +131,7 @@ START_TEST(dhu_every_spec) {
         for (int variant = 0; variant < 2; variant++) {
             kc_dhu_case c = {2, 1024, 3, strstr(spec, "K=64") ? 64 : 128, vs[(s + variant) % 3],
                              strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
-                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0};
+                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec)};
             check_dhu(&c);
         }
     }
@@ -139,9 +139,9 @@ START_TEST(dhu_every_spec) {
 END_TEST
 
 START_TEST(dhu_graph_capture_and_mixed) {
-    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1}; /* dht, no dh0 */
+    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0}; /* dht, no dh0; kdart picks BV */
     check_dhu(&c);
-    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0}; /* no dht, dh0 */
+    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32}; /* no dht, dh0; BV 32 */
     check_dhu(&d);
 }
 END_TEST
@@ -200,7 +200,7 @@ START_TEST(small_for_sanitizers) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         kc_dhu_case c = {1, 128, 2, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "io=fp16") != NULL, s & 1,
-                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0};
+                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec)};
         check_dhu(&c);
     }
 }
