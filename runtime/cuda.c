@@ -120,7 +120,7 @@ int kdart__cuda_context_dev(kdart_rt *rt, void **ctx_out, char arch[16], int *de
     cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     int sms = 0;
     cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-    tl_ctx.sms = sms > 0 ? sms : 1;
+    tl_ctx.sms = sms; /* 0 if the query failed: kdart__dhu_pick_bv treats it as 1 */
     tl_ctx.ctx = ctx;
     tl_ctx.dev = (int)dev;
     /* Arch-specific targets (the "a" suffix) from Hopper on: the kernels

@@ -122,6 +122,12 @@ static int check_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out) {
     return KDART_OK;
 }
 
+/* The head dims the kernels are built for (their K template values). */
+static int check_head_dim(kdart_rt *rt, int64_t K) {
+    if (K == 64 || K == 128) return KDART_OK;
+    return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)", (long long)K);
+}
+
 /* Checks that the current context is on the tensors' device (device_id
  * < 0: any), and returns the launchable function of the specialization. */
 static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kdart__unit **unit, void **fn) {
@@ -156,12 +162,10 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
                           "q must be [B,T,H,K] and g [B,T,HV,K]");
     const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
     const int64_t HV = a->g->shape[2];
-    int io = dtype_of(a->q);
+    int rc, io = dtype_of(a->q);
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "q is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
-    if (K != 64 && K != 128)
-        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
-                          (long long)K);
+    if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
     if (B < 1 || T < 1 || H < 1 || HV < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
                           (long long)T, (long long)H, (long long)HV);
@@ -189,7 +193,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
         {"dg", a->dg, 32, 4, {B, T, HV, K}},        {"db", a->db, 32, 3, {B, T, HV}},
     };
     const int n = (int)(sizeof c / sizeof c[0]);
-    int device_id = -1, rc;
+    int device_id = -1;
     for (int i = 0; i < n; i++)
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
@@ -220,12 +224,10 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
                           "qg must be [B,T,HV,K] and do [B,T,HV,V]");
     const int64_t B = a->qg->shape[0], T = a->qg->shape[1], HV = a->qg->shape[2], K = a->qg->shape[3];
     const int64_t V = a->d_o->shape[3];
-    int io = dtype_of(a->qg);
+    int rc, io = dtype_of(a->qg);
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "qg is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
-    if (K != 64 && K != 128)
-        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
-                          (long long)K);
+    if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
     if (B < 1 || T < 1 || HV < 1 || V < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
                           (long long)T, (long long)HV, (long long)V);
@@ -249,7 +251,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         {"dv2", a->dv2, -1, 4, {B, T, HV, V}}, {"dh0", a->dh0, 32, 4, {B, HV, K, V}},
     };
     const int n = (int)(sizeof c / sizeof c[0]);
-    int device_id = -1, rc;
+    int device_id = -1;
     for (int i = 0; i < n; i++) {
         if ((i == 6 || i == 9) && !c[i].t) continue; /* dht and dh0 are optional */
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
@@ -279,14 +281,12 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {
     KDART__CHECK_RT(rt);
     if (!v_tile) return kdart__err(rt, KDART_ENULL, "v_tile must not be NULL");
-    if (K != 64 && K != 128)
-        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)",
-                          (long long)K);
+    int sms, rc;
+    if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
     if (B < 1 || HV < 1 || V < 64 || V % 64 != 0)
         return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld V=%lld: need B, HV >= 1 and V a multiple of 64",
                           (long long)B, (long long)HV, (long long)V);
-    int sms, rc = kdart__cuda_sm_count(rt, &sms);
-    if (rc) return rc;
+    if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
     *v_tile = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
     return KDART_OK;
 }

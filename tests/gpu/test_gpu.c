@@ -107,9 +107,8 @@ END_TEST
 static void check_dhu(const kc_dhu_case *c) {
     kc_report r;
     char what[160];
-    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%s V%d B%d T%d HV%d dht=%d dh0=%d", c->io ? "fp16" : "bf16", c->K,
-             c->v_tile == 16 ? "16" : c->v_tile == 32 ? "32" : c->v_tile == 64 ? "64" : "auto", c->V, c->B, c->T, c->HV,
-             c->with_dht, c->with_dh0);
+    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d", c->io ? "fp16" : "bf16", c->K,
+             c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0);
     ck_assert_int_eq(kc_run_dhu(rt, c, &r), 0);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
