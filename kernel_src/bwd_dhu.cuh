@@ -42,9 +42,15 @@
  *   QD[d,v]  = sum_i qg[i,d] do[i,v]           A = qg^T (ldmatrix.trans), B = do
  *   dH[d,v] -= sum_i w[i,d] dv2[i,v]           A = -w^T (sign flip is exact),
  *              B = dv2 (ldmatrix.trans), accumulating straight into dH
- * Per chunk: barrier B1 (stage and S_H visible) -> DV -> dv2 into the stage
- * and out -> decay + QD -> barrier B2 (all dv2 rows visible) -> WD -> each
- * warp writes its rows of IO(dH) into S_H and out as the next checkpoint.
+ * Per chunk: barrier B1 (stage and S_H visible) -> QD -> DV -> dv2 into the
+ * stage and out -> decay, dH += scale QD -> barrier B2 (all dv2 rows visible)
+ * -> WD -> each warp writes its rows of IO(dH) into S_H and out as the next
+ * checkpoint.  With one warp per scheduler the chunk is a chain of dependent
+ * MMAs, so the order is chosen for latency: QD does not depend on dH and goes
+ * first, where its MMAs fill the gaps of DV's chain; DV's K reduction runs in
+ * two accumulator sets (even / odd k steps) at BV <= 32, where registers allow;
+ * at BV = 64 the next chunk's copies and the global stores of the checkpoint
+ * and of dv2 are issued after the MMAs they do not feed (kLate).
  * Inputs (kg, qg, w, do, dv and g's row 63) come in with cp.async.cg, three
  * stages deep: chunk c-2 is requested while chunk c is computed.  Shared
  * tiles are XOR-swizzled in 16-byte units so ldmatrix/stmatrix of 8 rows are
@@ -231,6 +237,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     constexpr int UV = Tr::kUV;
     constexpr int MT = Tr::kMT, NB = Tr::kNB, DW = Tr::kDW;
     constexpr int NS = Tr::kStages;
+    /* BV = 64 (large grids): the next chunk's copies, the checkpoint's and dv2's
+     * global stores are issued after the MMAs they do not feed (4% at prod8192);
+     * on the narrower tiles the early order measured as fast or faster */
+    constexpr bool kLate = BV == 64;
 
     extern __shared__ __align__(128) unsigned char smem[];
     const unsigned sbase = smem_u32(smem);
@@ -354,16 +364,23 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 
     /* IO(dH) of this warp's rows into S_H, then out as the checkpoint of chunk c
      * (each warp reads back only its own rows: __syncwarp suffices) */
-    auto write_h = [&](int c, unsigned sH) {
+    /* this warp's 16 rows of dv2 from the stage to global memory */
+    auto store_dv2 = [&](int c, unsigned st) {
+        IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
+        constexpr int UNITS = 16 * UV;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int np = 0; np < NB / 2; ++np) {
+        for (int j = 0; j < (UNITS + 31) / 32; ++j) {
+            const int q = 32 * j + lane;
+            if (UNITS % 32 == 0 || q < UNITS) {
+                const int row = q / UV, u = q % UV;
                 unsigned r[4];
-                pack_pair<IO>(acc[mt][2 * np], acc[mt][2 * np + 1], r);
-                stsm_x4(sH + oWarpH + oV[np] + mt * VROW16, r);
+                lds128(st + Tr::kOffDv + offV(16 * warp + row, u), r);
+                stg128(dst + (size_t)row * rowV + 8 * u, r);
             }
-        __syncwarp();
+        }
+    };
+    /* the checkpoint of chunk c from S_H (this warp's rows) to global memory */
+    auto flush_h = [&](int c, unsigned sH) {
         IO *dst = dhbase + (size_t)c * ckStep;
         constexpr int UNITS = DW * UV;
 #pragma unroll
@@ -377,6 +394,18 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             }
         }
     };
+    auto write_h = [&](int c, unsigned sH) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int np = 0; np < NB / 2; ++np) {
+                unsigned r[4];
+                pack_pair<IO>(acc[mt][2 * np], acc[mt][2 * np + 1], r);
+                stsm_x4(sH + oWarpH + oV[np] + mt * VROW16, r);
+            }
+        __syncwarp();
+        if (!kLate) flush_h(c, sH);
+    };
 
     load_stage(NT - 1, 0);
     cp_async_commit();
@@ -389,12 +418,22 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         const int c = NT - 1 - it;
         cp_async_wait<NS - 2>();   /* chunk c's group is complete (the newest may not be) */
         __syncthreads();           /* B1: stage s and all of S_H visible; stage (it-1)%NS free */
-        if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-        cp_async_commit();         /* (an empty group at the tail keeps the count uniform) */
+        if (!kLate) {
+            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
+        }
         /* the shared base is re-read every chunk (see smem_u32_fresh) */
         const unsigned base = smem_u32_fresh(smem);
         const unsigned st = base + s * Tr::kStageBytes, sH = base + Tr::kOffH;
 
+        /* QD = qg^T do first: it does not depend on dH, so its MMAs fill the gaps of
+         * the DV chain, which does */
+        float qd[MT][NB][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < NB; ++n) qd[mt][n][0] = qd[mt][n][1] = qd[mt][n][2] = qd[mt][n][3] = 0.f;
+        gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
         /* DV for this warp's 16 rows i: dv + kg[i, :] . IO(dH) */
         {
             float dva[NB][4];
@@ -407,6 +446,12 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                 dva[2 * np + 1][0] = lo_f<IO>(r[2]); dva[2 * np + 1][1] = hi_f<IO>(r[2]);
                 dva[2 * np + 1][2] = lo_f<IO>(r[3]); dva[2 * np + 1][3] = hi_f<IO>(r[3]);
             }
+            /* two accumulator sets (odd kk into a zeroed one): half the dependent chain
+             * (not at BV = 64: 255 registers would not hold them) */
+            constexpr bool kSplitDV = BV <= 32;
+            float dvb[NB][4];
+#pragma unroll
+            for (int n = 0; n < NB; ++n) dvb[n][0] = dvb[n][1] = dvb[n][2] = dvb[n][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < K / 16; ++kk) {
                 unsigned a[4];
@@ -415,10 +460,20 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                 for (int np = 0; np < NB / 2; ++np) {
                     unsigned bb[4];
                     ldsm_x4_t(sH + oV[np] + kk * VROW16, bb);
-                    mma16816<IO>(dva[2 * np], a, bb[0], bb[1]);
-                    mma16816<IO>(dva[2 * np + 1], a, bb[2], bb[3]);
+                    if (kSplitDV && (kk & 1)) {
+                        mma16816<IO>(dvb[2 * np], a, bb[0], bb[1]);
+                        mma16816<IO>(dvb[2 * np + 1], a, bb[2], bb[3]);
+                    } else {
+                        mma16816<IO>(dva[2 * np], a, bb[0], bb[1]);
+                        mma16816<IO>(dva[2 * np + 1], a, bb[2], bb[3]);
+                    }
                 }
             }
+            if (kSplitDV)
+#pragma unroll
+                for (int n = 0; n < NB; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dva[n][e] += dvb[n][e];
             /* dv2 = IO(DV): in place of dv (only this warp reads these rows
              * before B2), then out with 16-byte stores */
             __syncwarp();
@@ -429,18 +484,13 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                 stsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
             }
             __syncwarp();
-            IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
-            constexpr int UNITS = 16 * UV;
-#pragma unroll
-            for (int j = 0; j < (UNITS + 31) / 32; ++j) {
-                const int q = 32 * j + lane;
-                if (UNITS % 32 == 0 || q < UNITS) {
-                    const int row = q / UV, u = q % UV;
-                    unsigned r[4];
-                    lds128(st + Tr::kOffDv + offV(16 * warp + row, u), r);
-                    stg128(dst + (size_t)row * rowV + 8 * u, r);
-                }
-            }
+            if (!kLate) store_dv2(c, st);
+        }
+        if (kLate) {
+            /* off the dependent chain: the next load, the checkpoint of chunk c */
+            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+            cp_async_commit();
+            flush_h(c, sH);
         }
 
         /* decay, then dH += scale * QD with QD = qg^T do in a fresh accumulator
@@ -457,12 +507,6 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                     acc[mt][n][2] *= gb; acc[mt][n][3] *= gb;
                 }
             }
-            float qd[MT][NB][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int n = 0; n < NB; ++n) qd[mt][n][0] = qd[mt][n][1] = qd[mt][n][2] = qd[mt][n][3] = 0.f;
-            gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -475,6 +519,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 
         /* dH -= w^T dv2 */
         gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
+        if (kLate) store_dv2(c, st);
         if (c > 0) write_h(c - 1, sH);
         s = s == NS - 1 ? 0 : s + 1;
         sl = sl == NS - 1 ? 0 : sl + 1;

@@ -39,7 +39,8 @@
  *            dg_in (read by phase D, after phases B and C have hidden the
  *            latency) and the next pass's g.
  *            First pass only: the off-diagonal blocks of dAqk/dAkk, which are
- *            only ever phase B's mma A operands, are rounded to tf32 once, in
+ *            only ever phase B's mma A operands, are rounded to tf32 once (to
+ *            nearest even on sm_90+, a single F2FP instruction), in
  *            place, instead of by every warp in every pass.
  *   phase B  cross-block terms (16x16 sub-blocks off the diagonal) as tf32
  *            mma.sync m16n8k8 GEMMs; warp w owns pass columns [8w, 8w+8).  The
@@ -63,7 +64,11 @@
  *            shared-memory slots that the thread has already consumed:
  *            dq' -> sG(R,d), dk' -> sXk row R-16 (block 0: the Dk0 region just
  *            below sXk, so that the address is uniform), dg' -> Xc row R
- *            (blocks 0..2) / Xq row R-16 (block 3).
+ *            (blocks 0..2) / Xq row R-16 (block 3).  The db partial k*Ak of
+ *            each row is kept in a register until the block is done; then one
+ *            transposing butterfly reduces all 16 rows over the warp's 32
+ *            columns (16 shuffles, where a per-row reduction needed 80 in
+ *            dependent chains of five: 5% of the kernel's time).
  *   phase D  streaming, in a map made for coalescing rather than for phase C:
  *            thread t owns rows 16j + t/16 (j = 0..3) and pass columns
  *            4(t%16)..4(t%16)+3.  All its 16-byte loads of dq_in, dk_in (and
@@ -87,8 +92,10 @@
  * (vtid); the token row bases rowQ0/rowV0 are recomputed from %ctaid (volatile)
  * where phase A needs them and kept in shared memory for phases B..D and db,
  * which read them back after a barrier; phase D adds an opaque zero
- * read from shared memory to its tid and strides; phase C's unrolled row steps
- * are separated by __syncwarp scheduling fences.
+ * read from shared memory to its tid and strides.  (Phase C's row steps
+ * needed __syncwarp scheduling fences while phase C still read global
+ * memory; without them ptxas now overlaps neighbouring rows within the
+ * 128 registers, 1% faster.)
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -96,6 +103,7 @@
 #define KDART_BWD_INTRA_CUH
 
 #include "kdart_common.cuh"
+
 
 template <int K>
 struct BwdIntraTraits {
@@ -156,7 +164,13 @@ __device__ __forceinline__ float ex2(float x) {
 }
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
+#if __CUDA_ARCH__ >= 900
+    /* round to nearest even: one F2FP instruction on sm_90+ (cvt.rna is emulated
+     * there with three) */
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#else
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+#endif
     return r;
 }
 /* D = A(16x8, row) * B(8x8, col) + D, tf32 inputs, fp32 accumulate */
@@ -181,10 +195,14 @@ __device__ __forceinline__ float unpack_io(unsigned x, int hi) {
     return kdart::to_float(v);
 }
 __device__ __forceinline__ unsigned fbits(float x) { return __float_as_uint(x); }
-/* four 8x4 tf32 tiles (as 8x8 b16) = one m16n8k8 A fragment, rows from this lane's address */
-__device__ __forceinline__ void ldsm_x4_tf32(const float *s, unsigned &a0, unsigned &a1, unsigned &a2, unsigned &a3) {
+/* 32-bit shared-window address of a generic pointer into shared memory */
+__device__ __forceinline__ unsigned smem_u32(const void *s) {
     unsigned addr;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(s));
+    return addr;
+}
+/* four 8x4 tf32 tiles (as 8x8 b16) = one m16n8k8 A fragment, rows from this lane's address */
+__device__ __forceinline__ void ldsm_x4_u32(unsigned addr, unsigned &a0, unsigned &a1, unsigned &a2, unsigned &a3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr) : "memory");
 }
@@ -411,6 +429,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 /* A fragments by ldmatrix: lane l addresses row 8*((l>>3)&1) + (l&7) of
                  * the block, tf32 columns +4*(l>>4) (already rounded, see above) */
                 const int oL = daoff(i, 8 * ((lane >> 3) & 1) + (lane & 7)) + 4 * (lane >> 4);
+                const unsigned aqL = smem_u32(sAqk + oL), akL = smem_u32(sAkk + oL);
 #pragma unroll
                 for (int kk = 0; kk < 2 * i; ++kk) {
                     const int s0 = 8 * kk + tig, s1 = s0 + 4;
@@ -418,9 +437,9 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                     const float kb1 = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
                     const unsigned b0 = to_tf32(kb0), b1 = to_tf32(kb1);
                     unsigned a0, a1, a2, a3;
-                    ldsm_x4_tf32(sAqk + oL + 8 * kk, a0, a1, a2, a3);
+                    ldsm_x4_u32(aqL + 32 * kk, a0, a1, a2, a3);
                     mma_tf32(cq, a0, a1, a2, a3, b0, b1);
-                    ldsm_x4_tf32(sAkk + oL + 8 * kk, a0, a1, a2, a3);
+                    ldsm_x4_u32(akL + 32 * kk, a0, a1, a2, a3);
                     mma_tf32(ck, a0, a1, a2, a3, b0, b1);
                 }
                 const float2 gp = *reinterpret_cast<const float2 *>(sG + (16 * i) * KP + colc);
@@ -479,6 +498,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             row0s(rowQ0, rowV0);
             const int dabase = (i == 0) ? 16 * DAP + 48 : (R0 - 16) * DAP;
             float gs[16], ct[16];
+            float pdv[16];
             unsigned ksp[8]; /* k of the block's 16 rows, raw io bits, two per register */
 #pragma unroll
             for (int s = 0; s < 16; ++s) {
@@ -496,9 +516,6 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             float *slot = (i < 3) ? (sXc + R0 * KP + d) : (sXq + 32 * KP + d);
 #pragma unroll
             for (int r = 15; r >= 0; --r) {
-                /* scheduling fence: keeps ptxas/NVVM from overlapping all the unrolled
-                 * row steps (which spills at the 128-register cap) */
-                __syncwarp();
                 const int R = R0 + r;
                 const float gr = gs[r];
                 const float qr = ld_io<IO>(sQ, R * KP + d);
@@ -534,10 +551,39 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 sG[R * KP + d] = aq;
                 sDk[R * KP + d] = bak + ctr;
                 slot[r * KP] = qr * aq + (bak - ctr) * kr;
-                float pd = kr * ak;
+                pdv[r] = kr * ak;
+            }
+            /* db partials of the block's 16 rows over the warp's 32 columns: a transposing
+             * butterfly (each step halves the values a lane holds), 16 shuffles instead of 80 */
+            {
+                const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4, b1 = lane & 2;
 #pragma unroll
-                for (int m = 16; m >= 1; m >>= 1) pd += __shfl_xor_sync(0xffffffffu, pd, m);
-                if (lane == 0) sDbp[R * NDB + pass * Tr::kWPB + (d >> 5)] = pd;
+                for (int j = 0; j < 8; ++j) {
+                    const float snd = b4 ? pdv[j] : pdv[j + 8];
+                    const float kp = b4 ? pdv[j + 8] : pdv[j];
+                    pdv[j] = kp + __shfl_xor_sync(0xffffffffu, snd, 16);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float snd = b3 ? pdv[j] : pdv[j + 4];
+                    const float kp = b3 ? pdv[j + 4] : pdv[j];
+                    pdv[j] = kp + __shfl_xor_sync(0xffffffffu, snd, 8);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const float snd = b2 ? pdv[j] : pdv[j + 2];
+                    const float kp = b2 ? pdv[j + 2] : pdv[j];
+                    pdv[j] = kp + __shfl_xor_sync(0xffffffffu, snd, 4);
+                }
+                {
+                    const float snd = b1 ? pdv[0] : pdv[1];
+                    const float kp = b1 ? pdv[1] : pdv[0];
+                    pdv[0] = kp + __shfl_xor_sync(0xffffffffu, snd, 2);
+                }
+                pdv[0] += __shfl_xor_sync(0xffffffffu, pdv[0], 1);
+                /* lane holds row 8*b4 + 4*b3 + 2*b2 + b1 of the block */
+                const int rowi = ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
+                if (!(lane & 1)) sDbp[(R0 + rowi) * NDB + pass * Tr::kWPB + (d >> 5)] = pdv[0];
             }
         }
         __syncthreads();
