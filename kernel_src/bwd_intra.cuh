@@ -33,15 +33,16 @@
  * Per pass:
  *   phase A  the pass's columns of q, k (io dtype), g are copied into shared
  *            memory with 16-byte cp.async.cg (L1 bypassed, no register
- *            staging).  A later pass's q, k were already issued during the
- *            previous pass's phase D, so its phase A copies only g.  Phase A
+ *            staging).  A later pass's q, k and g were already issued during
+ *            the previous pass's phase D, so its phase A only waits.  Phase A
  *            also prefetches into L2 the pass's 64 x 64 tiles of dq_in, dk_in,
  *            dg_in (read by phase D, after phases B and C have hidden the
  *            latency) and the next pass's g.
  *            First pass only: the off-diagonal blocks of dAqk/dAkk, which are
  *            only ever phase B's mma A operands, are rounded to tf32 once (to
- *            nearest even on sm_90+, a single F2FP instruction), in
- *            place, instead of by every warp in every pass.
+ *            nearest even on sm_90+, a single F2FP instruction), in place, by
+ *            the threads that copied them, instead of by every warp in every
+ *            pass.
  *   phase B  cross-block terms (16x16 sub-blocks off the diagonal) as tf32
  *            mma.sync m16n8k8 GEMMs; warp w owns pass columns [8w, 8w+8).  The
  *            row side's A fragments come straight from the rounded dA rows
@@ -76,13 +77,17 @@
  *            16-byte shared loads and the results written with 16-byte
  *            st.global.cs.v4.f32 (EMIT_IO: dq, dk as 8-byte stores of four io
  *            values).  The next pass's q, k cp.async copies start right after
- *            the loads (phase D does not read sQ/sK).  FOLD_DG: thread
+ *            the loads (phase D does not read sQ/sK); each thread copies the
+ *            next pass's g into its own dq' slots of sG once it has read them
+ *            (2% at prod8192, 5% with fold+emit).  FOLD_DG: thread
  *            (i = tid/64, d) instead loads the 16 dg_in of its block's column
  *            d, suffix-sums dg_in + dg' in place in the slots and stores the
  *            block total in sTot; after a barrier every row adds the totals of
  *            the later blocks (summed in the fixed order 3, 2, 1).
- *   A barrier ends every pass but the last: the next phase A overwrites sG,
- *   which holds the dq' slots that phase D reads.
+ *   No barrier ends a pass: the next phase A's barrier orders this phase D
+ *   before the next phase B writes the X tiles, and the only shared memory
+ *   written in between (sQ, sK by the early copies, sG by each thread into
+ *   its own consumed slots) is not read by any other thread of phase D.
  * After the passes: db (fixed-order sum of the per-(pass, warp) partials).
  *
  * Registers: everything has to fit in 128 per thread without spills.  With
@@ -230,6 +235,10 @@ __device__ __forceinline__ void cp16(void *sdst, const void *gsrc) {
     asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(sdst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
 }
+/* the same, to a 32-bit shared-window address */
+__device__ __forceinline__ void cp16s(unsigned s, const void *gsrc) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
+}
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 } /* namespace intra */
@@ -355,6 +364,8 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 cp16(sK + r * KP + c, gk + go);
             }
             constexpr int FPR = KH / 4;
+            /* (a later pass's g was issued at the end of the previous phase D) */
+            if (!(pass > 0))
 #pragma unroll
             for (int v = tid; v < 64 * FPR; v += NTH) {
                 const int r = v / FPR, c = (v - r * FPR) * 4;
@@ -372,30 +383,30 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             if (pass + 1 < Tr::kPasses && tid < 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * K + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
             cp_wait_all(); /* (first pass: also the dAqk/dAkk copies) */
-        }
-        __syncthreads();
-        if (pass == 0) {
-            /* Round the off-diagonal blocks of dAqk/dAkk to tf32 once, in place:
-             * they are only ever phase B's A operands (phase C reads the diagonal
-             * blocks only), so every warp and pass then uses the stored bits as
-             * they are instead of converting the same values again. */
-            const int tid = vtid();
+            if (pass == 0) {
+                /* Round the off-diagonal blocks of dAqk/dAkk to tf32 once, in place:
+                 * they are only ever phase B's A operands (phase C reads the diagonal
+                 * blocks only), so every warp and pass then uses the stored bits as
+                 * they are instead of converting the same values again.  Each thread
+                 * rounds the chunks it copied itself (its own cp.async results are
+                 * visible to it after the wait), so the barrier below publishes them. */
 #pragma unroll
-            for (int v = tid; v < 48 * 12; v += NTH) {
-                const int rr = v / 12, c = (v - rr * 12) * 4; /* compact row rr = row 16 + rr */
-                if (c < 16 * ((rr >> 4) + 1)) {
-                    float4 *pq = reinterpret_cast<float4 *>(sAqk + rr * DAP + c);
-                    float4 *pk = reinterpret_cast<float4 *>(sAkk + rr * DAP + c);
-                    float4 x = *pq, y = *pk;
-                    x.x = __uint_as_float(to_tf32(x.x)); x.y = __uint_as_float(to_tf32(x.y));
-                    x.z = __uint_as_float(to_tf32(x.z)); x.w = __uint_as_float(to_tf32(x.w));
-                    y.x = __uint_as_float(to_tf32(y.x)); y.y = __uint_as_float(to_tf32(y.y));
-                    y.z = __uint_as_float(to_tf32(y.z)); y.w = __uint_as_float(to_tf32(y.w));
-                    *pq = x; *pk = y;
+                for (int v = tid; v < 64 * 16; v += NTH) {
+                    const int r = v >> 4, c = (v & 15) * 4;
+                    if (r >= 16 && c < 16 * (r >> 4)) {
+                        float4 *pq = reinterpret_cast<float4 *>(sAqk + (r - 16) * DAP + c);
+                        float4 *pk = reinterpret_cast<float4 *>(sAkk + (r - 16) * DAP + c);
+                        float4 x = *pq, y = *pk;
+                        x.x = __uint_as_float(to_tf32(x.x)); x.y = __uint_as_float(to_tf32(x.y));
+                        x.z = __uint_as_float(to_tf32(x.z)); x.w = __uint_as_float(to_tf32(x.w));
+                        y.x = __uint_as_float(to_tf32(y.x)); y.y = __uint_as_float(to_tf32(y.y));
+                        y.z = __uint_as_float(to_tf32(y.z)); y.w = __uint_as_float(to_tf32(y.w));
+                        *pq = x; *pk = y;
+                    }
                 }
             }
-            __syncthreads();
         }
+        __syncthreads();
 
         /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
         {
@@ -664,6 +675,15 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                     st_out4(p.dg + go, add4(xg[j], lds4(sl + cc)));
                 }
             }
+            /* the next pass's g straight into the sG slots this thread has just consumed
+             * (its dq' slots: rows 16j + rr, columns cc..cc+3; no other thread reads
+             * them), so that the next phase A has nothing left to issue */
+            if (pass + 1 < Tr::kPasses) {
+                const float *ag = p.g + gb + KH;
+                const unsigned sg = smem_u32(sG + rr * KP + cc);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) cp16s(sg + j * 16 * KP * 4, ag + j * s16);
+            }
             if (FOLD_DG) {
                 __syncthreads(); /* block totals and suffix sums complete */
                 const float4 t3 = lds4(sTot + 3 * KH + cc);
@@ -683,8 +703,9 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 }
             }
         }
-        /* the next pass's phase A overwrites sG (the dq' slots read above) */
-        if (pass + 1 < Tr::kPasses) __syncthreads();
+        /* (no barrier here: the next phase A only waits for copies into this
+         * thread's own consumed slots, and its barrier orders the rest of this
+         * phase D before the next phase B writes the X tiles) */
     }
 
     /* ---------------- db: fixed-order sum of the per-(pass, warp) partials ---------------- */
