@@ -196,36 +196,11 @@ __device__ __forceinline__ void pack_pair(const float (&c0)[4], const float (&c1
     r[3] = kdart::pack2<IO>(c1[2], c1[3]);
 }
 
-/* C[mt][n] += (+-)T^T . U over one chunk (64 rows i): T a K-side tile (qg or
- * w, A operand by ldmatrix.trans at this warp's m tiles, lane offsets oA),
- * U a V-side tile (do or dv2, B operand by ldmatrix.trans, lane offsets oB).
- * NEG negates the A fragments (an exact sign flip of the 16-bit values). */
-template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
-__device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
-                                          const unsigned (&oB)[NB / 2]) {
-#pragma unroll
-    for (int ki = 0; ki < KDART_CHUNK / 16; ++ki) {
-        unsigned bo[NB / 2][4];
-#pragma unroll
-        for (int np = 0; np < NB / 2; ++np) ldsm_x4_t(tB + oB[np] + ki * VROW16, bo[np]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            unsigned a[4];
-            ldsm_x4_t(tA + oA[mt] + ki * KROW16, a);
-            if (NEG) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) a[q] ^= 0x80008000u;
-            }
-#pragma unroll
-            for (int np = 0; np < NB / 2; ++np) {
-                mma16816<IO>(c[mt][2 * np], a, bo[np][0], bo[np][1]);
-                mma16816<IO>(c[mt][2 * np + 1], a, bo[np][2], bo[np][3]);
-            }
-        }
-    }
-}
-
-/* one k step (rows 16 ki .. 16 ki + 15) of gemm_kt_v, ki at run time */
+/* C[mt][n] += (+-)T^T . U over 16 rows i = 16 ki .. 16 ki + 15 of a chunk: T a
+ * K-side tile (qg or w, A operand by ldmatrix.trans at this warp's m tiles,
+ * lane offsets oA), U a V-side tile (do or dv2, B operand by ldmatrix.trans,
+ * lane offsets oB).  NEG negates the A fragments (an exact sign flip of the
+ * 16-bit values). */
 template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
 __device__ __forceinline__ void gemm_kt_v_step(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
                                                const unsigned (&oB)[NB / 2], int ki) {
@@ -246,6 +221,13 @@ __device__ __forceinline__ void gemm_kt_v_step(float (&c)[MT][NB][4], unsigned t
             mma16816<IO>(c[mt][2 * np + 1], a, bo[np][2], bo[np][3]);
         }
     }
+}
+/* the same over the whole chunk (64 rows i) */
+template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
+__device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
+                                          const unsigned (&oB)[NB / 2]) {
+#pragma unroll
+    for (int ki = 0; ki < KDART_CHUNK / 16; ++ki) gemm_kt_v_step<IO, NEG, MT, NB, KROW16, VROW16>(c, tA, oA, tB, oB, ki);
 }
 
 } /* namespace dhu */
