@@ -50,8 +50,7 @@
  * first, where its MMAs fill the gaps of DV's chain; DV's K reduction runs in
  * two accumulator sets (even / odd k steps) at BV <= 32, where registers allow;
  * at BV = 64 the next chunk's copies and the global stores of the checkpoint
- * and of dv2 are issued after the MMAs they do not feed, and each warp's own
- * 16 dv2 rows enter WD before barrier B2 (kLate).
+ * and of dv2 are issued after the MMAs they do not feed (kLate).
  * Inputs (kg, qg, w, do, dv and g's row 63) come in with cp.async.cg, three
  * stages deep: chunk c-2 is requested while chunk c is computed.  Shared
  * tiles are XOR-swizzled in 16-byte units so ldmatrix/stmatrix of 8 rows are
@@ -196,38 +195,33 @@ __device__ __forceinline__ void pack_pair(const float (&c0)[4], const float (&c1
     r[3] = kdart::pack2<IO>(c1[2], c1[3]);
 }
 
-/* C[mt][n] += (+-)T^T . U over 16 rows i = 16 ki .. 16 ki + 15 of a chunk: T a
- * K-side tile (qg or w, A operand by ldmatrix.trans at this warp's m tiles,
- * lane offsets oA), U a V-side tile (do or dv2, B operand by ldmatrix.trans,
- * lane offsets oB).  NEG negates the A fragments (an exact sign flip of the
- * 16-bit values). */
-template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
-__device__ __forceinline__ void gemm_kt_v_step(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
-                                               const unsigned (&oB)[NB / 2], int ki) {
-    unsigned bo[NB / 2][4];
-#pragma unroll
-    for (int np = 0; np < NB / 2; ++np) ldsm_x4_t(tB + oB[np] + ki * VROW16, bo[np]);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        unsigned a[4];
-        ldsm_x4_t(tA + oA[mt] + ki * KROW16, a);
-        if (NEG) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) a[q] ^= 0x80008000u;
-        }
-#pragma unroll
-        for (int np = 0; np < NB / 2; ++np) {
-            mma16816<IO>(c[mt][2 * np], a, bo[np][0], bo[np][1]);
-            mma16816<IO>(c[mt][2 * np + 1], a, bo[np][2], bo[np][3]);
-        }
-    }
-}
-/* the same over the whole chunk (64 rows i) */
+/* C[mt][n] += (+-)T^T . U over one chunk (64 rows i): T a K-side tile (qg or
+ * w, A operand by ldmatrix.trans at this warp's m tiles, lane offsets oA),
+ * U a V-side tile (do or dv2, B operand by ldmatrix.trans, lane offsets oB).
+ * NEG negates the A fragments (an exact sign flip of the 16-bit values). */
 template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
 __device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
                                           const unsigned (&oB)[NB / 2]) {
 #pragma unroll
-    for (int ki = 0; ki < KDART_CHUNK / 16; ++ki) gemm_kt_v_step<IO, NEG, MT, NB, KROW16, VROW16>(c, tA, oA, tB, oB, ki);
+    for (int ki = 0; ki < KDART_CHUNK / 16; ++ki) {
+        unsigned bo[NB / 2][4];
+#pragma unroll
+        for (int np = 0; np < NB / 2; ++np) ldsm_x4_t(tB + oB[np] + ki * VROW16, bo[np]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            unsigned a[4];
+            ldsm_x4_t(tA + oA[mt] + ki * KROW16, a);
+            if (NEG) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) a[q] ^= 0x80008000u;
+            }
+#pragma unroll
+            for (int np = 0; np < NB / 2; ++np) {
+                mma16816<IO>(c[mt][2 * np], a, bo[np][0], bo[np][1]);
+                mma16816<IO>(c[mt][2 * np + 1], a, bo[np][2], bo[np][3]);
+            }
+        }
+    }
 }
 
 } /* namespace dhu */
@@ -244,9 +238,8 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     constexpr int MT = Tr::kMT, NB = Tr::kNB, DW = Tr::kDW;
     constexpr int NS = Tr::kStages;
     /* BV = 64 (large grids): the next chunk's copies, the checkpoint's and dv2's
-     * global stores are issued after the MMAs they do not feed (4% at prod8192),
-     * and each warp's own rows of WD go before barrier B2 (3%); on the narrower
-     * tiles the plain order measured as fast or faster */
+     * global stores are issued after the MMAs they do not feed (4% at prod8192);
+     * on the narrower tiles the early order measured as fast or faster */
     constexpr bool kLate = BV == 64;
 
     extern __shared__ __align__(128) unsigned char smem[];
@@ -522,22 +515,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                     for (int e = 0; e < 4; ++e) acc[mt][n][e] = fmaf(scale, qd[mt][n][e], acc[mt][n][e]);
         }
 
-        /* BV = 64: this warp's own 16 dv2 rows need no barrier, so their share
-         * of WD goes first (3% at prod8192; slower on the narrower tiles) */
-        if (kLate)
-            gemm_kt_v_step<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV, warp);
-
         __syncthreads();   /* B2: every dv2 row is in the stage; all reads of S_H are done */
 
         /* dH -= w^T dv2 */
-        if (kLate) {
-#pragma unroll
-            for (int j = 1; j < 4; ++j)
-                gemm_kt_v_step<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV,
-                                                                 (warp + j) & 3);
-        } else {
-            gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
-        }
+        gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
         if (kLate) store_dv2(c, st);
         if (c > 0) write_h(c - 1, sH);
         s = s == NS - 1 ? 0 : s + 1;
