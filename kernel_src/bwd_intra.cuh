@@ -109,7 +109,6 @@
 
 #include "kdart_common.cuh"
 
-
 template <int K>
 struct BwdIntraTraits {
     static_assert(K == 64 || K == 128, "bwd_intra supports K in {64, 128}");
