@@ -30,7 +30,13 @@
  * io), do, dv ([64][BV] io) and one fp32 g row, plus IO(dH) [K][BV] */
 #define KDART__DHU_SMEM(K, BV) (3 * (3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4) + (K) * (BV) * 2)
 
-static const int dhu_bvs[3] = {16, 32, 64}; /* the BV parameter's values, in order */
+/* The V tiles of bwd_dhu, written once: the BV parameter's strings (below) and
+ * the integers the tile rule works with both expand this list. */
+#define KDART__DHU_BVS(X) X(16) X(32) X(64)
+#define KDART__INT_(v) v,
+#define KDART__STR_(v) #v,
+static const int dhu_bvs[] = {KDART__DHU_BVS(KDART__INT_)}; /* the BV parameter's values, in order */
+#define KDART__NBV ((int)(sizeof dhu_bvs / sizeof dhu_bvs[0]))
 
 static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *threads = vals[0] == 0 ? 64 : 128; /* one thread per channel */
@@ -53,7 +59,7 @@ static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
 }
 
 int kdart__dhu_bv_index(int bv) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < KDART__NBV; i++)
         if (dhu_bvs[i] == bv) return i;
     return -1;
 }
@@ -68,13 +74,14 @@ int kdart__dhu_bv_index(int bv) {
  * columns 1.01 us.  The narrower tile wins only when its extra waves are paid
  * for; ties go to the wider tile, which moves fewer K-side bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
-    static const int rel128[3] = {470, 630, 1000}; /* per-chunk time, per mille of BV = 64 */
-    static const int rel64[3] = {550, 745, 1000};
+    /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value */
+    static const int rel128[KDART__NBV] = {470, 630, 1000};
+    static const int rel64[KDART__NBV] = {550, 745, 1000};
     const int *rel = K == 64 ? rel64 : rel128;
     if (sms < 1) sms = 1;
-    int best = 2;
+    int best = KDART__NBV - 1;
     long long best_cost = -1;
-    for (int i = 2; i >= 0; i--) {
+    for (int i = KDART__NBV - 1; i >= 0; i--) {
         long long ctas = B * HV * (V / dhu_bvs[i]);
         long long cost = (ctas + sms - 1) / sms * rel[i];
         if (best_cost < 0 || cost < best_cost) best = i, best_cost = cost;
@@ -84,7 +91,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
 #define K_PARAM {"K", 2, {"64", "128"}, {"64", "128"}, 1}
-#define BV_PARAM {"BV", 3, {"16", "32", "64"}, {"16", "32", "64"}, 2}
+#define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
