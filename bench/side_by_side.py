@@ -301,6 +301,17 @@ def make_dhu(r, device):
     return dict(qg=qg, kg=kg, w=w, g=g, do=do, dv=dv, h0=h0, dht=dht, scale=K ** -0.5)
 
 
+def launcher(kd, name, args, stream):
+    """A call of the op `name` (kdart_kda_bwd_*) with one argument struct, checked."""
+    fn = getattr(kd.lib, name)
+
+    def launch():
+        rc = fn(kd.rt, ctypes.byref(args), stream)
+        if rc:
+            kd.check(rc, name)
+    return launch
+
+
 class Timer:
     def __init__(self, iters, warmup, pad_cycles):
         self.iters, self.warmup, self.pad = iters, warmup, pad_cycles
@@ -375,11 +386,7 @@ def run_intra(r, ctx):
         keep.append((d, a))
         outs.append(o)
 
-        def launch(a=a):
-            rc = kd.lib.kdart_kda_bwd_intra(kd.rt, ctypes.byref(a), stream)
-            if rc:
-                kd.check(rc, "kdart_kda_bwd_intra")
-        launches.append(launch)
+        launches.append(launcher(kd, "kdart_kda_bwd_intra", a, stream))
 
     res = dict(stage="bwd_intra" + (" fold+emit" if r.fold_emit else ""), row=r.name, shape=r.shape_str(),
                bytes=nbytes, nsets=nsets, checks={}, flags=[])
@@ -472,11 +479,7 @@ def run_dhu(r, ctx):
         keep.append((d, a))
         outs.append(o)
 
-        def launch(a=a):
-            rc = kd.lib.kdart_kda_bwd_dhu(kd.rt, ctypes.byref(a), stream)
-            if rc:
-                kd.check(rc, "kdart_kda_bwd_dhu")
-        launches.append(launch)
+        launches.append(launcher(kd, "kdart_kda_bwd_dhu", a, stream))
 
     res = dict(stage="bwd_dhu", row=r.name, shape=r.shape_str(), bytes=nbytes, nsets=nsets, checks={}, flags=[])
     launches[0]()

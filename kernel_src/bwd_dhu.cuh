@@ -114,12 +114,7 @@ static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 131840 && BwdDhuTraits<64, 32>
 namespace kdart {
 namespace dhu {
 
-__device__ __forceinline__ unsigned smem_u32(const void *p) {
-    unsigned r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-/* The same, but never rematerialised by ptxas from another register: with a
+/* kdart::smem_u32, but never rematerialised by ptxas from another register: with a
  * value computed once before the chunk loop, ptxas 13.0 once recomputed it
  * inside the loop from the base register that the loop had since advanced
  * (stage pointer strength reduction), sending stmatrix out of bounds. */
@@ -243,7 +238,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     constexpr bool kLate = BV == 64;
 
     extern __shared__ __align__(128) unsigned char smem[];
-    const unsigned sbase = smem_u32(smem);
+    const unsigned sbase = kdart::smem_u32(smem);
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;

@@ -199,12 +199,6 @@ __device__ __forceinline__ float unpack_io(unsigned x, int hi) {
     return kdart::to_float(v);
 }
 __device__ __forceinline__ unsigned fbits(float x) { return __float_as_uint(x); }
-/* 32-bit shared-window address of a generic pointer into shared memory */
-__device__ __forceinline__ unsigned smem_u32(const void *s) {
-    unsigned addr;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(s));
-    return addr;
-}
 /* four 8x4 tf32 tiles (as 8x8 b16) = one m16n8k8 A fragment, rows from this lane's address */
 __device__ __forceinline__ void ldsm_x4_u32(unsigned addr, unsigned &a0, unsigned &a1, unsigned &a2, unsigned &a3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -229,15 +223,11 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
 __device__ __forceinline__ float4 lds4(const float *s) { return *reinterpret_cast<const float4 *>(s); }
 __device__ __forceinline__ float4 ldg4(const float *g) { return __ldg(reinterpret_cast<const float4 *>(g)); }
 /* 16-byte global -> shared copy, L1 bypassed */
-__device__ __forceinline__ void cp16(void *sdst, const void *gsrc) {
-    unsigned s;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(sdst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
-}
-/* the same, to a 32-bit shared-window address */
 __device__ __forceinline__ void cp16s(unsigned s, const void *gsrc) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
 }
+/* the same, to a generic pointer into shared memory */
+__device__ __forceinline__ void cp16(void *sdst, const void *gsrc) { cp16s(smem_u32(sdst), gsrc); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 } /* namespace intra */
@@ -439,7 +429,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 /* A fragments by ldmatrix: lane l addresses row 8*((l>>3)&1) + (l&7) of
                  * the block, tf32 columns +4*(l>>4) (already rounded, see above) */
                 const int oL = daoff(i, 8 * ((lane >> 3) & 1) + (lane & 7)) + 4 * (lane >> 4);
-                const unsigned aqL = smem_u32(sAqk + oL), akL = smem_u32(sAkk + oL);
+                const unsigned aqL = kdart::smem_u32(sAqk + oL), akL = kdart::smem_u32(sAkk + oL);
 #pragma unroll
                 for (int kk = 0; kk < 2 * i; ++kk) {
                     const int s0 = 8 * kk + tig, s1 = s0 + 4;
@@ -679,7 +669,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
              * them), so that the next phase A has nothing left to issue */
             if (pass + 1 < Tr::kPasses) {
                 const float *ag = p.g + gb + KH;
-                const unsigned sg = smem_u32(sG + rr * KP + cc);
+                const unsigned sg = kdart::smem_u32(sG + rr * KP + cc);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) cp16s(sg + j * 16 * KP * 4, ag + j * s16);
             }

@@ -59,6 +59,14 @@ template <> __device__ __forceinline__ unsigned pack2<fp16>(float lo, float hi) 
     return r;
 }
 
+/* 32-bit shared-window address of a generic pointer into shared memory (the
+ * form ldmatrix, stmatrix and cp.async take). */
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
 /* Compile-time tag so kernels can pick the mma.sync type string. */
 template <typename T> struct io_traits;
 template <> struct io_traits<bf16> { static constexpr bool is_bf16 = true; };

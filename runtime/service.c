@@ -351,6 +351,20 @@ static void conn_finish_request(conn *c) {
     if (!c->closing) conn_process(c);
 }
 
+static void job_free(job *j) {
+    kdart__free(j->message);
+    kdart__free(j);
+}
+
+/* The finished jobs, taken off the shared list under the lock. */
+static job *take_done(service *svc) {
+    pthread_mutex_lock(&svc->mu);
+    job *list = svc->done;
+    svc->done = NULL;
+    pthread_mutex_unlock(&svc->mu);
+    return list;
+}
+
 /* Hands a finished (or canceled) job's result to its waiters, frees it. */
 static void job_deliver(service *svc, job *j) {
     for (job **pp = &svc->active; *pp; pp = &(*pp)->next_active)
@@ -393,16 +407,12 @@ static void job_deliver(service *svc, job *j) {
         }
         conn_release(c);
     }
-    kdart__free(j->message);
-    kdart__free(j);
+    job_free(j);
 }
 
 static void wake_cb(uv_async_t *a) {
     service *svc = a->data;
-    pthread_mutex_lock(&svc->mu);
-    job *list = svc->done;
-    svc->done = NULL;
-    pthread_mutex_unlock(&svc->mu);
+    job *list = take_done(svc);
     while (list) {
         job *j = list;
         list = j->next_queue;
@@ -947,15 +957,11 @@ out:
     for (int i = 0; i < svc->nthreads; i++) pthread_join(svc->threads[i], NULL);
     if (loop_ok) {
         /* Results of jobs that finished after the loop ended (error paths). */
-        pthread_mutex_lock(&svc->mu);
-        job *list = svc->done;
-        svc->done = NULL;
-        pthread_mutex_unlock(&svc->mu);
+        job *list = take_done(svc);
         while (list) {
             job *j = list;
             list = j->next_queue;
-            kdart__free(j->message);
-            kdart__free(j);
+            job_free(j);
         }
         uv_walk(&svc->loop, close_walk_cb, NULL);
         uv_run(&svc->loop, UV_RUN_DEFAULT);
