@@ -55,6 +55,14 @@
  *                X_Aq[r,d] = exp2(g_r - g_e) * sum_{s<16i} dAqk[r,s] (k[s] exp2(g_e - g_s))
  *              column side, source block i (0..2), pivot p = 16i+15 (last row of i):
  *                X_Ct[s,d] = exp2(g_p - g_s) * sum_{r>p} (dAqk[r,s] q[r] + dAkk[r,s] beta[r] k[r]) exp2(g_r - g_p)
+ *            Each thread computes its gated B operands once per pass and moves
+ *            them from one pivot to the next with a factor exp2(g_e - g_e') <= 1
+ *            (the column side runs i = 2, 1, 0 for that), instead of one exp2 and
+ *            three shared loads per operand and block; and the column side's
+ *            m16 rows are s = 16i + 2 gid (+1), which makes each pair of its
+ *            A-fragment registers one 8-byte load of a dA row.  Phase B was
+ *            bound by the shared-memory instruction queue (MIO stalls): these
+ *            took 120 of its 560 shared loads away, 2-3% of the kernel time.
  *            Results land in shared memory (fp32).
  *   phase C  diagonal 16x16 blocks in SIMT fp32, thread (i = tid/64, d = tid%64)
  *            owns block i, pass column d: one direct exp2 per (r,s,d) pair, shared
@@ -420,11 +428,27 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             const int colb = n0 + gid;     /* B-fragment column */
             const int colc = n0 + 2 * tig; /* C-fragment columns colc, colc+1 */
 
-            /* row side: target block i, sources s < 16i, pivot row e = 16i */
+            /* row side: target block i, sources s < 16i, pivot row e = 16i.  The
+             * thread's B operands k[s] exp2(g_e - g_s) (rows s = 8 kk + tig, +4) are
+             * computed once per pass: when the pivot moves from e' = 16(i-1) to e,
+             * the ones of earlier blocks are rescaled by exp2(g_e - g_e') <= 1 */
+            float kbv[12], gprev = 0.f;
 #pragma unroll
             for (int i = 1; i < 4; ++i) {
                 float cq[4] = {0.f, 0.f, 0.f, 0.f}, ck[4] = {0.f, 0.f, 0.f, 0.f};
                 const float gpiv = sG[(16 * i) * KP + colb];
+                if (i > 1) {
+                    const float sc = ex2(gpiv - gprev);
+#pragma unroll
+                    for (int j = 0; j < 4 * (i - 1); ++j) kbv[j] *= sc;
+                }
+                gprev = gpiv;
+#pragma unroll
+                for (int kk = 2 * (i - 1); kk < 2 * i; ++kk) {
+                    const int s0 = 8 * kk + tig, s1 = s0 + 4;
+                    kbv[2 * kk] = ld_io<IO>(sK, s0 * KP + colb) * ex2(gpiv - sG[s0 * KP + colb]);
+                    kbv[2 * kk + 1] = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
+                }
                 const int ra = 16 * i + gid, rb = ra + 8;
                 /* A fragments by ldmatrix: lane l addresses row 8*((l>>3)&1) + (l&7) of
                  * the block, tf32 columns +4*(l>>4) (already rounded, see above) */
@@ -432,10 +456,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 const unsigned aqL = kdart::smem_u32(sAqk + oL), akL = kdart::smem_u32(sAkk + oL);
 #pragma unroll
                 for (int kk = 0; kk < 2 * i; ++kk) {
-                    const int s0 = 8 * kk + tig, s1 = s0 + 4;
-                    const float kb0 = ld_io<IO>(sK, s0 * KP + colb) * ex2(gpiv - sG[s0 * KP + colb]);
-                    const float kb1 = ld_io<IO>(sK, s1 * KP + colb) * ex2(gpiv - sG[s1 * KP + colb]);
-                    const unsigned b0 = to_tf32(kb0), b1 = to_tf32(kb1);
+                    const unsigned b0 = to_tf32(kbv[2 * kk]), b1 = to_tf32(kbv[2 * kk + 1]);
                     unsigned a0, a1, a2, a3;
                     ldsm_x4_u32(aqL + 32 * kk, a0, a1, a2, a3);
                     mma_tf32(cq, a0, a1, a2, a3, b0, b1);
@@ -453,28 +474,52 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 *reinterpret_cast<float2 *>(sXk + (rb - 16) * KP + colc) = make_float2(ck[2] * fb0, ck[3] * fb1);
             }
 
-            /* column side: source block i (rows s), targets r > p = 16i+15 */
+            /* column side: source block i (rows s), targets r > p = 16i+15, taken
+             * i = 2, 1, 0 so that the B operands q[r] exp2(g_r - g_p) and
+             * beta[r] k[r] exp2(g_r - g_p) (rows r = 16 + 8 gi + tig, +4; group gi
+             * = 2i + kk) are computed once per pass and rescaled by
+             * exp2(g_p' - g_p) <= 1 when the pivot moves up from p' = p + 16 */
+            float bqv[12], bkv[12], gprevc = 0.f;
 #pragma unroll
-            for (int i = 0; i < 3; ++i) {
+            for (int ii = 0; ii < 3; ++ii) {
+                const int i = 2 - ii;
                 float cc[4] = {0.f, 0.f, 0.f, 0.f};
                 const int pr = 16 * i + 15;
                 const float gpiv = sG[pr * KP + colb];
-                const int sa = 16 * i + gid, sb = sa + 8;
+                if (i < 2) {
+                    const float sc = ex2(gprevc - gpiv);
 #pragma unroll
-                for (int kk = 0; kk < 6 - 2 * i; ++kk) {
-                    const int rA = 16 * (i + 1) + 8 * kk + tig, rB = rA + 4;
-                    const int blk = i + 1 + (kk >> 1), rr = 8 * (kk & 1) + tig;
-                    const int oA = daoff(blk, rr), oB = daoff(blk, rr + 4);
+                    for (int j = 4 * (i + 1); j < 12; ++j) { bqv[j] *= sc; bkv[j] *= sc; }
+                }
+                gprevc = gpiv;
+#pragma unroll
+                for (int kk = 0; kk < 2; ++kk) { /* the rows of block i + 1 join */
+                    const int gi = 2 * i + kk;
+                    const int rA = 16 + 8 * gi + tig, rB = rA + 4;
                     const float eA = ex2(sG[rA * KP + colb] - gpiv);
                     const float eB = ex2(sG[rB * KP + colb] - gpiv);
-                    const unsigned bq0 = to_tf32(ld_io<IO>(sQ, rA * KP + colb) * eA);
-                    const unsigned bq1 = to_tf32(ld_io<IO>(sQ, rB * KP + colb) * eB);
-                    const unsigned bk0 = to_tf32(sBeta[rA] * ld_io<IO>(sK, rA * KP + colb) * eA);
-                    const unsigned bk1 = to_tf32(sBeta[rB] * ld_io<IO>(sK, rB * KP + colb) * eB);
-                    mma_tf32(cc, fbits(sAqk[oA + sa]), fbits(sAqk[oA + sb]),
-                             fbits(sAqk[oB + sa]), fbits(sAqk[oB + sb]), bq0, bq1);
-                    mma_tf32(cc, fbits(sAkk[oA + sa]), fbits(sAkk[oA + sb]),
-                             fbits(sAkk[oB + sa]), fbits(sAkk[oB + sb]), bk0, bk1);
+                    bqv[2 * gi] = ld_io<IO>(sQ, rA * KP + colb) * eA;
+                    bqv[2 * gi + 1] = ld_io<IO>(sQ, rB * KP + colb) * eB;
+                    bkv[2 * gi] = sBeta[rA] * ld_io<IO>(sK, rA * KP + colb) * eA;
+                    bkv[2 * gi + 1] = sBeta[rB] * ld_io<IO>(sK, rB * KP + colb) * eB;
+                }
+                /* the tile's m rows gid and gid + 8 are s = 16i + 2 gid and s + 1, so the
+                 * A fragment's two pairs (dA^T rows) are adjacent floats of a dA row: one
+                 * 8-byte load each instead of two 4-byte ones */
+                const int sa = 16 * i + 2 * gid, sb = sa + 1;
+#pragma unroll
+                for (int kk = 0; kk < 6 - 2 * i; ++kk) {
+                    const int blk = i + 1 + (kk >> 1), rr = 8 * (kk & 1) + tig;
+                    const int oA = daoff(blk, rr), oB = daoff(blk, rr + 4);
+                    const int gi = 2 * i + kk;
+                    const unsigned bq0 = to_tf32(bqv[2 * gi]), bq1 = to_tf32(bqv[2 * gi + 1]);
+                    const unsigned bk0 = to_tf32(bkv[2 * gi]), bk1 = to_tf32(bkv[2 * gi + 1]);
+                    const float2 qA = *reinterpret_cast<const float2 *>(sAqk + oA + sa);
+                    const float2 qB = *reinterpret_cast<const float2 *>(sAqk + oB + sa);
+                    const float2 kA = *reinterpret_cast<const float2 *>(sAkk + oA + sa);
+                    const float2 kB = *reinterpret_cast<const float2 *>(sAkk + oB + sa);
+                    mma_tf32(cc, fbits(qA.x), fbits(qA.y), fbits(qB.x), fbits(qB.y), bq0, bq1);
+                    mma_tf32(cc, fbits(kA.x), fbits(kA.y), fbits(kB.x), fbits(kB.y), bk0, bk1);
                 }
                 const float2 gp = *reinterpret_cast<const float2 *>(sG + pr * KP + colc);
                 const float2 ga = *reinterpret_cast<const float2 *>(sG + sa * KP + colc);
