@@ -67,19 +67,25 @@ char *kdart__strndup(const char *s, size_t n) {
 
 char *kdart__strdup(const char *s) { return s ? kdart__strndup(s, (size_t)-1) : NULL; }
 
-void kdart__buf_add(kdart__buf *b, const char *text, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *s = kdart__realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
+/* Makes room for need bytes (the NUL included), doubling from 256; false
+ * after an allocation failure, which the buffer then remembers. */
+static int buf_reserve(kdart__buf *b, size_t need) {
+    if (b->oom) return 0;
+    if (need <= b->cap) return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    char *s = kdart__realloc(b->s, cap);
+    if (!s) {
+        b->oom = 1;
+        return 0;
     }
+    b->s = s;
+    b->cap = cap;
+    return 1;
+}
+
+void kdart__buf_add(kdart__buf *b, const char *text, size_t n) {
+    if (!buf_reserve(b, b->len + n + 1)) return;
     memcpy(b->s + b->len, text, n);
     b->len += n;
     b->s[b->len] = 0;
@@ -99,18 +105,7 @@ void kdart__buf_fmt(kdart__buf *b, const char *fmt, ...) {
         return;
     }
     /* Longer than the stack buffer: format straight into the buffer. */
-    kdart__buf_add(b, "", 0);
-    if (b->oom || !b->s) return;
-    size_t need = b->len + (size_t)n + 1;
-    if (need > b->cap) {
-        char *s = kdart__realloc(b->s, need);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = need;
-    }
+    if (!buf_reserve(b, b->len + (size_t)n + 1)) return;
     va_start(ap, fmt);
     vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
