@@ -14,7 +14,7 @@
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
  *   kernel   : kdart_bwd_dhu<IO, K, BV>, IO in {kdart::bf16, kdart::fp16},
  *              K in {64, 128}, BV (V tile width) in {16, 32, 64}
- *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps)
+ *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (V / BV, B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -30,42 +30,65 @@
  * ex2.approx.ftz.f32 (rel. error ~2^-22; 2^g below 2^-126 flushes to 0).
  *
  * ---- Structure --------------------------------------------------------------
- * One CTA = one serial scan, 4 warps.  Warp w owns the K/4 rows
- * d in [w K/4, (w+1) K/4) of dH (fp32, in mma.sync accumulator registers), so
- * the K-side tiles (kg, qg, w: 48 KB per chunk at K = 128) are read from
- * shared memory once per CTA, split among the warps, and only the narrow
- * V-side operands are shared.  All GEMMs are mma.sync.m16n8k16 (bf16 or fp16
- * operands, fp32 accumulate):
- *   DV[i,v]  = dv + sum_d kg[i,d] IO(dH)[d,v]  warp w: rows i in [16w,16w+16);
- *              A = kg (ldmatrix), B = IO(dH) from the S_H tile (ldmatrix.trans),
- *              accumulator initialised with dv (ldmatrix)
- *   QD[d,v]  = sum_i qg[i,d] do[i,v]           A = qg^T (ldmatrix.trans), B = do
- *   dH[d,v] -= sum_i w[i,d] dv2[i,v]           A = -w^T (sign flip is exact),
- *              B = dv2 (ldmatrix.trans), accumulating straight into dH
- * Per chunk: barrier B1 (stage and S_H visible) -> QD -> DV -> dv2 into the
+ * One CTA = one serial scan, 4 warps (one warpgroup).  dH stays in fp32 MMA
+ * accumulator registers, split by rows: warp w owns the 16-row slabs
+ * d in 64 mt + 16 w + [0, 16), mt < K/64, which is the row split of both
+ * mma.sync m16 tiles and wgmma's m64 blocks.  The K-side tiles (kg, qg, w:
+ * 48 KB per chunk at K = 128) are read from shared memory once per CTA; only
+ * the narrow V-side operands are shared.  The three GEMMs per chunk:
+ *   QD[d,v]  = sum_i qg[i,d] do[i,v]           A = qg^T, B = do
+ *   DV[i,v]  = dv + sum_d kg[i,d] IO(dH)[d,v]  A = kg, B = IO(dH) from the S_H
+ *              tile; warp w gets rows i in [16w, 16w+16), accumulator
+ *              initialised with dv
+ *   dH[d,v] -= sum_i w[i,d] dv2[i,v]           A = -w^T, B = dv2, accumulating
+ *              straight into dH
+ * Per chunk: barrier B1 (stage and S_H visible) -> QD and DV -> dv2 into the
  * stage and out -> decay, dH += scale QD -> barrier B2 (all dv2 rows visible)
- * -> WD -> each warp writes its rows of IO(dH) into S_H and out as the next
- * checkpoint.  With one warp per scheduler the chunk is a chain of dependent
- * MMAs, so the order is chosen for latency: QD does not depend on dH and goes
- * first, where its MMAs fill the gaps of DV's chain; DV's K reduction runs in
- * two accumulator sets (even / odd k steps) at BV <= 32, where registers allow;
- * at BV = 64 the next chunk's copies and the global stores of the checkpoint
- * and of dv2 are issued after the MMAs they do not feed (kLate).
+ * -> WD -> each warp writes its rows of IO(dH) into S_H (the next chunk's B
+ * operand and checkpoint).
+ *
+ * Two ways to run the GEMMs, chosen per specialization (BwdDhuTraits::kWG):
+ * - wgmma (sm_90a, K = 128): each GEMM is m64nBVk16 warpgroup MMAs with both
+ *   operands read from shared memory by descriptor, so each operand byte is
+ *   read once per CTA instead of once per warp (the ldmatrix form reads do,
+ *   dv2 and S_H four times).  The scan is bound by shared-memory traffic:
+ *   about 200 KB per chunk at BV 32 with ldmatrix, 160 KB with wgmma, which
+ *   is 5-10% faster.  QD and DV go to the tensor cores together; the next
+ *   copies and the checkpoint's stores are issued while they run (at BV 64
+ *   the copies wait until WD is issued: see kWgLateLoad).
+ * - mma.sync m16n8k16 with ldmatrix (other targets, and K = 64, where the
+ *   scan is DRAM-bound and wgmma measured 4-5% slower).  With one
+ *   warp per scheduler the chunk is a chain of dependent MMAs, so the order is
+ *   chosen for latency: QD does not depend on dH and goes first, where its
+ *   MMAs fill the gaps of DV's chain; DV's K reduction runs in two accumulator
+ *   sets (even / odd k steps) at BV <= 32, where registers allow; at BV = 64
+ *   the next chunk's copies and the global stores of the checkpoint and of
+ *   dv2 are issued after the MMAs they do not feed (kLate).
  * Inputs (kg, qg, w, do, dv and g's row 63) come in with cp.async.cg, three
- * stages deep: chunk c-2 is requested while chunk c is computed.  Shared
- * tiles are XOR-swizzled in 16-byte units so ldmatrix/stmatrix of 8 rows are
- * conflict-free.  No atomics: results are bitwise deterministic.
+ * stages deep: chunk c-2 is requested while chunk c is computed.  Shared tiles
+ * use wgmma's canonical swizzled layouts (see BwdDhuTraits), which also keep
+ * ldmatrix/stmatrix of 8 rows conflict-free; stages start on 1024-byte
+ * boundaries.  No atomics: results are bitwise deterministic.
  *
  * History: the first version kept dH transposed with warps splitting V (16
  * columns each), so every warp read all of kg/qg/w from shared memory each
  * chunk; with one 4-warp CTA per SM on small grids that cost ~2 us per
  * chunk (0.72-0.79x fla).  Splitting K rows instead, with narrower tiles on
- * small grids, is docs/perf.md's "bwd_dhu v2".
+ * small grids, is docs/perf.md's "bwd_dhu v2"; the wgmma path is "bwd_dhu v4".
  */
 #ifndef KDART_BWD_DHU_CUH
 #define KDART_BWD_DHU_CUH
 
 #include "kdart_common.cuh"
+
+
+/* The sm_90a build runs the three GEMMs as warpgroup MMAs (wgmma) with both
+ * operands in shared memory; other targets use mma.sync with ldmatrix. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KDART_DHU_NO_WGMMA)
+#define KDART_DHU_WG 1
+#else
+#define KDART_DHU_WG 0
+#endif
 
 template <int K_, int BV_>
 struct BwdDhuTraits {
@@ -73,13 +96,17 @@ struct BwdDhuTraits {
     static constexpr int kBV = BV_;
     static constexpr int kBT = KDART_CHUNK;         /* 64 rows per chunk */
     static constexpr int kStages = 3;               /* cp.async ring depth */
-    static constexpr int kWarps = 4;
+    static constexpr int kWarps = 4;                /* one warpgroup */
     static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kDW = K / kWarps;          /* dH rows per warp */
-    static constexpr int kMT = kDW / 16;            /* m16 tiles per warp (QD, WD) */
+    static constexpr int kMT = K / 64;              /* 64-row blocks of dH; warp w owns rows 64 mt + 16 w + [0, 16) */
+    static constexpr int kDW = 16 * kMT;            /* dH rows per warp */
     static constexpr int kNB = kBV / 8;             /* n8 tiles along V */
     static constexpr int kUV = kBV / 8;             /* 16-byte units per V-side row */
-    /* one stage (bytes): three [64][K] io tiles, two [64][BV] io tiles, g row 63 */
+    /* K-side tiles ([64 rows][K], 16-bit) are stored as K/64 column blocks of
+     * [64 rows][128 bytes], each with the 128-byte swizzle (16-byte unit u of
+     * row r at u ^ (r & 7)): the canonical layout of wgmma's 128B mode for both
+     * the K-major (kg) and the MN-major (qg^T, w^T) reading. */
+    static constexpr int kColBlock = kBT * 128;
     static constexpr int kTileK = kBT * K * 2;
     static constexpr int kTileV = kBT * kBV * 2;
     static constexpr int kOffKg = 0;
@@ -88,28 +115,38 @@ struct BwdDhuTraits {
     static constexpr int kOffDo = 3 * kTileK;
     static constexpr int kOffDv = 3 * kTileK + kTileV;      /* dv2 is written back in place */
     static constexpr int kOffG = 3 * kTileK + 2 * kTileV;   /* fp32 row t0+63 of g, K floats */
-    static constexpr int kStageBytes = kOffG + K * 4;
+    /* stages start on 1024-byte boundaries, where the swizzle patterns repeat */
+    static constexpr int kStageBytes = (kOffG + K * 4 + 1023) / 1024 * 1024;
     static constexpr int kOffH = kStages * kStageBytes;     /* S_H: IO(dH) [K][BV] */
     static constexpr int kSmemBytes = kOffH + K * kBV * 2;
-    /* CTAs per SM that shared memory allows (228 KB per SM, 1 KB reserved per CTA) */
     static constexpr int kMinBlocks = (2 * (kSmemBytes + 1024) <= 228 * 1024) ? 2 : 1;
+    /* the V-side rows (do, dv, S_H: kBV 16-bit values) use the wgmma swizzle
+     * mode of their width: 128B at BV 64, 64B at BV 32, 32B at BV 16 */
+    static constexpr unsigned kSwzV = kBV == 64 ? 1u : kBV == 32 ? 2u : 3u;
+    /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4");
+     * at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
+    static constexpr bool kWG = KDART_DHU_WG && K == 128;
 
     static_assert(K == 64 || K == 128, "bwd_dhu: K must be 64 or 128");
     static_assert(kBV == 16 || kBV == 32 || kBV == 64, "bwd_dhu: BV must be 16, 32 or 64");
-    static_assert(kDW % 16 == 0 && kNB % 2 == 0, "bwd_dhu: whole m16 tiles per warp, n8 tiles in pairs");
-    static_assert(kStageBytes % 128 == 0, "bwd_dhu: stage alignment");
+    static_assert(kNB % 2 == 0, "bwd_dhu: n8 tiles in pairs");
+    static_assert(kTileK % 1024 == 0 && kTileV % 512 == 0 && kStageBytes % 1024 == 0, "bwd_dhu: swizzle alignment");
     static_assert(kSmemBytes <= 227 * 1024, "bwd_dhu: dynamic smem over the 227 KB opt-in limit");
-    /* 16-byte unit of a V-side row (do, dv, S_H) after the XOR swizzle: the 8
-     * rows of one ldmatrix/stmatrix land in 8 distinct bank groups */
+    /* 16-byte unit of a V-side row after the XOR swizzle (wgmma's swizzle of
+     * the row width, so the 8 rows of one ldmatrix land in 8 bank groups) */
     static __device__ __forceinline__ int swzV(int row, int u) {
         return kBV == 64 ? (u ^ (row & 7)) : kBV == 32 ? (u ^ ((row >> 1) & 3)) : (u ^ ((row >> 2) & 1));
     }
+    /* byte offset of 16-byte unit u (0 .. K/8-1) of K-side row r */
+    static __device__ __forceinline__ unsigned offK(int r, int u) {
+        return (unsigned)((u >> 3) * kColBlock + r * 128 + (((u & 7) ^ (r & 7)) << 4));
+    }
 };
 /* the runtime's copy of the launch contract (runtime/registry.c) */
-static_assert(BwdDhuTraits<128, 64>::kSmemBytes == 214528 && BwdDhuTraits<128, 32>::kSmemBytes == 181760 &&
-              BwdDhuTraits<128, 16>::kSmemBytes == 165376, "contract K=128");
-static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 131840 && BwdDhuTraits<64, 32>::kSmemBytes == 103168 &&
-              BwdDhuTraits<64, 16>::kSmemBytes == 88832, "contract K=64");
+static_assert(BwdDhuTraits<128, 64>::kSmemBytes == 216064 && BwdDhuTraits<128, 32>::kSmemBytes == 183296 &&
+              BwdDhuTraits<128, 16>::kSmemBytes == 166912, "contract K=128");
+static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 134144 && BwdDhuTraits<64, 32>::kSmemBytes == 105472 &&
+              BwdDhuTraits<64, 16>::kSmemBytes == 91136, "contract K=64");
 
 namespace kdart {
 namespace dhu {
@@ -161,41 +198,112 @@ __device__ __forceinline__ float ex2(float x) {
 
 /* D += A * B, m16n8k16, fp32 accumulate. */
 template <typename IO>
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+__device__ __forceinline__ void mma16816(float *d, const unsigned (&a)[4], unsigned b0, unsigned b1);
 template <>
-__device__ __forceinline__ void mma16816<bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma16816<bf16>(float *d, const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <>
-__device__ __forceinline__ void mma16816<fp16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma16816<fp16>(float *d, const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+#if KDART_DHU_WG
+/* wgmma.mma_async m64nNk16 (N = BV: 16, 32 or 64), fp32 accumulators d[N/2] (the
+ * mma.sync C layout per n8 tile: warp w rows 16w + gq (+8)), A and B by
+ * shared-memory descriptor; SA = +-1 scales A; TA = 1 reads A MN-major
+ * (transposed); B is always read N-major; acc = 0 overwrites d. */
+#define KDART_WG_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define KDART_WG_R16 KDART_WG_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define KDART_WG_D8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define KDART_WG_D16 KDART_WG_D8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+                     "+f"(d[14]), "+f"(d[15])
+#define KDART_WG_R32 KDART_WG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KDART_WG_D32 KDART_WG_D16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
+                     "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),    \
+                     "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+/* one wrapper per (io type, N); operands after the R accumulators: %R = A
+ * descriptor, %R+1 = B descriptor, %R+2 = accumulate flag, %R+3 = SA, %R+4 = TA */
+#define KDART_WG_DEF(IOT, TY, N, R, REGS, OPS, A, B, P, SA, TA)                                               \
+    template <int SA_, int TA_>                                                                              \
+    __device__ __forceinline__ void wgmma(kdart::IOT, float (&d)[R], unsigned long long da,                  \
+                                          unsigned long long db, int acc) {                                  \
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %" P ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" A ", %" B \
+                     ", p, %" SA ", 1, %" TA ", 1; }"                                                         \
+                     : OPS : "l"(da), "l"(db), "r"(acc), "n"(SA_), "n"(TA_) : "memory");                       \
+    }
+KDART_WG_DEF(bf16, "bf16", 16, 8, KDART_WG_R8, KDART_WG_D8, "8", "9", "10", "11", "12")
+KDART_WG_DEF(fp16, "f16", 16, 8, KDART_WG_R8, KDART_WG_D8, "8", "9", "10", "11", "12")
+KDART_WG_DEF(bf16, "bf16", 32, 16, KDART_WG_R16, KDART_WG_D16, "16", "17", "18", "19", "20")
+KDART_WG_DEF(fp16, "f16", 32, 16, KDART_WG_R16, KDART_WG_D16, "16", "17", "18", "19", "20")
+KDART_WG_DEF(bf16, "bf16", 64, 32, KDART_WG_R32, KDART_WG_D32, "32", "33", "34", "35", "36")
+KDART_WG_DEF(fp16, "f16", 64, 32, KDART_WG_R32, KDART_WG_D32, "32", "33", "34", "35", "36")
+#undef KDART_WG_DEF
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+/* C[mt] = (acc ? C[mt] : 0) + SA * T^T . U over one chunk (64 rows i) by wgmma:
+ * T a K-side tile (qg or w) read MN-major, 64-row block mt from column block
+ * mt; U a V-side tile (do or dv2) read N-major; dT / dU their descriptors
+ * without the start address, rowT / rowU the bytes of one row. */
+template <typename IO, int SA, int MT, int R, unsigned COLB, unsigned ROWT, unsigned ROWU>
+__device__ __forceinline__ void wg_kt_v(float (&c)[MT][R], unsigned long long dT, unsigned tT, unsigned long long dU,
+                                        unsigned tU, bool acc) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ki = 0; ki < KDART_CHUNK / 16; ++ki)
+            wgmma<SA, 1>(IO{}, c[mt], dT | (((tT + mt * COLB + ki * 16 * ROWT) & 0x3FFFFu) >> 4),
+                         dU | (((tU + ki * 16 * ROWU) & 0x3FFFFu) >> 4), acc || ki > 0);
+}
+/* generic-proxy shared writes (cp.async, stmatrix) made visible to wgmma */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* matrix descriptor: start address, leading / stride byte offsets, swizzle mode */
+__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned swz) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)swz << 62);
+}
+#else
+/* other targets never take the wgmma path (BwdDhuTraits::kWG is false there) */
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void wg_commit() {}
+template <int N> __device__ __forceinline__ void wg_wait() {}
+__device__ __forceinline__ void fence_async_smem() {}
+__device__ __forceinline__ unsigned long long desc(unsigned, unsigned, unsigned, unsigned) { return 0; }
+template <typename IO, int SA, int MT, int R, unsigned COLB, unsigned ROWT, unsigned ROWU>
+__device__ __forceinline__ void wg_kt_v(float (&)[MT][R], unsigned long long, unsigned, unsigned long long, unsigned,
+                                        bool) {}
+template <int SA, int TA, typename IO, int R>
+__device__ __forceinline__ void wgmma(IO, float (&)[R], unsigned long long, unsigned long long, int) {}
+#endif
 
 template <typename IO>
 __device__ __forceinline__ float lo_f(unsigned x) { IO h; h.bits = (unsigned short)(x & 0xffffu); return to_float(h); }
 template <typename IO>
 __device__ __forceinline__ float hi_f(unsigned x) { IO h; h.bits = (unsigned short)(x >> 16); return to_float(h); }
 
-/* C fragments of two n8 tiles as the 4 registers of one x4 stmatrix/ldmatrix
- * (matrices: rows 0-7 / rows 8-15 of tile n, then of tile n+1) */
+/* C fragments of two n8 tiles (8 floats from c) as the 4 registers of one x4
+ * stmatrix/ldmatrix (matrices: rows 0-7 / rows 8-15 of tile n, then of tile n+1) */
 template <typename IO>
-__device__ __forceinline__ void pack_pair(const float (&c0)[4], const float (&c1)[4], unsigned (&r)[4]) {
-    r[0] = kdart::pack2<IO>(c0[0], c0[1]);
-    r[1] = kdart::pack2<IO>(c0[2], c0[3]);
-    r[2] = kdart::pack2<IO>(c1[0], c1[1]);
-    r[3] = kdart::pack2<IO>(c1[2], c1[3]);
+__device__ __forceinline__ void pack_pair(const float *c, unsigned (&r)[4]) {
+    r[0] = kdart::pack2<IO>(c[0], c[1]);
+    r[1] = kdart::pack2<IO>(c[2], c[3]);
+    r[2] = kdart::pack2<IO>(c[4], c[5]);
+    r[3] = kdart::pack2<IO>(c[6], c[7]);
 }
 
-/* C[mt][n] += (+-)T^T . U over one chunk (64 rows i): T a K-side tile (qg or
- * w, A operand by ldmatrix.trans at this warp's m tiles, lane offsets oA),
- * U a V-side tile (do or dv2, B operand by ldmatrix.trans, lane offsets oB).
- * NEG negates the A fragments (an exact sign flip of the 16-bit values). */
+/* C[mt] += (+-)T^T . U over one chunk (64 rows i), mma.sync: T a K-side tile
+ * (qg or w, A operand by ldmatrix.trans at this warp's m tiles, lane offsets
+ * oA), U a V-side tile (do or dv2, B operand by ldmatrix.trans, lane offsets oB). */
 template <typename IO, bool NEG, int MT, int NB, unsigned KROW16, unsigned VROW16>
-__device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB][4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
+__device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB * 4], unsigned tA, const unsigned (&oA)[MT], unsigned tB,
                                           const unsigned (&oB)[NB / 2]) {
 #pragma unroll
     for (int ki = 0; ki < KDART_CHUNK / 16; ++ki) {
@@ -212,8 +320,8 @@ __device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB][4], unsigned tA, co
             }
 #pragma unroll
             for (int np = 0; np < NB / 2; ++np) {
-                mma16816<IO>(c[mt][2 * np], a, bo[np][0], bo[np][1]);
-                mma16816<IO>(c[mt][2 * np + 1], a, bo[np][2], bo[np][3]);
+                mma16816<IO>(&c[mt][8 * np], a, bo[np][0], bo[np][1]);
+                mma16816<IO>(&c[mt][8 * np + 4], a, bo[np][2], bo[np][3]);
             }
         }
     }
@@ -232,12 +340,19 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     constexpr int UV = Tr::kUV;
     constexpr int MT = Tr::kMT, NB = Tr::kNB, DW = Tr::kDW;
     constexpr int NS = Tr::kStages;
-    /* BV = 64 (large grids): the next chunk's copies, the checkpoint's and dv2's
-     * global stores are issued after the MMAs they do not feed (4% at prod8192);
-     * on the narrower tiles the early order measured as fast or faster */
-    constexpr bool kLate = BV == 64;
+    constexpr int NA = NB * 4;          /* accumulator floats per 16-row slab */
+    constexpr bool WG = Tr::kWG;
+    /* mma.sync at BV = 64: the next chunk's copies, the checkpoint's and dv2's
+     * global stores are issued after the MMAs they do not feed (4% at
+     * prod8192); on the narrower tiles the early order measured faster.  The
+     * wgmma path issues them while its MMAs run. */
+    constexpr bool kLate = !WG && BV == 64;
+    /* wgmma at BV = 64, where the scan is closest to DRAM-bound: the next copies
+     * go out after WD is issued (early, they cost 9% on 2-wave grids); at
+     * BV <= 32 they go out after DV is issued (7% faster than after WD) */
+    constexpr bool kWgLateLoad = WG && BV == 64;
 
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned sbase = kdart::smem_u32(smem);
 
     const int tid = threadIdx.x;
@@ -250,7 +365,8 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     const int bh = blockIdx.y;
     const int b = bh / HV, hv = bh - b * HV;
     const int v0 = blockIdx.x * BV;
-    const int d0 = warp * DW;                     /* first dH row of this warp */
+    /* this warp's dH rows: slab mt is rows 64 mt + 16 warp + [0, 16) */
+    auto drow = [&](int mt) { return 64 * mt + 16 * warp; };
 
     const size_t rowK = (size_t)HV * K;           /* element stride between t and t+1 */
     const size_t rowV = (size_t)HV * V;
@@ -279,8 +395,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             const size_t step = (size_t)RPJ_K * rowK;
 #pragma unroll
             for (int j = 0; j < Tr::kBT / RPJ_K; ++j) {
-                const int r = rK0 + j * RPJ_K;
-                const unsigned so = (unsigned)(r * CPR + (cK ^ (r & 7))) * 16u;
+                const unsigned so = Tr::offK(rK0 + j * RPJ_K, cK);
                 cp_async16(st + Tr::kOffKg + so, pk);
                 cp_async16(st + Tr::kOffQg + so, pq);
                 cp_async16(st + Tr::kOffW + so, pw);
@@ -304,25 +419,25 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             cp_async16(st + Tr::kOffG + tid * 16, gp + (t0 + Tr::kBT - 1) * rowK + tid * 4);
     };
 
-    /* dH accumulators: acc[mt][n][0..1] = (d = d0+16mt+gq,   v = 8n+2tq, +1)
-     *                  acc[mt][n][2..3] = (d = d0+16mt+gq+8, v = 8n+2tq, +1) */
-    float acc[MT][NB][4];
+    /* dH accumulators: acc[mt][4n + 0..1] = (d = drow(mt)+gq,   v = 8n+2tq, +1)
+     *                  acc[mt][4n + 2..3] = (d = drow(mt)+gq+8, v = 8n+2tq, +1) */
+    float acc[MT][NA];
     if (p.dht != nullptr) {
         const float *src = p.dht + (size_t)bh * K * V + v0;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int n = 0; n < NB; ++n) {
-                const int d = d0 + 16 * mt + gq, v = 8 * n + 2 * tq;
+                const int d = drow(mt) + gq, v = 8 * n + 2 * tq;
                 const float2 x = *reinterpret_cast<const float2 *>(src + (size_t)d * V + v);
                 const float2 y = *reinterpret_cast<const float2 *>(src + (size_t)(d + 8) * V + v);
-                acc[mt][n][0] = x.x; acc[mt][n][1] = x.y; acc[mt][n][2] = y.x; acc[mt][n][3] = y.y;
+                acc[mt][4 * n] = x.x; acc[mt][4 * n + 1] = x.y; acc[mt][4 * n + 2] = y.x; acc[mt][4 * n + 3] = y.y;
             }
     } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NB; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+            for (int e = 0; e < NA; ++e) acc[mt][e] = 0.f;
     }
     const float scale = p.scale;
 
@@ -331,34 +446,33 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
      * transposed A operand (qg^T, w^T) matrix lm covers k rows +8*(lm>>1) and
      * m unit +(lm&1). */
     const int rj = 8 * (lm & 1) + lr, uj = lm >> 1;
-    const int rA = 8 * (lm >> 1) + lr, uA = lm & 1;
     auto offV = [](int row, int u) { return (unsigned)(row * UV + Tr::swzV(row, u)) * 16u; };
-    auto offK = [](int row, int u) { return (unsigned)(row * CPR + (u ^ (row & 7))) * 16u; };
-    /* Every ldmatrix/stmatrix address in the chunk loop is a stage base plus one
-     * of these per-lane offsets plus a compile-time immediate: the swizzles only
-     * involve a row's low bits, which 16-row steps leave alone, and a unit's low
-     * 3 bits, so the steps of 8 units along K are immediates too.  (Computing
-     * them in the loop was about a third of its instructions.) */
     constexpr unsigned VROW16 = 16u * UV * 16u;     /* bytes of 16 V-side rows */
-    constexpr unsigned KROW16 = 16u * CPR * 16u;    /* bytes of 16 K-side rows */
     unsigned oV[NB / 2];                            /* V-side rows 16x + rj, unit 2np + uj */
 #pragma unroll
     for (int np = 0; np < NB / 2; ++np) oV[np] = offV(rj, 2 * np + uj);
+    const unsigned oWarpV = 16u * warp * UV * 16u;  /* this warp's 16 rows of dv / dv2 */
+    const int rA = 8 * (lm >> 1) + lr, uA = lm & 1;
+    constexpr unsigned KROW16 = 16u * 128u;         /* bytes of 16 K-side rows (in one column block) */
     unsigned oKA[4];                                /* kg rows 16 warp + rj, unit 2kk + uj, kk & 3 */
 #pragma unroll
-    for (int q = 0; q < 4; ++q) oKA[q] = offK(16 * warp + rj, 2 * q + uj);
-    unsigned oQA[MT];                               /* qg, w rows 16ki + rA, this warp's m tile mt */
+    for (int q = 0; q < 4; ++q) oKA[q] = Tr::offK(16 * warp + rj, 2 * q + uj);
+    unsigned oQA[MT];                               /* qg, w rows 16ki + rA, this warp's slab mt */
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) oQA[mt] = offK(rA, (d0 + 16 * mt) / 8 + uA);
-    const unsigned oWarpV = 16u * warp * UV * 16u;  /* this warp's 16 rows of dv / dv2 */
-    const unsigned oWarpH = (unsigned)d0 * UV * 16u;   /* this warp's rows of S_H */
+    for (int mt = 0; mt < MT; ++mt) oQA[mt] = Tr::offK(rA, drow(mt) / 8 + uA);
+    /* descriptors: K-side tiles in the 128B mode (kg K-major: 8-row groups
+     * 1024 bytes apart; qg / w MN-major: column blocks kColBlock apart, 8-row
+     * groups 1024 apart); V-side tiles N-major in their own mode, 8-row groups
+     * 8 rows apart.  Only the start address changes from use to use. */
+    constexpr unsigned VROW8 = 8u * UV * 16u;
+    const unsigned long long dK0 = desc(0, 16, 1024, 1), dMN0 = desc(0, Tr::kColBlock, 1024, 1);
+    const unsigned long long dV0 = desc(0, Tr::kTileV, VROW8, Tr::kSwzV);
+    auto dsc = [](unsigned long long d0, unsigned addr) { return d0 | (unsigned long long)((addr & 0x3FFFFu) >> 4); };
 
     const size_t ckStep = (size_t)HV * K * V;     /* one chunk of dh for fixed (b, hv) */
     IO *dhbase = static_cast<IO *>(p.dh) + ((size_t)b * NT * HV + hv) * K * V + v0;
     IO *dv2base = static_cast<IO *>(p.dv2) + baseV + v0;
 
-    /* IO(dH) of this warp's rows into S_H, then out as the checkpoint of chunk c
-     * (each warp reads back only its own rows: __syncwarp suffices) */
     /* this warp's 16 rows of dv2 from the stage to global memory */
     auto store_dv2 = [&](int c, unsigned st) {
         IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
@@ -382,26 +496,29 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         for (int j = 0; j < (UNITS + 31) / 32; ++j) {
             const int q = 32 * j + lane;
             if (UNITS % 32 == 0 || q < UNITS) {
-                const int row = d0 + q / UV, u = q % UV;
+                const int row = drow(q / (16 * UV)) + (q % (16 * UV)) / UV, u = q % UV;
                 unsigned r[4];
                 lds128(sH + offV(row, u), r);
                 stg128(dst + (size_t)row * V + 8 * u, r);
             }
         }
     };
+    /* IO(dH) of this warp's rows into S_H (each warp later reads back only its
+     * own rows for the checkpoint: __syncwarp suffices for that) */
     auto write_h = [&](int c, unsigned sH) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int np = 0; np < NB / 2; ++np) {
                 unsigned r[4];
-                pack_pair<IO>(acc[mt][2 * np], acc[mt][2 * np + 1], r);
-                stsm_x4(sH + oWarpH + oV[np] + mt * VROW16, r);
+                pack_pair<IO>(&acc[mt][8 * np], r);
+                stsm_x4(sH + (unsigned)drow(mt) * UV * 16u + oV[np], r);
             }
         __syncwarp();
-        if (!kLate) flush_h(c, sH);
+        if (!WG && !kLate) flush_h(c, sH);
     };
 
+    if ((sbase & 1023u) != 0) __trap();   /* the swizzle patterns assume 1024-byte alignment */
     load_stage(NT - 1, 0);
     cp_async_commit();
     if (NT >= 2) load_stage(NT - 2, 1);
@@ -412,109 +529,121 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     for (int it = 0; it < NT; ++it) {
         const int c = NT - 1 - it;
         cp_async_wait<NS - 2>();   /* chunk c's group is complete (the newest may not be) */
+        if (WG) fence_async_smem();   /* this thread's copies and S_H rows, visible to wgmma */
         __syncthreads();           /* B1: stage s and all of S_H visible; stage (it-1)%NS free */
-        if (!kLate) {
-            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
-        }
         /* the shared base is re-read every chunk (see smem_u32_fresh) */
         const unsigned base = smem_u32_fresh(smem);
         const unsigned st = base + s * Tr::kStageBytes, sH = base + Tr::kOffH;
+        if (!WG && !kLate) {
+            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
+        }
 
-        /* QD = qg^T do first: it does not depend on dH, so its MMAs fill the gaps of
-         * the DV chain, which does */
-        float qd[MT][NB][4];
+        float qd[MT][NA];
+        float dva[NA];
+        /* dv for this warp's 16 rows i: the DV accumulator's initial value */
+#pragma unroll
+        for (int np = 0; np < NB / 2; ++np) {
+            unsigned r[4];
+            ldsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) { dva[8 * np + 2 * q] = lo_f<IO>(r[q]); dva[8 * np + 2 * q + 1] = hi_f<IO>(r[q]); }
+        }
+        if constexpr (WG) {
+        /* QD = qg^T do (independent of dH) and DV = dv + kg IO(dH), both on the
+         * tensor cores at once; the copies of chunk c-2 and the checkpoint of
+         * chunk c are issued while they run */
+        wg_fence();
+        wg_kt_v<IO, 1, MT, NA, Tr::kColBlock, 128, UV * 16>(qd, dMN0, st + Tr::kOffQg, dV0, st + Tr::kOffDo, false);
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < K / 16; ++kk)
+            wgmma<1, 0>(IO{}, dva, dsc(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
+                        dsc(dV0, sH + kk * 2 * VROW8), 1);
+        wg_commit();
+        if (!kWgLateLoad) {
+            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
+        }
+        flush_h(c, sH);
+        wg_wait<1>();              /* QD done */
+        } else {
+        /* QD first: it does not depend on dH, so its MMAs fill the gaps of the DV chain */
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NB; ++n) qd[mt][n][0] = qd[mt][n][1] = qd[mt][n][2] = qd[mt][n][3] = 0.f;
+            for (int e = 0; e < NA; ++e) qd[mt][e] = 0.f;
         gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
-        /* DV for this warp's 16 rows i: dv + kg[i, :] . IO(dH) */
         {
-            float dva[NB][4];
+            float dvb[NA];
 #pragma unroll
-            for (int np = 0; np < NB / 2; ++np) {
-                unsigned r[4];
-                ldsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
-                dva[2 * np][0] = lo_f<IO>(r[0]);     dva[2 * np][1] = hi_f<IO>(r[0]);
-                dva[2 * np][2] = lo_f<IO>(r[1]);     dva[2 * np][3] = hi_f<IO>(r[1]);
-                dva[2 * np + 1][0] = lo_f<IO>(r[2]); dva[2 * np + 1][1] = hi_f<IO>(r[2]);
-                dva[2 * np + 1][2] = lo_f<IO>(r[3]); dva[2 * np + 1][3] = hi_f<IO>(r[3]);
-            }
-            /* two accumulator sets (odd kk into a zeroed one): half the dependent chain
-             * (not at BV = 64: 255 registers would not hold them) */
-            constexpr bool kSplitDV = BV <= 32;
-            float dvb[NB][4];
-#pragma unroll
-            for (int n = 0; n < NB; ++n) dvb[n][0] = dvb[n][1] = dvb[n][2] = dvb[n][3] = 0.f;
+            for (int e = 0; e < NA; ++e) dvb[e] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < K / 16; ++kk) {
                 unsigned a[4];
-                ldsm_x4(st + Tr::kOffKg + oKA[kk & 3] + (kk >> 2) * 128u, a);
+                ldsm_x4(st + Tr::kOffKg + oKA[kk & 3] + (kk >> 2) * Tr::kColBlock, a);
 #pragma unroll
                 for (int np = 0; np < NB / 2; ++np) {
                     unsigned bb[4];
                     ldsm_x4_t(sH + oV[np] + kk * VROW16, bb);
-                    if (kSplitDV && (kk & 1)) {
-                        mma16816<IO>(dvb[2 * np], a, bb[0], bb[1]);
-                        mma16816<IO>(dvb[2 * np + 1], a, bb[2], bb[3]);
-                    } else {
-                        mma16816<IO>(dva[2 * np], a, bb[0], bb[1]);
-                        mma16816<IO>(dva[2 * np + 1], a, bb[2], bb[3]);
-                    }
+                    float *t = (BV <= 32 && (kk & 1)) ? dvb : dva;   /* two chains where registers allow */
+                    mma16816<IO>(t + 8 * np, a, bb[0], bb[1]);
+                    mma16816<IO>(t + 8 * np + 4, a, bb[2], bb[3]);
                 }
             }
-            if (kSplitDV)
 #pragma unroll
-                for (int n = 0; n < NB; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dva[n][e] += dvb[n][e];
-            /* dv2 = IO(DV): in place of dv (only this warp reads these rows
-             * before B2), then out with 16-byte stores */
-            __syncwarp();
-#pragma unroll
-            for (int np = 0; np < NB / 2; ++np) {
-                unsigned r[4];
-                pack_pair<IO>(dva[2 * np], dva[2 * np + 1], r);
-                stsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
-            }
-            __syncwarp();
-            if (!kLate) store_dv2(c, st);
+            for (int e = 0; e < NA; ++e) dva[e] += dvb[e];
         }
         if (kLate) {
-            /* off the dependent chain: the next load, the checkpoint of chunk c */
             if (c >= NS - 1) load_stage(c - (NS - 1), sl);
             cp_async_commit();
             flush_h(c, sH);
         }
-
-        /* decay, then dH += scale * QD with QD = qg^T do in a fresh accumulator
-         * (scale after the accumulation, as fla) */
+        }
+        /* decay, then dH += scale * QD (scale after the accumulation, as fla) */
         {
             const float *sg = reinterpret_cast<const float *>(smem + s * Tr::kStageBytes + Tr::kOffG);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                const float ga = ex2(sg[d0 + 16 * mt + gq]);
-                const float gb = ex2(sg[d0 + 16 * mt + gq + 8]);
+                const float ga = ex2(sg[drow(mt) + gq]);
+                const float gb = ex2(sg[drow(mt) + gq + 8]);
 #pragma unroll
                 for (int n = 0; n < NB; ++n) {
-                    acc[mt][n][0] *= ga; acc[mt][n][1] *= ga;
-                    acc[mt][n][2] *= gb; acc[mt][n][3] *= gb;
+                    acc[mt][4 * n] = fmaf(scale, qd[mt][4 * n], acc[mt][4 * n] * ga);
+                    acc[mt][4 * n + 1] = fmaf(scale, qd[mt][4 * n + 1], acc[mt][4 * n + 1] * ga);
+                    acc[mt][4 * n + 2] = fmaf(scale, qd[mt][4 * n + 2], acc[mt][4 * n + 2] * gb);
+                    acc[mt][4 * n + 3] = fmaf(scale, qd[mt][4 * n + 3], acc[mt][4 * n + 3] * gb);
                 }
             }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int n = 0; n < NB; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[mt][n][e] = fmaf(scale, qd[mt][n][e], acc[mt][n][e]);
         }
-
+        if (WG) wg_wait<0>();      /* DV done */
+        /* dv2 = IO(DV): in place of dv (only this warp reads these rows before
+         * B2), then out with 16-byte stores */
+#pragma unroll
+        for (int np = 0; np < NB / 2; ++np) {
+            unsigned r[4];
+            pack_pair<IO>(&dva[8 * np], r);
+            stsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
+        }
+        if (!WG && !kLate) { __syncwarp(); store_dv2(c, st); }
+        if (WG) fence_async_smem();
         __syncthreads();   /* B2: every dv2 row is in the stage; all reads of S_H are done */
 
         /* dH -= w^T dv2 */
+        if constexpr (WG) {
+        wg_fence();
+        wg_kt_v<IO, -1, MT, NA, Tr::kColBlock, 128, UV * 16>(acc, dMN0, st + Tr::kOffW, dV0, st + Tr::kOffDv, true);
+        wg_commit();
+        if (kWgLateLoad) {
+            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+            cp_async_commit();
+        }
+        store_dv2(c, st);
+        wg_wait<0>();
+        } else {
         gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
         if (kLate) store_dv2(c, st);
+        }
         if (c > 0) write_h(c - 1, sH);
         s = s == NS - 1 ? 0 : s + 1;
         sl = sl == NS - 1 ? 0 : sl + 1;
@@ -526,9 +655,9 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int n = 0; n < NB; ++n) {
-                const int d = d0 + 16 * mt + gq, v = 8 * n + 2 * tq;
-                *reinterpret_cast<float2 *>(dst + (size_t)d * V + v) = make_float2(acc[mt][n][0], acc[mt][n][1]);
-                *reinterpret_cast<float2 *>(dst + (size_t)(d + 8) * V + v) = make_float2(acc[mt][n][2], acc[mt][n][3]);
+                const int d = drow(mt) + gq, v = 8 * n + 2 * tq;
+                *reinterpret_cast<float2 *>(dst + (size_t)d * V + v) = make_float2(acc[mt][4 * n], acc[mt][4 * n + 1]);
+                *reinterpret_cast<float2 *>(dst + (size_t)(d + 8) * V + v) = make_float2(acc[mt][4 * n + 2], acc[mt][4 * n + 3]);
             }
     }
 }

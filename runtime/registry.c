@@ -27,8 +27,10 @@
 #define KDART__INTRA_SMEM(K) ((K) == 128 ? 112896 : 112384) /* BwdIntraTraits<K>::kSmemBytes */
 #define KDART__DHU_THREADS 128                              /* BwdDhuTraits<K, BV>::kThreads */
 /* BwdDhuTraits<K, BV>::kSmemBytes: three cp.async stages of kg, qg, w ([64][K]
- * io), do, dv ([64][BV] io) and one fp32 g row, plus IO(dH) [K][BV] */
-#define KDART__DHU_SMEM(K, BV) (3 * (3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4) + (K) * (BV) * 2)
+ * io), do, dv ([64][BV] io) and one fp32 g row, each stage rounded up to 1 KB
+ * (where wgmma's swizzle patterns repeat), plus IO(dH) [K][BV] */
+#define KDART__DHU_STAGE(K, BV) ((3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4 + 1023) / 1024 * 1024)
+#define KDART__DHU_SMEM(K, BV) (3 * KDART__DHU_STAGE(K, BV) + (K) * (BV) * 2)
 
 /* The V tiles of bwd_dhu, written once: the BV parameter's strings (below) and
  * the integers the tile rule works with both expand this list. */
