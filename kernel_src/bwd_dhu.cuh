@@ -81,9 +81,9 @@
 
 #include "kdart_common.cuh"
 
-
-/* The sm_90a build runs the three GEMMs as warpgroup MMAs (wgmma) with both
- * operands in shared memory; other targets use mma.sync with ldmatrix. */
+/* The sm_90a build can run the three GEMMs as warpgroup MMAs (wgmma) with both
+ * operands in shared memory (BwdDhuTraits::kWG: at K = 128); other targets use
+ * mma.sync with ldmatrix. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KDART_DHU_NO_WGMMA)
 #define KDART_DHU_WG 1
 #else
