@@ -518,7 +518,9 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         if (!WG && !kLate) flush_h(c, sH);
     };
 
-    if ((sbase & 1023u) != 0) __trap();   /* the swizzle patterns assume 1024-byte alignment */
+    /* the swizzles assume 1024-byte aligned stages; the dynamic window is declared
+     * __align__(1024), so this only catches a toolchain that does not honour it */
+    if ((sbase & 1023u) != 0) __trap();
     load_stage(NT - 1, 0);
     cp_async_commit();
     if (NT >= 2) load_stage(NT - 2, 1);
@@ -547,58 +549,61 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             unsigned r[4];
             ldsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) { dva[8 * np + 2 * q] = lo_f<IO>(r[q]); dva[8 * np + 2 * q + 1] = hi_f<IO>(r[q]); }
+            for (int q = 0; q < 4; ++q) {
+                dva[8 * np + 2 * q] = lo_f<IO>(r[q]);
+                dva[8 * np + 2 * q + 1] = hi_f<IO>(r[q]);
+            }
         }
         if constexpr (WG) {
-        /* QD = qg^T do (independent of dH) and DV = dv + kg IO(dH), both on the
-         * tensor cores at once; the copies of chunk c-2 and the checkpoint of
-         * chunk c are issued while they run */
-        wg_fence();
-        wg_kt_v<IO, 1, MT, NA, Tr::kColBlock, 128, UV * 16>(qd, dMN0, st + Tr::kOffQg, dV0, st + Tr::kOffDo, false);
-        wg_commit();
+            /* QD = qg^T do (independent of dH) and DV = dv + kg IO(dH), both on the
+             * tensor cores at once; the copies of chunk c-2 and the checkpoint of
+             * chunk c are issued while they run */
+            wg_fence();
+            wg_kt_v<IO, 1, MT, NA, Tr::kColBlock, 128, UV * 16>(qd, dMN0, st + Tr::kOffQg, dV0, st + Tr::kOffDo, false);
+            wg_commit();
 #pragma unroll
-        for (int kk = 0; kk < K / 16; ++kk)
-            wgmma<1, 0>(IO{}, dva, dsc(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
-                        dsc(dV0, sH + kk * 2 * VROW8), 1);
-        wg_commit();
-        if (!kWgLateLoad) {
-            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
-        }
-        flush_h(c, sH);
-        wg_wait<1>();              /* QD done */
-        } else {
-        /* QD first: it does not depend on dH, so its MMAs fill the gaps of the DV chain */
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < NA; ++e) qd[mt][e] = 0.f;
-        gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
-        {
-            float dvb[NA];
-#pragma unroll
-            for (int e = 0; e < NA; ++e) dvb[e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < K / 16; ++kk) {
-                unsigned a[4];
-                ldsm_x4(st + Tr::kOffKg + oKA[kk & 3] + (kk >> 2) * Tr::kColBlock, a);
-#pragma unroll
-                for (int np = 0; np < NB / 2; ++np) {
-                    unsigned bb[4];
-                    ldsm_x4_t(sH + oV[np] + kk * VROW16, bb);
-                    float *t = (BV <= 32 && (kk & 1)) ? dvb : dva;   /* two chains where registers allow */
-                    mma16816<IO>(t + 8 * np, a, bb[0], bb[1]);
-                    mma16816<IO>(t + 8 * np + 4, a, bb[2], bb[3]);
-                }
+            for (int kk = 0; kk < K / 16; ++kk)
+                wgmma<1, 0>(IO{}, dva, dsc(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
+                            dsc(dV0, sH + kk * 2 * VROW8), 1);
+            wg_commit();
+            if (!kWgLateLoad) {
+                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+                cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
             }
-#pragma unroll
-            for (int e = 0; e < NA; ++e) dva[e] += dvb[e];
-        }
-        if (kLate) {
-            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-            cp_async_commit();
             flush_h(c, sH);
-        }
+            wg_wait<1>();              /* QD done */
+        } else {
+            /* QD first: it does not depend on dH, so its MMAs fill the gaps of the DV chain */
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < NA; ++e) qd[mt][e] = 0.f;
+            gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
+            {
+                float dvb[NA];
+#pragma unroll
+                for (int e = 0; e < NA; ++e) dvb[e] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < K / 16; ++kk) {
+                    unsigned a[4];
+                    ldsm_x4(st + Tr::kOffKg + oKA[kk & 3] + (kk >> 2) * Tr::kColBlock, a);
+#pragma unroll
+                    for (int np = 0; np < NB / 2; ++np) {
+                        unsigned bb[4];
+                        ldsm_x4_t(sH + oV[np] + kk * VROW16, bb);
+                        float *t = (BV <= 32 && (kk & 1)) ? dvb : dva;   /* two chains where registers allow */
+                        mma16816<IO>(t + 8 * np, a, bb[0], bb[1]);
+                        mma16816<IO>(t + 8 * np + 4, a, bb[2], bb[3]);
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < NA; ++e) dva[e] += dvb[e];
+            }
+            if (kLate) {
+                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+                cp_async_commit();
+                flush_h(c, sH);
+            }
         }
         /* decay, then dH += scale * QD (scale after the accumulation, as fla) */
         {
@@ -631,18 +636,18 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 
         /* dH -= w^T dv2 */
         if constexpr (WG) {
-        wg_fence();
-        wg_kt_v<IO, -1, MT, NA, Tr::kColBlock, 128, UV * 16>(acc, dMN0, st + Tr::kOffW, dV0, st + Tr::kOffDv, true);
-        wg_commit();
-        if (kWgLateLoad) {
-            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-            cp_async_commit();
-        }
-        store_dv2(c, st);
-        wg_wait<0>();
+            wg_fence();
+            wg_kt_v<IO, -1, MT, NA, Tr::kColBlock, 128, UV * 16>(acc, dMN0, st + Tr::kOffW, dV0, st + Tr::kOffDv, true);
+            wg_commit();
+            if (kWgLateLoad) {
+                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+                cp_async_commit();
+            }
+            store_dv2(c, st);
+            wg_wait<0>();
         } else {
-        gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
-        if (kLate) store_dv2(c, st);
+            gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
+            if (kLate) store_dv2(c, st);
         }
         if (c > 0) write_h(c - 1, sH);
         s = s == NS - 1 ? 0 : s + 1;
@@ -656,8 +661,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 #pragma unroll
             for (int n = 0; n < NB; ++n) {
                 const int d = drow(mt) + gq, v = 8 * n + 2 * tq;
-                *reinterpret_cast<float2 *>(dst + (size_t)d * V + v) = make_float2(acc[mt][4 * n], acc[mt][4 * n + 1]);
-                *reinterpret_cast<float2 *>(dst + (size_t)(d + 8) * V + v) = make_float2(acc[mt][4 * n + 2], acc[mt][4 * n + 3]);
+                *reinterpret_cast<float2 *>(dst + (size_t)d * V + v) =
+                    make_float2(acc[mt][4 * n], acc[mt][4 * n + 1]);
+                *reinterpret_cast<float2 *>(dst + (size_t)(d + 8) * V + v) =
+                    make_float2(acc[mt][4 * n + 2], acc[mt][4 * n + 3]);
             }
     }
 }
