@@ -249,10 +249,31 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+/* generic-proxy shared writes (cp.async, stmatrix) made visible to wgmma */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#else
+/* other targets never take the wgmma path (BwdDhuTraits::kWG is false there) */
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void wg_commit() {}
+template <int N> __device__ __forceinline__ void wg_wait() {}
+__device__ __forceinline__ void fence_async_smem() {}
+template <int SA, int TA, typename IO, int R>
+__device__ __forceinline__ void wgmma(IO, float (&)[R], unsigned long long, unsigned long long, int) {}
+#endif
+
+/* wgmma matrix descriptors: the fields other than the start address (leading
+ * and stride byte offsets, swizzle mode), and that with a start address */
+__device__ __forceinline__ unsigned long long desc(unsigned lbo, unsigned sbo, unsigned swz) {
+    return ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) |
+           ((unsigned long long)swz << 62);
+}
+__device__ __forceinline__ unsigned long long desc_at(unsigned long long d, unsigned addr) {
+    return d | ((addr & 0x3FFFFu) >> 4);
+}
 /* C[mt] = (acc ? C[mt] : 0) + SA * T^T . U over one chunk (64 rows i) by wgmma:
  * T a K-side tile (qg or w) read MN-major, 64-row block mt from column block
  * mt; U a V-side tile (do or dv2) read N-major; dT / dU their descriptors
- * without the start address, rowT / rowU the bytes of one row. */
+ * without the start address, ROWT / ROWU the bytes of one row. */
 template <typename IO, int SA, int MT, int R, unsigned COLB, unsigned ROWT, unsigned ROWU>
 __device__ __forceinline__ void wg_kt_v(float (&c)[MT][R], unsigned long long dT, unsigned tT, unsigned long long dU,
                                         unsigned tU, bool acc) {
@@ -260,29 +281,9 @@ __device__ __forceinline__ void wg_kt_v(float (&c)[MT][R], unsigned long long dT
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int ki = 0; ki < KDART_CHUNK / 16; ++ki)
-            wgmma<SA, 1>(IO{}, c[mt], dT | (((tT + mt * COLB + ki * 16 * ROWT) & 0x3FFFFu) >> 4),
-                         dU | (((tU + ki * 16 * ROWU) & 0x3FFFFu) >> 4), acc || ki > 0);
+            wgmma<SA, 1>(IO{}, c[mt], desc_at(dT, tT + mt * COLB + ki * 16 * ROWT), desc_at(dU, tU + ki * 16 * ROWU),
+                         acc || ki > 0);
 }
-/* generic-proxy shared writes (cp.async, stmatrix) made visible to wgmma */
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-/* matrix descriptor: start address, leading / stride byte offsets, swizzle mode */
-__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, unsigned sbo, unsigned swz) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)swz << 62);
-}
-#else
-/* other targets never take the wgmma path (BwdDhuTraits::kWG is false there) */
-__device__ __forceinline__ void wg_fence() {}
-__device__ __forceinline__ void wg_commit() {}
-template <int N> __device__ __forceinline__ void wg_wait() {}
-__device__ __forceinline__ void fence_async_smem() {}
-__device__ __forceinline__ unsigned long long desc(unsigned, unsigned, unsigned, unsigned) { return 0; }
-template <typename IO, int SA, int MT, int R, unsigned COLB, unsigned ROWT, unsigned ROWU>
-__device__ __forceinline__ void wg_kt_v(float (&)[MT][R], unsigned long long, unsigned, unsigned long long, unsigned,
-                                        bool) {}
-template <int SA, int TA, typename IO, int R>
-__device__ __forceinline__ void wgmma(IO, float (&)[R], unsigned long long, unsigned long long, int) {}
-#endif
 
 template <typename IO>
 __device__ __forceinline__ float lo_f(unsigned x) { IO h; h.bits = (unsigned short)(x & 0xffffu); return to_float(h); }
@@ -465,9 +466,8 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
      * groups 1024 apart); V-side tiles N-major in their own mode, 8-row groups
      * 8 rows apart.  Only the start address changes from use to use. */
     constexpr unsigned VROW8 = 8u * UV * 16u;
-    const unsigned long long dK0 = desc(0, 16, 1024, 1), dMN0 = desc(0, Tr::kColBlock, 1024, 1);
-    const unsigned long long dV0 = desc(0, Tr::kTileV, VROW8, Tr::kSwzV);
-    auto dsc = [](unsigned long long d0, unsigned addr) { return d0 | (unsigned long long)((addr & 0x3FFFFu) >> 4); };
+    const unsigned long long dK0 = desc(16, 1024, 1), dMN0 = desc(Tr::kColBlock, 1024, 1);
+    const unsigned long long dV0 = desc(Tr::kTileV, VROW8, Tr::kSwzV);
 
     const size_t ckStep = (size_t)HV * K * V;     /* one chunk of dh for fixed (b, hv) */
     IO *dhbase = static_cast<IO *>(p.dh) + ((size_t)b * NT * HV + hv) * K * V + v0;
@@ -527,6 +527,13 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     cp_async_commit();
     write_h(NT - 1, sbase + Tr::kOffH);
 
+    /* the copies of chunk c-(NS-1) into stage sl, as one commit group (an empty
+     * group at the tail keeps the count uniform); where in the chunk they are
+     * issued depends on the GEMM path and the tile (kLate, kWgLateLoad) */
+    auto load_next = [&](int c, int sl) {
+        if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+        cp_async_commit();
+    };
     int s = 0, sl = NS - 1;        /* stage of chunk c, stage that chunk c-(NS-1) goes to */
     for (int it = 0; it < NT; ++it) {
         const int c = NT - 1 - it;
@@ -536,10 +543,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         /* the shared base is re-read every chunk (see smem_u32_fresh) */
         const unsigned base = smem_u32_fresh(smem);
         const unsigned st = base + s * Tr::kStageBytes, sH = base + Tr::kOffH;
-        if (!WG && !kLate) {
-            if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-            cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
-        }
+        if (!WG && !kLate) load_next(c, sl);
 
         float qd[MT][NA];
         float dva[NA];
@@ -563,13 +567,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             wg_commit();
 #pragma unroll
             for (int kk = 0; kk < K / 16; ++kk)
-                wgmma<1, 0>(IO{}, dva, dsc(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
-                            dsc(dV0, sH + kk * 2 * VROW8), 1);
+                wgmma<1, 0>(IO{}, dva, desc_at(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
+                            desc_at(dV0, sH + kk * 2 * VROW8), 1);
             wg_commit();
-            if (!kWgLateLoad) {
-                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-                cp_async_commit();     /* (an empty group at the tail keeps the count uniform) */
-            }
+            if (!kWgLateLoad) load_next(c, sl);
             flush_h(c, sH);
             wg_wait<1>();              /* QD done */
         } else {
@@ -600,8 +601,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                 for (int e = 0; e < NA; ++e) dva[e] += dvb[e];
             }
             if (kLate) {
-                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-                cp_async_commit();
+                load_next(c, sl);
                 flush_h(c, sH);
             }
         }
@@ -639,10 +639,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             wg_fence();
             wg_kt_v<IO, -1, MT, NA, Tr::kColBlock, 128, UV * 16>(acc, dMN0, st + Tr::kOffW, dV0, st + Tr::kOffDv, true);
             wg_commit();
-            if (kWgLateLoad) {
-                if (c >= NS - 1) load_stage(c - (NS - 1), sl);
-                cp_async_commit();
-            }
+            if (kWgLateLoad) load_next(c, sl);
             store_dv2(c, st);
             wg_wait<0>();
         } else {

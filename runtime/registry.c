@@ -71,10 +71,13 @@ int kdart__dhu_bv_index(int bv) {
  * runs, and the launch takes ceil(CTAs / SMs) of those times (every tile
  * width runs one CTA per SM at K = 128; at K = 64 two fit, but the pair
  * shares the SM, so it is not counted as free).  The relative per-chunk
- * times below were measured on the H200 (docs/perf.md, "bwd_dhu v2"): at
- * K = 128 a 64-column scan takes 2.15 us per chunk, 32 columns 1.35 us, 16
- * columns 1.01 us.  The narrower tile wins only when its extra waves are paid
- * for; ties go to the wider tile, which moves fewer K-side bytes. */
+ * times below were measured on the H200 with the ldmatrix kernel (docs/perf.md,
+ * "bwd_dhu v2": at K = 128 a 64-column scan took 2.15 us per chunk, 32 columns
+ * 1.35 us, 16 columns 1.01 us); with the wgmma kernel (v4) they still pick the
+ * measured-best tile on every row of the table (docs/runs/2026-11-29-s5-
+ * experiments.txt, runs 2 and 5).  The narrower tile wins only when its extra
+ * waves are paid for; ties go to the wider tile, which moves fewer K-side
+ * bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
     /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
