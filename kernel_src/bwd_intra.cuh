@@ -33,9 +33,13 @@
  * Per pass:
  *   phase A  the pass's columns of q, k (io dtype), g are copied into shared
  *            memory with 16-byte cp.async.cg (L1 bypassed, no register
- *            staging).  A later pass's q, k and g were already issued during
- *            the previous pass's phase D, so its phase A only waits.  Phase A
- *            also prefetches the next pass's g into L2.
+ *            staging), like the dA blocks in thread maps with compile-time
+ *            steps: one base address per thread and array, a fixed offset
+ *            per step (generic v += NTH loops cost 600 instructions per warp
+ *            before the CTA's last load went out; 4% at K = 64).  A later
+ *            pass's q, k and g were already issued during the previous pass's
+ *            phase D, so its phase A only waits.  Phase A also prefetches the
+ *            next pass's g into L2.
  *            First pass only: the off-diagonal blocks of dAqk/dAkk, which are
  *            only ever phase B's mma A operands, are rounded to tf32 once (to
  *            nearest even on sm_90+, a single F2FP instruction), in place, by
@@ -82,7 +86,10 @@
  *   phase D  streaming, in a map made for coalescing rather than for phase C:
  *            thread t owns rows 16j + t/16 (j = 0..3) and pass columns
  *            4(t%16)..4(t%16)+3.  All its 16-byte loads of dq_in, dk_in (and
- *            dg_in) are issued before any use; the slots are added with
+ *            dg_in) are issued before any use; a one-pass CTA (K = 64) issues
+ *            them at the end of phase C, before the barrier, so that waiting
+ *            for the other warps overlaps their latency (3%; at K = 128 the
+ *            same move measured 1% slower); the slots are added with
  *            16-byte shared loads and the results written with 16-byte
  *            st.global.cs.v4.f32 (EMIT_IO: dq, dk as 8-byte stores of four io
  *            values).  The next pass's q, k cp.async copies start right after
@@ -235,8 +242,6 @@ __device__ __forceinline__ float4 ldg4(const float *g) { return __ldg(reinterpre
 __device__ __forceinline__ void cp16s(unsigned s, const void *gsrc) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
 }
-/* the same, to a generic pointer into shared memory */
-__device__ __forceinline__ void cp16(void *sdst, const void *gsrc) { cp16s(smem_u32(sdst), gsrc); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 } /* namespace intra */
@@ -313,18 +318,26 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     {
         long long rowQ0, rowV0;
         row0(rowQ0, rowV0);
+        /* thread map with compile-time steps: thread (rr = tid/16, cq = tid%16) copies
+         * the 16-byte chunk cq of row 16j + rr of each block j.  Written out, the loop
+         * keeps one base address per matrix; a loop over v = tid, tid + NTH, ...
+         * (trip count unknown to the compiler) cost 3-4 times the instructions, on
+         * the path to the first load of every CTA. */
+        static_assert(NTH == 256, "dA loader: 16 rows x 16 chunks per step");
+        const int rr = tid >> 4, cq = tid & 15;
+        const long long go = rowV0 * 64 + rr * strideA + cq * 4;
+        const unsigned sq = kdart::smem_u32(sAqk + rr * DAP + cq * 4);
+        const unsigned sk = kdart::smem_u32(sAkk + rr * DAP + cq * 4);
 #pragma unroll
-        for (int v = tid; v < 64 * 16; v += NTH) {
-            const int r = v >> 4, c = (v & 15) * 4;
-            /* columns right of row r's diagonal block are never used: not loaded
-             * (the 16x16 diagonal block itself is loaded whole; its upper part
-             * is never used either) */
-            if (c >= 16 * ((r >> 4) + 1)) continue;
-            const long long go = rowV0 * 64 + r * strideA + c;
-            const int so = (r < 16 ? (r + 16) * DAP + 48 : (r - 16) * DAP) + c;
+        for (int j = 0; j < 4; ++j) {
+            /* columns right of block j's diagonal block are never used: not loaded
+             * (the 16x16 diagonal block itself is loaded whole; its upper part is
+             * never used either) */
+            if (cq >= 4 * (j + 1)) continue;
+            const int so = j == 0 ? 16 * DAP + 48 : 16 * (j - 1) * DAP; /* see daoff */
             /* asynchronous: the first pass's phase A waits for these with its own */
-            cp16(sAqk + so, p.dAqk + go);
-            cp16(sAkk + so, p.dAkk + go);
+            cp16s(sq + so * 4, p.dAqk + go + j * 16 * strideA);
+            cp16s(sk + so * 4, p.dAkk + go + j * 16 * strideA);
         }
         if (tid == 0) {
             sRow[0] = rowQ0;
@@ -353,21 +366,29 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             /* a later pass's q, k were issued during the previous pass's phase D
              * (the test is spelled as in the measured build: "pass == 0" makes
              * NVVM emit a different, if equivalent, predicate and branch) */
-            if (!(pass > 0))
+            /* (compile-time steps of NTH / VPR rows, as in the dA loader) */
+            static_assert(NTH % VPR == 0 && (64 * VPR) % NTH == 0, "phase A q/k map");
+            if (!(pass > 0)) {
+                const int r0 = tid / VPR, c = (tid % VPR) * 8;
+                const long long go = rowQ0 * K + r0 * strideQ + c0 + c;
+                const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
+                const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
 #pragma unroll
-            for (int v = tid; v < 64 * VPR; v += NTH) {
-                const int r = v / VPR, c = (v - r * VPR) * 8;
-                const long long go = rowQ0 * K + r * strideQ + c0 + c;
-                cp16(sQ + r * KP + c, gq + go);
-                cp16(sK + r * KP + c, gk + go);
+                for (int j = 0; j < 64 * VPR / NTH; ++j) {
+                    cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
+                    cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
+                }
             }
             constexpr int FPR = KH / 4;
+            static_assert(NTH % FPR == 0 && (64 * FPR) % NTH == 0, "phase A g map");
             /* (a later pass's g was issued at the end of the previous phase D) */
-            if (!(pass > 0))
+            if (!(pass > 0)) {
+                const int r0 = tid / FPR, c = (tid % FPR) * 4;
+                const float *ag = p.g + rowV0 * K + r0 * strideV + c0 + c;
+                const unsigned so = kdart::smem_u32(sG + r0 * KP + c);
 #pragma unroll
-            for (int v = tid; v < 64 * FPR; v += NTH) {
-                const int r = v / FPR, c = (v - r * FPR) * 4;
-                cp16(sG + r * KP + c, p.g + rowV0 * K + r * strideV + c0 + c);
+                for (int j = 0; j < 64 * FPR / NTH; ++j)
+                    cp16s(so + j * (NTH / FPR) * KP * 4, ag + j * (NTH / FPR) * strideV);
             }
             /* and the next pass's g (its phase A copies it after this pass's phase D) */
             if (pass + 1 < Tr::kPasses && tid < 128)
@@ -380,12 +401,12 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                  * they are instead of converting the same values again.  Each thread
                  * rounds the chunks it copied itself (its own cp.async results are
                  * visible to it after the wait), so the barrier below publishes them. */
+                const int rr = tid >> 4, cq = tid & 15; /* the dA loader's map */
 #pragma unroll
-                for (int v = tid; v < 64 * 16; v += NTH) {
-                    const int r = v >> 4, c = (v & 15) * 4;
-                    if (r >= 16 && c < 16 * (r >> 4)) {
-                        float4 *pq = reinterpret_cast<float4 *>(sAqk + (r - 16) * DAP + c);
-                        float4 *pk = reinterpret_cast<float4 *>(sAkk + (r - 16) * DAP + c);
+                for (int j = 1; j < 4; ++j) {
+                    if (cq < 4 * j) { /* off-diagonal chunks of block j's rows */
+                        float4 *pq = reinterpret_cast<float4 *>(sAqk + (16 * (j - 1) + rr) * DAP + 4 * cq);
+                        float4 *pk = reinterpret_cast<float4 *>(sAkk + (16 * (j - 1) + rr) * DAP + 4 * cq);
                         float4 x = *pq, y = *pk;
                         x.x = __uint_as_float(to_tf32(x.x)); x.y = __uint_as_float(to_tf32(x.y));
                         x.z = __uint_as_float(to_tf32(x.z)); x.w = __uint_as_float(to_tf32(x.w));
@@ -408,10 +429,25 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             {
                 long long rowQ0, rowV0;
                 row0s(rowQ0, rowV0);
-                for (int v = tid; v < 64 * 2 * 3; v += NTH) {
-                    const int arr = v >> 7, w = v & 127;
-                    const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32));
+                /* 384 lines: line v is (array v / 128, row v % 128 / 2, half v % 2).
+                 * The two spellings issue the same lines; they differ in what ptxas
+                 * makes of them (SASS read in session 6).  At K = 128 the written-out
+                 * form (v = tid, and v = tid + 256 for tid < 128) stays at the start
+                 * of phase B and ptxas peels the pass loop: 2% faster than the loop.
+                 * At K = 64 ptxas sinks that form to the end of phase B, 2% slower
+                 * than the loop, which stays at the start. */
+                static_assert(NTH == 256, "phase B prefetch map");
+                if constexpr (Tr::kPasses == 1) {
+                    for (int v = tid; v < 64 * 2 * 3; v += NTH) {
+                        const int arr = v >> 7, w = v & 127;
+                        const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
+                        const float *a = base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32;
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+                    }
+                } else {
+                    const long long o = rowV0 * K + (tid & 127) / 2 * strideV + c0 + (tid & 1) * 32;
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"((tid < 128 ? p.dq_in : p.dk_in) + o));
+                    if (tid < 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dg_in + o));
                 }
             }
             /* pull the next pass's q, k, g lines into L2 (its phase A reads them) */
@@ -538,6 +574,8 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
         }
         __syncthreads();
 
+        /* phase D's incoming grads; one-pass CTAs load them at the end of phase C */
+        float4 xq[4], xk[4], xg[4];
         /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
         {
             const int tid = vtid();
@@ -636,6 +674,19 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 const int rowi = ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
                 if (!(lane & 1)) sDbp[(R0 + rowi) * NDB + pass * Tr::kWPB + (d >> 5)] = pdv[0];
             }
+            if constexpr (Tr::kPasses == 1) {
+                /* phase D's loads (its thread map), issued before the barrier: the
+                 * phase C registers are free again, and the wait for the other warps
+                 * overlaps their latency */
+                const long long gb = rowV0 * K + (long long)(tid >> 4) * strideV + c0 + (tid & 15) * 4;
+                const long long s16 = 16 * strideV;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    xq[j] = ldg4(p.dq_in + gb + j * s16);
+                    xk[j] = ldg4(p.dk_in + gb + j * s16);
+                    if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
+                }
+            }
         }
         __syncthreads();
 
@@ -666,7 +717,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 for (int s = 0; s < 16; ++s) ng[s] = __ldg(p.dg_in + o + s * strideV);
             }
             /* every load of the thread is issued before any use */
-            float4 xq[4], xk[4], xg[4];
+            if constexpr (Tr::kPasses > 1)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 xq[j] = ldg4(p.dq_in + gb + j * s16);
@@ -678,13 +729,15 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             if (pass + 1 < Tr::kPasses) {
                 const unsigned short *gq = static_cast<const unsigned short *>(p.q);
                 const unsigned short *gk = static_cast<const unsigned short *>(p.k);
-                constexpr int VPR = KH / 8;
+                constexpr int VPR = KH / 8; /* phase A's map */
+                const int r0 = tid / VPR, c = (tid % VPR) * 8;
+                const long long go = rowQ0 * K + r0 * strideQ + (c0 + KH) + c;
+                const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
+                const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
 #pragma unroll
-                for (int v = tid; v < 64 * VPR; v += NTH) {
-                    const int r = v / VPR, c = (v - r * VPR) * 8;
-                    const long long go = rowQ0 * K + r * strideQ + (c0 + KH) + c;
-                    cp16(sQ + r * KP + c, gq + go);
-                    cp16(sK + r * KP + c, gk + go);
+                for (int j = 0; j < 64 * VPR / NTH; ++j) {
+                    cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
+                    cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
                 }
             }
             if (FOLD_DG) {
