@@ -313,6 +313,24 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     const long long strideQ = (long long)H * K; /* elements between tokens */
     const long long strideV = (long long)HV * K;
     const long long strideA = (long long)HV * 64;
+    /* q, k columns cn..cn+KH-1 -> sQ, sK (phase A of the first pass; phase D for the
+     * next pass): thread t copies 16-byte chunk t % VPR of rows t / VPR + j NTH / VPR,
+     * compile-time steps from one base address each, as in the dA loader */
+    constexpr int VPR = KH / 8; /* 8 io elements per 16 bytes */
+    static_assert(NTH % VPR == 0 && (64 * VPR) % NTH == 0, "q/k copy map");
+    auto copy_qk = [&](int t, long long rowQ0, long long strideQ, int cn) {
+        const unsigned short *gq = static_cast<const unsigned short *>(p.q);
+        const unsigned short *gk = static_cast<const unsigned short *>(p.k);
+        const int r0 = t / VPR, c = (t % VPR) * 8;
+        const long long go = rowQ0 * K + r0 * strideQ + cn + c;
+        const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
+        const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
+#pragma unroll
+        for (int j = 0; j < 64 * VPR / NTH; ++j) {
+            cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
+            cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
+        }
+    };
 
     /* ---------------- dAqk, dAkk (lower blocks only, compact) and beta: once ---------------- */
     {
@@ -360,25 +378,10 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             long long rowQ0, rowV0;
             row0(rowQ0, rowV0);
             const int tid = vtid();
-            const unsigned short *gq = static_cast<const unsigned short *>(p.q);
-            const unsigned short *gk = static_cast<const unsigned short *>(p.k);
-            constexpr int VPR = KH / 8; /* 8 io elements per 16 bytes */
             /* a later pass's q, k were issued during the previous pass's phase D
              * (the test is spelled as in the measured build: "pass == 0" makes
              * NVVM emit a different, if equivalent, predicate and branch) */
-            /* (compile-time steps of NTH / VPR rows, as in the dA loader) */
-            static_assert(NTH % VPR == 0 && (64 * VPR) % NTH == 0, "phase A q/k map");
-            if (!(pass > 0)) {
-                const int r0 = tid / VPR, c = (tid % VPR) * 8;
-                const long long go = rowQ0 * K + r0 * strideQ + c0 + c;
-                const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
-                const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
-#pragma unroll
-                for (int j = 0; j < 64 * VPR / NTH; ++j) {
-                    cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
-                    cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
-                }
-            }
+            if (!(pass > 0)) copy_qk(tid, rowQ0, strideQ, c0);
             constexpr int FPR = KH / 4;
             static_assert(NTH % FPR == 0 && (64 * FPR) % NTH == 0, "phase A g map");
             /* (a later pass's g was issued at the end of the previous phase D) */
@@ -576,6 +579,14 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
 
         /* phase D's incoming grads; one-pass CTAs load them at the end of phase C */
         float4 xq[4], xk[4], xg[4];
+        auto load_in = [&](long long gb, long long s16) { /* in phase D's thread map */
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                xq[j] = ldg4(p.dq_in + gb + j * s16);
+                xk[j] = ldg4(p.dk_in + gb + j * s16);
+                if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
+            }
+        };
         /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
         {
             const int tid = vtid();
@@ -678,14 +689,10 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 /* phase D's loads (its thread map), issued before the barrier: the
                  * phase C registers are free again, and the wait for the other warps
                  * overlaps their latency */
+                /* (phase D's gb, written out: through a shared lambda ptxas schedules
+                 * the K = 64 kernel differently) */
                 const long long gb = rowV0 * K + (long long)(tid >> 4) * strideV + c0 + (tid & 15) * 4;
-                const long long s16 = 16 * strideV;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    xq[j] = ldg4(p.dq_in + gb + j * s16);
-                    xk[j] = ldg4(p.dk_in + gb + j * s16);
-                    if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
-                }
+                load_in(gb, 16 * strideV);
             }
         }
         __syncthreads();
@@ -717,29 +724,10 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 for (int s = 0; s < 16; ++s) ng[s] = __ldg(p.dg_in + o + s * strideV);
             }
             /* every load of the thread is issued before any use */
-            if constexpr (Tr::kPasses > 1)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                xq[j] = ldg4(p.dq_in + gb + j * s16);
-                xk[j] = ldg4(p.dk_in + gb + j * s16);
-                if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
-            }
+            if constexpr (Tr::kPasses > 1) load_in(gb, s16);
             /* sQ/sK are free since the barrier after phase C (phase D does not read
              * them): start the next pass's q, k copies now; its phase A waits for them */
-            if (pass + 1 < Tr::kPasses) {
-                const unsigned short *gq = static_cast<const unsigned short *>(p.q);
-                const unsigned short *gk = static_cast<const unsigned short *>(p.k);
-                constexpr int VPR = KH / 8; /* phase A's map */
-                const int r0 = tid / VPR, c = (tid % VPR) * 8;
-                const long long go = rowQ0 * K + r0 * strideQ + (c0 + KH) + c;
-                const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
-                const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
-#pragma unroll
-                for (int j = 0; j < 64 * VPR / NTH; ++j) {
-                    cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
-                    cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
-                }
-            }
+            if (pass + 1 < Tr::kPasses) copy_qk(tid, rowQ0, strideQ, c0 + KH);
             if (FOLD_DG) {
                 float *slot = (i < 3) ? (sXc + 16 * i * KP + d) : (sXq + 32 * KP + d);
                 float acc = 0.f;

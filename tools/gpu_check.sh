@@ -19,8 +19,9 @@ for tool in memcheck racecheck; do
   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.txt")"
 done
 timeout 200 "$b/kdart" bench > "$out/bench.txt" 2>&1; echo "bench rc=$?"
-for k in $("$b/kdart" ls | awk 'NR>1 && $2!="chunk_rcumsum" && $4=="sm_90a" {print $1}'); do
-  echo "$k $("$b/kdart" ls | awk -v k=$k '$1==k {print $2, $3}') HMMA=$("$b/kdart" sass $k | grep -c HMMA) HGMMA=$("$b/kdart" sass $k | grep -c HGMMA) LDL/STL=$("$b/kdart" sass $k | grep -cE '(LDL|STL)[. ]') $("$b/kdart" show $k | grep -E '^ *(registers|spill_store_bytes)' | tr -s ' \n' ' ')"
+"$b/kdart" ls | awk 'NR>1 && $2!="chunk_rcumsum" && $4=="sm_90a" {print $1, $2, $3}' | while read -r k name spec; do
+  sass=$("$b/kdart" sass $k)
+  echo "$k $name $spec HMMA=$(grep -c HMMA <<<"$sass") HGMMA=$(grep -c HGMMA <<<"$sass") LDL/STL=$(grep -cE '(LDL|STL)[. ]' <<<"$sass") $("$b/kdart" show $k | grep -E '^ *(registers|spill_store_bytes)' | tr -s ' \n' ' ')"
 done > "$out/sass.txt" 2>&1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
