@@ -1,0 +1,91 @@
+"""The ctypes layer against libkdart.so: no torch, no GPU."""
+import os
+
+import pytest
+
+import kdart
+from kdart import _lib
+
+
+def test_version():
+    v = kdart.version()
+    assert v.count(".") == 2 and all(p.isdigit() for p in v.split("."))
+
+
+def test_kernels():
+    ks = kdart.kernels()
+    assert "bwd_intra" in ks and "bwd_dhu" in ks
+    assert "fold_dg" in ks["bwd_intra"]
+
+
+def test_open_info(cpu_runtime, tmp_path):
+    info = cpu_runtime.info()
+    assert info["cache_path"].startswith(str(tmp_path))
+    assert info["cache_writable"] and not info["cuda_available"]
+    assert info["nvrtc"].startswith("13.") and info["nvjitlink"].startswith("13.")
+    assert os.path.isdir(info["kernel_dir"])
+
+
+def test_prepare_and_list(cpu_runtime):
+    spec = "io=bf16,fold_dg=1,emit_bf16=0,K=64"
+    p = cpu_runtime.prepare("bwd_intra", spec, "sm_100a")
+    assert p["source"] == "compiled" and len(p["key"]) == 64 and not p["loaded"]
+    again = cpu_runtime.prepare("bwd_intra", spec, "sm_100a")
+    assert again["key"] == p["key"] and again["source"] in ("memory", "cache")
+    entries = cpu_runtime.cache_list()
+    assert [(e["kernel"], e["spec"], e["arch"], e["failed"]) for e in entries] == [
+        ("bwd_intra", spec, "sm_100a", False)]
+    assert "registers=" in entries[0]["report"]
+
+
+@pytest.mark.parametrize("kernel,spec,name", [
+    ("no_such_kernel", "", "EKERNEL"),
+    ("bwd_intra", "io=int8", "ESPEC"),
+    ("bwd_intra", "K=96", "ESPEC"),
+])
+def test_bad_kernel_or_spec_is_value_error(cpu_runtime, kernel, spec, name):
+    with pytest.raises(ValueError) as ei:
+        cpu_runtime.prepare(kernel, spec, "sm_100a")
+    e = ei.value
+    assert isinstance(e, kdart.KdartError) and isinstance(e, kdart.KdartValueError)
+    assert e.name == name and e.status < 0
+    assert str(e).startswith(name + ":") and len(str(e)) > len(name) + 5  # kdart_last_error's message
+
+
+def test_bad_arch_is_value_error(cpu_runtime):
+    with pytest.raises(ValueError, match="EARCH"):
+        cpu_runtime.prepare("bwd_intra", "", "sm_banana")
+
+
+def test_runtime_error_mapping():
+    e = _lib.error_for(-5, "ECOMPILE: boom")
+    assert isinstance(e, RuntimeError) and not isinstance(e, ValueError) and e.name == "ECOMPILE"
+    e = _lib.error_for(-20, "")
+    assert isinstance(e, ValueError) and e.name == "ESHAPE" and "ESHAPE" in str(e)
+
+
+def test_process_runtime_is_shared(monkeypatch, tmp_path):
+    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
+    monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
+    import threading
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(kdart.runtime())) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(got) == 4 and all(r is got[0] for r in got)
+
+
+def test_cuda_lib_dirs_order(monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", "/opt/cuda-x")
+    d = _lib.cuda_lib_dirs()
+    assert d.index("/opt/cuda-x/lib64") < d.index("/usr/local/cuda/lib64")
+    assert any(p.endswith("nvidia/cu13/lib") for p in d[:d.index("/opt/cuda-x/lib64")])
+
+
+def test_missing_library_message(monkeypatch, tmp_path):
+    monkeypatch.setattr(_lib, "_loaded", None)
+    monkeypatch.setenv("KDART_LIBRARY", str(tmp_path / "libkdart.so"))
+    with pytest.raises(RuntimeError, match="cannot load"):
+        _lib.load()

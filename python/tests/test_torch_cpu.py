@@ -1,0 +1,143 @@
+"""kdart.torch without a GPU: argument checks, fake implementations on meta tensors, opcheck."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import kdart.torch as kt  # noqa: E402
+
+BF, F32 = torch.bfloat16, torch.float32
+
+
+def intra_args(B=1, T=128, H=2, HV=4, K=64, io=BF, device="cpu"):
+    r = lambda *s, dt=F32: torch.randn(*s, device=device).to(dt)  # noqa: E731
+    return [r(B, T, H, K, dt=io), r(B, T, H, K, dt=io), r(B, T, HV, K), r(B, T, HV, dt=io),
+            r(B, T, HV, 64), r(B, T, HV, 64), r(B, T, HV, K), r(B, T, HV, K), r(B, T, HV), r(B, T, HV, K)]
+
+
+def dhu_args(B=1, T=128, HV=4, K=64, V=128, io=BF, device="cpu", h0=True, dht=True):
+    r = lambda *s, dt=F32: torch.randn(*s, device=device).to(dt)  # noqa: E731
+    a = [r(B, T, HV, K, dt=io), r(B, T, HV, K, dt=io), r(B, T, HV, K, dt=io), r(B, T, HV, V, dt=io),
+         r(B, T, HV, V, dt=io), r(B, T, HV, K)]
+    return a, (r(B, HV, K, V) if h0 else None), (r(B, HV, K, V) if dht else None)
+
+
+@pytest.fixture(autouse=True)
+def _no_cuda(monkeypatch, tmp_path):
+    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
+    monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
+
+
+@pytest.mark.parametrize("which,bad", [(2, F32), (0, torch.float32), (3, F32), (4, BF)])
+def test_intra_wrong_dtype(which, bad):
+    a = intra_args()
+    a[which] = a[which].to(bad if a[which].dtype != bad else torch.float16)
+    before = [t.clone() for t in a]
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_intra(*a)
+    assert all(torch.equal(x, y) for x, y in zip(a, before))  # nothing written
+
+
+@pytest.mark.parametrize("which,shape", [(4, (1, 128, 4, 32)), (8, (1, 128, 3)), (1, (1, 128, 2, 128))])
+def test_intra_wrong_shape(which, shape):
+    a = intra_args()
+    a[which] = torch.zeros(shape, dtype=a[which].dtype)
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_intra(*a)
+
+
+def test_intra_unsupported():
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+        kt.bwd_intra(*intra_args(T=100))
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+        kt.bwd_intra(*intra_args(K=96))
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+        kt.bwd_intra(*intra_args(), emit_bf16=True)  # HV != H
+
+
+def test_intra_cpu_tensors_refused_by_kdart():
+    """Right shapes and dtypes on the CPU: kdart's own checks refuse them (EDEVICE), nothing written."""
+    a = intra_args()
+    before = [t.clone() for t in a]
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_intra(*a)
+    assert all(torch.equal(x, y) for x, y in zip(a, before))
+
+
+def test_noncontiguous_refused():
+    a = intra_args()
+    a[6] = torch.randn(1, 128, 64, 4).transpose(2, 3)  # the right shape, not contiguous
+    with pytest.raises(ValueError, match="ESTRIDE"):
+        kt.bwd_intra(*a)
+
+
+def test_dhu_checks():
+    a, h0, dht = dhu_args()
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+        kt.bwd_dhu(*dhu_args(V=96)[0])
+    bad = list(a)
+    bad[5] = bad[5].to(BF)
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_dhu(*bad, h0=h0, dht=dht)
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_dhu(*a, h0=h0[:, :2], dht=dht)
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_dhu(*a, h0=h0, dht=dht)
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+@pytest.mark.parametrize("fold,emit", [(False, False), (True, False), (True, True)])
+def test_intra_fake_shapes(io, fold, emit):
+    H = 4 if emit else 2
+    a = [t.to("meta") for t in intra_args(B=2, T=192, H=H, HV=4, K=128, io=io)]
+    dq, dk, db, dg = torch.ops.kdart.bwd_intra(*a, fold, emit)
+    odt = io if emit else F32
+    assert (dq.shape, dq.dtype, dk.shape, dk.dtype) == ((2, 192, 4, 128), odt, (2, 192, 4, 128), odt)
+    assert (db.shape, db.dtype, dg.shape, dg.dtype) == ((2, 192, 4), F32, (2, 192, 4, 128), F32)
+    assert dq.device.type == "meta"
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+@pytest.mark.parametrize("with_h0", [True, False])
+def test_dhu_fake_shapes(io, with_h0):
+    a, h0, dht = dhu_args(B=2, T=256, HV=4, K=128, V=256, io=io, h0=with_h0)
+    a = [t.to("meta") for t in a]
+    h0 = h0.to("meta") if with_h0 else None
+    dh, dh0, dv2 = kt.bwd_dhu(*a, h0=h0, dht=dht.to("meta"), scale=0.1)
+    assert (dh.shape, dh.dtype) == ((2, 4, 4, 128, 256), io)
+    assert (dv2.shape, dv2.dtype) == ((2, 256, 4, 256), io)
+    if with_h0:
+        assert (dh0.shape, dh0.dtype) == ((2, 4, 128, 256), F32)
+    else:
+        assert dh0 is None
+
+
+def test_fake_checks_arguments():
+    a = [t.to("meta") for t in intra_args()]
+    a[5] = torch.empty(1, 128, 4, 32, device="meta")
+    with pytest.raises(ValueError, match="ESHAPE"):
+        torch.ops.kdart.bwd_intra(*a)
+
+
+def test_opcheck_meta():
+    """torch.library.opcheck on meta tensors (runs the fake implementations; no CUDA needed)."""
+    a = [t.to("meta") for t in intra_args()]
+    torch.library.opcheck(torch.ops.kdart.bwd_intra.default, (*a, True, False),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    d, h0, dht = dhu_args()
+    d = [t.to("meta") for t in d]
+    torch.library.opcheck(torch.ops.kdart.bwd_dhu.default, (*d, h0.to("meta"), dht.to("meta"), 0.125),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_compile_traces_on_meta():
+    """torch.compile(fullgraph=True) of a function calling both ops traces (fake tensors; meta device)."""
+    def f(a, d, h0, dht):
+        dq, dk, db, dg = kt.bwd_intra(*a, fold_dg=True)
+        dh, dh0, dv2 = kt.bwd_dhu(*d, h0=h0, dht=dht)
+        return dq.sum() + dh0.sum() + dv2.float().sum() + dg.sum()
+    a = [t.to("meta") for t in intra_args()]
+    d, h0, dht = dhu_args()
+    d = [t.to("meta") for t in d]
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(f, backend=cnt, fullgraph=True)(a, d, h0.to("meta"), dht.to("meta"))
+    assert out.device.type == "meta" and cnt.frame_count == 1
