@@ -1,0 +1,319 @@
+"""kdart.fla: fla's chunk_kda backward through kdart.
+
+    import kdart.fla
+    kdart.fla.enable()            # or: with kdart.fla.enabled(): ...
+    ...                           # chunk_kda(...).backward() as usual
+    kdart.fla.stats()             # calls served per stage, fallbacks per reason
+    kdart.fla.disable()
+
+enable() replaces, in the fla module whose chunk_kda_bwd calls them
+(fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra and
+chunk_gated_delta_rule_bwd_dhu by wrappers that run kdart for every call it
+takes and fla's own function for every call it refuses (decided in Python
+before calling: varlen / cu_seqlens, T % 64 != 0, K not in {64, 128},
+V % 64 != 0, chunk size != 64, state_v_first, a scalar gate g, use_graph,
+dtypes other than kdart's, non-CUDA or non-contiguous tensors; and any call
+where kdart raises ValueError).  Each new fallback reason is warned about
+once.  With fold_dg (the default) bwd_intra returns dg already
+reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
+reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
+that tensor (the name chunk_local_cumsum in the same module is wrapped; every
+other call goes to fla's function).  disable() puts fla's functions back.
+
+The wrappers are written for fla-core 0.6.0: enable() compares
+inspect.signature of every function it replaces (and of chunk_kda_bwd) with
+the one it was written for and refuses with RuntimeError when they differ.
+"""
+import contextlib
+import inspect
+import threading
+import warnings
+import weakref
+
+__all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
+
+MODULE = "fla.ops.kda.chunk_bwd"
+_INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
+
+# The parameters (name, default) of fla-core 0.6.0's functions.
+_E = inspect.Parameter.empty
+EXPECTED = {
+    _INTRA: (("q", _E), ("k", _E), ("g", _E), ("beta", _E), ("dAqk", _E), ("dAkk", _E), ("dq", _E), ("dk", _E),
+             ("db", _E), ("dg", _E), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
+             ("safe_gate", False), ("lower_bound", None), ("use_graph", False)),
+    _DHU: (("q", _E), ("k", _E), ("w", _E), ("do", _E), ("dv", _E), ("g", None), ("gk", None), ("h0", None),
+           ("dht", None), ("scale", None), ("state_v_first", False), ("cu_seqlens", None), ("chunk_size", 64),
+           ("chunk_indices", None), ("chunk_offsets", None), ("use_graph", False)),
+    _CUMSUM: (("g", _E), ("chunk_size", _E), ("reverse", False), ("scale", None), ("cu_seqlens", None),
+              ("output_dtype", "torch.float32"), ("chunk_indices", None), ("use_graph", False), ("kwargs", _E)),
+    "chunk_kda_bwd": (("q", _E), ("k", _E), ("v", _E), ("beta", _E), ("Aqk", _E), ("Akk", _E), ("scale", _E),
+                      ("initial_state", _E), ("do", _E), ("dht", _E), ("g", None), ("g_org", None),
+                      ("state_v_first", False), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
+                      ("safe_gate", False), ("lower_bound", None), ("use_gate_in_kernel", False), ("A_log", None),
+                      ("dt_bias", None), ("disable_recompute", False), ("cp_context", None), ("use_graph", False),
+                      ("chunk_offsets", None), ("kwargs", _E)),
+}
+
+_lock = threading.RLock()
+_state = {"module": None, "orig": None, "fold": False}
+_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0}
+_fallbacks = {}
+_warned = set()
+_tls = threading.local()
+
+
+def _params(fn):
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        d = p.default
+        if d is not _E and d is not None and not isinstance(d, (bool, int, float, str)):
+            d = str(d)  # torch.float32
+        out.append((p.name, d))
+    return tuple(out)
+
+
+def _check_signatures(mod):
+    bad = []
+    for name, want in EXPECTED.items():
+        fn = getattr(mod, name, None)
+        if fn is None:
+            bad.append(f"{MODULE}.{name} is missing")
+            continue
+        have = _params(fn)
+        if have != want:
+            bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
+    bwd = getattr(mod, "chunk_kda_bwd", None)
+    if bwd is not None and not {_INTRA, _DHU, _CUMSUM} <= set(bwd.__code__.co_names):
+        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_INTRA}, {_DHU} and {_CUMSUM}")
+    if bad:
+        raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
+
+
+# --------------------------------------------------------------- counting
+
+def _count_served(stage):
+    with _lock:
+        _served[stage] += 1
+
+
+def _count_fallback(stage, reason):
+    key = f"{stage}: {reason}"
+    with _lock:
+        _fallbacks[key] = _fallbacks.get(key, 0) + 1
+        new = key not in _warned
+        _warned.add(key)
+    if new:
+        warnings.warn(f"kdart.fla: {stage} falls back to fla ({reason})", RuntimeWarning, stacklevel=3)
+
+
+def stats():
+    """{"served": {stage: calls}, "fallbacks": {"stage: reason": calls}, "enabled": bool, "fold_dg": bool}."""
+    with _lock:
+        return {"served": dict(_served), "fallbacks": dict(_fallbacks), "enabled": _state["module"] is not None,
+                "fold_dg": _state["fold"]}
+
+
+def reset_stats():
+    with _lock:
+        for k in _served:
+            _served[k] = 0
+        _fallbacks.clear()
+        _warned.clear()
+
+
+# ------------------------------------------------------- acceptance checks
+
+def _torch():
+    import torch
+    return torch
+
+
+def _io_reason(torch, q, others_io, others_f32):
+    if not q.is_cuda:
+        return "not a CUDA tensor"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"io dtype {q.dtype}"
+    for t in others_io:
+        if t.dtype != q.dtype:
+            return f"mixed io dtypes ({q.dtype}, {t.dtype})"
+    for t in others_f32:
+        if t is not None and t.dtype != torch.float32:
+            return f"{t.dtype} where kdart takes float32"
+    for t in (q,) + tuple(others_io) + tuple(others_f32):
+        if t is not None and not t.is_contiguous():
+            return "non-contiguous tensor"
+    return None
+
+
+def _shape_reason(T, K):
+    if T % 64:
+        return "T % 64 != 0"
+    if K not in (64, 128):
+        return f"head dim K={K}"
+    return None
+
+
+def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
+                  chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
+    """None when kdart takes this chunk_kda_bwd_intra call, else the reason it does not."""
+    if cu_seqlens is not None or chunk_indices is not None:
+        return "cu_seqlens (varlen)"
+    if chunk_size != 64:
+        return f"chunk_size={chunk_size}"
+    if use_graph:
+        return "use_graph"
+    if q.dim() != 4 or g.dim() != 4:
+        return "shape"
+    B, T, H, K = q.shape
+    r = _shape_reason(T, K)
+    if r:
+        return r
+    if g.shape[2] % H:
+        return "HV % H != 0"
+    return _io_reason(_torch(), q, (k, beta), (g, dAqk, dAkk, dq, dk, db, dg))
+
+
+def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
+                cu_seqlens=None, chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    """None when kdart takes this chunk_gated_delta_rule_bwd_dhu call, else the reason it does not."""
+    if cu_seqlens is not None or chunk_indices is not None or chunk_offsets is not None:
+        return "cu_seqlens (varlen)"
+    if state_v_first:
+        return "state_v_first"
+    if g is not None:
+        return "scalar gate g"
+    if gk is None:
+        return "no gk"
+    if chunk_size != 64:
+        return f"chunk_size={chunk_size}"
+    if use_graph:
+        return "use_graph"
+    if q.dim() != 4 or do.dim() != 4:
+        return "shape"
+    B, T, Hq, K = q.shape
+    r = _shape_reason(T, K)
+    if r:
+        return r
+    if Hq != do.shape[2]:
+        return "q/k heads != value heads"
+    if do.shape[3] % 64:
+        return f"V={do.shape[3]} (V % 64 != 0)"
+    return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
+
+
+# ------------------------------------------------------------- wrappers
+
+def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
+                   chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
+    orig = _state["orig"][_INTRA]
+    reason = intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices, chunk_size,
+                           safe_gate, lower_bound, use_graph)
+    if reason is None:
+        from . import torch as kt
+        fold = _state["fold"]
+        try:
+            out = kt.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=fold)
+        except ValueError as e:
+            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
+        else:
+            _count_served("bwd_intra")
+            if fold:
+                _tls.folded = weakref.ref(out[3])
+            return out
+    _count_fallback("bwd_intra", reason)
+    return orig(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                chunk_size=chunk_size, safe_gate=safe_gate, lower_bound=lower_bound, use_graph=use_graph)
+
+
+def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
+                 cu_seqlens=None, chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    orig = _state["orig"][_DHU]
+    reason = dhu_refusal(q, k, w, do, dv, g, gk, h0, dht, scale, state_v_first, cu_seqlens, chunk_size,
+                         chunk_indices, chunk_offsets, use_graph)
+    if reason is None:
+        from . import torch as kt
+        try:
+            out = kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale)
+        except ValueError as e:
+            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
+        else:
+            _count_served("bwd_dhu")
+            return out
+    _count_fallback("bwd_dhu", reason)
+    return orig(q, k, w, do, dv, g=g, gk=gk, h0=h0, dht=dht, scale=scale, state_v_first=state_v_first,
+                cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices,
+                chunk_offsets=chunk_offsets, use_graph=use_graph)
+
+
+_DEFAULT = object()
+
+
+def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=_DEFAULT,
+                    chunk_indices=None, use_graph=False, **kwargs):
+    ref = getattr(_tls, "folded", None)
+    if ref is not None:
+        _tls.folded = None
+        torch = _torch()
+        if (ref() is g and reverse and chunk_size == 64 and scale is None and cu_seqlens is None
+                and chunk_indices is None and not use_graph and not kwargs
+                and (output_dtype is _DEFAULT or output_dtype in (None, torch.float32))):
+            _count_served("dg_cumsum_folded")
+            return g  # bwd_intra already returned it reverse-cumsummed within each chunk (fold_dg)
+    orig = _state["orig"][_CUMSUM]
+    if output_dtype is _DEFAULT:
+        output_dtype = _torch().float  # fla's default
+    return orig(g, chunk_size, reverse=reverse, scale=scale, cu_seqlens=cu_seqlens, output_dtype=output_dtype,
+                chunk_indices=chunk_indices, use_graph=use_graph, **kwargs)
+
+
+_WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _CUMSUM: _cumsum_wrapper}
+
+
+# ------------------------------------------------------ enable / disable
+
+def enable(fold_dg=True):
+    """Routes fla's chunk_kda backward stages through kdart (idempotent).  RuntimeError when the installed
+    fla is not the one this was written for; ImportError when fla or torch is missing."""
+    import importlib
+    with _lock:
+        if _state["module"] is not None:
+            _state["fold"] = bool(fold_dg)
+            return
+        mod = importlib.import_module(MODULE)
+        _check_signatures(mod)
+        from . import torch as _kt  # noqa: F401  (registers the ops; raises early if torch is missing)
+        _state["orig"] = {name: getattr(mod, name) for name in _WRAPPERS}
+        _state["fold"] = bool(fold_dg)
+        for name in _WRAPPERS:  # the cumsum wrapper passes through unless bwd_intra folded dg
+            setattr(mod, name, _WRAPPERS[name])
+        _state["module"] = mod
+
+
+def disable():
+    """Puts fla's own functions back (idempotent)."""
+    with _lock:
+        mod = _state["module"]
+        if mod is None:
+            return
+        for name, fn in _state["orig"].items():
+            setattr(mod, name, fn)
+        _state["module"] = None
+        _state["fold"] = False
+
+
+def is_enabled():
+    return _state["module"] is not None
+
+
+@contextlib.contextmanager
+def enabled(fold_dg=True):
+    """with kdart.fla.enabled(): ... (restores the previous state on exit)."""
+    was, was_fold = is_enabled(), _state["fold"]
+    enable(fold_dg)
+    try:
+        yield
+    finally:
+        if was:
+            enable(was_fold)
+        else:
+            disable()

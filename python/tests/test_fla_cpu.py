@@ -1,0 +1,52 @@
+"""kdart.fla without a GPU: patching and restoring fla's names, the signature guard, acceptance checks."""
+import os
+
+import pytest
+
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+torch = pytest.importorskip("torch")
+chunk_bwd = pytest.importorskip("fla.ops.kda.chunk_bwd")
+import kdart.fla as kf  # noqa: E402
+
+NAMES = ("chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum")
+
+
+def test_enable_disable_restores():
+    orig = {n: getattr(chunk_bwd, n) for n in NAMES}
+    kf.enable()
+    try:
+        assert kf.is_enabled() and all(getattr(chunk_bwd, n) is not orig[n] for n in NAMES)
+    finally:
+        kf.disable()
+    assert not kf.is_enabled() and all(getattr(chunk_bwd, n) is orig[n] for n in NAMES)
+    with kf.enabled():
+        assert kf.is_enabled()
+    assert all(getattr(chunk_bwd, n) is orig[n] for n in NAMES)
+
+
+def test_signature_guard(monkeypatch):
+    def other(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_size=32):
+        pass
+    monkeypatch.setattr(chunk_bwd, "chunk_kda_bwd_intra", other)
+    with pytest.raises(RuntimeError, match="fla-core 0.6.0"):
+        kf.enable()
+    assert not kf.is_enabled() and chunk_bwd.chunk_kda_bwd_intra is other
+
+
+def _intra(B=1, T=128, H=2, HV=2, K=64, io=torch.bfloat16):
+    r = lambda *s, dt=torch.float32: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    return [r(B, T, H, K, dt=io), r(B, T, H, K, dt=io), r(B, T, HV, K), r(B, T, HV, dt=io),
+            r(B, T, HV, 64), r(B, T, HV, 64), r(B, T, HV, K), r(B, T, HV, K), r(B, T, HV), r(B, T, HV, K)]
+
+
+def test_refusal_reasons():
+    assert kf.intra_refusal(*_intra(T=1000)) == "T % 64 != 0"
+    assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96"
+    assert kf.intra_refusal(*_intra(), cu_seqlens=torch.tensor([0, 128])) == "cu_seqlens (varlen)"
+    assert kf.intra_refusal(*_intra(), chunk_size=32) == "chunk_size=32"
+    assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
+    q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
+    do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "V=96 (V % 64 != 0)"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first"
+    assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
