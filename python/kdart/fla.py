@@ -145,7 +145,17 @@ def _io_reason(torch, q, others_io, others_f32):
     return None
 
 
-def _shape_reason(T, K):
+def _common_reason(varlen, chunk_size, use_graph, q, other):
+    """The checks both stages share (q [B,T,*,K], other a second 4-d tensor)."""
+    if varlen:
+        return "cu_seqlens (varlen)"
+    if chunk_size != 64:
+        return f"chunk_size={chunk_size}"
+    if use_graph:
+        return "use_graph"
+    if q.dim() != 4 or other.dim() != 4:
+        return "shape"
+    T, K = q.shape[1], q.shape[3]
     if T % 64:
         return "T % 64 != 0"
     if K not in (64, 128):
@@ -156,19 +166,10 @@ def _shape_reason(T, K):
 def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
                   chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
     """None when kdart takes this chunk_kda_bwd_intra call, else the reason it does not."""
-    if cu_seqlens is not None or chunk_indices is not None:
-        return "cu_seqlens (varlen)"
-    if chunk_size != 64:
-        return f"chunk_size={chunk_size}"
-    if use_graph:
-        return "use_graph"
-    if q.dim() != 4 or g.dim() != 4:
-        return "shape"
-    B, T, H, K = q.shape
-    r = _shape_reason(T, K)
+    r = _common_reason(cu_seqlens is not None or chunk_indices is not None, chunk_size, use_graph, q, g)
     if r:
         return r
-    if g.shape[2] % H:
+    if g.shape[2] % q.shape[2]:
         return "HV % H != 0"
     return _io_reason(_torch(), q, (k, beta), (g, dAqk, dAkk, dq, dk, db, dg))
 
@@ -184,17 +185,10 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
         return "scalar gate g"
     if gk is None:
         return "no gk"
-    if chunk_size != 64:
-        return f"chunk_size={chunk_size}"
-    if use_graph:
-        return "use_graph"
-    if q.dim() != 4 or do.dim() != 4:
-        return "shape"
-    B, T, Hq, K = q.shape
-    r = _shape_reason(T, K)
+    r = _common_reason(False, chunk_size, use_graph, q, do)
     if r:
         return r
-    if Hq != do.shape[2]:
+    if q.shape[2] != do.shape[2]:
         return "q/k heads != value heads"
     if do.shape[3] % 64:
         return f"V={do.shape[3]} (V % 64 != 0)"

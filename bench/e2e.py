@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""bench/e2e.py: fla's chunk_kda forward + backward with and without kdart.fla, in one process.
+
+For each shape: builds chunk_kda's inputs (bf16, fla's test recipe), warms both ways once (fla autotunes
+for minutes on a new shape), then times the backward (CUDA events around .backward(), median of --iters)
+without kdart and with kdart.fla enabled, and prints both and the ratio.  Then the Python call overhead of
+each op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
+struct (host time per call, median of batches; the GPU work queues behind).
+
+Needs torch, fla-core 0.6.0 and the kdart package (pip install ./python, or PYTHONPATH=python with
+KDART_LIBRARY=build/libkdart.so).  `--help` works without torch.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+
+SHAPES = {  # name: B, T, H, HV, K, V
+    "b2_t8192_h32": (2, 8192, 32, 32, 128, 128),
+    "prod8192": (16, 8192, 16, 16, 128, 256),
+    "b1_t32768_h32": (1, 32768, 32, 32, 128, 128),
+    "b4_t4096_h16_hv32": (4, 4096, 16, 32, 128, 128),
+}
+
+
+def inputs(B, T, H, HV, K, V):
+    import torch
+    import torch.nn.functional as F
+    dev, bf = "cuda", torch.bfloat16
+    q = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
+    k = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
+    v = torch.rand(B, T, HV, V, device=dev).to(bf).requires_grad_(True)
+    g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev)).requires_grad_(True)
+    beta = torch.randn(B, T, HV, device=dev).sigmoid().to(bf).requires_grad_(True)
+    h0 = torch.randn(B, HV, K, V, device=dev).requires_grad_(True)
+    do = torch.randn(B, T, HV, V, device=dev).to(bf)
+    dht = torch.randn(B, HV, K, V, device=dev)
+    return (q, k, v, g, beta, h0), do, dht
+
+
+def backward_ms(leaves, do, dht, iters):
+    import torch
+    from fla.ops.kda import chunk_kda
+    q, k, v, g, beta, h0 = leaves
+    ts = []
+    for _ in range(iters):
+        o, ht = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+        loss = (o * do).sum() + (ht * dht).sum()
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        loss.backward()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+        for x in leaves:
+            x.grad = None
+    return statistics.median(ts)
+
+
+def host_us(fn, n=2000, batches=7):
+    import torch
+    out = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def overhead(row):
+    """Host us per call: kdart.torch op vs the raw C call with a prebuilt struct (same shapes)."""
+    import torch
+    import kdart.torch as kt
+    from kdart import _lib
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python", "tests"))
+    from kda_ref import dhu_inputs, intra_inputs
+    B, T, H, HV, K, V = row
+    T = 1024  # small grids: launch-bound, so the host side is what is measured
+    a = intra_inputs(B, T, H, HV, K, torch.bfloat16, "cuda")
+    d, h0, dht = dhu_inputs(B, T, HV, K, V, torch.bfloat16, "cuda")
+    kt.bwd_intra(*a)
+    kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1)
+    torch.cuda.synchronize()
+    res = {}
+    for name, call, key in (("bwd_intra", lambda: kt.bwd_intra(*a), "intra"),
+                            ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
+        plan = next(p for kk, p in kt._plans.items() if kk[-1] == key and kk[0] == (a[0] if key == "intra"
+                                                                                  else d[0]).shape)
+        st = kt._fast()
+        fn, h, addr = st[key], st["handle"], plan.addr
+        stream = torch.cuda.current_stream().cuda_stream
+        raw = host_us(lambda: fn(h, addr, stream))  # stale pointers of the last call: fine, same buffers live
+        op = host_us(call)
+        res[name] = (op, raw)
+    del _lib
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of: " + ", ".join(SHAPES))
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args()
+    import torch
+    import kdart.fla as kf
+    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
+    print(f"{'shape':24s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
+    for name in args.shapes.split(","):
+        row = SHAPES[name]
+        leaves, do, dht = inputs(*row)
+        backward_ms(leaves, do, dht, 1)  # warm fla (autotune)
+        with kf.enabled():
+            backward_ms(leaves, do, dht, 1)  # warm kdart (prepare) and fla's other stages
+        base = backward_ms(leaves, do, dht, args.iters)
+        kf.reset_stats()
+        with kf.enabled():
+            ours = backward_ms(leaves, do, dht, args.iters)
+        st = kf.stats()
+        print(f"{name:24s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  {st['served']} {st['fallbacks']}",
+              flush=True)
+        del leaves, do, dht
+        torch.cuda.empty_cache()
+    print("\nPython call overhead (host us per call; op allocates its outputs, raw = ctypes call of the C "
+          "function with a prebuilt struct)")
+    for name, (op, raw) in overhead(SHAPES["b2_t8192_h32"]).items():
+        print(f"  {name}: kdart.torch {op:.2f} us, raw C {raw:.2f} us, overhead {op - raw:.2f} us")
+
+
+if __name__ == "__main__":
+    main()
