@@ -1497,3 +1497,88 @@ int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *hol
     if (holder) *holder = cur;
     return KDART_OK;
 }
+
+/* --------------------------------------------------- removal, counters */
+
+/* Removing entries is the user's explicit wish (`kdart rm`, `kdart clear`),
+ * unlike eviction, which follows the budget.  A removed key is simply a
+ * miss next time.  Counters are named totals kept in the file (the misses
+ * that `kdart stats` shows); their table is created on first use, so
+ * files of schema 2 gain it without a migration, and a file without it
+ * reads as all zeros. */
+
+int kdart__store_remove(kdart__store *st, const char *key) {
+    if (!st || !key) return KDART_EINVAL;
+    clear_err(st);
+    if (!is_full_key(key)) return set_err(st, KDART_EINVAL, "remove: '%s' is not a full key", key);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    sqlite3_stmt *del;
+    int rc = prepare(st, "DELETE FROM entries WHERE key = ?1", &del, "removing an entry");
+    if (rc) return rc;
+    sqlite3_bind_text(del, 1, key, -1, SQLITE_STATIC);
+    int src = sqlite3_step(del);
+    rc = src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "removing entry %.12s", key);
+    sqlite3_finalize(del);
+    if (rc == KDART_OK && sqlite3_changes(st->db) == 0)
+        rc = set_err(st, KDART_ENOENT, "no entry %.12s in %s", key, st->path);
+    if (rc == KDART_OK) sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+    return rc;
+}
+
+int kdart__store_clear(kdart__store *st, int64_t *removed) {
+    int64_t n = 0;
+    if (removed) *removed = 0;
+    if (!st) return KDART_EINVAL;
+    clear_err(st);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    int rc = sql_exec(st, "BEGIN IMMEDIATE", "starting clear");
+    if (rc) return rc;
+    if ((rc = query_int64(st, "SELECT count(*) FROM entries", &n, "counting entries")) ||
+        (rc = sql_exec(st, "DELETE FROM entries; DELETE FROM quarantine", "clearing the cache")) ||
+        (rc = sql_exec(st, "COMMIT", "committing clear"))) {
+        rollback(st);
+        return rc;
+    }
+    if (removed) *removed = n;
+    sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+    return KDART_OK;
+}
+
+int kdart__store_count(kdart__store *st, const char *name, int64_t delta) {
+    if (!st || !name) return KDART_EINVAL;
+    clear_err(st);
+    if (!writable(st)) return KDART_OK; /* a read-only cache counts nothing */
+    int rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+                      "creating the counters table");
+    if (rc) return rc;
+    sqlite3_stmt *up;
+    if ((rc = prepare(st,
+                      "INSERT INTO counters(name, value) VALUES (?1, ?2) "
+                      "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                      &up, "counting")))
+        return rc;
+    sqlite3_bind_text(up, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(up, 2, delta);
+    int src = sqlite3_step(up);
+    rc = src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "counting %s", name);
+    sqlite3_finalize(up);
+    return rc;
+}
+
+int kdart__store_counter(kdart__store *st, const char *name, int64_t *value) {
+    if (!st || !name || !value) return KDART_EINVAL;
+    clear_err(st);
+    *value = 0;
+    int64_t exists = 0;
+    int rc = query_int64(st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'counters'", &exists,
+                         "looking for the counters table");
+    if (rc || !exists) return rc;
+    sqlite3_stmt *sel;
+    if ((rc = prepare(st, "SELECT value FROM counters WHERE name = ?1", &sel, "reading a counter"))) return rc;
+    sqlite3_bind_text(sel, 1, name, -1, SQLITE_STATIC);
+    int src = sqlite3_step(sel);
+    if (src == SQLITE_ROW) *value = sqlite3_column_int64(sel, 0);
+    rc = src == SQLITE_ROW || src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "reading counter %s", name);
+    sqlite3_finalize(sel);
+    return rc;
+}

@@ -90,6 +90,18 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);
 
+/* Deletes the entry with this full key: OK, or ENOENT when there is none.
+ * The writable store only (ECACHE when read-only). */
+int kdart__store_remove(kdart__store *st, const char *key);
+/* Deletes every entry and quarantined row in one transaction; *removed
+ * (may be NULL) counts the entries.  Leases are left alone. */
+int kdart__store_clear(kdart__store *st, int64_t *removed);
+/* Adds delta to the named counter kept in the file (created at 0); a
+ * read-only store counts nothing.  kdart__store_counter reads one (0 when
+ * never counted). */
+int kdart__store_count(kdart__store *st, const char *name, int64_t delta);
+int kdart__store_counter(kdart__store *st, const char *name, int64_t *value);
+
 /* ------------------------------------------------------------- leases */
 
 /* A compile lease: "process owner_pid on owner_host (booted as boot_id)

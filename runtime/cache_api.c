@@ -1,11 +1,11 @@
 /*
  * cache_api.c: the public calls that inspect and maintain the compile
- * cache (list, get, stats, verify, gc) and kdart_info.
+ * cache (list, get, stats, verify, gc, remove, clear) and kdart_info.
  *
  * They operate on the writable cache and, for reading, the read-only
  * caches after it (tier 1, 2, ...), so `kdart ls` shows everything a
- * prepare could hit.  Maintenance (verify's quarantine, gc) only ever
- * writes the writable cache.  Each call holds rt->lock for its duration.
+ * prepare could hit.  Maintenance (verify's quarantine, gc, remove,
+ * clear) only ever writes the writable cache.  Each call holds rt->lock for its duration.
  */
 #include <stdio.h>
 #include <string.h>
@@ -156,6 +156,10 @@ int kdart_cache_stats_get(kdart_rt *rt, kdart_cache_stats *out) {
     out->bytes = s.bytes;
     out->hits = s.hits;
     out->compile_ms_total = s.compile_ms_total;
+    /* A counter that cannot be read is no reason to withhold the rest. */
+    pthread_mutex_lock(&rt->lock);
+    if (kdart__store_counter(rt->rw, "misses", &out->misses) != KDART_OK) out->misses = -1;
+    pthread_mutex_unlock(&rt->lock);
     return KDART_OK;
 }
 
@@ -186,6 +190,41 @@ int kdart_cache_gc(kdart_rt *rt, int64_t max_bytes, int64_t *evicted, int64_t *f
     pthread_mutex_unlock(&rt->lock);
     if (evicted) *evicted = e;
     if (freed) *freed = f;
+    return rc;
+}
+
+int kdart_cache_remove(kdart_rt *rt, const char *prefix, char removed_key[65]) {
+    KDART__CHECK_RT(rt);
+    if (!prefix) return kdart__err(rt, KDART_ENULL, "key prefix is NULL");
+    if (removed_key) removed_key[0] = '\0';
+    if (!rt->rw) return no_cache(rt);
+    char key[65];
+    pthread_mutex_lock(&rt->lock);
+    int rc = kdart__store_resolve(rt->rw, prefix, key);
+    if (rc == KDART_ENOENT)
+        rc = kdart__err(rt, rc, "no entry of the writable cache %s matches key '%s'", rt->cache_path, prefix);
+    else if (rc == KDART_EAMBIGUOUS)
+        rc = kdart__err(rt, rc, "key prefix '%s' matches more than one entry; give more digits", prefix);
+    else if (rc == KDART_EINVAL)
+        rc = kdart__err(rt, rc, "'%s' is not a hexadecimal key prefix", prefix);
+    else if (rc == KDART_OK)
+        rc = store_status(rt, rt->rw, kdart__store_remove(rt->rw, key), "removing an entry");
+    else
+        rc = store_status(rt, rt->rw, rc, "resolving a key");
+    pthread_mutex_unlock(&rt->lock);
+    if (rc == KDART_OK && removed_key) memcpy(removed_key, key, sizeof key);
+    return rc;
+}
+
+int kdart_cache_clear(kdart_rt *rt, int64_t *removed) {
+    KDART__CHECK_RT(rt);
+    int64_t n = 0;
+    if (removed) *removed = 0;
+    if (!rt->rw) return no_cache(rt);
+    pthread_mutex_lock(&rt->lock);
+    int rc = store_status(rt, rt->rw, kdart__store_clear(rt->rw, &n), "clearing the cache");
+    pthread_mutex_unlock(&rt->lock);
+    if (removed) *removed = n;
     return rc;
 }
 

@@ -37,12 +37,7 @@ const char *kdart_errname(int status) {
     return "EUNKNOWN";
 }
 
-const char *kdart_version(void) {
-#define KDART__STR2(x) #x
-#define KDART__STR(x) KDART__STR2(x)
-    return KDART__STR(KDART_VERSION_MAJOR) "." KDART__STR(KDART_VERSION_MINOR) "." KDART__STR(
-        KDART_VERSION_PATCH);
-}
+const char *kdart_version(void) { return KDART_VERSION_STRING; }
 
 /* The calling thread's message buffer for rt, created on first use.  The
  * buffer is plain malloc memory (not the allocator seam): an out-of-memory

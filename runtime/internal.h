@@ -5,6 +5,7 @@
  * Modules: error.c (status table, per-handle messages), alloc.c (the
  * allocator seam), sys.c (the file-system seam), sha256.c, registry.c (the
  * kernel table), source.c (kernel_src loading and include closure),
+ * locate.c (where the kernels are when nobody said),
  * compile.c (NVRTC + nvJitLink behind the compiler seam), cuda.c (libcuda
  * by dlopen, per-context module tables), runtime.c (kdart_open/close,
  * kdart_prepare), cache_api.c (the public cache calls), ops.c (the KDA

@@ -606,6 +606,10 @@ static int find_or_compile(kdart_rt *rt, request *q, uint32_t flags, kdart_prepa
             int rc = lookup_cached(rt, q, info, out);
             info->lookup_ms = kdart__now_ms() - t0;
             if (rc != KDART_ENOENT) return rc;
+            /* A miss of every cache, kept in the file for `kdart stats`;
+             * failing to count it is not worth a warning. */
+            if (rt->rw && kdart__store_count(rt->rw, "misses", 1) != KDART_OK)
+                kdart__log(rt, KDART_LOG_DEBUG, "counting a miss: %s", kdart__store_errmsg(rt->rw));
         }
         int rc = flight_begin(rt, q->key, &f);
         if (rc) return rc;

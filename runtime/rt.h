@@ -92,6 +92,12 @@ typedef int (*kdart__read_file_fn)(const char *path, char **text, size_t *size);
 extern kdart__read_file_fn kdart__read_file;
 int kdart__read_file_default(const char *path, char **text, size_t *size);
 
+/* The kernel directory of a handle opened with no kernel_dir and no
+ * KDART_KERNEL_DIR: the source tree from kdart's build tree, else the
+ * install's share/kdart/kernel_src found relative to the library's (or the
+ * program's) own file (locate.c).  Allocated; NULL on OOM. */
+char *kdart__default_kernel_dir(void);
+
 /* Loads the kernel's source and, transitively, every quoted #include. */
 int kdart__sources_load(kdart_rt *rt, const char *source, kdart__sources *out);
 void kdart__sources_free(kdart__sources *s);

@@ -147,8 +147,7 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
     /* Strings the handle owns. */
     rt->cache_path = opts.cache_path ? kdart__strdup(opts.cache_path) : default_cache_path(rt);
     const char *kd = opts.kernel_dir ? opts.kernel_dir : env(rt, "KDART_KERNEL_DIR");
-    if (!kd) kd = dir_exists(KDART_DEFAULT_KERNEL_DIR) ? KDART_DEFAULT_KERNEL_DIR : KDART_INSTALL_KERNEL_DIR;
-    rt->kernel_dir = kdart__strdup(kd);
+    rt->kernel_dir = kd ? kdart__strdup(kd) : kdart__default_kernel_dir(); /* locate.c */
     const char *arch = opts.arch ? opts.arch : env(rt, "KDART_ARCH");
     if (arch && kdart__arch_check(arch) != KDART_OK) {
         rc = KDART_EARCH;

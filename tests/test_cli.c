@@ -147,6 +147,15 @@ static void run_in(run_result *r, const char *dir, const char *arg, ...) {
     ck_assert_msg((r)->status == (want), "exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s", (r)->status, \
                   (want), (r)->out, (r)->err)
 #define EXPECT_IN(hay, needle) ck_assert_msg(strstr((hay), (needle)) != NULL, "'%s' not in:\n%s", (needle), (hay))
+/* Runs kdart and checks only its exit status. */
+#define RUN_STATUS(want, ...)                                                                                          \
+    do {                                                                                                               \
+        run_result rs_;                                                                                                \
+        RUN(&rs_, __VA_ARGS__);                                                                                        \
+        EXPECT_STATUS(&rs_, want);                                                                                     \
+        run_free(&rs_);                                                                                                \
+    } while (0)
+#define EXPECT_NOT_IN(hay, needle) ck_assert_msg(strstr((hay), (needle)) == NULL, "'%s' in:\n%s", (needle), (hay))
 
 static int count_substr(const char *hay, const char *needle) {
     int n = 0;
@@ -318,8 +327,8 @@ static void keys_from_ls(char key1[65], char key2[65]) {
 
 /* ----------------------------------------------------- usage, no cache */
 
-static const char *const command_names[] = {"prewarm", "ls",    "show", "sass",    "export",   "verify",
-                                            "gc",      "stats", "why",  "kernels", "selftest", "bench", "help"};
+static const char *const command_names[] = {"prewarm", "ls",  "show",    "sass",     "export", "verify", "gc", "rm",
+                                            "clear",   "stats", "why", "kernels", "selftest", "bench",  "help"};
 
 START_TEST(test_top_help) {
     run_result r;
@@ -855,6 +864,136 @@ START_TEST(test_why_spec) {
 }
 END_TEST
 
+/* ------------------------------------------------ ls filters, rm, clear */
+
+START_TEST(test_ls_filters) {
+    use_seed();
+    run_result r;
+    RUN(&r, "ls", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 2);
+    run_free(&r);
+
+    /* Filters that match nothing: exit 0, nothing listed, said on stderr. */
+    RUN(&r, "ls", "--kernel", "bwd_intra");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 0);
+    EXPECT_IN(r.err, "no entry matches");
+    run_free(&r);
+    RUN(&r, "ls", "--arch", "sm_100a", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '['), "ls --json is not a JSON array:\n%s", r.out);
+    ck_assert_int_eq(count_substr(r.out, "\"key\": "), 0);
+    run_free(&r);
+
+    RUN(&r, "ls", "--kernel", "no_such_kernel");
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.err, "unknown kernel");
+    run_free(&r);
+    RUN_STATUS(2, "ls", "--arch", "x86");
+    RUN_STATUS(2, "ls", "--kernel");
+}
+END_TEST
+
+START_TEST(test_rm) {
+    use_seed();
+    char key1[65], key2[65];
+    keys_from_ls(key1, key2);
+    char prefix[13];
+    snprintf(prefix, sizeof prefix, "%.12s", key1);
+    run_result r;
+
+    RUN_STATUS(2, "rm");
+    RUN_STATUS(2, "rm", "not-hex");
+
+    /* One real key and one unknown: the real one goes, the status is 4. */
+    RUN(&r, "rm", prefix, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.out, key1);
+    EXPECT_IN(r.err, "0123456789abcdef");
+    run_free(&r);
+    RUN(&r, "ls", "--json");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_NOT_IN(r.out, key1);
+    EXPECT_IN(r.out, key2);
+    run_free(&r);
+    RUN_STATUS(4, "show", prefix);
+    RUN_STATUS(4, "rm", prefix);
+
+    /* An entry only in a read-only cache is never removed. */
+    char seed_db[PATH_MAX + 16], empty_db[PATH_MAX + 16];
+    snprintf(seed_db, sizeof seed_db, "%s/kdart.db", test_dir);
+    snprintf(empty_db, sizeof empty_db, "%s/empty.db", test_dir);
+    RUN(&r, "--cache", empty_db, "--ro-cache", seed_db, "rm", key2);
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.err, "writable cache");
+    run_free(&r);
+    RUN_STATUS(0, "show", key2);
+
+    /* The removed specialization compiles again on the next prewarm. */
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "1 compiled, 1 hits");
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(test_clear) {
+    use_seed();
+    run_result r;
+    RUN_STATUS(2, "clear", "extra");
+    RUN(&r, "clear");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "removed 2 entries");
+    run_free(&r);
+    RUN(&r, "stats");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "entries          0 ");
+    run_free(&r);
+    RUN(&r, "clear");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "removed 0 entries");
+    run_free(&r);
+    RUN_STATUS(1, "--cache", ":memory:", "clear");
+}
+END_TEST
+
+/* The seed's prewarm missed twice; a second prewarm hits both. */
+START_TEST(test_stats_hits_misses) {
+    use_seed();
+    run_result r;
+    RUN_STATUS(0, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    RUN(&r, "stats");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_IN(r.out, "hits             2\n");
+    EXPECT_IN(r.out, "misses           2 ");
+    run_free(&r);
+    RUN_STATUS(0, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
+    RUN(&r, "stats", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '{'), "stats --json is not a JSON object:\n%s", r.out);
+    EXPECT_IN(r.out, "\"hits\": 0,");   /* the rebuilt rows start afresh */
+    EXPECT_IN(r.out, "\"misses\": 2,"); /* a forced rebuild is no miss */
+    run_free(&r);
+}
+END_TEST
+
+/* A well-formed key that no cache holds: exit 4, however the caches are set up. */
+START_TEST(test_show_absent_key) {
+    static const char key[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    run_result r;
+    RUN(&r, "show", key); /* no cache file yet */
+    EXPECT_STATUS(&r, 4);
+    EXPECT_IN(r.err, "no cache entry");
+    run_free(&r);
+    RUN_STATUS(4, "--cache", ":memory:", "show", key);
+    RUN(&r, "show", key, "--json");
+    EXPECT_STATUS(&r, 4);
+    ck_assert_str_eq(r.out, "");
+    run_free(&r);
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
 
@@ -868,6 +1007,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(usage, test_kernels);
     tcase_add_test(usage, test_selftest_placeholder);
     tcase_add_test(usage, test_stats);
+    tcase_add_test(usage, test_show_absent_key);
     suite_add_tcase(s, usage);
 
     TCase *cache = tcase_create("cache");
@@ -885,6 +1025,10 @@ static Suite *cli_suite(void) {
     tcase_add_test(cache, test_gc);
     tcase_add_test(cache, test_why);
     tcase_add_test(cache, test_why_spec);
+    tcase_add_test(cache, test_ls_filters);
+    tcase_add_test(cache, test_rm);
+    tcase_add_test(cache, test_clear);
+    tcase_add_test(cache, test_stats_hits_misses);
     suite_add_tcase(s, cache);
     return s;
 }

@@ -34,7 +34,10 @@ START_TEST(status_table) {
     ck_assert_str_eq(kdart_strerror(12345), "unknown status");
     ck_assert_str_eq(kdart_errname(-999), "EUNKNOWN");
     ck_assert_int_eq(KDART_OK, 0);
-    ck_assert_str_eq(kdart_version(), "0.1.0");
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", KDART_VERSION_MAJOR, KDART_VERSION_MINOR, KDART_VERSION_PATCH);
+    ck_assert_str_eq(kdart_version(), v);
+    ck_assert_int_eq(KDART_VERSION_HEX, (KDART_VERSION_MAJOR << 16) | (KDART_VERSION_MINOR << 8) | KDART_VERSION_PATCH);
 }
 END_TEST
 

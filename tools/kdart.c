@@ -682,11 +682,14 @@ typedef struct ls_rows {
     ls_row *v;
     size_t n, cap;
     int oom;
+    const char *kernel, *arch; /* --kernel, --arch: only such rows (NULL: all) */
 } ls_rows;
 
 /* kdart_cache_list callback: the entry lives only during the call, so copy. */
 static int ls_collect(void *user, const kdart_entry *e) {
     ls_rows *rows = user;
+    if (rows->kernel && strcmp(rows->kernel, e->kernel ? e->kernel : "") != 0) return 0;
+    if (rows->arch && strcmp(rows->arch, e->arch ? e->arch : "") != 0) return 0;
     if (rows->n == rows->cap) {
         size_t cap = rows->cap ? rows->cap * 2 : 64;
         ls_row *v = realloc(rows->v, cap * sizeof *v);
@@ -731,12 +734,27 @@ static int ls_order(const void *pa, const void *pb) {
 
 static int cmd_ls(cli *c, const command *self, int argc, char **argv) {
     int json = 0;
+    ls_rows rows = {0};
     for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
         if (is_help(argv[i])) {
             fputs(self->usage, stdout);
             return EXIT_OK;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+        } else if ((m = opt_value(c, argc, argv, &i, "--kernel", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (!kernel_known(v)) {
+                errorf(c, "unknown kernel '%s'; the kernels are:", v);
+                list_kernels(stderr);
+                return EXIT_NOTFOUND;
+            }
+            rows.kernel = v;
+        } else if ((m = opt_value(c, argc, argv, &i, "--arch", &v)) != 0) {
+            if (m < 0) return EXIT_USAGE;
+            if (!arch_plausible(v)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", v);
+            rows.arch = v;
         } else {
             return unknown_arg(c, self, argv[i]);
         }
@@ -744,7 +762,6 @@ static int cmd_ls(cli *c, const command *self, int argc, char **argv) {
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
 
-    ls_rows rows = {0};
     int st = kdart_cache_list(c->rt, ls_collect, &rows);
     if (rows.oom) st = KDART_ENOMEM;
     if (st != KDART_OK) {
@@ -772,7 +789,7 @@ static int cmd_ls(cli *c, const command *self, int argc, char **argv) {
         goto out;
     }
     if (rows.n == 0) {
-        if (!c->quiet) errorf(c, "the cache has no entries");
+        if (!c->quiet) errorf(c, rows.kernel || rows.arch ? "no entry matches" : "the cache has no entries");
         goto out;
     }
     int wk = 6, ws = 4, wa = 4; /* widths of KERNEL, SPEC, ARCH */
@@ -1116,6 +1133,43 @@ static int cmd_gc(cli *c, const command *self, int argc, char **argv) {
     return EXIT_OK;
 }
 
+static int cmd_rm(cli *c, const command *self, int argc, char **argv) {
+    int nkeys = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            fputs(self->usage, stdout);
+            return EXIT_OK;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return unknown_arg(c, self, argv[i]);
+        }
+        nkeys++;
+    }
+    if (!nkeys) return usage_error(c, self, "missing KEY (a key or a unique prefix, see 'kdart ls')");
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    /* Every key is tried; the exit status is the first failure's. */
+    for (int i = 1; i < argc; i++) {
+        char key[65];
+        int st = kdart_cache_remove(c->rt, argv[i], key);
+        int e = st == KDART_OK ? EXIT_OK : fail_status(c, st, "cannot remove");
+        if (st == KDART_OK && !c->quiet) printf("removed %s\n", key);
+        if (rc == EXIT_OK) rc = e;
+    }
+    return rc;
+}
+
+static int cmd_clear(cli *c, const command *self, int argc, char **argv) {
+    int rc = parse_no_args(c, self, argc, argv, NULL);
+    if (rc < 0) return EXIT_OK;
+    if (rc != EXIT_OK) return rc;
+    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    int64_t removed = 0;
+    int st = kdart_cache_clear(c->rt, &removed);
+    if (st != KDART_OK) return fail_status(c, st, "clear failed");
+    printf("removed %" PRId64 " entr%s\n", removed, removed == 1 ? "y" : "ies");
+    return EXIT_OK;
+}
+
 static int cmd_stats(cli *c, const command *self, int argc, char **argv) {
     int json = 0;
     int rc = parse_no_args(c, self, argc, argv, &json);
@@ -1155,8 +1209,9 @@ static int cmd_stats(cli *c, const command *self, int argc, char **argv) {
         printf(",\n \"cache_max_bytes\": %" PRId64, info.cache_max_bytes);
         if (have_cache && st2 == KDART_OK)
             printf(",\n \"entries\": %" PRId64 ",\n \"failed_entries\": %" PRId64 ",\n \"quarantined\": %" PRId64
-                   ",\n \"bytes\": %" PRId64 ",\n \"hits\": %" PRId64 ",\n \"compile_ms_total\": %.3f",
-                   cs.entries, cs.failed_entries, cs.quarantined, cs.bytes, cs.hits, cs.compile_ms_total);
+                   ",\n \"bytes\": %" PRId64 ",\n \"hits\": %" PRId64 ",\n \"misses\": %" PRId64
+                   ",\n \"compile_ms_total\": %.3f",
+                   cs.entries, cs.failed_entries, cs.quarantined, cs.bytes, cs.hits, cs.misses, cs.compile_ms_total);
         fputs("}\n", stdout);
         return st2 == KDART_OK ? EXIT_OK : exit_for_status(st2);
     }
@@ -1182,6 +1237,10 @@ static int cmd_stats(cli *c, const command *self, int argc, char **argv) {
                cs.max_bytes < 0 ? "unlimited"
                                 : format_size(cs.max_bytes ? cs.max_bytes : info.cache_max_bytes, sz2, sizeof sz2));
         printf("hits             %" PRId64 "\n", cs.hits);
+        if (cs.misses >= 0)
+            printf("misses           %" PRId64 " (prepares that found no entry and compiled)\n", cs.misses);
+        else
+            printf("misses           unknown (the counter could not be read)\n");
         printf("compile time     %.1f s in total\n", cs.compile_ms_total / 1000.0);
     }
     return st2 == KDART_OK ? EXIT_OK : exit_for_status(st2);
@@ -1450,14 +1509,18 @@ static const command commands[] = {
      "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel or\n"
      "no service at SOCKET.\n"},
     {"ls", cmd_ls, "list cache entries",
-     "usage: kdart ls [--json]\n"
+     "usage: kdart ls [--kernel NAME] [--arch ARCH] [--json]\n"
      "\n"
      "One line per entry of the writable cache and every --ro-cache:\n"
      "KEY (first 12 hex digits), KERNEL, SPEC, ARCH, SIZE (cubin), COMPILE_MS,\n"
      "HITS, LAST_USED (local time), STATUS (ok, or FAILED for a recorded compile\n"
      "failure) and TIER (rw: the writable cache; roN: the N-th --ro-cache).\n"
      "\n"
-     "  --json   a JSON array of objects with the full key and raw numbers\n"},
+     "  --kernel NAME   only this kernel's entries (see 'kdart kernels')\n"
+     "  --arch ARCH     only entries for this target, e.g. sm_90a\n"
+     "  --json          a JSON array of objects with the full key and raw numbers\n"
+     "\n"
+     "Exit status: 0 ok (also when nothing matches), 2 usage, 4 unknown kernel.\n"},
     {"show", cmd_show, "print everything about one entry",
      "usage: kdart show KEY [--json]\n"
      "\n"
@@ -1498,13 +1561,32 @@ static const command commands[] = {
      "Evicts least recently used entries until the cubins in the writable cache\n"
      "take at most N bytes.  N takes a binary suffix: K, M, G (512M, 2G, 1.5GiB).\n"
      "--max-bytes 0 evicts every entry that holds a cubin.\n"},
+    {"rm", cmd_rm, "remove entries from the writable cache",
+     "usage: kdart rm KEY...\n"
+     "\n"
+     "Removes each entry whose key starts with KEY (a full key or a unique\n"
+     "prefix, see 'kdart ls') from the writable cache; read-only caches are\n"
+     "never changed.  The next prepare of a removed specialization compiles it.\n"
+     "\n"
+     "Exit status: 0 all removed, 1 the cache failed, 4 no such key (in the\n"
+     "writable cache), 5 an ambiguous prefix; every KEY is tried, the status is\n"
+     "the first failure's.\n"},
+    {"clear", cmd_clear, "remove every entry from the writable cache",
+     "usage: kdart clear\n"
+     "\n"
+     "Removes every entry, including recorded compile failures and quarantined\n"
+     "rows, from the writable cache in one transaction.  Read-only caches are\n"
+     "never changed.\n"
+     "\n"
+     "Exit status: 0 ok, 1 the cache failed or there is no writable cache.\n"},
     {"stats", cmd_stats, "cache statistics and the runtime's settings",
      "usage: kdart stats [--json]\n"
      "\n"
      "Prints the cache path and whether it is writable, the read-only caches,\n"
      "the kernel source directory, the default architecture, the NVRTC and\n"
      "nvJitLink versions, whether CUDA is available, and the cache's entry,\n"
-     "byte, hit and compile-time totals.\n"},
+     "byte, hit, miss and compile-time totals (hits: entries served from the\n"
+     "cache; misses: prepares that found no entry and compiled).\n"},
     {"why", cmd_why, "explain the key of a specialization and how the cache differs",
      "usage: kdart why KERNEL [SPEC] [--arch A]\n"
      "\n"

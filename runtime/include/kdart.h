@@ -53,9 +53,14 @@ extern "C" {
 #define KDART_EXTERN
 #endif
 
+/* The one place the version is written: CMake reads these four lines
+ * (project version, SOVERSION, kdart.pc, kdartConfigVersion.cmake) and the
+ * Python package reads KDART_VERSION_STRING; CMake refuses to configure
+ * when the string and the numbers disagree. */
 #define KDART_VERSION_MAJOR 0
-#define KDART_VERSION_MINOR 1
+#define KDART_VERSION_MINOR 2
 #define KDART_VERSION_PATCH 0
+#define KDART_VERSION_STRING "0.2.0"
 #define KDART_VERSION_HEX \
     ((KDART_VERSION_MAJOR << 16) | (KDART_VERSION_MINOR << 8) | KDART_VERSION_PATCH)
 
@@ -262,6 +267,9 @@ KDART_EXTERN void kdart_entry_free(kdart_entry *entry);
 typedef struct kdart_cache_stats {
     int64_t entries, failed_entries, quarantined, bytes, hits, max_bytes;
     double compile_ms_total;
+    int64_t misses;             /* prepares that found no entry in any cache and compiled (or
+                                   waited for another process's compile), counted in the
+                                   writable cache file over its life; -1 if unreadable */
 } kdart_cache_stats;
 KDART_EXTERN int kdart_cache_stats_get(kdart_rt *rt, kdart_cache_stats *out);
 /* Checks SQLite integrity and every blob's checksum; damaged rows are
@@ -270,6 +278,15 @@ KDART_EXTERN int kdart_cache_verify(kdart_rt *rt, int64_t *checked, int64_t *dam
 /* Evicts least recently used entries until the cache holds at most
  * max_bytes of cubins. */
 KDART_EXTERN int kdart_cache_gc(kdart_rt *rt, int64_t max_bytes, int64_t *evicted, int64_t *freed_bytes);
+/* Removes the writable cache's entry whose key starts with key_prefix (a
+ * unique prefix, as for kdart_cache_get; entries of read-only caches are
+ * never touched: KDART_ENOENT if it is only there).  removed_key (may be
+ * NULL) receives the full key.  Units already loaded in this process stay
+ * usable; the next process to need the key compiles it again. */
+KDART_EXTERN int kdart_cache_remove(kdart_rt *rt, const char *key_prefix, char removed_key[65]);
+/* Removes every entry (and every quarantined row) of the writable cache in
+ * one transaction; *removed (may be NULL) counts the entries. */
+KDART_EXTERN int kdart_cache_clear(kdart_rt *rt, int64_t *removed);
 /* Explains what key (kernel, spec, arch) would have and how the nearest
  * cached entries differ.  *text is allocated with malloc; free() it. */
 KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
