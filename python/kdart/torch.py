@@ -37,7 +37,7 @@ CHUNK = 64
 _F32 = torch.float32
 _IO = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _DL_DTYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32)}
-_DL_STRIDE = ctypes.sizeof(_lib.DLTensor) // 8  # DLTensor.data is at offset 0
+assert ctypes.sizeof(_lib.DLTensor) == 48  # 6 words: DLTensor i's data pointer is word 6 i of a plan's array
 
 
 def _bad(msg):
@@ -135,8 +135,7 @@ class _Plan:
             setattr(self.args, name, ctypes.pointer(dl))
         fill(self.args)
         self.addr = ctypes.addressof(self.args)
-        self.data = memoryview(self.dls).cast("B").cast("Q")  # data field of DLTensor i at [i * _DL_STRIDE]
-        self.slots = [i * _DL_STRIDE if t is not None else -1 for i, t in enumerate(tensors)]
+        self.data = memoryview(self.dls).cast("B").cast("Q")  # data field of DLTensor i at [6 i]
         self.warm = False
 
 
@@ -184,12 +183,9 @@ def _stream(idx):
         return torch.cuda.current_stream(idx).cuda_stream
 
 
-def _launch(fn_name, plan, ptrs, idx):
+def _launch(fn_name, plan, idx):
+    """Calls the C op with the plan's struct (data pointers already written) on idx's current stream."""
     st = _rt_state if _rt_state else _fast()
-    data = plan.data
-    for slot, p in zip(plan.slots, ptrs):
-        if slot >= 0:
-            data[slot] = p
     if idx < 0:  # not CUDA: kdart's own checks refuse it (EDEVICE) before touching anything
         rc = st[fn_name](st["handle"], plan.addr, None)
     elif torch._C._cuda_getDevice() == idx:
@@ -233,8 +229,7 @@ def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf
     plan = _Plan(_lib.IntraArgs, _lib.INTRA_TENSORS, tensors, fill)
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
-    plan.outs = outs
-    plan.dev = dev
+    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
                  f"K={q.shape[3]}")
     return plan
@@ -255,7 +250,8 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
            q.get_device(), k.get_device(), g.get_device(), beta.get_device(), dAqk.get_device(),
            dAkk.get_device(), dq.get_device(), dk.get_device(), db.get_device(), dg.get_device(),
            bool(fold_dg), bool(emit_bf16), "intra")
-    plan = _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
+    plan = _plans.get(key) or _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
+                                          emit_bf16)
     if not (q.is_contiguous() and k.is_contiguous() and g.is_contiguous() and beta.is_contiguous()
             and dAqk.is_contiguous() and dAkk.is_contiguous() and dq.is_contiguous() and dk.is_contiguous()
             and db.is_contiguous() and dg.is_contiguous()):
@@ -268,10 +264,11 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     og = torch.empty(s3, dtype=t3, device=dev)
     if not plan.warm:
         _prepare_plan("bwd_intra", plan, plan.spec, dev)
-    _launch("intra", plan, (q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr(),
-                            dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr(),
-                            oq.data_ptr(), ok.data_ptr(), og.data_ptr(), ob.data_ptr()),
-            dev.index if dev.type == "cuda" else -1)
+    d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
+    d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
+    d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
+    d[60], d[66], d[72], d[78] = oq.data_ptr(), ok.data_ptr(), og.data_ptr(), ob.data_ptr()
+    _launch("intra", plan, plan.idx)
     return oq, ok, ob, og
 
 
@@ -292,7 +289,7 @@ def _dhu_plan(key, q, k, w, do, dv, gk, h0, dht, scale):
     plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS, tensors, fill)
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
-    plan.outs, plan.dev = outs, dev
+    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
     plan.spec = f"io={_IO[q.dtype]},K={K},BV={v_tile}"
     return plan
 
@@ -303,7 +300,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
            None if dht is None else (dht.shape, dht.dtype, dht.get_device()),
            q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
            q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu")
-    plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale)
+    plan = _plans.get(key) or _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale)
     if not (q.is_contiguous() and k.is_contiguous() and w.is_contiguous() and do.is_contiguous()
             and dv.is_contiguous() and gk.is_contiguous() and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
@@ -315,10 +312,15 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, plan.spec, dev)
-    _launch("dhu", plan, (q.data_ptr(), k.data_ptr(), w.data_ptr(), gk.data_ptr(), do.data_ptr(), dv.data_ptr(),
-                          0 if dht is None else dht.data_ptr(), dh.data_ptr(), dv2.data_ptr(),
-                          0 if h0 is None else dh0.data_ptr()),
-            dev.index if dev.type == "cuda" else -1)
+    d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_dhu_args order (dht 6, dh0 9 stay NULL if absent)
+    d[0], d[6], d[12], d[18], d[24], d[30] = (q.data_ptr(), k.data_ptr(), w.data_ptr(), gk.data_ptr(),
+                                              do.data_ptr(), dv.data_ptr())
+    d[42], d[48] = dh.data_ptr(), dv2.data_ptr()
+    if dht is not None:
+        d[36] = dht.data_ptr()
+    if h0 is not None:
+        d[54] = dh0.data_ptr()
+    _launch("dhu", plan, plan.idx)
     return dh, dh0, dv2
 
 
