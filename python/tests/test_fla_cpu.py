@@ -50,3 +50,52 @@ def test_refusal_reasons():
     assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "V=96 (V % 64 != 0)"
     assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first"
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
+
+
+def test_wrappers_route_fold_and_fall_back(monkeypatch):
+    """The wrappers' plumbing with kdart's op and fla's functions replaced by recorders (no GPU): a served
+    bwd_intra folds dg and the chunk_local_cumsum of exactly that tensor is skipped; refused calls go to
+    fla's function with every argument; kdart's ValueError is a counted fallback."""
+    import kdart.torch as kt
+    calls = []
+    a = _intra()
+    outs = tuple(torch.empty(1, device="meta") for _ in range(4))
+
+    def fake_intra(*args, fold_dg=False, emit_bf16=False):
+        calls.append(("kdart", fold_dg))
+        return outs
+    monkeypatch.setattr(kt, "bwd_intra", fake_intra)
+    monkeypatch.setattr(kf, "intra_refusal", lambda *x, **y: None)
+    kf.reset_stats()
+    with kf.enabled():
+        orig = kf._state["orig"]
+        saved = dict(orig)  # put back before disable() restores fla's names from it
+        try:
+            orig["chunk_kda_bwd_intra"] = lambda *x, **y: calls.append(("fla", y)) or outs
+            orig["chunk_local_cumsum"] = lambda *x, **y: calls.append(("cumsum", y)) or x[0]
+            dq, dk, db, dg = chunk_bwd.chunk_kda_bwd_intra(*a, chunk_size=64, safe_gate=True)
+            assert dg is outs[3] and calls == [("kdart", True)]
+            assert chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=None,
+                                                chunk_indices=None, use_graph=False) is dg
+            assert calls == [("kdart", True)]  # skipped: already folded
+            chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True)  # the next one is fla's
+            assert calls[-1][0] == "cumsum" and calls[-1][1]["output_dtype"] == torch.float32
+
+            def refuse(*args, **kw):
+                raise kf_value_error()
+            monkeypatch.setattr(kt, "bwd_intra", refuse)
+            with pytest.warns(RuntimeWarning, match="kdart refused: ESHAPE"):
+                chunk_bwd.chunk_kda_bwd_intra(*a, chunk_size=64)
+            assert calls[-1] == ("fla", {"cu_seqlens": None, "chunk_indices": None, "chunk_size": 64,
+                                         "safe_gate": False, "lower_bound": None, "use_graph": False})
+        finally:
+            orig.update(saved)
+        st = kf.stats()
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 0, "dg_cumsum_folded": 1}
+    assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 1}
+    assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
+
+
+def kf_value_error():
+    from kdart import KdartValueError
+    return KdartValueError(-20, "ESHAPE", "ESHAPE: test")

@@ -89,3 +89,12 @@ def test_missing_library_message(monkeypatch, tmp_path):
     monkeypatch.setenv("KDART_LIBRARY", str(tmp_path / "libkdart.so"))
     with pytest.raises(RuntimeError, match="cannot load"):
         _lib.load()
+
+
+def test_kernel_dir_env_passed(monkeypatch, tmp_path):
+    """KDART_KERNEL_DIR is honoured (passed as kdart_options.kernel_dir)."""
+    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
+    monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KDART_KERNEL_DIR", str(tmp_path))
+    with kdart.Runtime() as rt:
+        assert rt.kernel_dir == str(tmp_path) and rt.info()["kernel_dir"] == str(tmp_path)
