@@ -1,5 +1,6 @@
 """chunk_kda forward + backward with kdart.fla enabled, fla's test recipe (tests/ops/test_kda.py::test_chunk):
-every gradient against fla's float64 naive recurrence within fla's own tolerances, and the stats say
+every gradient against fla's naive recurrence (fla.ops.kda.naive, fed float64 leaves; it runs its
+recurrence in fp32, as in fla's own test) within fla's own tolerances, and the stats say
 kdart served both stages; T = 1000 gives fla's result through a counted fallback.  Skips without CUDA or fla."""
 import os
 
@@ -52,7 +53,7 @@ def run(B, T, H, HV, D, scale, norm, dtype, gate_in_kernel, safe_gate, disable_r
     do = torch.randn_like(v)
     dht = torch.randn_like(h0)
 
-    # fla's float64 naive recurrence
+    # fla's naive recurrence on float64 copies of the leaves
     d64 = [x.detach().double().requires_grad_(True) for x in leaves]
     q6, k6, v6, g6, b6, h6 = d64[:6]
     if gate_in_kernel and safe_gate:  # lower_bound * sigmoid(exp(A_log) * (g + dt_bias)), spec section 2
