@@ -21,8 +21,8 @@ synchronizes nothing, so it can be captured in a CUDA graph once the
 specialization is prepared: the first eager call with a given signature
 prepares it, or call prepare_for(bwd_intra, ...) with the same arguments.
 
-Per call, a cached plan per signature (shapes, dtypes, devices, flags) holds
-the ctypes argument struct; a call only writes the data pointers.
+Per call, a cached plan per signature (shapes, dtypes, devices, flags) and
+thread holds the ctypes argument struct; a call only writes the data pointers.
 """
 import ctypes
 import threading
@@ -139,8 +139,10 @@ class _Plan:
         self.warm = False
 
 
-_plans = {}
-_plans_lock = threading.Lock()
+# Plans are per thread: a call writes its data pointers into the plan's
+# DLTensors before the C call reads them, so two threads sharing a plan (two
+# devices driven from one process, or a data-loader thread) would race.
+_tls = threading.local()
 _prepared = set()  # (device index, kernel, spec) loaded into that device's context
 _rt_state = {}  # "rt": the runtime, "intra"/"dhu": fast function pointers
 
@@ -235,12 +237,18 @@ def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf
     return plan
 
 
+def _thread_plans():
+    plans = getattr(_tls, "plans", None)
+    if plans is None:
+        plans = _tls.plans = {}
+    return plans
+
+
 def _get_plan(key, build, *a):
-    plan = _plans.get(key)
+    plans = _thread_plans()
+    plan = plans.get(key)
     if plan is None:
-        plan = build(key, *a)
-        with _plans_lock:
-            plan = _plans.setdefault(key, plan)
+        plan = plans[key] = build(key, *a)
     return plan
 
 
@@ -250,7 +258,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
            q.get_device(), k.get_device(), g.get_device(), beta.get_device(), dAqk.get_device(),
            dAkk.get_device(), dq.get_device(), dk.get_device(), db.get_device(), dg.get_device(),
            bool(fold_dg), bool(emit_bf16), "intra")
-    plan = _plans.get(key) or _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
+    plan = _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
                                           emit_bf16)
     if not (q.is_contiguous() and k.is_contiguous() and g.is_contiguous() and beta.is_contiguous()
             and dAqk.is_contiguous() and dAkk.is_contiguous() and dq.is_contiguous() and dk.is_contiguous()
@@ -300,7 +308,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
            None if dht is None else (dht.shape, dht.dtype, dht.get_device()),
            q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
            q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu")
-    plan = _plans.get(key) or _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale)
+    plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale)
     if not (q.is_contiguous() and k.is_contiguous() and w.is_contiguous() and do.is_contiguous()
             and dv.is_contiguous() and gk.is_contiguous() and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
