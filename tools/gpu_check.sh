@@ -3,8 +3,11 @@
 # go, for a lent GPU machine (see docs/perf.md): the GPU test suite, the
 # selftest, compute-sanitizer memcheck and racecheck on small shapes,
 # `kdart bench` (standard table, launch overhead), tensor-core and spill
-# evidence from the SASS, and, when a fla wheel is in .whl/, the side-by-side
-# against fla.  Carry BUILD_DIR (prewarmed: BUILD_DIR/devcache) and .whl.
+# evidence from the SASS, the Python package's tests on the GPU (python/tests:
+# torch ops vs float64, torch.compile, CUDA graphs, fla's recipes through
+# kdart.fla), and, when a fla wheel is in .whl/, the side-by-side and the
+# end-to-end chunk_kda backward (bench/e2e.py) against fla.  Carry BUILD_DIR
+# (prewarmed: BUILD_DIR/devcache) and .whl.
 set -u
 b="${1:-build}"; out="${2:-${OUT:-/tmp/kdart-gpu-check}}"; mkdir -p "$out"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +28,16 @@ timeout 200 "$b/kdart" bench > "$out/bench.txt" 2>&1; echo "bench rc=$?"
 done > "$out/sass.txt" 2>&1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+# The package from the checkout against this build's library (fla tests skip without the wheel).
+PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" KDART_SKIP_WHEEL_TEST=1 \
+  FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONUNBUFFERED=1 timeout "${PYTEST_TIMEOUT:-400}" \
+  python3 -m pytest python/tests -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+echo "pytest rc=$? $(tail -1 "$out/pytest_gpu.txt")"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  PYTHONPATH=/tmp/site KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 timeout "${E2E_TIMEOUT:-500}" \
+    python3 bench/e2e.py ${E2E_ARGS:-} > "$out/e2e.txt" 2>&1
+  echo "e2e rc=$?"
   PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 timeout "${SBS_TIMEOUT:-260}" \
     python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" \
     --json "$out/side_by_side.json" > "$out/side_by_side.txt" 2>&1
