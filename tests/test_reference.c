@@ -70,28 +70,87 @@ static double rms_of(const double *x, size_t n)
     return sqrt(s / (double)n);
 }
 
+/* ------------------------------------------------- packed-batch tools --- */
+
+/* Outputs are filled with this before a reference call; entries the
+ * reference must not write are compared against it bitwise. */
+#define POISON (-0x1.5555p+999)
+
+/* cu = [0, T, .., BT] for the fixed-length calls (the caller frees it). */
+static int64_t *fixed_cu(int B, int T)
+{
+    int64_t *cu = calloc((size_t)B + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(cu);
+    for (int b = 0; b <= B; b++) cu[b] = (int64_t)b * T;
+    return cu;
+}
+
+/* First and one-past-last token of the chunk that holds valid token t (the
+ * test's own reading of the contract: chunks start at cu[n] + 64c and stop
+ * at the sequence end). */
+static void chunk_of(int N, const int64_t *cu, int64_t t, int64_t *start, int64_t *end)
+{
+    int n = 0;
+    while (n < N && t >= cu[n + 1]) n++;
+    ck_assert_int_lt(n, N);
+    *start = cu[n] + (t - cu[n]) / BT * BT;
+    *end = *start + BT < cu[n + 1] ? *start + BT : cu[n + 1];
+}
+
+static void fill(double *x, size_t n, double v)
+{
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+
+/* Entries [from, to) of rows of `width` doubles must still be POISON. */
+static int untouched(const double *x, size_t from, size_t to, size_t width)
+{
+    const double p = POISON;
+    for (size_t i = from * width; i < to * width; i++)
+        if (memcmp(&x[i], &p, sizeof p) != 0) return 0;
+    return 1;
+}
+
+static int all_finite(const double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Sets a fraction of the per-token gates to `mask` (fla's masked gates). */
+static void mask_gates(kref_rng *rng, double *a, size_t n, double frac, double mask)
+{
+    for (size_t i = 0; i < n; i++)
+        if (kref_rng_uniform(rng) < frac) a[i] = mask;
+}
+
 /* ------------------------------------------------------ bwd_intra FD --- */
 
+/* A packed batch of T storage tokens: sequences per cu [N+1]. */
 typedef struct intra_prob {
-    int B, T, H, HV, K;
+    int T, H, HV, K, N;
+    const int64_t *cu;
     double *q, *k, *g, *beta, *dAqk, *dAkk;
 } intra_prob;
 
 /* Plain float64 forward of spec 3.2: the loss sum dAqk*P + sum dAkk*L_mat
- * over every (b, hv, chunk), P over s <= r and L_mat over s < r. */
+ * over every (sequence, hv, chunk), P over s <= r and L_mat over s < r, both
+ * inside the chunk's valid rows. */
 static double intra_loss(const intra_prob *p)
 {
-    const int G = p->HV / p->H, K = p->K, T = p->T, H = p->H, HV = p->HV;
+    const int G = p->HV / p->H, K = p->K, H = p->H, HV = p->HV;
     double loss = 0.0;
-    for (int b = 0; b < p->B; b++)
+    for (int n = 0; n < p->N; n++)
         for (int hv = 0; hv < HV; hv++) {
             int h = hv / G;
-            for (int c = 0; c < T / BT; c++)
-                for (int r = 0; r < BT; r++) {
-                    size_t tr = (size_t)b * T + c * BT + r;
+            for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT) {
+                int64_t nr = p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT;
+                for (int r = 0; r < nr; r++) {
+                    size_t tr = (size_t)c0 + r;
                     double br = p->beta[tr * HV + hv];
                     for (int s = 0; s <= r; s++) {
-                        size_t ts = (size_t)b * T + c * BT + s;
+                        size_t ts = (size_t)c0 + s;
                         double P = 0.0, Lm = 0.0;
                         for (int d = 0; d < K; d++) {
                             double e = exp2(p->g[(tr * HV + hv) * K + d] -
@@ -104,6 +163,7 @@ static double intra_loss(const intra_prob *p)
                         if (s < r) loss += p->dAkk[(tr * HV + hv) * BT + s] * br * Lm;
                     }
                 }
+            }
         }
     return loss;
 }
@@ -121,131 +181,207 @@ static double fd_scalar(intra_prob *p, double *x, double h)
 }
 
 /* Central difference in the per-token natural-log gate a[t,hv,d]: it shifts
- * the natural-log cumulative gate of rows t..chunk end by h, i.e. g2 by
- * h/ln2 (exactly log2(e)). */
-static double fd_token_gate(intra_prob *p, int b, int t, int hv, int d, double h,
+ * the natural-log cumulative gate of rows t..chunk end (the chunk's last
+ * valid row) by h, i.e. g2 by h/ln2 (exactly log2(e)). */
+static double fd_token_gate(intra_prob *p, int64_t t, int hv, int d, double h,
                             int whole_suffix)
 {
-    int tend = whole_suffix ? (t / BT) * BT + BT : t + 1;
+    int64_t cs, ce;
+    chunk_of(p->N, p->cu, t, &cs, &ce);
+    int64_t tend = whole_suffix ? ce : t + 1;
     double lp, lm;
     for (int sgn = 0; sgn < 2; sgn++) {
         double dlt = (sgn == 0 ? h : -h) * M_LOG2E;
-        double *save = dalloc(tend - t);
-        for (int tt = t; tt < tend; tt++) {
-            double *x = &p->g[(((size_t)b * p->T + tt) * p->HV + hv) * p->K + d];
+        double *save = dalloc((size_t)(tend - t));
+        for (int64_t tt = t; tt < tend; tt++) {
+            double *x = &p->g[((size_t)tt * p->HV + hv) * p->K + d];
             save[tt - t] = *x;
             *x += dlt;
         }
         double l = intra_loss(p);
-        for (int tt = t; tt < tend; tt++)
-            p->g[(((size_t)b * p->T + tt) * p->HV + hv) * p->K + d] = save[tt - t];
+        for (int64_t tt = t; tt < tend; tt++)
+            p->g[((size_t)tt * p->HV + hv) * p->K + d] = save[tt - t];
         free(save);
         if (sgn == 0) lp = l; else lm = l;
     }
     return (lp - lm) / (2 * h);
 }
 
-static void intra_fd_family(kref_gate_family fam)
+/* One bwd_intra FD case.  cu == NULL: the fixed-length API on B rows of T
+ * tokens; else the varlen API on T storage tokens with sequences per cu [N+1]
+ * (every input beyond cu[N] is NaN, every output there must stay POISON).
+ * A fraction mask_frac of the per-token gates is set to `mask`. */
+static void intra_fd_run(kref_gate_family fam, uint64_t salt, int B, int T, int N,
+                         const int64_t *cu_in, int H, int HV, int K, double mask_frac,
+                         double mask)
 {
     kref_rng rng;
-    kref_rng_seed(&rng, g_seed ^ (0x1000u + (unsigned)fam));
-    intra_prob p = {.B = 1, .T = 128, .H = 1, .HV = 2, .K = 4};
-    const int B = p.B, T = p.T, H = p.H, HV = p.HV, K = p.K, G = HV / H;
-    size_t nqk = (size_t)B * T * H * K, nv = (size_t)B * T * HV * K,
-           nb = (size_t)B * T * HV, nA = (size_t)B * T * HV * BT;
+    kref_rng_seed(&rng, g_seed ^ salt);
+    int64_t *cu_fix = cu_in ? NULL : fixed_cu(B, T);
+    intra_prob p = {.T = cu_in ? T : B * T, .H = H, .HV = HV, .K = K,
+                    .N = cu_in ? N : B, .cu = cu_in ? cu_in : cu_fix};
+    const int TT = p.T, G = HV / H;
+    const int64_t nt = p.cu[p.N]; /* valid tokens */
+    size_t nqk = (size_t)TT * H * K, nv = (size_t)TT * HV * K, nb = (size_t)TT * HV,
+           nA = (size_t)TT * HV * BT;
     p.q = dalloc(nqk); p.k = dalloc(nqk); p.g = dalloc(nv);
     p.beta = dalloc(nb); p.dAqk = dalloc(nA); p.dAkk = dalloc(nA);
     double *a = dalloc(nv);
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, p.q);
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, p.k);
-    kref_gen_gate(&rng, fam, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, p.g);
+    kref_gen_unit_rows(&rng, (size_t)TT * H, K, p.q);
+    kref_gen_unit_rows(&rng, (size_t)TT * H, K, p.k);
+    kref_gen_gate(&rng, fam, 1, TT, HV, K, a);
+    mask_gates(&rng, a, nv, mask_frac, mask);
     kref_gen_beta(&rng, nb, p.beta);
-    kref_gen_dA(&rng, B, T, HV, 0, NAN, p.dAqk);
-    kref_gen_dA(&rng, B, T, HV, 1, NAN, p.dAkk);
     double *dq_in = dalloc(nv), *dk_in = dalloc(nv), *dg_in = dalloc(nv),
            *db_in = dalloc(nb);
     kref_gen_normal(&rng, nv, 1.0, dq_in);
     kref_gen_normal(&rng, nv, 1.0, dk_in);
     kref_gen_normal(&rng, nv, 1.0, dg_in);
     kref_gen_normal(&rng, nb, 1.0, db_in);
+    if (cu_in) {
+        fill(p.g, nv, NAN); /* the cumsum writes only valid tokens */
+        kref_gate_cumsum_varlen(TT, HV, K, N, cu_in, a, p.g);
+        kref_gen_dA_varlen(&rng, TT, HV, N, cu_in, 0, NAN, p.dAqk);
+        kref_gen_dA_varlen(&rng, TT, HV, N, cu_in, 1, NAN, p.dAkk);
+        size_t v0 = (size_t)nt;
+        fill(p.q + v0 * H * K, nqk - v0 * H * K, NAN);
+        fill(p.k + v0 * H * K, nqk - v0 * H * K, NAN);
+        fill(p.beta + v0 * HV, nb - v0 * HV, NAN);
+        fill(dq_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(dk_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(dg_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(db_in + v0 * HV, nb - v0 * HV, NAN);
+    } else {
+        kref_gate_cumsum(B, T, HV, K, a, p.g);
+        kref_gen_dA(&rng, B, T, HV, 0, NAN, p.dAqk);
+        kref_gen_dA(&rng, B, T, HV, 1, NAN, p.dAkk);
+    }
     double *dq = dalloc(nv), *dk = dalloc(nv), *dg = dalloc(nv), *db = dalloc(nb);
     double *dgf = dalloc(nv), *dq2 = dalloc(nv), *dk2 = dalloc(nv), *db2 = dalloc(nb);
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 0, dq, dk, dg, db);
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 1, dq2, dk2, dgf, db2);
+#define RUN_INTRA(fold, oq, ok, og, ob)                                                    \
+    do {                                                                                   \
+        fill(oq, nv, POISON); fill(ok, nv, POISON); fill(og, nv, POISON);                  \
+        fill(ob, nb, POISON);                                                              \
+        if (cu_in)                                                                         \
+            kref_bwd_intra_varlen(TT, H, HV, K, N, cu_in, p.q, p.k, p.g, p.beta, p.dAqk,   \
+                                  p.dAkk, dq_in, dk_in, dg_in, db_in, fold, oq, ok, og, ob); \
+        else                                                                               \
+            kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,   \
+                           dk_in, dg_in, db_in, fold, oq, ok, og, ob);                     \
+    } while (0)
+    RUN_INTRA(0, dq, dk, dg, db);
+    RUN_INTRA(1, dq2, dk2, dgf, db2);
+    /* Valid tokens finite (no NaN garbage reached them), slack untouched. */
+    CHK(all_finite(dq, (size_t)nt * HV * K) && all_finite(dk, (size_t)nt * HV * K) &&
+        all_finite(dg, (size_t)nt * HV * K) && all_finite(db, (size_t)nt * HV) &&
+        all_finite(dgf, (size_t)nt * HV * K));
+    CHK(untouched(dq, nt, TT, (size_t)HV * K) && untouched(dk, nt, TT, (size_t)HV * K) &&
+        untouched(dg, nt, TT, (size_t)HV * K) && untouched(db, nt, TT, HV) &&
+        untouched(dgf, nt, TT, (size_t)HV * K) && untouched(db2, nt, TT, HV));
     /* The analytic gradients: dq/dk summed over the value heads of the group
      * (per qk head), db and dg per value head, fold_dg minus the suffix sum
-     * of dg_in. */
+     * of dg_in over the chunk's valid rows. */
+    size_t nqv = (size_t)nt * H * K, nvv = (size_t)nt * HV * K, nbv = (size_t)nt * HV;
     double *gq = dalloc(nqk), *gk = dalloc(nqk), *gb = dalloc(nb), *gg = dalloc(nv),
            *ga = dalloc(nv);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int hv = 0; hv < HV; hv++) {
-                size_t i3 = ((size_t)b * T + t) * HV + hv;
-                gb[i3] = db[i3] - db_in[i3];
-                for (int d = 0; d < K; d++) {
-                    size_t o = i3 * K + d, oq = (((size_t)b * T + t) * H + hv / G) * K + d;
-                    gq[oq] += dq[o] - dq_in[o];
-                    gk[oq] += dk[o] - dk_in[o];
-                    gg[o] = dg[o] - dg_in[o];
-                    double sfx = 0.0;
-                    for (int tt = t; tt < (t / BT + 1) * BT; tt++)
-                        sfx += dg_in[(((size_t)b * T + tt) * HV + hv) * K + d];
-                    ga[o] = dgf[o] - sfx;
-                }
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t cs, ce;
+        chunk_of(p.N, p.cu, t, &cs, &ce);
+        for (int hv = 0; hv < HV; hv++) {
+            size_t i3 = (size_t)t * HV + hv;
+            gb[i3] = db[i3] - db_in[i3];
+            for (int d = 0; d < K; d++) {
+                size_t o = i3 * K + d, oq = ((size_t)t * H + hv / G) * K + d;
+                gq[oq] += dq[o] - dq_in[o];
+                gk[oq] += dk[o] - dk_in[o];
+                gg[o] = dg[o] - dg_in[o];
+                double sfx = 0.0;
+                for (int64_t tt = t; tt < ce; tt++)
+                    sfx += dg_in[((size_t)tt * HV + hv) * K + d];
+                ga[o] = dgf[o] - sfx;
             }
+        }
+    }
     /* fold_dg must not change dq, dk, db. */
-    CHK(kref_max_abs(dq, dq2, nv) == 0.0);
-    CHK(kref_max_abs(dk, dk2, nv) == 0.0);
-    CHK(kref_max_abs(db, db2, nb) == 0.0);
+    CHK(kref_max_abs(dq, dq2, nvv) == 0.0);
+    CHK(kref_max_abs(dk, dk2, nvv) == 0.0);
+    CHK(kref_max_abs(db, db2, nbv) == 0.0);
 
     const double h = (fam == KREF_GATE_STRONG || fam == KREF_GATE_FUSED) ? 2e-6 : 1e-5;
+    /* 12 random tokens, then the last token of every sequence (where a
+     * partial chunk ends) and the first one of its last chunk. */
     const int NS = 12;
-    double rq = rms_of(gq, nqk), rk = rms_of(gk, nqk), rb = rms_of(gb, nb),
-           rg = rms_of(gg, nv), ra = rms_of(ga, nv);
+    double rq = rms_of(gq, nqv), rk = rms_of(gk, nqv), rb = rms_of(gb, nbv),
+           rg = rms_of(gg, nvv), ra = rms_of(ga, nvv);
     double eq = 0, ek = 0, eb = 0, eg = 0, ea = 0;
-    for (int it = 0; it < NS; it++) {
-        /* q and k at the qk head: the loss sums over both value heads. */
-        size_t i = kref_rng_u64(&rng) % nqk;
-        eq = fmax(eq, fd_rel(fd_scalar(&p, &p.q[i], h), gq[i], rq));
-        i = kref_rng_u64(&rng) % nqk;
-        ek = fmax(ek, fd_rel(fd_scalar(&p, &p.k[i], h), gk[i], rk));
-        i = kref_rng_u64(&rng) % nb;
-        eb = fmax(eb, fd_rel(fd_scalar(&p, &p.beta[i], h), gb[i], rb));
-        int t = (int)(kref_rng_u64(&rng) % (uint64_t)T), hv = (int)(kref_rng_u64(&rng) % 2),
+    int nsamp = 0;
+    for (int it = 0; it < NS + 2 * p.N; it++) {
+        int64_t t;
+        if (it < NS) {
+            t = (int64_t)(kref_rng_u64(&rng) % (uint64_t)nt);
+        } else {
+            int n = (it - NS) / 2;
+            if (p.cu[n + 1] == p.cu[n]) continue;
+            int64_t cs, ce;
+            chunk_of(p.N, p.cu, p.cu[n + 1] - 1, &cs, &ce);
+            t = (it - NS) % 2 ? cs : ce - 1;
+        }
+        nsamp++;
+        /* q and k at the qk head: the loss sums over the group's value heads. */
+        int hq = (int)(kref_rng_u64(&rng) % (uint64_t)H),
+            hv = (int)(kref_rng_u64(&rng) % (uint64_t)HV),
             d = (int)(kref_rng_u64(&rng) % (uint64_t)K);
-        size_t o = ((size_t)t * HV + hv) * K + d;
-        eg = fmax(eg, fd_rel(fd_token_gate(&p, 0, t, hv, d, h, 0), gg[o], rg));
-        t = (int)(kref_rng_u64(&rng) % (uint64_t)T);
-        o = ((size_t)t * HV + hv) * K + d;
-        ea = fmax(ea, fd_rel(fd_token_gate(&p, 0, t, hv, d, h, 1), ga[o], ra));
+        size_t i = ((size_t)t * H + hq) * K + d, o = ((size_t)t * HV + hv) * K + d;
+        eq = fmax(eq, fd_rel(fd_scalar(&p, &p.q[i], h), gq[i], rq));
+        ek = fmax(ek, fd_rel(fd_scalar(&p, &p.k[i], h), gk[i], rk));
+        eb = fmax(eb, fd_rel(fd_scalar(&p, &p.beta[(size_t)t * HV + hv], h),
+                             gb[(size_t)t * HV + hv], rb));
+        eg = fmax(eg, fd_rel(fd_token_gate(&p, t, hv, d, h, 0), gg[o], rg));
+        ea = fmax(ea, fd_rel(fd_token_gate(&p, t, hv, d, h, 1), ga[o], ra));
     }
-    printf("  bwd_intra FD %-6s (B1 T128 H1 HV2 K4, %d samples each): max rel err "
+    char shape[160];
+    if (cu_in) {
+        int w = snprintf(shape, sizeof shape, "varlen T%d cu [", TT);
+        for (int n = 0; n <= N && w < (int)sizeof shape - 24; n++)
+            w += snprintf(shape + w, sizeof shape - w, n ? ",%lld" : "%lld", (long long)cu_in[n]);
+        snprintf(shape + w, sizeof shape - w, "]");
+    } else {
+        snprintf(shape, sizeof shape, "B%d T%d", B, T);
+    }
+    printf("  bwd_intra FD %-6s%s (%s H%d HV%d K%d, %d samples each): max rel err "
            "dq %.2e dk %.2e db %.2e dg %.2e dg_folded(per-token) %.2e\n",
-           kref_gate_name(fam), NS, eq, ek, eb, eg, ea);
+           kref_gate_name(fam), mask_frac > 0 ? "+mask" : "", shape, H, HV, K, nsamp, eq, ek,
+           eb, eg, ea);
     ck_assert_msg(eq <= 1e-6 && ek <= 1e-6 && eb <= 1e-6 && eg <= 1e-6 && ea <= 1e-6,
-                  "bwd_intra FD mismatch (%s, seed %llu)", kref_gate_name(fam),
+                  "bwd_intra FD mismatch (%s, %s, seed %llu)", kref_gate_name(fam), shape,
                   (unsigned long long)g_seed);
 
-    /* The reference never reads the strictly-upper halves: zeros there give
-     * bitwise the same results as the NaN garbage. */
-    for (int t = 0; t < T; t++)
+    /* The reference never reads the strictly-upper halves (nor, in a partial
+     * chunk, the columns beyond its valid rows, nor anything beyond cu[N]):
+     * zeros there give bitwise the same results as the NaN garbage. */
+    for (int64_t t = 0; t < TT; t++) {
+        int64_t cs = TT, ce;
+        if (t < nt) chunk_of(p.N, p.cu, t, &cs, &ce);
         for (int hv = 0; hv < HV; hv++)
-            for (int s = t % BT + 1; s < BT; s++) {
+            for (int s = t < nt ? (int)(t - cs) + 1 : 0; s < BT; s++) {
                 p.dAqk[((size_t)t * HV + hv) * BT + s] = 0.0;
                 p.dAkk[((size_t)t * HV + hv) * BT + s] = 0.0;
             }
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 0, dq2, dk2, dgf, db2);
-    CHK(kref_max_abs(dq, dq2, nv) == 0.0 && kref_max_abs(dk, dk2, nv) == 0.0 &&
-              kref_max_abs(dg, dgf, nv) == 0.0 && kref_max_abs(db, db2, nb) == 0.0);
+    }
+    RUN_INTRA(0, dq2, dk2, dgf, db2);
+#undef RUN_INTRA
+    CHK(kref_max_abs(dq, dq2, nvv) == 0.0 && kref_max_abs(dk, dk2, nvv) == 0.0 &&
+        kref_max_abs(dg, dgf, nvv) == 0.0 && kref_max_abs(db, db2, nbv) == 0.0);
 
     free(p.q); free(p.k); free(p.g); free(p.beta); free(p.dAqk); free(p.dAkk); free(a);
     free(dq_in); free(dk_in); free(dg_in); free(db_in); free(dq); free(dk); free(dg);
     free(db); free(dgf); free(dq2); free(dk2); free(db2); free(gq); free(gk); free(gb);
-    free(gg); free(ga);
+    free(gg); free(ga); free(cu_fix);
+}
+
+static void intra_fd_family(kref_gate_family fam)
+{
+    intra_fd_run(fam, 0x1000u + (unsigned)fam, 1, 128, 0, NULL, 1, 2, 4, 0.0, 0.0);
 }
 
 START_TEST(test_intra_fd)
@@ -288,37 +424,43 @@ END_TEST
 /* -------------------------------------------------------- bwd_dhu FD --- */
 
 typedef struct dhu_prob {
-    int B, T, HV, K, V;
+    int T, HV, K, V, N;      /* packed: T storage tokens, sequences per cu */
+    const int64_t *cu, *off; /* cu [N+1], chunk offsets [N+1] */
     double *qg, *kg, *w, *g, *u, *h0, *dout, *dv, *dht; /* dht may be NULL */
     double scale;
-    /* Perturbation injected into S_{c+1} right after chunk c's update. */
-    int inj_c;
+    /* Perturbation injected into the state leaving global chunk row inj_row
+     * at value head inj_hv. */
+    int64_t inj_row;
+    int inj_hv;
     size_t inj_i;
     double inj;
 } dhu_prob;
 
-/* The spec 4.6 forward scan and loss: S_0 = h0; per chunk
- * o_c = qg_c S_c contributes scale <do_c, o_c>; v_new_c = u_c - w_c S_c
- * contributes <dv_c, v_new_c>; S_{c+1} = diag(exp2(g2_last)) S_c +
- * kg_c^T v_new_c; finally <dht, S_NT>. */
+/* The spec 4.6 forward scan and loss, per sequence n: S_0 = h0[n]; per chunk
+ * (its valid rows only) o_c = qg_c S_c contributes scale <do_c, o_c>;
+ * v_new_c = u_c - w_c S_c contributes <dv_c, v_new_c>; S_{c+1} =
+ * diag(exp2(g2 of the chunk's last valid row)) S_c + kg_c^T v_new_c;
+ * finally <dht[n], S_final>. */
 static double dhu_loss(const dhu_prob *p)
 {
-    const int T = p->T, HV = p->HV, K = p->K, V = p->V, NT = T / BT;
+    const int HV = p->HV, K = p->K, V = p->V;
     const size_t KV = (size_t)K * V;
     double *S = dalloc(KV), *Sn = dalloc(KV), *vn = dalloc(V);
     double loss = 0.0;
-    for (int b = 0; b < p->B; b++)
+    for (int n = 0; n < p->N; n++)
         for (int hv = 0; hv < HV; hv++) {
-            size_t so = ((size_t)b * HV + hv) * KV;
+            size_t so = ((size_t)n * HV + hv) * KV;
             memcpy(S, p->h0 + so, sizeof(double) * KV);
-            for (int c = 0; c < NT; c++) {
-                const size_t tl = (((size_t)b * T + c * BT + BT - 1) * HV + hv) * K;
+            int64_t row = p->off[n];
+            for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT, row++) {
+                int64_t nr = p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT;
+                const size_t tl = ((size_t)(c0 + nr - 1) * HV + hv) * K;
                 for (int d = 0; d < K; d++)
                     for (int v = 0; v < V; v++)
                         Sn[d * V + v] = exp2(p->g[tl + d]) * S[d * V + v];
-                for (int i = 0; i < BT; i++) {
-                    size_t tk = (((size_t)b * T + c * BT + i) * HV + hv) * K;
-                    size_t tv = (((size_t)b * T + c * BT + i) * HV + hv) * V;
+                for (int i = 0; i < nr; i++) {
+                    size_t tk = ((size_t)(c0 + i) * HV + hv) * K;
+                    size_t tv = ((size_t)(c0 + i) * HV + hv) * V;
                     for (int v = 0; v < V; v++) {
                         double o = 0.0, ws = 0.0;
                         for (int d = 0; d < K; d++) {
@@ -331,7 +473,7 @@ static double dhu_loss(const dhu_prob *p)
                     for (int d = 0; d < K; d++)
                         for (int v = 0; v < V; v++) Sn[d * V + v] += p->kg[tk + d] * vn[v];
                 }
-                if (c == p->inj_c && b == 0 && hv == 0) Sn[p->inj_i] += p->inj;
+                if (row == p->inj_row && hv == p->inj_hv) Sn[p->inj_i] += p->inj;
                 memcpy(S, Sn, sizeof(double) * KV);
             }
             if (p->dht)
@@ -352,37 +494,53 @@ static double dhu_fd_x(dhu_prob *p, double *x, double h)
     return (lp - lm) / (2 * h);
 }
 
-/* dL/dS_{c+1}[d,v] at (b=0, hv=0) by injection. */
-static double dhu_fd_state(dhu_prob *p, int c, size_t i, double h)
+/* dL/dS_{c+1}[d,v] of global chunk row `row` at value head hv, by injection. */
+static double dhu_fd_state(dhu_prob *p, int64_t row, int hv, size_t i, double h)
 {
-    p->inj_c = c;
+    p->inj_row = row;
+    p->inj_hv = hv;
     p->inj_i = i;
     p->inj = h;
     double lp = dhu_loss(p);
     p->inj = -h;
     double lm = dhu_loss(p);
-    p->inj_c = -1;
+    p->inj_row = -1;
     p->inj = 0.0;
     return (lp - lm) / (2 * h);
 }
 
-static void dhu_fd_case(int with_dht)
+/* One bwd_dhu FD case.  cu == NULL: the fixed-length API on B rows of T
+ * tokens; else the varlen API on T storage tokens, sequences per cu [N+1]
+ * (inputs beyond cu[N] NaN, outputs there and dh rows beyond the chunk
+ * count must stay POISON).  Every dh entry of every chunk row and head is
+ * checked, dv2 at 16 random tokens and the last token of each sequence, dh0
+ * at 16 random entries and one entry of each sequence. */
+static void dhu_fd_run(int with_dht, uint64_t salt, int B, int T, int N, const int64_t *cu_in,
+                       int HV, int K, int V, double mask_frac, double mask)
 {
     kref_rng rng;
-    kref_rng_seed(&rng, g_seed ^ (0x3000u + (unsigned)with_dht));
-    dhu_prob p = {.B = 1, .T = 192, .HV = 2, .K = 4, .V = 3, .inj_c = -1};
-    const int B = p.B, T = p.T, HV = p.HV, K = p.K, V = p.V, NT = T / BT;
-    size_t nk = (size_t)B * T * HV * K, nvv = (size_t)B * T * HV * V,
-           ns = (size_t)B * HV * K * V;
+    kref_rng_seed(&rng, g_seed ^ salt);
+    int64_t *cu_fix = cu_in ? NULL : fixed_cu(B, T);
+    const int NN = cu_in ? N : B, TT = cu_in ? T : B * T;
+    const int64_t *cu = cu_in ? cu_in : cu_fix;
+    int64_t *off = calloc((size_t)NN + 1, sizeof(int64_t));
+    const int64_t NT = kref_chunk_offsets(NN, cu, off), nt = cu[NN];
+    dhu_prob p = {.T = TT, .HV = HV, .K = K, .V = V, .N = NN, .cu = cu, .off = off,
+                  .inj_row = -1};
+    const size_t KV = (size_t)K * V;
+    size_t nk = (size_t)TT * HV * K, nvv = (size_t)TT * HV * V, ns = (size_t)NN * HV * KV,
+           nh = (size_t)(NT + 2) * HV * KV; /* two spare rows, never written */
     p.qg = dalloc(nk); p.kg = dalloc(nk); p.w = dalloc(nk); p.g = dalloc(nk);
     p.u = dalloc(nvv); p.dout = dalloc(nvv); p.dv = dalloc(nvv); p.h0 = dalloc(ns);
     p.dht = with_dht ? dalloc(ns) : NULL;
     p.scale = 1.0 / sqrt((double)K);
     double *a = dalloc(nk);
-    kref_gen_gate(&rng, KREF_GATE_LOGSIG, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, p.g);
-    /* Short T: fla's plain-randn recipe, scaled down so the toy scan stays
-     * well conditioned. */
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, TT, HV, K, a);
+    mask_gates(&rng, a, nk, mask_frac, mask);
+    fill(p.g, nk, NAN);
+    kref_gate_cumsum_varlen(TT, HV, K, NN, cu, a, p.g);
+    /* Short sequences: fla's plain-randn recipe, scaled down so the toy scan
+     * stays well conditioned. */
     kref_gen_normal(&rng, nk, 0.3, p.qg);
     kref_gen_normal(&rng, nk, 0.1, p.kg);
     kref_gen_normal(&rng, nk, 0.1, p.w);
@@ -391,34 +549,77 @@ static void dhu_fd_case(int with_dht)
     kref_gen_normal(&rng, nvv, 1.0, p.dv);
     kref_gen_normal(&rng, ns, 1.0, p.h0);
     if (p.dht) kref_gen_normal(&rng, ns, 1.0, p.dht);
-    double *dh = dalloc((size_t)B * NT * HV * K * V), *dv2 = dalloc(nvv), *dh0 = dalloc(ns);
-    kref_bwd_dhu(B, T, HV, K, V, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht, p.scale, -1,
-                 dh, dv2, dh0);
+    double *in_k[3] = {p.qg, p.kg, p.w}, *in_v[3] = {p.u, p.dout, p.dv};
+    for (int i = 0; i < 3; i++) {
+        fill(in_k[i] + (size_t)nt * HV * K, nk - (size_t)nt * HV * K, NAN);
+        fill(in_v[i] + (size_t)nt * HV * V, nvv - (size_t)nt * HV * V, NAN);
+    }
+    double *dh = dalloc(nh), *dv2 = dalloc(nvv), *dh0 = dalloc(ns);
+    fill(dh, nh, POISON); fill(dv2, nvv, POISON); fill(dh0, ns, POISON);
+    if (cu_in)
+        kref_bwd_dhu_varlen(TT, HV, K, V, NN, cu, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht,
+                            p.scale, -1, dh, dv2, dh0);
+    else
+        kref_bwd_dhu(B, T, HV, K, V, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht, p.scale, -1,
+                     dh, dv2, dh0);
+    CHK(all_finite(dh, (size_t)NT * HV * KV) && all_finite(dv2, (size_t)nt * HV * V) &&
+        all_finite(dh0, ns));
+    CHK(untouched(dh, (size_t)NT, (size_t)NT + 2, (size_t)HV * KV));
+    CHK(untouched(dv2, (size_t)nt, (size_t)TT, (size_t)HV * V));
     const double h = 1e-5;
-    double rh = rms_of(dh, (size_t)B * NT * HV * K * V), rv = rms_of(dv2, nvv),
+    double rh = rms_of(dh, (size_t)NT * HV * KV), rv = rms_of(dv2, (size_t)nt * HV * V),
            r0 = rms_of(dh0, ns);
     double eh = 0, ev = 0, e0 = 0;
-    for (int c = 0; c < NT; c++)
-        for (size_t i = 0; i < (size_t)K * V; i++) { /* hv = 0, every entry */
-            double an = dh[(((size_t)c) * HV + 0) * K * V + i];
-            eh = fmax(eh, fd_rel(dhu_fd_state(&p, c, i, h), an, rh));
-        }
-    for (int it = 0; it < 16; it++) {
-        size_t i = kref_rng_u64(&rng) % nvv;
+    for (int64_t row = 0; row < NT; row++)
+        for (int hv = 0; hv < HV; hv++)
+            for (size_t i = 0; i < KV; i++) {
+                double an = dh[((size_t)row * HV + hv) * KV + i];
+                eh = fmax(eh, fd_rel(dhu_fd_state(&p, row, hv, i, h), an, rh));
+            }
+    for (int it = 0; it < 16 + NN; it++) {
+        int64_t t = it < 16 ? (int64_t)(kref_rng_u64(&rng) % (uint64_t)nt) : cu[it - 16 + 1] - 1;
+        if (it >= 16 && cu[it - 16 + 1] == cu[it - 16]) continue;
+        size_t i = ((size_t)t * HV + kref_rng_u64(&rng) % (uint64_t)HV) * V +
+                   kref_rng_u64(&rng) % (uint64_t)V;
         ev = fmax(ev, fd_rel(dhu_fd_x(&p, &p.u[i], h), dv2[i], rv));
-        i = kref_rng_u64(&rng) % ns;
+    }
+    for (int it = 0; it < 16 + NN; it++) {
+        size_t i = it < 16 ? kref_rng_u64(&rng) % ns
+                           : (size_t)(it - 16) * HV * KV + kref_rng_u64(&rng) % ((size_t)HV * KV);
         e0 = fmax(e0, fd_rel(dhu_fd_x(&p, &p.h0[i], h), dh0[i], r0));
     }
-    printf("  bwd_dhu FD (T192 K4 V3 HV2, dht %s): max rel err dh %.2e (all %d x %d x %d) "
-           "dv2 %.2e dh0 %.2e\n",
-           with_dht ? "given" : "NULL", eh, NT, K, V, ev, e0);
-    ck_assert_msg(eh <= 1e-6 && ev <= 1e-6 && e0 <= 1e-6, "bwd_dhu FD mismatch (seed %llu)",
-                  (unsigned long long)g_seed);
-    if (!with_dht) /* dh[NT-1] = dht = 0 */
-        for (size_t i = 0; i < (size_t)HV * K * V; i++)
-            CHK(dh[(size_t)(NT - 1) * HV * K * V + i] == 0.0);
+    char shape[160];
+    if (cu_in) {
+        int w = snprintf(shape, sizeof shape, "varlen T%d cu [", TT);
+        for (int n = 0; n <= N && w < (int)sizeof shape - 24; n++)
+            w += snprintf(shape + w, sizeof shape - w, n ? ",%lld" : "%lld", (long long)cu[n]);
+        snprintf(shape + w, sizeof shape - w, "]");
+    } else {
+        snprintf(shape, sizeof shape, "B%d T%d", B, T);
+    }
+    printf("  bwd_dhu FD%s (%s K%d V%d HV%d, dht %s): max rel err dh %.2e (all %lld x %d x %d x %d)"
+           " dv2 %.2e dh0 %.2e\n",
+           mask_frac > 0 ? " +mask" : "", shape, K, V, HV, with_dht ? "given" : "NULL", eh,
+           (long long)NT, HV, K, V, ev, e0);
+    ck_assert_msg(eh <= 1e-6 && ev <= 1e-6 && e0 <= 1e-6, "bwd_dhu FD mismatch (%s, seed %llu)",
+                  shape, (unsigned long long)g_seed);
+    /* The last chunk row of each sequence holds dht (or zero); a zero-length
+     * sequence runs no chunk, so its dh0 is its dht (or zero), bitwise. */
+    for (int n = 0; n < NN; n++) {
+        const double *want = p.dht ? p.dht + (size_t)n * HV * KV : NULL;
+        for (size_t i = 0; i < (size_t)HV * KV; i++) {
+            double wv = want ? want[i] : 0.0;
+            if (off[n + 1] > off[n]) CHK(dh[(size_t)(off[n + 1] - 1) * HV * KV + i] == wv);
+            else CHK(dh0[(size_t)n * HV * KV + i] == wv);
+        }
+    }
     free(p.qg); free(p.kg); free(p.w); free(p.g); free(p.u); free(p.dout); free(p.dv);
-    free(p.h0); free(p.dht); free(a); free(dh); free(dv2); free(dh0);
+    free(p.h0); free(p.dht); free(a); free(dh); free(dv2); free(dh0); free(off); free(cu_fix);
+}
+
+static void dhu_fd_case(int with_dht)
+{
+    dhu_fd_run(with_dht, 0x3000u + (unsigned)with_dht, 1, 192, 0, NULL, 2, 4, 3, 0.0, 0.0);
 }
 
 START_TEST(test_dhu_fd)
