@@ -795,6 +795,412 @@ START_TEST(test_gen_dhu_bounded)
 }
 END_TEST
 
+/* ------------------------------------------------ variable length --- */
+
+/* Lengths 1, 15, 63, 64, 65, 100, 0: single rows, partial chunks, exactly one
+ * chunk, one row past it, a zero-length sequence last; 12 slack tokens. */
+static const int64_t k_cu7[8] = {0, 1, 16, 79, 143, 208, 308, 308};
+#define K_CU7_T 320
+
+/* FD of the varlen references (and of the fixed-length ones at T % 64 != 0):
+ * 0 LOGSIG K8; 1 STRONG with GVA (H2 HV4) K16; 2 LOGSIG with 10% of the gates
+ * at -10 (a milder stand-in for fla's -1000 mask, which test_varlen_masked
+ * covers); 3 the fixed-length API at B2 T100. */
+START_TEST(test_intra_fd_varlen)
+{
+    switch (_i) {
+    case 0: intra_fd_run(KREF_GATE_LOGSIG, 0x9000u, 1, K_CU7_T, 7, k_cu7, 1, 2, 8, 0, 0); break;
+    case 1: intra_fd_run(KREF_GATE_STRONG, 0x9001u, 1, K_CU7_T, 7, k_cu7, 2, 4, 16, 0, 0); break;
+    case 2: intra_fd_run(KREF_GATE_LOGSIG, 0x9002u, 1, K_CU7_T, 7, k_cu7, 1, 2, 8, 0.1, -10); break;
+    default: intra_fd_run(KREF_GATE_LOGSIG, 0x9003u, 2, 100, 0, NULL, 1, 2, 8, 0, 0); break;
+    }
+}
+END_TEST
+
+/* 0/1 varlen without/with dht; 2 with dht and 10% of the gates at -10; 3 the
+ * fixed-length API at B2 T100. */
+START_TEST(test_dhu_fd_varlen)
+{
+    switch (_i) {
+    case 0: dhu_fd_run(0, 0xA000u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0, 0); break;
+    case 1: dhu_fd_run(1, 0xA001u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0, 0); break;
+    case 2: dhu_fd_run(1, 0xA002u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0.1, -10); break;
+    default: dhu_fd_run(1, 0xA003u, 2, 100, 0, NULL, 2, 8, 8, 0, 0); break;
+    }
+}
+END_TEST
+
+/* All inputs of both stages for a packed batch of T storage tokens, from the
+ * varlen generators (realistic dhu inputs, spec 6.3); q/k at H heads for
+ * bwd_intra, at HV heads (qv, kv) for the dhu inputs.  Gates: LOGSIG with a
+ * fraction mask_frac at `mask`. */
+typedef struct vl_inputs {
+    int T, H, HV, K, V, N;
+    const int64_t *cu;
+    double *q, *k, *a, *g, *beta, *dAqk, *dAkk, *dq_in, *dk_in, *dg_in, *db_in;
+    double *qg, *kg, *w, *dout, *dv, *dht;
+} vl_inputs;
+
+static void vl_make(vl_inputs *x, kref_rng *rng, double mask_frac, double mask)
+{
+    const int T = x->T, H = x->H, HV = x->HV, K = x->K, V = x->V;
+    size_t nqk = (size_t)T * H * K, nv = (size_t)T * HV * K, nb = (size_t)T * HV,
+           nA = nb * BT, nvv = (size_t)T * HV * V;
+    x->q = dalloc(nqk); x->k = dalloc(nqk); x->a = dalloc(nv); x->g = dalloc(nv);
+    x->beta = dalloc(nb); x->dAqk = dalloc(nA); x->dAkk = dalloc(nA);
+    x->dq_in = dalloc(nv); x->dk_in = dalloc(nv); x->dg_in = dalloc(nv); x->db_in = dalloc(nb);
+    x->qg = dalloc(nv); x->kg = dalloc(nv); x->w = dalloc(nv);
+    x->dout = dalloc(nvv); x->dv = dalloc(nvv); x->dht = dalloc((size_t)x->N * HV * K * V);
+    kref_gen_unit_rows(rng, (size_t)T * H, K, x->q);
+    kref_gen_unit_rows(rng, (size_t)T * H, K, x->k);
+    kref_gen_gate(rng, KREF_GATE_LOGSIG, 1, T, HV, K, x->a);
+    mask_gates(rng, x->a, nv, mask_frac, mask);
+    kref_gate_cumsum_varlen(T, HV, K, x->N, x->cu, x->a, x->g);
+    kref_gen_beta(rng, nb, x->beta);
+    kref_gen_dA_varlen(rng, T, HV, x->N, x->cu, 0, NAN, x->dAqk);
+    kref_gen_dA_varlen(rng, T, HV, x->N, x->cu, 1, NAN, x->dAkk);
+    kref_gen_normal(rng, nv, 1.0, x->dq_in);
+    kref_gen_normal(rng, nv, 1.0, x->dk_in);
+    kref_gen_normal(rng, nv, 1.0, x->dg_in);
+    kref_gen_normal(rng, nb, 1.0, x->db_in);
+    /* The dhu inputs from q/k at the value heads (rows unit-norm). */
+    double *qv = dalloc(nv), *kv = dalloc(nv);
+    kref_gen_unit_rows(rng, (size_t)T * HV, K, qv);
+    kref_gen_unit_rows(rng, (size_t)T * HV, K, kv);
+    kref_gen_dhu_inputs_varlen(T, HV, K, x->N, x->cu, qv, kv, x->beta, x->g, x->w, x->kg, x->qg);
+    kref_gen_normal(rng, nvv, 1.0, x->dout);
+    kref_gen_normal(rng, nvv, 1.0, x->dv);
+    kref_gen_normal(rng, (size_t)x->N * HV * K * V, 1.0, x->dht);
+    free(qv); free(kv);
+}
+
+static void vl_free(vl_inputs *x)
+{
+    double *p[] = {x->q, x->k, x->a, x->g, x->beta, x->dAqk, x->dAkk, x->dq_in, x->dk_in,
+                   x->dg_in, x->db_in, x->qg, x->kg, x->w, x->dout, x->dv, x->dht};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+}
+
+/* Both stages' outputs. */
+typedef struct vl_out {
+    double *dq, *dk, *dg, *db, *dh, *dv2, *dh0;
+} vl_out;
+
+static void vl_out_alloc(vl_out *o, const vl_inputs *x, int64_t nrows)
+{
+    size_t nv = (size_t)x->T * x->HV * x->K, KV = (size_t)x->K * x->V;
+    o->dq = dalloc(nv); o->dk = dalloc(nv); o->dg = dalloc(nv);
+    o->db = dalloc((size_t)x->T * x->HV);
+    o->dh = dalloc((size_t)nrows * x->HV * KV);
+    o->dv2 = dalloc((size_t)x->T * x->HV * x->V);
+    o->dh0 = dalloc((size_t)x->N * x->HV * KV);
+}
+
+static void vl_out_free(vl_out *o)
+{
+    free(o->dq); free(o->dk); free(o->dg); free(o->db); free(o->dh); free(o->dv2); free(o->dh0);
+}
+
+/* Both varlen references on x; token pointers offset by t0 tokens, states by
+ * n0 sequences and dh by row0 rows (to run one sequence of x alone). */
+static void vl_run(const vl_inputs *x, int T, int N, const int64_t *cu, int64_t t0, int n0,
+                   int64_t row0, int fold, int io, const vl_out *o)
+{
+    const int H = x->H, HV = x->HV, K = x->K, V = x->V;
+    size_t qo = (size_t)t0 * H * K, ko = (size_t)t0 * HV * K, bo = (size_t)t0 * HV,
+           vo = (size_t)t0 * HV * V, so = (size_t)n0 * HV * K * V,
+           ho = (size_t)row0 * HV * K * V;
+    kref_bwd_intra_varlen(T, H, HV, K, N, cu, x->q + qo, x->k + qo, x->g + ko, x->beta + bo,
+                          x->dAqk + bo * BT, x->dAkk + bo * BT, x->dq_in + ko, x->dk_in + ko,
+                          x->dg_in + ko, x->db_in + bo, fold, o->dq + ko, o->dk + ko,
+                          o->dg + ko, o->db + bo);
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, x->qg + ko, x->kg + ko, x->w + ko, x->g + ko,
+                        x->dout + vo, x->dv + vo, x->dht + so, 1.0 / sqrt((double)K), io,
+                        o->dh + ho, o->dv2 + vo, o->dh0 + so);
+}
+
+/* The varlen references on cu = [0, T, 2T] equal the fixed-length ones at
+ * B = 2 bitwise, and so do the generators (same seed): T = 100 (partial
+ * last chunk), 128 and 1. */
+START_TEST(test_varlen_fixed_equiv)
+{
+    static const int Ts[3] = {100, 128, 1};
+    const int B = 2, T = Ts[_i], H = 1, HV = 2, K = 16, V = 8;
+    int64_t *cu = fixed_cu(B, T);
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ (0xB000u + (unsigned)_i));
+    vl_inputs x = {.T = B * T, .H = H, .HV = HV, .K = K, .V = V, .N = B, .cu = cu};
+    vl_make(&x, &rng, 0.0, 0.0);
+    const int64_t NT = kref_chunk_offsets(B, cu, NULL);
+    CHK(NT == (int64_t)B * ((T + BT - 1) / BT));
+    vl_out v, f;
+    vl_out_alloc(&v, &x, NT);
+    vl_out_alloc(&f, &x, NT);
+    size_t nv = (size_t)B * T * HV * K, nb = (size_t)B * T * HV, nvv = (size_t)B * T * HV * V,
+           nh = (size_t)NT * HV * K * V, ns = (size_t)B * HV * K * V;
+    /* Generators: fixed-length against the varlen outputs in x. */
+    double *g = dalloc(nv), *w = dalloc(nv), *kg = dalloc(nv), *qg = dalloc(nv),
+           *A1 = dalloc(nb * BT), *A2 = dalloc(nb * BT);
+    kref_gate_cumsum(B, T, HV, K, x.a, g);
+    CHK(memcmp(g, x.g, nv * sizeof(double)) == 0);
+    kref_rng r1, r2;
+    kref_rng_seed(&r1, g_seed ^ 0xB100u);
+    kref_rng_seed(&r2, g_seed ^ 0xB100u);
+    kref_gen_dA(&r1, B, T, HV, 1, NAN, A1);
+    kref_gen_dA_varlen(&r2, B * T, HV, B, cu, 1, NAN, A2);
+    CHK(memcmp(A1, A2, nb * BT * sizeof(double)) == 0);
+    double *qv = dalloc(nv), *kv = dalloc(nv), *w2 = dalloc(nv), *kg2 = dalloc(nv),
+           *qg2 = dalloc(nv);
+    kref_gen_unit_rows(&rng, nb, K, qv);
+    kref_gen_unit_rows(&rng, nb, K, kv);
+    kref_gen_dhu_inputs(B, T, HV, K, qv, kv, x.beta, x.g, w, kg, qg);
+    kref_gen_dhu_inputs_varlen(B * T, HV, K, B, cu, qv, kv, x.beta, x.g, w2, kg2, qg2);
+    CHK(memcmp(w, w2, nv * sizeof(double)) == 0 && memcmp(kg, kg2, nv * sizeof(double)) == 0 &&
+        memcmp(qg, qg2, nv * sizeof(double)) == 0);
+    for (int fold = 0; fold < 2; fold++)
+        for (int io = -1; io < 2; io++) {
+            vl_run(&x, B * T, B, cu, 0, 0, 0, fold, io, &v);
+            kref_bwd_intra(B, T, H, HV, K, x.q, x.k, x.g, x.beta, x.dAqk, x.dAkk, x.dq_in,
+                           x.dk_in, x.dg_in, x.db_in, fold, f.dq, f.dk, f.dg, f.db);
+            kref_bwd_dhu(B, T, HV, K, V, x.qg, x.kg, x.w, x.g, x.dout, x.dv, x.dht,
+                         1.0 / sqrt((double)K), io, f.dh, f.dv2, f.dh0);
+            CHK(memcmp(v.dq, f.dq, nv * 8) == 0 && memcmp(v.dk, f.dk, nv * 8) == 0 &&
+                memcmp(v.dg, f.dg, nv * 8) == 0 && memcmp(v.db, f.db, nb * 8) == 0);
+            CHK(memcmp(v.dh, f.dh, nh * 8) == 0 && memcmp(v.dv2, f.dv2, nvv * 8) == 0 &&
+                memcmp(v.dh0, f.dh0, ns * 8) == 0);
+            CHK(all_finite(v.dq, nv) && all_finite(v.dg, nv) && all_finite(v.dh, nh) &&
+                all_finite(v.dv2, nvv) && all_finite(v.dh0, ns));
+        }
+    printf("  varlen cu [0,%d,%d] == fixed B2 T%d: bitwise (both stages, fold_dg 0/1, "
+           "io exact/bf16/fp16, generators)\n", T, 2 * T, T);
+    free(g); free(w); free(kg); free(qg); free(A1); free(A2); free(qv); free(kv); free(w2);
+    free(kg2); free(qg2); free(cu);
+    vl_out_free(&v); vl_out_free(&f); vl_free(&x);
+}
+END_TEST
+
+/* Sequences are independent: packed [77, 0, 130] plus 9 slack tokens equals
+ * each sequence run alone, bitwise, for both stages (dh rows, dv2, dh0 with
+ * h0/dht per sequence); the zero-length sequence gets dh0 = dht, alone too,
+ * and zero without dht. */
+START_TEST(test_varlen_split)
+{
+    static const int64_t cu[4] = {0, 77, 77, 207};
+    const int T = 216, N = 3, H = 1, HV = 2, K = 16, V = 8;
+    const size_t KV = (size_t)K * V;
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xC000u);
+    vl_inputs x = {.T = T, .H = H, .HV = HV, .K = K, .V = V, .N = N, .cu = cu};
+    vl_make(&x, &rng, 0.0, 0.0);
+    int64_t off[4];
+    const int64_t NT = kref_chunk_offsets(N, cu, off);
+    CHK(NT == 5 && off[0] == 0 && off[1] == 2 && off[2] == 2 && off[3] == 5);
+    vl_out pk, al;
+    vl_out_alloc(&pk, &x, NT);
+    vl_out_alloc(&al, &x, NT);
+    size_t nv = (size_t)T * HV * K, nb = (size_t)T * HV, nvv = (size_t)T * HV * V,
+           nh = (size_t)NT * HV * KV, ns = (size_t)N * HV * KV;
+    double *outs[2][7] = {{pk.dq, pk.dk, pk.dg, pk.db, pk.dh, pk.dv2, pk.dh0},
+                          {al.dq, al.dk, al.dg, al.db, al.dh, al.dv2, al.dh0}};
+    const size_t sz[7] = {nv, nv, nv, nb, nh, nvv, ns};
+    for (int fold = 0; fold < 2; fold++) {
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < 7; i++) fill(outs[j][i], sz[i], POISON);
+        vl_run(&x, T, N, cu, 0, 0, 0, fold, -1, &pk);
+        for (int n = 0; n < N; n++) {
+            const int64_t one[2] = {0, cu[n + 1] - cu[n]};
+            vl_run(&x, (int)one[1], 1, one, cu[n], n, off[n], fold, -1, &al);
+        }
+        for (int i = 0; i < 7; i++) CHK(memcmp(outs[0][i], outs[1][i], sz[i] * 8) == 0);
+        CHK(memcmp(pk.dh0 + KV * HV, x.dht + KV * HV, KV * HV * 8) == 0);
+        CHK(all_finite(pk.dq, (size_t)cu[N] * HV * K) && all_finite(pk.dh, nh) &&
+            all_finite(pk.dh0, ns) && untouched(pk.dq, (size_t)cu[N], T, (size_t)HV * K) &&
+            untouched(pk.db, (size_t)cu[N], T, HV) &&
+            untouched(pk.dv2, (size_t)cu[N], T, (size_t)HV * V));
+    }
+    /* Without dht the zero-length sequence's dh0 is zero. */
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, x.qg, x.kg, x.w, x.g, x.dout, x.dv, NULL, 0.25, -1,
+                        pk.dh, pk.dv2, pk.dh0);
+    for (size_t i = 0; i < KV * HV; i++) CHK(pk.dh0[KV * HV + i] == 0.0);
+    printf("  varlen split: packed [77,0,130]+9 slack == each sequence alone, bitwise; "
+           "zero-length dh0 == dht\n");
+    vl_out_free(&pk); vl_out_free(&al); vl_free(&x);
+}
+END_TEST
+
+/* fla's masked gates (-1000 nats on 10% of the entries, and on every entry
+ * of one sequence) over 24 random sequences of 1..200 tokens with a
+ * zero-length one and 50 slack tokens of NaN: both stages' outputs are
+ * finite in every io mode, slack outputs untouched. */
+START_TEST(test_varlen_masked)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xD000u);
+    const int N = 24, H = 1, HV = 2, K = 32, V = 16;
+    int64_t cu[25];
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 200, 1, cu);
+    const int T = (int)nt + 50;
+    const int64_t NT = kref_chunk_offsets(N, cu, NULL);
+    vl_inputs x = {.T = T, .H = H, .HV = HV, .K = K, .V = V, .N = N, .cu = cu};
+    vl_make(&x, &rng, 0.1, -1000.0);
+    /* Every gate of the first non-empty sequence masked. */
+    int n1 = cu[1] > 0 ? 0 : 1;
+    for (int64_t t = cu[n1]; t < cu[n1 + 1]; t++)
+        for (int i = 0; i < HV * K; i++) x.a[(size_t)t * HV * K + i] = -1000.0;
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, x.a, x.g);
+    /* NaN in every input token beyond cu[N]. */
+    size_t v0 = (size_t)nt;
+    double *perk[] = {x.q, x.k}, *perv[] = {x.g, x.dq_in, x.dk_in, x.dg_in, x.qg, x.kg, x.w};
+    for (int i = 0; i < 2; i++) fill(perk[i] + v0 * H * K, (size_t)(T - nt) * H * K, NAN);
+    for (int i = 0; i < 7; i++) fill(perv[i] + v0 * HV * K, (size_t)(T - nt) * HV * K, NAN);
+    fill(x.beta + v0 * HV, (size_t)(T - nt) * HV, NAN);
+    fill(x.db_in + v0 * HV, (size_t)(T - nt) * HV, NAN);
+    fill(x.dout + v0 * HV * V, (size_t)(T - nt) * HV * V, NAN);
+    fill(x.dv + v0 * HV * V, (size_t)(T - nt) * HV * V, NAN);
+    vl_out o;
+    vl_out_alloc(&o, &x, NT);
+    size_t nvk = v0 * HV * K, nh = (size_t)NT * HV * K * V, ns = (size_t)N * HV * K * V;
+    for (int io = -1; io < 2; io++) {
+        fill(o.dq, (size_t)T * HV * K, POISON); fill(o.dk, (size_t)T * HV * K, POISON);
+        fill(o.dg, (size_t)T * HV * K, POISON); fill(o.db, (size_t)T * HV, POISON);
+        fill(o.dv2, (size_t)T * HV * V, POISON);
+        vl_run(&x, T, N, cu, 0, 0, 0, io == 0, io, &o);
+        CHK(all_finite(o.dq, nvk) && all_finite(o.dk, nvk) && all_finite(o.dg, nvk) &&
+            all_finite(o.db, v0 * HV) && all_finite(o.dh, nh) &&
+            all_finite(o.dv2, v0 * HV * V) && all_finite(o.dh0, ns));
+        CHK(untouched(o.dq, v0, T, (size_t)HV * K) && untouched(o.dk, v0, T, (size_t)HV * K) &&
+            untouched(o.dg, v0, T, (size_t)HV * K) && untouched(o.db, v0, T, HV) &&
+            untouched(o.dv2, v0, T, (size_t)HV * V));
+    }
+    CHK(all_finite(x.g, nvk) && all_finite(x.qg, nvk) && all_finite(x.kg, nvk) &&
+        all_finite(x.w, nvk));
+    printf("  varlen masked gates (-1000): %d sequences, %lld tokens, %lld chunks: all finite\n",
+           N, (long long)nt, (long long)NT);
+    vl_out_free(&o); vl_free(&x);
+}
+END_TEST
+
+/* The varlen generators: cu_seqlens lengths in range with one zero, chunk
+ * offsets, the gate cumsum restarting at every sequence's chunk boundaries,
+ * dA's valid/garbage pattern per sequence-local row, nothing beyond cu[N]
+ * written by the cumsum and the dhu inputs. */
+START_TEST(test_gen_varlen)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xE000u);
+    const int N = 9, HV = 2, K = 4;
+    int64_t cu[10], off[10];
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 150, 1, cu);
+    int zeros = 0;
+    for (int n = 0; n < N; n++) {
+        int64_t len = cu[n + 1] - cu[n];
+        CHK(len == 0 || (len >= 1 && len <= 150));
+        zeros += len == 0;
+    }
+    CHK(zeros == 1 && cu[0] == 0 && cu[N] == nt);
+    const int64_t NT = kref_chunk_offsets(N, cu, off);
+    for (int n = 0; n < N; n++) CHK(off[n + 1] - off[n] == (cu[n + 1] - cu[n] + 63) / 64);
+    CHK(off[0] == 0 && off[N] == NT);
+    int64_t cu2[4];
+    CHK(kref_gen_cu_seqlens(&rng, 3, 64, 64, 0, cu2) == 192 && cu2[1] == 64 && cu2[2] == 128);
+    const int T = (int)nt + 7;
+    size_t n4 = (size_t)T * HV * K;
+    double *a = dalloc(n4), *g = dalloc(n4), *dA = dalloc((size_t)T * HV * BT);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, T, HV, K, a);
+    fill(g, n4, POISON);
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, a, g);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 0, NAN, dA);
+    for (int n = 0; n < N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+            int r = (int)((t - cu[n]) % BT);
+            for (int i = 0; i < HV * K; i++) {
+                size_t o = (size_t)t * HV * K + i;
+                if (r == 0)
+                    CHK(fabs(g[o] - KREF_RCP_LN2 * a[o]) <= 1e-6 * fabs(g[o]) + 1e-30);
+                else
+                    CHK(g[o] <= g[o - (size_t)HV * K]);
+            }
+            for (int s = 0; s < BT * HV; s++) {
+                double e = dA[(size_t)t * HV * BT + s];
+                CHK(s % BT <= r ? isfinite(e) : isnan(e));
+            }
+        }
+    CHK(untouched(g, (size_t)nt, T, (size_t)HV * K));
+    for (size_t i = (size_t)nt * HV * BT; i < (size_t)T * HV * BT; i++) CHK(isnan(dA[i]));
+    double *q = dalloc(n4), *k = dalloc(n4), *beta = dalloc((size_t)T * HV), *w = dalloc(n4),
+           *kg = dalloc(n4), *qg = dalloc(n4);
+    kref_gen_unit_rows(&rng, (size_t)T * HV, K, q);
+    kref_gen_unit_rows(&rng, (size_t)T * HV, K, k);
+    kref_gen_beta(&rng, (size_t)T * HV, beta);
+    fill(w, n4, POISON); fill(kg, n4, POISON); fill(qg, n4, POISON);
+    kref_gen_dhu_inputs_varlen(T, HV, K, N, cu, q, k, beta, g, w, kg, qg);
+    CHK(all_finite(w, (size_t)nt * HV * K) && all_finite(kg, (size_t)nt * HV * K));
+    CHK(untouched(w, (size_t)nt, T, (size_t)HV * K) && untouched(kg, (size_t)nt, T, (size_t)HV * K) &&
+        untouched(qg, (size_t)nt, T, (size_t)HV * K));
+    /* kg at a chunk's last valid row is k itself (exp2(0)). */
+    for (int n = 0; n < N; n++)
+        if (cu[n + 1] > cu[n])
+            for (int i = 0; i < HV * K; i++) {
+                size_t o = (size_t)(cu[n + 1] - 1) * HV * K + i;
+                CHK(kg[o] == k[o]);
+            }
+    free(a); free(g); free(dA); free(q); free(k); free(beta); free(w); free(kg); free(qg);
+}
+END_TEST
+
+/* GPU-test-sized varlen calls stay practical: N sequences of 1..200 tokens
+ * (N = 1000 by default, KREF_VARLEN_SPEED_N overrides), HV2 K = V = 128,
+ * both stages, finite. */
+START_TEST(test_varlen_speed)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xF000u);
+    const char *e = getenv("KREF_VARLEN_SPEED_N");
+    const int N = e && *e ? atoi(e) : 1000, H = 1, HV = 2, K = 128, V = 128;
+    int64_t *cu = calloc((size_t)N + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(cu);
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 200, 1, cu), NT = kref_chunk_offsets(N, cu, NULL);
+    const int T = (int)nt;
+    size_t nqk = (size_t)T * H * K, nv = (size_t)T * HV * K, nb = (size_t)T * HV,
+           nvv = (size_t)T * HV * V, KV = (size_t)K * V;
+    double *q = dalloc(nqk), *k = dalloc(nqk), *g = dalloc(nv), *beta = dalloc(nb),
+           *dAqk = dalloc(nb * BT), *dAkk = dalloc(nb * BT), *z = dalloc(nv), *zb = dalloc(nb),
+           *dq = dalloc(nv), *dk = dalloc(nv), *dg = dalloc(nv), *db = dalloc(nb);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, q);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, k);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, T, HV, K, dq);
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, dq, g);
+    kref_gen_beta(&rng, nb, beta);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 0, NAN, dAqk);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 1, NAN, dAkk);
+    double t0 = now_s();
+    kref_bwd_intra_varlen(T, H, HV, K, N, cu, q, k, g, beta, dAqk, dAkk, z, z, z, zb, 1, dq, dk,
+                          dg, db);
+    double ti = now_s() - t0;
+    CHK(all_finite(dq, nv) && all_finite(dk, nv) && all_finite(dg, nv) && all_finite(db, nb));
+    free(dAqk); free(dAkk);
+    /* dhu inputs: plain small normals (the timing does not depend on them). */
+    double *dout = dalloc(nvv), *dv = dalloc(nvv), *dh = dalloc((size_t)NT * HV * KV),
+           *dv2 = dalloc(nvv), *dht = dalloc((size_t)N * HV * KV), *dh0 = dalloc((size_t)N * HV * KV);
+    kref_gen_normal(&rng, nv, 0.05, dq);
+    kref_gen_normal(&rng, nv, 0.05, dk);
+    kref_gen_normal(&rng, nvv, 1.0, dout);
+    kref_gen_normal(&rng, nvv, 1.0, dv);
+    kref_gen_normal(&rng, (size_t)N * HV * KV, 1.0, dht);
+    t0 = now_s();
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, dq, dk, dk, g, dout, dv, dht, 1.0 / sqrt((double)K), 0,
+                        dh, dv2, dh0);
+    double td = now_s() - t0;
+    CHK(all_finite(dh, (size_t)NT * HV * KV) && all_finite(dv2, nvv) &&
+        all_finite(dh0, (size_t)N * HV * KV));
+    printf("  varlen speed: %d sequences of 1..200 (%d tokens, %lld chunks) HV2 K128 V128: "
+           "bwd_intra %.2f s, bwd_dhu %.2f s (this build)\n",
+           N, T, (long long)NT, ti, td);
+    free(cu); free(q); free(k); free(g); free(beta); free(z); free(zb); free(dq); free(dk);
+    free(dg); free(db); free(dout); free(dv); free(dh); free(dv2); free(dht); free(dh0);
+}
+END_TEST
+
 /* ------------------------------------------------------- conversions --- */
 
 START_TEST(test_conversions)
@@ -906,6 +1312,7 @@ static Suite *ref_suite(void)
     tcase_add_test(tc, test_gen_gates);
     tcase_add_test(tc, test_gen_dA);
     tcase_add_loop_test(tc, test_gen_dhu_bounded, 0, KREF_GATE_NFAMILIES);
+    tcase_add_test(tc, test_gen_varlen);
     suite_add_tcase(s, tc);
     tc = tcase_create("bwd_intra");
     tcase_set_timeout(tc, 300);
@@ -916,6 +1323,15 @@ static Suite *ref_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_dhu_fd, 0, 2);
     tcase_add_loop_test(tc, test_dhu_faithful, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("varlen");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_intra_fd_varlen, 0, 4);
+    tcase_add_loop_test(tc, test_dhu_fd_varlen, 0, 4);
+    tcase_add_loop_test(tc, test_varlen_fixed_equiv, 0, 3);
+    tcase_add_test(tc, test_varlen_split);
+    tcase_add_test(tc, test_varlen_masked);
+    tcase_add_test(tc, test_varlen_speed);
     suite_add_tcase(s, tc);
     return s;
 }
