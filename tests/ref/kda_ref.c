@@ -399,15 +399,18 @@ void kref_bwd_dhu_varlen(int T, int HV, int K, int V, int N,
                         dv2[tv + v] = row[v];
                     }
                 }
-                for (size_t i = 0; i < KV; i++) qd[i] = wd[i] = 0.0;
-                for (int i = 0; i < nr; i++) {
-                    size_t tv = ((t0 + i) * HV + hv) * V, tk = ((t0 + i) * HV + hv) * K;
-                    const double *row = dv2c + (size_t)i * V;
-                    for (int d = 0; d < K; d++) {
-                        const double qv = qg[tk + d], wv = w[tk + d];
-                        double *qdr = qd + (size_t)d * V, *wdr = wd + (size_t)d * V;
+                /* One row d of qg^T do and w^T dv2 at a time (it stays in L1);
+                 * each entry still sums over i in order. */
+                for (int d = 0; d < K; d++) {
+                    double *qdr = qd + (size_t)d * V, *wdr = wd + (size_t)d * V;
+                    for (int v = 0; v < V; v++) qdr[v] = wdr[v] = 0.0;
+                    for (int i = 0; i < nr; i++) {
+                        const size_t tv = ((t0 + i) * HV + hv) * V;
+                        const size_t tk = ((t0 + i) * HV + hv) * K + d;
+                        const double qv = qg[tk], wv = w[tk];
+                        const double *dor = dout + tv, *row = dv2c + (size_t)i * V;
                         for (int v = 0; v < V; v++) {
-                            qdr[v] += qv * dout[tv + v];
+                            qdr[v] += qv * dor[v];
                             wdr[v] += wv * row[v];
                         }
                     }
