@@ -55,9 +55,13 @@ static double now_s(void)
 
 /* Relative error of one finite-difference sample: measured against the
  * larger of |analytic| and the RMS of the whole analytic gradient, so that
- * near-zero components are judged on the gradient's scale. */
+ * near-zero components are judged on the gradient's scale; INFINITY when
+ * anything is not finite. */
 static double fd_rel(double fd, double an, double rms)
 {
+    /* A non-finite scale (e.g. a poisoned gradient whose RMS overflows)
+     * must fail, not divide every error down to zero. */
+    if (!isfinite(fd) || !isfinite(an) || !isfinite(rms)) return INFINITY;
     double den = fmax(fabs(an), rms);
     if (den == 0.0) return fabs(fd - an);
     return fabs(fd - an) / den;
