@@ -55,9 +55,13 @@ static double now_s(void)
 
 /* Relative error of one finite-difference sample: measured against the
  * larger of |analytic| and the RMS of the whole analytic gradient, so that
- * near-zero components are judged on the gradient's scale. */
+ * near-zero components are judged on the gradient's scale; INFINITY when
+ * anything is not finite. */
 static double fd_rel(double fd, double an, double rms)
 {
+    /* A non-finite scale (e.g. a poisoned gradient whose RMS overflows)
+     * must fail, not divide every error down to zero. */
+    if (!isfinite(fd) || !isfinite(an) || !isfinite(rms)) return INFINITY;
     double den = fmax(fabs(an), rms);
     if (den == 0.0) return fabs(fd - an);
     return fabs(fd - an) / den;
@@ -70,28 +74,100 @@ static double rms_of(const double *x, size_t n)
     return sqrt(s / (double)n);
 }
 
+/* ------------------------------------------------- packed-batch tools --- */
+
+/* Outputs are filled with this before a reference call; entries the
+ * reference must not write are compared against it bitwise. */
+#define POISON (-0x1.5555p+999)
+
+/* cu = [0, T, .., BT] for the fixed-length calls (the caller frees it). */
+static int64_t *fixed_cu(int B, int T)
+{
+    int64_t *cu = calloc((size_t)B + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(cu);
+    for (int b = 0; b <= B; b++) cu[b] = (int64_t)b * T;
+    return cu;
+}
+
+/* First and one-past-last token of the chunk that holds valid token t (the
+ * test's own reading of the contract: chunks start at cu[n] + 64c and stop
+ * at the sequence end). */
+static void chunk_of(int N, const int64_t *cu, int64_t t, int64_t *start, int64_t *end)
+{
+    int n = 0;
+    while (n < N && t >= cu[n + 1]) n++;
+    ck_assert_int_lt(n, N);
+    *start = cu[n] + (t - cu[n]) / BT * BT;
+    *end = *start + BT < cu[n + 1] ? *start + BT : cu[n + 1];
+}
+
+static void fill(double *x, size_t n, double v)
+{
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+
+/* Entries [from, to) of rows of `width` doubles must still be POISON. */
+static int untouched(const double *x, size_t from, size_t to, size_t width)
+{
+    const double p = POISON;
+    for (size_t i = from * width; i < to * width; i++)
+        if (memcmp(&x[i], &p, sizeof p) != 0) return 0;
+    return 1;
+}
+
+/* "B2 T100" for a fixed-length case (cu == NULL), else "varlen T320 cu [..]". */
+static void shape_label(char *buf, size_t size, int B, int T, int N, const int64_t *cu)
+{
+    if (!cu) {
+        snprintf(buf, size, "B%d T%d", B, T);
+        return;
+    }
+    int w = snprintf(buf, size, "varlen T%d cu [", T);
+    for (int n = 0; n <= N && w < (int)size - 24; n++)
+        w += snprintf(buf + w, size - w, n ? ",%lld" : "%lld", (long long)cu[n]);
+    snprintf(buf + w, size - w, "]");
+}
+
+static int all_finite(const double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Sets a fraction of the per-token gates to `mask` (fla's masked gates). */
+static void mask_gates(kref_rng *rng, double *a, size_t n, double frac, double mask)
+{
+    for (size_t i = 0; i < n; i++)
+        if (kref_rng_uniform(rng) < frac) a[i] = mask;
+}
+
 /* ------------------------------------------------------ bwd_intra FD --- */
 
+/* A packed batch of T storage tokens: sequences per cu [N+1]. */
 typedef struct intra_prob {
-    int B, T, H, HV, K;
+    int T, H, HV, K, N;
+    const int64_t *cu;
     double *q, *k, *g, *beta, *dAqk, *dAkk;
 } intra_prob;
 
 /* Plain float64 forward of spec 3.2: the loss sum dAqk*P + sum dAkk*L_mat
- * over every (b, hv, chunk), P over s <= r and L_mat over s < r. */
+ * over every (sequence, hv, chunk), P over s <= r and L_mat over s < r, both
+ * inside the chunk's valid rows. */
 static double intra_loss(const intra_prob *p)
 {
-    const int G = p->HV / p->H, K = p->K, T = p->T, H = p->H, HV = p->HV;
+    const int G = p->HV / p->H, K = p->K, H = p->H, HV = p->HV;
     double loss = 0.0;
-    for (int b = 0; b < p->B; b++)
+    for (int n = 0; n < p->N; n++)
         for (int hv = 0; hv < HV; hv++) {
             int h = hv / G;
-            for (int c = 0; c < T / BT; c++)
-                for (int r = 0; r < BT; r++) {
-                    size_t tr = (size_t)b * T + c * BT + r;
+            for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT) {
+                int64_t nr = p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT;
+                for (int r = 0; r < nr; r++) {
+                    size_t tr = (size_t)c0 + r;
                     double br = p->beta[tr * HV + hv];
                     for (int s = 0; s <= r; s++) {
-                        size_t ts = (size_t)b * T + c * BT + s;
+                        size_t ts = (size_t)c0 + s;
                         double P = 0.0, Lm = 0.0;
                         for (int d = 0; d < K; d++) {
                             double e = exp2(p->g[(tr * HV + hv) * K + d] -
@@ -104,6 +180,7 @@ static double intra_loss(const intra_prob *p)
                         if (s < r) loss += p->dAkk[(tr * HV + hv) * BT + s] * br * Lm;
                     }
                 }
+            }
         }
     return loss;
 }
@@ -121,131 +198,200 @@ static double fd_scalar(intra_prob *p, double *x, double h)
 }
 
 /* Central difference in the per-token natural-log gate a[t,hv,d]: it shifts
- * the natural-log cumulative gate of rows t..chunk end by h, i.e. g2 by
- * h/ln2 (exactly log2(e)). */
-static double fd_token_gate(intra_prob *p, int b, int t, int hv, int d, double h,
+ * the natural-log cumulative gate of rows t..chunk end (the chunk's last
+ * valid row) by h, i.e. g2 by h/ln2 (exactly log2(e)). */
+static double fd_token_gate(intra_prob *p, int64_t t, int hv, int d, double h,
                             int whole_suffix)
 {
-    int tend = whole_suffix ? (t / BT) * BT + BT : t + 1;
+    int64_t cs, ce;
+    chunk_of(p->N, p->cu, t, &cs, &ce);
+    int64_t tend = whole_suffix ? ce : t + 1;
     double lp, lm;
     for (int sgn = 0; sgn < 2; sgn++) {
         double dlt = (sgn == 0 ? h : -h) * M_LOG2E;
-        double *save = dalloc(tend - t);
-        for (int tt = t; tt < tend; tt++) {
-            double *x = &p->g[(((size_t)b * p->T + tt) * p->HV + hv) * p->K + d];
+        double *save = dalloc((size_t)(tend - t));
+        for (int64_t tt = t; tt < tend; tt++) {
+            double *x = &p->g[((size_t)tt * p->HV + hv) * p->K + d];
             save[tt - t] = *x;
             *x += dlt;
         }
         double l = intra_loss(p);
-        for (int tt = t; tt < tend; tt++)
-            p->g[(((size_t)b * p->T + tt) * p->HV + hv) * p->K + d] = save[tt - t];
+        for (int64_t tt = t; tt < tend; tt++)
+            p->g[((size_t)tt * p->HV + hv) * p->K + d] = save[tt - t];
         free(save);
         if (sgn == 0) lp = l; else lm = l;
     }
     return (lp - lm) / (2 * h);
 }
 
-static void intra_fd_family(kref_gate_family fam)
+/* One bwd_intra FD case.  cu == NULL: the fixed-length API on B rows of T
+ * tokens; else the varlen API on T storage tokens with sequences per cu [N+1]
+ * (every input beyond cu[N] is NaN, every output there must stay POISON).
+ * A fraction mask_frac of the per-token gates is set to `mask`. */
+static void intra_fd_run(kref_gate_family fam, uint64_t salt, int B, int T, int N,
+                         const int64_t *cu_in, int H, int HV, int K, double mask_frac,
+                         double mask)
 {
     kref_rng rng;
-    kref_rng_seed(&rng, g_seed ^ (0x1000u + (unsigned)fam));
-    intra_prob p = {.B = 1, .T = 128, .H = 1, .HV = 2, .K = 4};
-    const int B = p.B, T = p.T, H = p.H, HV = p.HV, K = p.K, G = HV / H;
-    size_t nqk = (size_t)B * T * H * K, nv = (size_t)B * T * HV * K,
-           nb = (size_t)B * T * HV, nA = (size_t)B * T * HV * BT;
+    kref_rng_seed(&rng, g_seed ^ salt);
+    int64_t *cu_fix = cu_in ? NULL : fixed_cu(B, T);
+    intra_prob p = {.T = cu_in ? T : B * T, .H = H, .HV = HV, .K = K,
+                    .N = cu_in ? N : B, .cu = cu_in ? cu_in : cu_fix};
+    const int TT = p.T, G = HV / H;
+    const int64_t nt = p.cu[p.N]; /* valid tokens */
+    size_t nqk = (size_t)TT * H * K, nv = (size_t)TT * HV * K, nb = (size_t)TT * HV,
+           nA = (size_t)TT * HV * BT;
     p.q = dalloc(nqk); p.k = dalloc(nqk); p.g = dalloc(nv);
     p.beta = dalloc(nb); p.dAqk = dalloc(nA); p.dAkk = dalloc(nA);
     double *a = dalloc(nv);
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, p.q);
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, p.k);
-    kref_gen_gate(&rng, fam, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, p.g);
+    kref_gen_unit_rows(&rng, (size_t)TT * H, K, p.q);
+    kref_gen_unit_rows(&rng, (size_t)TT * H, K, p.k);
+    kref_gen_gate(&rng, fam, 1, TT, HV, K, a);
+    mask_gates(&rng, a, nv, mask_frac, mask);
     kref_gen_beta(&rng, nb, p.beta);
-    kref_gen_dA(&rng, B, T, HV, 0, NAN, p.dAqk);
-    kref_gen_dA(&rng, B, T, HV, 1, NAN, p.dAkk);
     double *dq_in = dalloc(nv), *dk_in = dalloc(nv), *dg_in = dalloc(nv),
            *db_in = dalloc(nb);
     kref_gen_normal(&rng, nv, 1.0, dq_in);
     kref_gen_normal(&rng, nv, 1.0, dk_in);
     kref_gen_normal(&rng, nv, 1.0, dg_in);
     kref_gen_normal(&rng, nb, 1.0, db_in);
+    if (cu_in) {
+        fill(p.g, nv, NAN); /* the cumsum writes only valid tokens */
+        kref_gate_cumsum_varlen(TT, HV, K, N, cu_in, a, p.g);
+        kref_gen_dA_varlen(&rng, TT, HV, N, cu_in, 0, NAN, p.dAqk);
+        kref_gen_dA_varlen(&rng, TT, HV, N, cu_in, 1, NAN, p.dAkk);
+        size_t v0 = (size_t)nt;
+        fill(p.q + v0 * H * K, nqk - v0 * H * K, NAN);
+        fill(p.k + v0 * H * K, nqk - v0 * H * K, NAN);
+        fill(p.beta + v0 * HV, nb - v0 * HV, NAN);
+        fill(dq_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(dk_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(dg_in + v0 * HV * K, nv - v0 * HV * K, NAN);
+        fill(db_in + v0 * HV, nb - v0 * HV, NAN);
+    } else {
+        kref_gate_cumsum(B, T, HV, K, a, p.g);
+        kref_gen_dA(&rng, B, T, HV, 0, NAN, p.dAqk);
+        kref_gen_dA(&rng, B, T, HV, 1, NAN, p.dAkk);
+    }
     double *dq = dalloc(nv), *dk = dalloc(nv), *dg = dalloc(nv), *db = dalloc(nb);
     double *dgf = dalloc(nv), *dq2 = dalloc(nv), *dk2 = dalloc(nv), *db2 = dalloc(nb);
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 0, dq, dk, dg, db);
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 1, dq2, dk2, dgf, db2);
+#define RUN_INTRA(fold, oq, ok, og, ob)                                                    \
+    do {                                                                                   \
+        fill(oq, nv, POISON); fill(ok, nv, POISON); fill(og, nv, POISON);                  \
+        fill(ob, nb, POISON);                                                              \
+        if (cu_in)                                                                         \
+            kref_bwd_intra_varlen(TT, H, HV, K, N, cu_in, p.q, p.k, p.g, p.beta, p.dAqk,   \
+                                  p.dAkk, dq_in, dk_in, dg_in, db_in, fold, oq, ok, og, ob); \
+        else                                                                               \
+            kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,   \
+                           dk_in, dg_in, db_in, fold, oq, ok, og, ob);                     \
+    } while (0)
+    RUN_INTRA(0, dq, dk, dg, db);
+    RUN_INTRA(1, dq2, dk2, dgf, db2);
+    /* Valid tokens finite (no NaN garbage reached them), slack untouched. */
+    CHK(all_finite(dq, (size_t)nt * HV * K) && all_finite(dk, (size_t)nt * HV * K) &&
+        all_finite(dg, (size_t)nt * HV * K) && all_finite(db, (size_t)nt * HV) &&
+        all_finite(dgf, (size_t)nt * HV * K));
+    CHK(untouched(dq, nt, TT, (size_t)HV * K) && untouched(dk, nt, TT, (size_t)HV * K) &&
+        untouched(dg, nt, TT, (size_t)HV * K) && untouched(db, nt, TT, HV) &&
+        untouched(dgf, nt, TT, (size_t)HV * K) && untouched(db2, nt, TT, HV));
     /* The analytic gradients: dq/dk summed over the value heads of the group
      * (per qk head), db and dg per value head, fold_dg minus the suffix sum
-     * of dg_in. */
+     * of dg_in over the chunk's valid rows. */
+    size_t nqv = (size_t)nt * H * K, nvv = (size_t)nt * HV * K, nbv = (size_t)nt * HV;
     double *gq = dalloc(nqk), *gk = dalloc(nqk), *gb = dalloc(nb), *gg = dalloc(nv),
            *ga = dalloc(nv);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int hv = 0; hv < HV; hv++) {
-                size_t i3 = ((size_t)b * T + t) * HV + hv;
-                gb[i3] = db[i3] - db_in[i3];
-                for (int d = 0; d < K; d++) {
-                    size_t o = i3 * K + d, oq = (((size_t)b * T + t) * H + hv / G) * K + d;
-                    gq[oq] += dq[o] - dq_in[o];
-                    gk[oq] += dk[o] - dk_in[o];
-                    gg[o] = dg[o] - dg_in[o];
-                    double sfx = 0.0;
-                    for (int tt = t; tt < (t / BT + 1) * BT; tt++)
-                        sfx += dg_in[(((size_t)b * T + tt) * HV + hv) * K + d];
-                    ga[o] = dgf[o] - sfx;
-                }
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t cs, ce;
+        chunk_of(p.N, p.cu, t, &cs, &ce);
+        for (int hv = 0; hv < HV; hv++) {
+            size_t i3 = (size_t)t * HV + hv;
+            gb[i3] = db[i3] - db_in[i3];
+            for (int d = 0; d < K; d++) {
+                size_t o = i3 * K + d, oq = ((size_t)t * H + hv / G) * K + d;
+                gq[oq] += dq[o] - dq_in[o];
+                gk[oq] += dk[o] - dk_in[o];
+                gg[o] = dg[o] - dg_in[o];
+                double sfx = 0.0;
+                for (int64_t tt = t; tt < ce; tt++)
+                    sfx += dg_in[((size_t)tt * HV + hv) * K + d];
+                ga[o] = dgf[o] - sfx;
             }
+        }
+    }
     /* fold_dg must not change dq, dk, db. */
-    CHK(kref_max_abs(dq, dq2, nv) == 0.0);
-    CHK(kref_max_abs(dk, dk2, nv) == 0.0);
-    CHK(kref_max_abs(db, db2, nb) == 0.0);
+    CHK(kref_max_abs(dq, dq2, nvv) == 0.0);
+    CHK(kref_max_abs(dk, dk2, nvv) == 0.0);
+    CHK(kref_max_abs(db, db2, nbv) == 0.0);
 
     const double h = (fam == KREF_GATE_STRONG || fam == KREF_GATE_FUSED) ? 2e-6 : 1e-5;
+    /* 12 random tokens, then the last token of every sequence (where a
+     * partial chunk ends) and the first one of its last chunk. */
     const int NS = 12;
-    double rq = rms_of(gq, nqk), rk = rms_of(gk, nqk), rb = rms_of(gb, nb),
-           rg = rms_of(gg, nv), ra = rms_of(ga, nv);
+    double rq = rms_of(gq, nqv), rk = rms_of(gk, nqv), rb = rms_of(gb, nbv),
+           rg = rms_of(gg, nvv), ra = rms_of(ga, nvv);
     double eq = 0, ek = 0, eb = 0, eg = 0, ea = 0;
-    for (int it = 0; it < NS; it++) {
-        /* q and k at the qk head: the loss sums over both value heads. */
-        size_t i = kref_rng_u64(&rng) % nqk;
-        eq = fmax(eq, fd_rel(fd_scalar(&p, &p.q[i], h), gq[i], rq));
-        i = kref_rng_u64(&rng) % nqk;
-        ek = fmax(ek, fd_rel(fd_scalar(&p, &p.k[i], h), gk[i], rk));
-        i = kref_rng_u64(&rng) % nb;
-        eb = fmax(eb, fd_rel(fd_scalar(&p, &p.beta[i], h), gb[i], rb));
-        int t = (int)(kref_rng_u64(&rng) % (uint64_t)T), hv = (int)(kref_rng_u64(&rng) % 2),
+    int nsamp = 0;
+    for (int it = 0; it < NS + 2 * p.N; it++) {
+        int64_t t;
+        if (it < NS) {
+            t = (int64_t)(kref_rng_u64(&rng) % (uint64_t)nt);
+        } else {
+            int n = (it - NS) / 2;
+            if (p.cu[n + 1] == p.cu[n]) continue;
+            int64_t cs, ce;
+            chunk_of(p.N, p.cu, p.cu[n + 1] - 1, &cs, &ce);
+            t = (it - NS) % 2 ? cs : ce - 1;
+        }
+        nsamp++;
+        /* q and k at the qk head: the loss sums over the group's value heads. */
+        int hq = (int)(kref_rng_u64(&rng) % (uint64_t)H),
+            hv = (int)(kref_rng_u64(&rng) % (uint64_t)HV),
             d = (int)(kref_rng_u64(&rng) % (uint64_t)K);
-        size_t o = ((size_t)t * HV + hv) * K + d;
-        eg = fmax(eg, fd_rel(fd_token_gate(&p, 0, t, hv, d, h, 0), gg[o], rg));
-        t = (int)(kref_rng_u64(&rng) % (uint64_t)T);
-        o = ((size_t)t * HV + hv) * K + d;
-        ea = fmax(ea, fd_rel(fd_token_gate(&p, 0, t, hv, d, h, 1), ga[o], ra));
+        size_t i = ((size_t)t * H + hq) * K + d, o = ((size_t)t * HV + hv) * K + d;
+        eq = fmax(eq, fd_rel(fd_scalar(&p, &p.q[i], h), gq[i], rq));
+        ek = fmax(ek, fd_rel(fd_scalar(&p, &p.k[i], h), gk[i], rk));
+        eb = fmax(eb, fd_rel(fd_scalar(&p, &p.beta[(size_t)t * HV + hv], h),
+                             gb[(size_t)t * HV + hv], rb));
+        eg = fmax(eg, fd_rel(fd_token_gate(&p, t, hv, d, h, 0), gg[o], rg));
+        ea = fmax(ea, fd_rel(fd_token_gate(&p, t, hv, d, h, 1), ga[o], ra));
     }
-    printf("  bwd_intra FD %-6s (B1 T128 H1 HV2 K4, %d samples each): max rel err "
+    char shape[160];
+    shape_label(shape, sizeof shape, B, T, N, cu_in);
+    printf("  bwd_intra FD %-6s%s (%s H%d HV%d K%d, %d samples each): max rel err "
            "dq %.2e dk %.2e db %.2e dg %.2e dg_folded(per-token) %.2e\n",
-           kref_gate_name(fam), NS, eq, ek, eb, eg, ea);
+           kref_gate_name(fam), mask_frac > 0 ? "+mask" : "", shape, H, HV, K, nsamp, eq, ek,
+           eb, eg, ea);
     ck_assert_msg(eq <= 1e-6 && ek <= 1e-6 && eb <= 1e-6 && eg <= 1e-6 && ea <= 1e-6,
-                  "bwd_intra FD mismatch (%s, seed %llu)", kref_gate_name(fam),
+                  "bwd_intra FD mismatch (%s, %s, seed %llu)", kref_gate_name(fam), shape,
                   (unsigned long long)g_seed);
 
-    /* The reference never reads the strictly-upper halves: zeros there give
-     * bitwise the same results as the NaN garbage. */
-    for (int t = 0; t < T; t++)
+    /* The reference never reads the strictly-upper halves (nor, in a partial
+     * chunk, the columns beyond its valid rows, nor anything beyond cu[N]):
+     * zeros there give bitwise the same results as the NaN garbage. */
+    for (int64_t t = 0; t < TT; t++) {
+        int64_t cs = TT, ce;
+        if (t < nt) chunk_of(p.N, p.cu, t, &cs, &ce);
         for (int hv = 0; hv < HV; hv++)
-            for (int s = t % BT + 1; s < BT; s++) {
+            for (int s = t < nt ? (int)(t - cs) + 1 : 0; s < BT; s++) {
                 p.dAqk[((size_t)t * HV + hv) * BT + s] = 0.0;
                 p.dAkk[((size_t)t * HV + hv) * BT + s] = 0.0;
             }
-    kref_bwd_intra(B, T, H, HV, K, p.q, p.k, p.g, p.beta, p.dAqk, p.dAkk, dq_in,
-                   dk_in, dg_in, db_in, 0, dq2, dk2, dgf, db2);
-    CHK(kref_max_abs(dq, dq2, nv) == 0.0 && kref_max_abs(dk, dk2, nv) == 0.0 &&
-              kref_max_abs(dg, dgf, nv) == 0.0 && kref_max_abs(db, db2, nb) == 0.0);
+    }
+    RUN_INTRA(0, dq2, dk2, dgf, db2);
+#undef RUN_INTRA
+    CHK(kref_max_abs(dq, dq2, nvv) == 0.0 && kref_max_abs(dk, dk2, nvv) == 0.0 &&
+        kref_max_abs(dg, dgf, nvv) == 0.0 && kref_max_abs(db, db2, nbv) == 0.0);
 
     free(p.q); free(p.k); free(p.g); free(p.beta); free(p.dAqk); free(p.dAkk); free(a);
     free(dq_in); free(dk_in); free(dg_in); free(db_in); free(dq); free(dk); free(dg);
     free(db); free(dgf); free(dq2); free(dk2); free(db2); free(gq); free(gk); free(gb);
-    free(gg); free(ga);
+    free(gg); free(ga); free(cu_fix);
+}
+
+static void intra_fd_family(kref_gate_family fam)
+{
+    intra_fd_run(fam, 0x1000u + (unsigned)fam, 1, 128, 0, NULL, 1, 2, 4, 0.0, 0.0);
 }
 
 START_TEST(test_intra_fd)
@@ -288,37 +434,43 @@ END_TEST
 /* -------------------------------------------------------- bwd_dhu FD --- */
 
 typedef struct dhu_prob {
-    int B, T, HV, K, V;
+    int T, HV, K, V, N;      /* packed: T storage tokens, sequences per cu */
+    const int64_t *cu, *off; /* cu [N+1], chunk offsets [N+1] */
     double *qg, *kg, *w, *g, *u, *h0, *dout, *dv, *dht; /* dht may be NULL */
     double scale;
-    /* Perturbation injected into S_{c+1} right after chunk c's update. */
-    int inj_c;
+    /* Perturbation injected into the state leaving global chunk row inj_row
+     * at value head inj_hv. */
+    int64_t inj_row;
+    int inj_hv;
     size_t inj_i;
     double inj;
 } dhu_prob;
 
-/* The spec 4.6 forward scan and loss: S_0 = h0; per chunk
- * o_c = qg_c S_c contributes scale <do_c, o_c>; v_new_c = u_c - w_c S_c
- * contributes <dv_c, v_new_c>; S_{c+1} = diag(exp2(g2_last)) S_c +
- * kg_c^T v_new_c; finally <dht, S_NT>. */
+/* The spec 4.6 forward scan and loss, per sequence n: S_0 = h0[n]; per chunk
+ * (its valid rows only) o_c = qg_c S_c contributes scale <do_c, o_c>;
+ * v_new_c = u_c - w_c S_c contributes <dv_c, v_new_c>; S_{c+1} =
+ * diag(exp2(g2 of the chunk's last valid row)) S_c + kg_c^T v_new_c;
+ * finally <dht[n], S_final>. */
 static double dhu_loss(const dhu_prob *p)
 {
-    const int T = p->T, HV = p->HV, K = p->K, V = p->V, NT = T / BT;
+    const int HV = p->HV, K = p->K, V = p->V;
     const size_t KV = (size_t)K * V;
     double *S = dalloc(KV), *Sn = dalloc(KV), *vn = dalloc(V);
     double loss = 0.0;
-    for (int b = 0; b < p->B; b++)
+    for (int n = 0; n < p->N; n++)
         for (int hv = 0; hv < HV; hv++) {
-            size_t so = ((size_t)b * HV + hv) * KV;
+            size_t so = ((size_t)n * HV + hv) * KV;
             memcpy(S, p->h0 + so, sizeof(double) * KV);
-            for (int c = 0; c < NT; c++) {
-                const size_t tl = (((size_t)b * T + c * BT + BT - 1) * HV + hv) * K;
+            int64_t row = p->off[n];
+            for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT, row++) {
+                int64_t nr = p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT;
+                const size_t tl = ((size_t)(c0 + nr - 1) * HV + hv) * K;
                 for (int d = 0; d < K; d++)
                     for (int v = 0; v < V; v++)
                         Sn[d * V + v] = exp2(p->g[tl + d]) * S[d * V + v];
-                for (int i = 0; i < BT; i++) {
-                    size_t tk = (((size_t)b * T + c * BT + i) * HV + hv) * K;
-                    size_t tv = (((size_t)b * T + c * BT + i) * HV + hv) * V;
+                for (int i = 0; i < nr; i++) {
+                    size_t tk = ((size_t)(c0 + i) * HV + hv) * K;
+                    size_t tv = ((size_t)(c0 + i) * HV + hv) * V;
                     for (int v = 0; v < V; v++) {
                         double o = 0.0, ws = 0.0;
                         for (int d = 0; d < K; d++) {
@@ -331,7 +483,7 @@ static double dhu_loss(const dhu_prob *p)
                     for (int d = 0; d < K; d++)
                         for (int v = 0; v < V; v++) Sn[d * V + v] += p->kg[tk + d] * vn[v];
                 }
-                if (c == p->inj_c && b == 0 && hv == 0) Sn[p->inj_i] += p->inj;
+                if (row == p->inj_row && hv == p->inj_hv) Sn[p->inj_i] += p->inj;
                 memcpy(S, Sn, sizeof(double) * KV);
             }
             if (p->dht)
@@ -352,37 +504,53 @@ static double dhu_fd_x(dhu_prob *p, double *x, double h)
     return (lp - lm) / (2 * h);
 }
 
-/* dL/dS_{c+1}[d,v] at (b=0, hv=0) by injection. */
-static double dhu_fd_state(dhu_prob *p, int c, size_t i, double h)
+/* dL/dS_{c+1}[d,v] of global chunk row `row` at value head hv, by injection. */
+static double dhu_fd_state(dhu_prob *p, int64_t row, int hv, size_t i, double h)
 {
-    p->inj_c = c;
+    p->inj_row = row;
+    p->inj_hv = hv;
     p->inj_i = i;
     p->inj = h;
     double lp = dhu_loss(p);
     p->inj = -h;
     double lm = dhu_loss(p);
-    p->inj_c = -1;
+    p->inj_row = -1;
     p->inj = 0.0;
     return (lp - lm) / (2 * h);
 }
 
-static void dhu_fd_case(int with_dht)
+/* One bwd_dhu FD case.  cu == NULL: the fixed-length API on B rows of T
+ * tokens; else the varlen API on T storage tokens, sequences per cu [N+1]
+ * (inputs beyond cu[N] NaN, outputs there and dh rows beyond the chunk
+ * count must stay POISON).  Every dh entry of every chunk row and head is
+ * checked, dv2 at 16 random tokens and the last token of each sequence, dh0
+ * at 16 random entries and one entry of each sequence. */
+static void dhu_fd_run(int with_dht, uint64_t salt, int B, int T, int N, const int64_t *cu_in,
+                       int HV, int K, int V, double mask_frac, double mask)
 {
     kref_rng rng;
-    kref_rng_seed(&rng, g_seed ^ (0x3000u + (unsigned)with_dht));
-    dhu_prob p = {.B = 1, .T = 192, .HV = 2, .K = 4, .V = 3, .inj_c = -1};
-    const int B = p.B, T = p.T, HV = p.HV, K = p.K, V = p.V, NT = T / BT;
-    size_t nk = (size_t)B * T * HV * K, nvv = (size_t)B * T * HV * V,
-           ns = (size_t)B * HV * K * V;
+    kref_rng_seed(&rng, g_seed ^ salt);
+    int64_t *cu_fix = cu_in ? NULL : fixed_cu(B, T);
+    const int NN = cu_in ? N : B, TT = cu_in ? T : B * T;
+    const int64_t *cu = cu_in ? cu_in : cu_fix;
+    int64_t *off = calloc((size_t)NN + 1, sizeof(int64_t));
+    const int64_t NT = kref_chunk_offsets(NN, cu, off), nt = cu[NN];
+    dhu_prob p = {.T = TT, .HV = HV, .K = K, .V = V, .N = NN, .cu = cu, .off = off,
+                  .inj_row = -1};
+    const size_t KV = (size_t)K * V;
+    size_t nk = (size_t)TT * HV * K, nvv = (size_t)TT * HV * V, ns = (size_t)NN * HV * KV,
+           nh = (size_t)(NT + 2) * HV * KV; /* two spare rows, never written */
     p.qg = dalloc(nk); p.kg = dalloc(nk); p.w = dalloc(nk); p.g = dalloc(nk);
     p.u = dalloc(nvv); p.dout = dalloc(nvv); p.dv = dalloc(nvv); p.h0 = dalloc(ns);
     p.dht = with_dht ? dalloc(ns) : NULL;
     p.scale = 1.0 / sqrt((double)K);
     double *a = dalloc(nk);
-    kref_gen_gate(&rng, KREF_GATE_LOGSIG, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, p.g);
-    /* Short T: fla's plain-randn recipe, scaled down so the toy scan stays
-     * well conditioned. */
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, TT, HV, K, a);
+    mask_gates(&rng, a, nk, mask_frac, mask);
+    fill(p.g, nk, NAN);
+    kref_gate_cumsum_varlen(TT, HV, K, NN, cu, a, p.g);
+    /* Short sequences: fla's plain-randn recipe, scaled down so the toy scan
+     * stays well conditioned. */
     kref_gen_normal(&rng, nk, 0.3, p.qg);
     kref_gen_normal(&rng, nk, 0.1, p.kg);
     kref_gen_normal(&rng, nk, 0.1, p.w);
@@ -391,34 +559,70 @@ static void dhu_fd_case(int with_dht)
     kref_gen_normal(&rng, nvv, 1.0, p.dv);
     kref_gen_normal(&rng, ns, 1.0, p.h0);
     if (p.dht) kref_gen_normal(&rng, ns, 1.0, p.dht);
-    double *dh = dalloc((size_t)B * NT * HV * K * V), *dv2 = dalloc(nvv), *dh0 = dalloc(ns);
-    kref_bwd_dhu(B, T, HV, K, V, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht, p.scale, -1,
-                 dh, dv2, dh0);
+    double *in_k[3] = {p.qg, p.kg, p.w}, *in_v[3] = {p.u, p.dout, p.dv};
+    for (int i = 0; i < 3; i++) {
+        fill(in_k[i] + (size_t)nt * HV * K, nk - (size_t)nt * HV * K, NAN);
+        fill(in_v[i] + (size_t)nt * HV * V, nvv - (size_t)nt * HV * V, NAN);
+    }
+    double *dh = dalloc(nh), *dv2 = dalloc(nvv), *dh0 = dalloc(ns);
+    fill(dh, nh, POISON); fill(dv2, nvv, POISON); fill(dh0, ns, POISON);
+    if (cu_in)
+        kref_bwd_dhu_varlen(TT, HV, K, V, NN, cu, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht,
+                            p.scale, -1, dh, dv2, dh0);
+    else
+        kref_bwd_dhu(B, T, HV, K, V, p.qg, p.kg, p.w, p.g, p.dout, p.dv, p.dht, p.scale, -1,
+                     dh, dv2, dh0);
+    CHK(all_finite(dh, (size_t)NT * HV * KV) && all_finite(dv2, (size_t)nt * HV * V) &&
+        all_finite(dh0, ns));
+    CHK(untouched(dh, (size_t)NT, (size_t)NT + 2, (size_t)HV * KV));
+    CHK(untouched(dv2, (size_t)nt, (size_t)TT, (size_t)HV * V));
     const double h = 1e-5;
-    double rh = rms_of(dh, (size_t)B * NT * HV * K * V), rv = rms_of(dv2, nvv),
+    double rh = rms_of(dh, (size_t)NT * HV * KV), rv = rms_of(dv2, (size_t)nt * HV * V),
            r0 = rms_of(dh0, ns);
     double eh = 0, ev = 0, e0 = 0;
-    for (int c = 0; c < NT; c++)
-        for (size_t i = 0; i < (size_t)K * V; i++) { /* hv = 0, every entry */
-            double an = dh[(((size_t)c) * HV + 0) * K * V + i];
-            eh = fmax(eh, fd_rel(dhu_fd_state(&p, c, i, h), an, rh));
-        }
-    for (int it = 0; it < 16; it++) {
-        size_t i = kref_rng_u64(&rng) % nvv;
+    for (int64_t row = 0; row < NT; row++)
+        for (int hv = 0; hv < HV; hv++)
+            for (size_t i = 0; i < KV; i++) {
+                double an = dh[((size_t)row * HV + hv) * KV + i];
+                eh = fmax(eh, fd_rel(dhu_fd_state(&p, row, hv, i, h), an, rh));
+            }
+    for (int it = 0; it < 16 + NN; it++) {
+        int64_t t = it < 16 ? (int64_t)(kref_rng_u64(&rng) % (uint64_t)nt) : cu[it - 16 + 1] - 1;
+        if (it >= 16 && cu[it - 16 + 1] == cu[it - 16]) continue;
+        size_t i = ((size_t)t * HV + kref_rng_u64(&rng) % (uint64_t)HV) * V +
+                   kref_rng_u64(&rng) % (uint64_t)V;
         ev = fmax(ev, fd_rel(dhu_fd_x(&p, &p.u[i], h), dv2[i], rv));
-        i = kref_rng_u64(&rng) % ns;
+    }
+    for (int it = 0; it < 16 + NN; it++) {
+        size_t i = it < 16 ? kref_rng_u64(&rng) % ns
+                           : (size_t)(it - 16) * HV * KV + kref_rng_u64(&rng) % ((size_t)HV * KV);
         e0 = fmax(e0, fd_rel(dhu_fd_x(&p, &p.h0[i], h), dh0[i], r0));
     }
-    printf("  bwd_dhu FD (T192 K4 V3 HV2, dht %s): max rel err dh %.2e (all %d x %d x %d) "
-           "dv2 %.2e dh0 %.2e\n",
-           with_dht ? "given" : "NULL", eh, NT, K, V, ev, e0);
-    ck_assert_msg(eh <= 1e-6 && ev <= 1e-6 && e0 <= 1e-6, "bwd_dhu FD mismatch (seed %llu)",
-                  (unsigned long long)g_seed);
-    if (!with_dht) /* dh[NT-1] = dht = 0 */
-        for (size_t i = 0; i < (size_t)HV * K * V; i++)
-            CHK(dh[(size_t)(NT - 1) * HV * K * V + i] == 0.0);
+    char shape[160];
+    shape_label(shape, sizeof shape, B, T, N, cu_in);
+    printf("  bwd_dhu FD%s (%s K%d V%d HV%d, dht %s): max rel err dh %.2e (all %lld x %d x %d x %d)"
+           " dv2 %.2e dh0 %.2e\n",
+           mask_frac > 0 ? " +mask" : "", shape, K, V, HV, with_dht ? "given" : "NULL", eh,
+           (long long)NT, HV, K, V, ev, e0);
+    ck_assert_msg(eh <= 1e-6 && ev <= 1e-6 && e0 <= 1e-6, "bwd_dhu FD mismatch (%s, seed %llu)",
+                  shape, (unsigned long long)g_seed);
+    /* The last chunk row of each sequence holds dht (or zero); a zero-length
+     * sequence runs no chunk, so its dh0 is its dht (or zero), bitwise. */
+    for (int n = 0; n < NN; n++) {
+        const double *want = p.dht ? p.dht + (size_t)n * HV * KV : NULL;
+        for (size_t i = 0; i < (size_t)HV * KV; i++) {
+            double wv = want ? want[i] : 0.0;
+            if (off[n + 1] > off[n]) CHK(dh[(size_t)(off[n + 1] - 1) * HV * KV + i] == wv);
+            else CHK(dh0[(size_t)n * HV * KV + i] == wv);
+        }
+    }
     free(p.qg); free(p.kg); free(p.w); free(p.g); free(p.u); free(p.dout); free(p.dv);
-    free(p.h0); free(p.dht); free(a); free(dh); free(dv2); free(dh0);
+    free(p.h0); free(p.dht); free(a); free(dh); free(dv2); free(dh0); free(off); free(cu_fix);
+}
+
+static void dhu_fd_case(int with_dht)
+{
+    dhu_fd_run(with_dht, 0x3000u + (unsigned)with_dht, 1, 192, 0, NULL, 2, 4, 3, 0.0, 0.0);
 }
 
 START_TEST(test_dhu_fd)
@@ -594,6 +798,413 @@ START_TEST(test_gen_dhu_bounded)
 }
 END_TEST
 
+/* ------------------------------------------------ variable length --- */
+
+/* Lengths 1, 15, 63, 64, 65, 100, 0: single rows, partial chunks, exactly one
+ * chunk, one row past it, a zero-length sequence last; 12 slack tokens. */
+static const int64_t k_cu7[8] = {0, 1, 16, 79, 143, 208, 308, 308};
+#define K_CU7_T 320
+
+/* FD of the varlen references (and of the fixed-length ones at T % 64 != 0):
+ * 0 LOGSIG K8; 1 STRONG with GVA (H2 HV4) K16; 2 LOGSIG with 10% of the gates
+ * at -10 (a milder stand-in for fla's -1000 mask, which test_varlen_masked
+ * covers); 3 the fixed-length API at B2 T100. */
+START_TEST(test_intra_fd_varlen)
+{
+    switch (_i) {
+    case 0: intra_fd_run(KREF_GATE_LOGSIG, 0x9000u, 1, K_CU7_T, 7, k_cu7, 1, 2, 8, 0, 0); break;
+    case 1: intra_fd_run(KREF_GATE_STRONG, 0x9001u, 1, K_CU7_T, 7, k_cu7, 2, 4, 16, 0, 0); break;
+    case 2: intra_fd_run(KREF_GATE_LOGSIG, 0x9002u, 1, K_CU7_T, 7, k_cu7, 1, 2, 8, 0.1, -10); break;
+    default: intra_fd_run(KREF_GATE_LOGSIG, 0x9003u, 2, 100, 0, NULL, 1, 2, 8, 0, 0); break;
+    }
+}
+END_TEST
+
+/* 0/1 varlen without/with dht; 2 with dht and 10% of the gates at -10; 3 the
+ * fixed-length API at B2 T100. */
+START_TEST(test_dhu_fd_varlen)
+{
+    switch (_i) {
+    case 0: dhu_fd_run(0, 0xA000u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0, 0); break;
+    case 1: dhu_fd_run(1, 0xA001u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0, 0); break;
+    case 2: dhu_fd_run(1, 0xA002u, 1, K_CU7_T, 7, k_cu7, 2, 8, 8, 0.1, -10); break;
+    default: dhu_fd_run(1, 0xA003u, 2, 100, 0, NULL, 2, 8, 8, 0, 0); break;
+    }
+}
+END_TEST
+
+/* All inputs of both stages for a packed batch of T storage tokens, from the
+ * varlen generators (realistic dhu inputs, spec 6.3); q/k at H heads for
+ * bwd_intra, at HV heads (qv, kv) for the dhu inputs.  Gates: LOGSIG with a
+ * fraction mask_frac at `mask`. */
+typedef struct vl_inputs {
+    int T, H, HV, K, V, N;
+    const int64_t *cu;
+    double *q, *k, *a, *g, *beta, *dAqk, *dAkk, *dq_in, *dk_in, *dg_in, *db_in;
+    double *qg, *kg, *w, *dout, *dv, *dht;
+} vl_inputs;
+
+static void vl_make(vl_inputs *x, kref_rng *rng, double mask_frac, double mask)
+{
+    const int T = x->T, H = x->H, HV = x->HV, K = x->K, V = x->V;
+    size_t nqk = (size_t)T * H * K, nv = (size_t)T * HV * K, nb = (size_t)T * HV,
+           nA = nb * BT, nvv = (size_t)T * HV * V;
+    x->q = dalloc(nqk); x->k = dalloc(nqk); x->a = dalloc(nv); x->g = dalloc(nv);
+    x->beta = dalloc(nb); x->dAqk = dalloc(nA); x->dAkk = dalloc(nA);
+    x->dq_in = dalloc(nv); x->dk_in = dalloc(nv); x->dg_in = dalloc(nv); x->db_in = dalloc(nb);
+    x->qg = dalloc(nv); x->kg = dalloc(nv); x->w = dalloc(nv);
+    x->dout = dalloc(nvv); x->dv = dalloc(nvv); x->dht = dalloc((size_t)x->N * HV * K * V);
+    kref_gen_unit_rows(rng, (size_t)T * H, K, x->q);
+    kref_gen_unit_rows(rng, (size_t)T * H, K, x->k);
+    kref_gen_gate(rng, KREF_GATE_LOGSIG, 1, T, HV, K, x->a);
+    mask_gates(rng, x->a, nv, mask_frac, mask);
+    kref_gate_cumsum_varlen(T, HV, K, x->N, x->cu, x->a, x->g);
+    kref_gen_beta(rng, nb, x->beta);
+    kref_gen_dA_varlen(rng, T, HV, x->N, x->cu, 0, NAN, x->dAqk);
+    kref_gen_dA_varlen(rng, T, HV, x->N, x->cu, 1, NAN, x->dAkk);
+    kref_gen_normal(rng, nv, 1.0, x->dq_in);
+    kref_gen_normal(rng, nv, 1.0, x->dk_in);
+    kref_gen_normal(rng, nv, 1.0, x->dg_in);
+    kref_gen_normal(rng, nb, 1.0, x->db_in);
+    /* The dhu inputs from q/k at the value heads (rows unit-norm). */
+    double *qv = dalloc(nv), *kv = dalloc(nv);
+    kref_gen_unit_rows(rng, (size_t)T * HV, K, qv);
+    kref_gen_unit_rows(rng, (size_t)T * HV, K, kv);
+    kref_gen_dhu_inputs_varlen(T, HV, K, x->N, x->cu, qv, kv, x->beta, x->g, x->w, x->kg, x->qg);
+    kref_gen_normal(rng, nvv, 1.0, x->dout);
+    kref_gen_normal(rng, nvv, 1.0, x->dv);
+    kref_gen_normal(rng, (size_t)x->N * HV * K * V, 1.0, x->dht);
+    free(qv); free(kv);
+}
+
+static void vl_free(vl_inputs *x)
+{
+    double *p[] = {x->q, x->k, x->a, x->g, x->beta, x->dAqk, x->dAkk, x->dq_in, x->dk_in,
+                   x->dg_in, x->db_in, x->qg, x->kg, x->w, x->dout, x->dv, x->dht};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+}
+
+/* Both stages' outputs. */
+typedef struct vl_out {
+    double *dq, *dk, *dg, *db, *dh, *dv2, *dh0;
+} vl_out;
+
+static void vl_out_alloc(vl_out *o, const vl_inputs *x, int64_t nrows)
+{
+    size_t nv = (size_t)x->T * x->HV * x->K, KV = (size_t)x->K * x->V;
+    o->dq = dalloc(nv); o->dk = dalloc(nv); o->dg = dalloc(nv);
+    o->db = dalloc((size_t)x->T * x->HV);
+    o->dh = dalloc((size_t)nrows * x->HV * KV);
+    o->dv2 = dalloc((size_t)x->T * x->HV * x->V);
+    o->dh0 = dalloc((size_t)x->N * x->HV * KV);
+}
+
+static void vl_out_free(vl_out *o)
+{
+    free(o->dq); free(o->dk); free(o->dg); free(o->db); free(o->dh); free(o->dv2); free(o->dh0);
+}
+
+/* Both varlen references on x; token pointers offset by t0 tokens, states by
+ * n0 sequences and dh by row0 rows (to run one sequence of x alone). */
+static void vl_run(const vl_inputs *x, int T, int N, const int64_t *cu, int64_t t0, int n0,
+                   int64_t row0, int fold, int io, const vl_out *o)
+{
+    const int H = x->H, HV = x->HV, K = x->K, V = x->V;
+    size_t qo = (size_t)t0 * H * K, ko = (size_t)t0 * HV * K, bo = (size_t)t0 * HV,
+           vo = (size_t)t0 * HV * V, so = (size_t)n0 * HV * K * V,
+           ho = (size_t)row0 * HV * K * V;
+    kref_bwd_intra_varlen(T, H, HV, K, N, cu, x->q + qo, x->k + qo, x->g + ko, x->beta + bo,
+                          x->dAqk + bo * BT, x->dAkk + bo * BT, x->dq_in + ko, x->dk_in + ko,
+                          x->dg_in + ko, x->db_in + bo, fold, o->dq + ko, o->dk + ko,
+                          o->dg + ko, o->db + bo);
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, x->qg + ko, x->kg + ko, x->w + ko, x->g + ko,
+                        x->dout + vo, x->dv + vo, x->dht + so, 1.0 / sqrt((double)K), io,
+                        o->dh + ho, o->dv2 + vo, o->dh0 + so);
+}
+
+/* The varlen references on cu = [0, T, 2T] equal the fixed-length ones at
+ * B = 2 bitwise, and so do the generators (same seed): T = 100 (partial
+ * last chunk), 128 and 1. */
+START_TEST(test_varlen_fixed_equiv)
+{
+    static const int Ts[3] = {100, 128, 1};
+    const int B = 2, T = Ts[_i], H = 1, HV = 2, K = 16, V = 8;
+    int64_t *cu = fixed_cu(B, T);
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ (0xB000u + (unsigned)_i));
+    vl_inputs x = {.T = B * T, .H = H, .HV = HV, .K = K, .V = V, .N = B, .cu = cu};
+    vl_make(&x, &rng, 0.0, 0.0);
+    const int64_t NT = kref_chunk_offsets(B, cu, NULL);
+    CHK(NT == (int64_t)B * ((T + BT - 1) / BT));
+    vl_out v, f;
+    vl_out_alloc(&v, &x, NT);
+    vl_out_alloc(&f, &x, NT);
+    size_t nv = (size_t)B * T * HV * K, nb = (size_t)B * T * HV, nvv = (size_t)B * T * HV * V,
+           nh = (size_t)NT * HV * K * V, ns = (size_t)B * HV * K * V;
+    /* Generators: fixed-length against the varlen outputs in x. */
+    double *g = dalloc(nv), *w = dalloc(nv), *kg = dalloc(nv), *qg = dalloc(nv),
+           *A1 = dalloc(nb * BT), *A2 = dalloc(nb * BT);
+    kref_gate_cumsum(B, T, HV, K, x.a, g);
+    CHK(memcmp(g, x.g, nv * sizeof(double)) == 0);
+    kref_rng r1, r2;
+    kref_rng_seed(&r1, g_seed ^ 0xB100u);
+    kref_rng_seed(&r2, g_seed ^ 0xB100u);
+    kref_gen_dA(&r1, B, T, HV, 1, NAN, A1);
+    kref_gen_dA_varlen(&r2, B * T, HV, B, cu, 1, NAN, A2);
+    CHK(memcmp(A1, A2, nb * BT * sizeof(double)) == 0);
+    double *qv = dalloc(nv), *kv = dalloc(nv), *w2 = dalloc(nv), *kg2 = dalloc(nv),
+           *qg2 = dalloc(nv);
+    kref_gen_unit_rows(&rng, nb, K, qv);
+    kref_gen_unit_rows(&rng, nb, K, kv);
+    kref_gen_dhu_inputs(B, T, HV, K, qv, kv, x.beta, x.g, w, kg, qg);
+    kref_gen_dhu_inputs_varlen(B * T, HV, K, B, cu, qv, kv, x.beta, x.g, w2, kg2, qg2);
+    CHK(memcmp(w, w2, nv * sizeof(double)) == 0 && memcmp(kg, kg2, nv * sizeof(double)) == 0 &&
+        memcmp(qg, qg2, nv * sizeof(double)) == 0);
+    for (int fold = 0; fold < 2; fold++)
+        for (int io = -1; io < 2; io++) {
+            vl_run(&x, B * T, B, cu, 0, 0, 0, fold, io, &v);
+            kref_bwd_intra(B, T, H, HV, K, x.q, x.k, x.g, x.beta, x.dAqk, x.dAkk, x.dq_in,
+                           x.dk_in, x.dg_in, x.db_in, fold, f.dq, f.dk, f.dg, f.db);
+            kref_bwd_dhu(B, T, HV, K, V, x.qg, x.kg, x.w, x.g, x.dout, x.dv, x.dht,
+                         1.0 / sqrt((double)K), io, f.dh, f.dv2, f.dh0);
+            CHK(memcmp(v.dq, f.dq, nv * 8) == 0 && memcmp(v.dk, f.dk, nv * 8) == 0 &&
+                memcmp(v.dg, f.dg, nv * 8) == 0 && memcmp(v.db, f.db, nb * 8) == 0);
+            CHK(memcmp(v.dh, f.dh, nh * 8) == 0 && memcmp(v.dv2, f.dv2, nvv * 8) == 0 &&
+                memcmp(v.dh0, f.dh0, ns * 8) == 0);
+            CHK(all_finite(v.dq, nv) && all_finite(v.dg, nv) && all_finite(v.dh, nh) &&
+                all_finite(v.dv2, nvv) && all_finite(v.dh0, ns));
+        }
+    printf("  varlen cu [0,%d,%d] == fixed B2 T%d: bitwise (both stages, fold_dg 0/1, "
+           "io exact/bf16/fp16, generators)\n", T, 2 * T, T);
+    free(g); free(w); free(kg); free(qg); free(A1); free(A2); free(qv); free(kv); free(w2);
+    free(kg2); free(qg2); free(cu);
+    vl_out_free(&v); vl_out_free(&f); vl_free(&x);
+}
+END_TEST
+
+/* Sequences are independent: packed [77, 0, 130] plus 9 slack tokens equals
+ * each sequence run alone, bitwise, for both stages (dh rows, dv2, dh0 with
+ * h0/dht per sequence); the zero-length sequence gets dh0 = dht, alone too,
+ * and zero without dht. */
+START_TEST(test_varlen_split)
+{
+    static const int64_t cu[4] = {0, 77, 77, 207};
+    const int T = 216, N = 3, H = 1, HV = 2, K = 16, V = 8;
+    const size_t KV = (size_t)K * V;
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xC000u);
+    vl_inputs x = {.T = T, .H = H, .HV = HV, .K = K, .V = V, .N = N, .cu = cu};
+    vl_make(&x, &rng, 0.0, 0.0);
+    int64_t off[4];
+    const int64_t NT = kref_chunk_offsets(N, cu, off);
+    CHK(NT == 5 && off[0] == 0 && off[1] == 2 && off[2] == 2 && off[3] == 5);
+    vl_out pk, al;
+    vl_out_alloc(&pk, &x, NT);
+    vl_out_alloc(&al, &x, NT);
+    size_t nv = (size_t)T * HV * K, nb = (size_t)T * HV, nvv = (size_t)T * HV * V,
+           nh = (size_t)NT * HV * KV, ns = (size_t)N * HV * KV;
+    double *outs[2][7] = {{pk.dq, pk.dk, pk.dg, pk.db, pk.dh, pk.dv2, pk.dh0},
+                          {al.dq, al.dk, al.dg, al.db, al.dh, al.dv2, al.dh0}};
+    const size_t sz[7] = {nv, nv, nv, nb, nh, nvv, ns};
+    for (int fold = 0; fold < 2; fold++) {
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < 7; i++) fill(outs[j][i], sz[i], POISON);
+        vl_run(&x, T, N, cu, 0, 0, 0, fold, -1, &pk);
+        for (int n = 0; n < N; n++) {
+            const int64_t one[2] = {0, cu[n + 1] - cu[n]};
+            vl_run(&x, (int)one[1], 1, one, cu[n], n, off[n], fold, -1, &al);
+        }
+        for (int i = 0; i < 7; i++) CHK(memcmp(outs[0][i], outs[1][i], sz[i] * 8) == 0);
+        CHK(memcmp(pk.dh0 + KV * HV, x.dht + KV * HV, KV * HV * 8) == 0);
+        CHK(all_finite(pk.dq, (size_t)cu[N] * HV * K) && all_finite(pk.dh, nh) &&
+            all_finite(pk.dh0, ns) && untouched(pk.dq, (size_t)cu[N], T, (size_t)HV * K) &&
+            untouched(pk.db, (size_t)cu[N], T, HV) &&
+            untouched(pk.dv2, (size_t)cu[N], T, (size_t)HV * V));
+    }
+    /* Without dht the zero-length sequence's dh0 is zero. */
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, x.qg, x.kg, x.w, x.g, x.dout, x.dv, NULL, 0.25, -1,
+                        pk.dh, pk.dv2, pk.dh0);
+    for (size_t i = 0; i < KV * HV; i++) CHK(pk.dh0[KV * HV + i] == 0.0);
+    printf("  varlen split: packed [77,0,130]+9 slack == each sequence alone, bitwise; "
+           "zero-length dh0 == dht\n");
+    vl_out_free(&pk); vl_out_free(&al); vl_free(&x);
+}
+END_TEST
+
+/* fla's masked gates (-1000 nats on 10% of the entries, and on every entry
+ * of one sequence) over 24 random sequences of 1..200 tokens with a
+ * zero-length one and 50 slack tokens of NaN: both stages' outputs are
+ * finite in every io mode, slack outputs untouched. */
+START_TEST(test_varlen_masked)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xD000u);
+    const int N = 24, H = 1, HV = 2, K = 32, V = 16;
+    int64_t cu[25];
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 200, 1, cu);
+    const int T = (int)nt + 50;
+    const int64_t NT = kref_chunk_offsets(N, cu, NULL);
+    vl_inputs x = {.T = T, .H = H, .HV = HV, .K = K, .V = V, .N = N, .cu = cu};
+    vl_make(&x, &rng, 0.1, -1000.0);
+    /* Every gate of the first non-empty sequence masked. */
+    int n1 = cu[1] > 0 ? 0 : 1;
+    for (int64_t t = cu[n1]; t < cu[n1 + 1]; t++)
+        for (int i = 0; i < HV * K; i++) x.a[(size_t)t * HV * K + i] = -1000.0;
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, x.a, x.g);
+    /* NaN in every input token beyond cu[N]. */
+    size_t v0 = (size_t)nt;
+    double *perk[] = {x.q, x.k}, *perv[] = {x.g, x.dq_in, x.dk_in, x.dg_in, x.qg, x.kg, x.w};
+    for (int i = 0; i < 2; i++) fill(perk[i] + v0 * H * K, (size_t)(T - nt) * H * K, NAN);
+    for (int i = 0; i < 7; i++) fill(perv[i] + v0 * HV * K, (size_t)(T - nt) * HV * K, NAN);
+    fill(x.beta + v0 * HV, (size_t)(T - nt) * HV, NAN);
+    fill(x.db_in + v0 * HV, (size_t)(T - nt) * HV, NAN);
+    fill(x.dout + v0 * HV * V, (size_t)(T - nt) * HV * V, NAN);
+    fill(x.dv + v0 * HV * V, (size_t)(T - nt) * HV * V, NAN);
+    vl_out o;
+    vl_out_alloc(&o, &x, NT);
+    size_t nvk = v0 * HV * K, nh = (size_t)NT * HV * K * V, ns = (size_t)N * HV * K * V;
+    for (int io = -1; io < 2; io++) {
+        fill(o.dq, (size_t)T * HV * K, POISON); fill(o.dk, (size_t)T * HV * K, POISON);
+        fill(o.dg, (size_t)T * HV * K, POISON); fill(o.db, (size_t)T * HV, POISON);
+        fill(o.dv2, (size_t)T * HV * V, POISON);
+        vl_run(&x, T, N, cu, 0, 0, 0, io == 0, io, &o);
+        CHK(all_finite(o.dq, nvk) && all_finite(o.dk, nvk) && all_finite(o.dg, nvk) &&
+            all_finite(o.db, v0 * HV) && all_finite(o.dh, nh) &&
+            all_finite(o.dv2, v0 * HV * V) && all_finite(o.dh0, ns));
+        CHK(untouched(o.dq, v0, T, (size_t)HV * K) && untouched(o.dk, v0, T, (size_t)HV * K) &&
+            untouched(o.dg, v0, T, (size_t)HV * K) && untouched(o.db, v0, T, HV) &&
+            untouched(o.dv2, v0, T, (size_t)HV * V));
+    }
+    CHK(all_finite(x.g, nvk) && all_finite(x.qg, nvk) && all_finite(x.kg, nvk) &&
+        all_finite(x.w, nvk));
+    printf("  varlen masked gates (-1000): %d sequences, %lld tokens, %lld chunks: all finite\n",
+           N, (long long)nt, (long long)NT);
+    vl_out_free(&o); vl_free(&x);
+}
+END_TEST
+
+/* The varlen generators: cu_seqlens lengths in range with one zero, chunk
+ * offsets, the gate cumsum restarting at every sequence's chunk boundaries,
+ * dA's valid/garbage pattern per sequence-local row, nothing beyond cu[N]
+ * written by the cumsum and the dhu inputs. */
+START_TEST(test_gen_varlen)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xE000u);
+    const int N = 9, HV = 2, K = 4;
+    int64_t cu[10], off[10];
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 150, 1, cu);
+    int zeros = 0;
+    for (int n = 0; n < N; n++) {
+        int64_t len = cu[n + 1] - cu[n];
+        CHK(len == 0 || (len >= 1 && len <= 150));
+        zeros += len == 0;
+    }
+    CHK(zeros == 1 && cu[0] == 0 && cu[N] == nt);
+    const int64_t NT = kref_chunk_offsets(N, cu, off);
+    for (int n = 0; n < N; n++) CHK(off[n + 1] - off[n] == (cu[n + 1] - cu[n] + 63) / 64);
+    CHK(off[0] == 0 && off[N] == NT);
+    int64_t cu2[4];
+    CHK(kref_gen_cu_seqlens(&rng, 3, 64, 64, 0, cu2) == 192 && cu2[1] == 64 && cu2[2] == 128);
+    const int T = (int)nt + 7;
+    size_t n4 = (size_t)T * HV * K;
+    double *a = dalloc(n4), *g = dalloc(n4), *dA = dalloc((size_t)T * HV * BT);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, T, HV, K, a);
+    fill(g, n4, POISON);
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, a, g);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 0, NAN, dA);
+    for (int n = 0; n < N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+            int r = (int)((t - cu[n]) % BT);
+            for (int i = 0; i < HV * K; i++) {
+                size_t o = (size_t)t * HV * K + i;
+                if (r == 0)
+                    CHK(fabs(g[o] - KREF_RCP_LN2 * a[o]) <= 1e-6 * fabs(g[o]) + 1e-30);
+                else
+                    CHK(g[o] <= g[o - (size_t)HV * K]);
+            }
+            for (int s = 0; s < BT * HV; s++) {
+                double e = dA[(size_t)t * HV * BT + s];
+                CHK(s % BT <= r ? isfinite(e) : isnan(e));
+            }
+        }
+    CHK(untouched(g, (size_t)nt, T, (size_t)HV * K));
+    for (size_t i = (size_t)nt * HV * BT; i < (size_t)T * HV * BT; i++) CHK(isnan(dA[i]));
+    double *q = dalloc(n4), *k = dalloc(n4), *beta = dalloc((size_t)T * HV), *w = dalloc(n4),
+           *kg = dalloc(n4), *qg = dalloc(n4);
+    kref_gen_unit_rows(&rng, (size_t)T * HV, K, q);
+    kref_gen_unit_rows(&rng, (size_t)T * HV, K, k);
+    kref_gen_beta(&rng, (size_t)T * HV, beta);
+    fill(w, n4, POISON); fill(kg, n4, POISON); fill(qg, n4, POISON);
+    kref_gen_dhu_inputs_varlen(T, HV, K, N, cu, q, k, beta, g, w, kg, qg);
+    CHK(all_finite(w, (size_t)nt * HV * K) && all_finite(kg, (size_t)nt * HV * K));
+    CHK(untouched(w, (size_t)nt, T, (size_t)HV * K) && untouched(kg, (size_t)nt, T, (size_t)HV * K) &&
+        untouched(qg, (size_t)nt, T, (size_t)HV * K));
+    /* kg at a chunk's last valid row is k itself (exp2(0)). */
+    for (int n = 0; n < N; n++)
+        if (cu[n + 1] > cu[n])
+            for (int i = 0; i < HV * K; i++) {
+                size_t o = (size_t)(cu[n + 1] - 1) * HV * K + i;
+                CHK(kg[o] == k[o]);
+            }
+    free(a); free(g); free(dA); free(q); free(k); free(beta); free(w); free(kg); free(qg);
+}
+END_TEST
+
+/* GPU-test-sized varlen calls stay practical: N sequences of 1..200 tokens
+ * (N = 250 here to keep the suite short; KREF_VARLEN_SPEED_N=1000 measures
+ * the GPU tests' 1000-sequence shape), HV2 K = V = 128,
+ * both stages, finite. */
+START_TEST(test_varlen_speed)
+{
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0xF000u);
+    const char *e = getenv("KREF_VARLEN_SPEED_N");
+    const int N = e && *e ? atoi(e) : 250, H = 1, HV = 2, K = 128, V = 128;
+    int64_t *cu = calloc((size_t)N + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(cu);
+    const int64_t nt = kref_gen_cu_seqlens(&rng, N, 1, 200, 1, cu), NT = kref_chunk_offsets(N, cu, NULL);
+    const int T = (int)nt;
+    size_t nqk = (size_t)T * H * K, nv = (size_t)T * HV * K, nb = (size_t)T * HV,
+           nvv = (size_t)T * HV * V, KV = (size_t)K * V;
+    double *q = dalloc(nqk), *k = dalloc(nqk), *g = dalloc(nv), *beta = dalloc(nb),
+           *dAqk = dalloc(nb * BT), *dAkk = dalloc(nb * BT), *z = dalloc(nv), *zb = dalloc(nb),
+           *dq = dalloc(nv), *dk = dalloc(nv), *dg = dalloc(nv), *db = dalloc(nb);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, q);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, k);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, T, HV, K, dq);
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, dq, g);
+    kref_gen_beta(&rng, nb, beta);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 0, NAN, dAqk);
+    kref_gen_dA_varlen(&rng, T, HV, N, cu, 1, NAN, dAkk);
+    double t0 = now_s();
+    kref_bwd_intra_varlen(T, H, HV, K, N, cu, q, k, g, beta, dAqk, dAkk, z, z, z, zb, 1, dq, dk,
+                          dg, db);
+    double ti = now_s() - t0;
+    CHK(all_finite(dq, nv) && all_finite(dk, nv) && all_finite(dg, nv) && all_finite(db, nb));
+    free(dAqk); free(dAkk);
+    /* dhu inputs: plain small normals (the timing does not depend on them). */
+    double *dout = dalloc(nvv), *dv = dalloc(nvv), *dh = dalloc((size_t)NT * HV * KV),
+           *dv2 = dalloc(nvv), *dht = dalloc((size_t)N * HV * KV), *dh0 = dalloc((size_t)N * HV * KV);
+    kref_gen_normal(&rng, nv, 0.05, dq);
+    kref_gen_normal(&rng, nv, 0.05, dk);
+    kref_gen_normal(&rng, nvv, 1.0, dout);
+    kref_gen_normal(&rng, nvv, 1.0, dv);
+    kref_gen_normal(&rng, (size_t)N * HV * KV, 1.0, dht);
+    t0 = now_s();
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, dq, dk, dk, g, dout, dv, dht, 1.0 / sqrt((double)K), 0,
+                        dh, dv2, dh0);
+    double td = now_s() - t0;
+    CHK(all_finite(dh, (size_t)NT * HV * KV) && all_finite(dv2, nvv) &&
+        all_finite(dh0, (size_t)N * HV * KV));
+    printf("  varlen speed: %d sequences of 1..200 (%d tokens, %lld chunks) HV2 K128 V128: "
+           "bwd_intra %.2f s, bwd_dhu %.2f s (this build)\n",
+           N, T, (long long)NT, ti, td);
+    free(cu); free(q); free(k); free(g); free(beta); free(z); free(zb); free(dq); free(dk);
+    free(dg); free(db); free(dout); free(dv); free(dh); free(dv2); free(dht); free(dh0);
+}
+END_TEST
+
 /* ------------------------------------------------------- conversions --- */
 
 START_TEST(test_conversions)
@@ -705,6 +1316,7 @@ static Suite *ref_suite(void)
     tcase_add_test(tc, test_gen_gates);
     tcase_add_test(tc, test_gen_dA);
     tcase_add_loop_test(tc, test_gen_dhu_bounded, 0, KREF_GATE_NFAMILIES);
+    tcase_add_test(tc, test_gen_varlen);
     suite_add_tcase(s, tc);
     tc = tcase_create("bwd_intra");
     tcase_set_timeout(tc, 300);
@@ -715,6 +1327,15 @@ static Suite *ref_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_dhu_fd, 0, 2);
     tcase_add_loop_test(tc, test_dhu_faithful, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("varlen");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_intra_fd_varlen, 0, 4);
+    tcase_add_loop_test(tc, test_dhu_fd_varlen, 0, 4);
+    tcase_add_loop_test(tc, test_varlen_fixed_equiv, 0, 3);
+    tcase_add_test(tc, test_varlen_split);
+    tcase_add_test(tc, test_varlen_masked);
+    tcase_add_test(tc, test_varlen_speed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,7 +8,9 @@
  * failure aborts, since this is test code).  The references follow spec
  * sections 5.1 and 5.2 term for term; only the loop order differs (each
  * exp2(g_r - g_s) with s <= r is evaluated once and used by both the row and
- * the column sums), which changes nothing but double rounding.
+ * the column sums), which changes nothing but double rounding.  Every
+ * function has one packed-layout (cu_seqlens) implementation; the
+ * fixed-length entry points call it with cu = [0, T, .., BT].
  */
 #include "kda_ref.h"
 
@@ -172,6 +174,65 @@ double kref_round_io(double x, int io)
 
 double kref_round_f32(double x) { return (double)(float)x; }
 
+/* ----------------------------------------------------- packed layout --- */
+
+/* Aborts unless cu_seqlens [N+1] is a packed layout within T tokens. */
+static void check_cu(const char *who, int T, int N, const int64_t *cu)
+{
+    int ok = N >= 0 && T >= 0 && cu && cu[0] == 0;
+    for (int n = 0; ok && n < N; n++) ok = cu[n + 1] >= cu[n];
+    if (!ok || cu[N] > T) {
+        fprintf(stderr, "kda_ref: %s: invalid cu_seqlens (N %d, T %d)\n", who, N, T);
+        abort();
+    }
+}
+
+/* cu = [0, T, 2T, .., BT]: a fixed-length [B,T,...] batch as a packed one
+ * (the caller frees it). */
+static int64_t *fixed_cu(int B, int T)
+{
+    int64_t *cu = xmalloc(sizeof(int64_t) * ((size_t)B + 1));
+    for (int b = 0; b <= B; b++) cu[b] = (int64_t)b * T;
+    return cu;
+}
+
+static int nchunks(const int64_t *cu, int n)
+{
+    return (int)((cu[n + 1] - cu[n] + BT - 1) / BT);
+}
+
+/* Chunk c of sequence n: sets its first token and returns its valid row
+ * count, 1..64. */
+static int chunk_span(const int64_t *cu, int n, int c, size_t *t0)
+{
+    const int64_t start = cu[n] + (int64_t)c * BT, left = cu[n + 1] - start;
+    *t0 = (size_t)start;
+    return left < BT ? (int)left : BT;
+}
+
+int64_t kref_chunk_offsets(int N, const int64_t *cu, int64_t *off)
+{
+    int64_t acc = 0;
+    for (int n = 0; n < N; n++) {
+        if (off) off[n] = acc;
+        acc += nchunks(cu, n);
+    }
+    if (off) off[N] = acc;
+    return acc;
+}
+
+int64_t kref_gen_cu_seqlens(kref_rng *r, int N, int lo, int hi, int with_empty,
+                            int64_t *cu)
+{
+    const int empty = (with_empty > 0 && N > 0) ? (int)(kref_rng_u64(r) % (uint64_t)N) : -1;
+    cu[0] = 0;
+    for (int n = 0; n < N; n++) {
+        int64_t len = lo + (int64_t)(kref_rng_u64(r) % (uint64_t)(hi - lo + 1));
+        cu[n + 1] = cu[n] + (n == empty ? 0 : len);
+    }
+    return cu[N];
+}
+
 /* --------------------------------------------------------- bwd_intra --- */
 
 void kref_bwd_intra(int B, int T, int H, int HV, int K,
@@ -181,7 +242,23 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
                     const double *dg_in, const double *db_in, int fold_dg,
                     double *dq, double *dk, double *dg, double *db)
 {
-    const int G = HV / H, NT = T / BT;
+    int64_t *cu = fixed_cu(B, T);
+    kref_bwd_intra_varlen(B * T, H, HV, K, B, cu, q, k, g, beta, dAqk, dAkk, dq_in,
+                          dk_in, dg_in, db_in, fold_dg, dq, dk, dg, db);
+    free(cu);
+}
+
+void kref_bwd_intra_varlen(int T, int H, int HV, int K, int N,
+                           const int64_t *cu,
+                           const double *q, const double *k, const double *g,
+                           const double *beta, const double *dAqk,
+                           const double *dAkk, const double *dq_in,
+                           const double *dk_in, const double *dg_in,
+                           const double *db_in, int fold_dg,
+                           double *dq, double *dk, double *dg, double *db)
+{
+    check_cu("kref_bwd_intra_varlen", T, N, cu);
+    const int G = HV / H;
     /* Per-chunk slices, transposed to [d][r] so the inner loops are
      * contiguous. */
     double *qs = xmalloc(sizeof(double) * (size_t)K * BT);
@@ -194,13 +271,16 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
     double *ak = xmalloc(sizeof(double) * BT * BT);
     double bs[BT];
 
-    for (int b = 0; b < B; b++)
+    for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++) {
             const int h = hv / G;
-            for (int c = 0; c < NT; c++) {
-                const int t0 = c * BT;
-                for (int r = 0; r < BT; r++) {
-                    size_t tr = (size_t)b * T + t0 + r;
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                /* Only the chunk's nr valid rows exist: every loop below
+                 * stops there, so no row or column >= nr is read. */
+                const int nr = chunk_span(cu, n, c, &t0);
+                for (int r = 0; r < nr; r++) {
+                    size_t tr = t0 + r;
                     for (int d = 0; d < K; d++) {
                         qs[(size_t)d * BT + r] = q[(tr * H + h) * K + d];
                         ks[(size_t)d * BT + r] = k[(tr * H + h) * K + d];
@@ -219,8 +299,8 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
                     const double *kd = ks + (size_t)d * BT;
                     const double *gd = gs + (size_t)d * BT;
                     double *Ctd = Ct + (size_t)d * BT;
-                    for (int s = 0; s < BT; s++) Ctd[s] = 0.0;
-                    for (int r = 0; r < BT; r++) {
+                    for (int s = 0; s < nr; s++) Ctd[s] = 0.0;
+                    for (int r = 0; r < nr; r++) {
                         double sq = 0.0, sk = 0.0;
                         const double gr = gd[r];
                         const double colq = qd[r], colk = bs[r] * kd[r];
@@ -235,8 +315,8 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
                         Ak[(size_t)d * BT + r] = sk;
                     }
                 }
-                for (int r = 0; r < BT; r++) {
-                    size_t tr = (size_t)b * T + t0 + r;
+                for (int r = 0; r < nr; r++) {
+                    size_t tr = t0 + r;
                     double dbacc = 0.0;
                     const double br = bs[r];
                     for (int d = 0; d < K; d++) {
@@ -252,8 +332,8 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
                 if (fold_dg)
                     for (int d = 0; d < K; d++) {
                         double acc = 0.0;
-                        for (int r = BT - 1; r >= 0; r--) {
-                            size_t o = (((size_t)b * T + t0 + r) * HV + hv) * K + d;
+                        for (int r = nr - 1; r >= 0; r--) {
+                            size_t o = ((t0 + r) * HV + hv) * K + d;
                             acc += dg[o];
                             dg[o] = acc;
                         }
@@ -272,7 +352,20 @@ void kref_bwd_dhu(int B, int T, int HV, int K, int V,
                   const double *dht, double scale, int faithful_io,
                   double *dh, double *dv2, double *dh0)
 {
-    const int NT = T / BT;
+    int64_t *cu = fixed_cu(B, T);
+    kref_bwd_dhu_varlen(B * T, HV, K, V, B, cu, qg, kg, w, g, dout, dv, dht, scale,
+                        faithful_io, dh, dv2, dh0);
+    free(cu);
+}
+
+void kref_bwd_dhu_varlen(int T, int HV, int K, int V, int N,
+                         const int64_t *cu,
+                         const double *qg, const double *kg, const double *w,
+                         const double *g, const double *dout, const double *dv,
+                         const double *dht, double scale, int faithful_io,
+                         double *dh, double *dv2, double *dh0)
+{
+    check_cu("kref_bwd_dhu_varlen", T, N, cu);
     const int io = (faithful_io == 0 || faithful_io == 1) ? faithful_io : -1;
     const size_t KV = (size_t)K * V;
     double *dH = xmalloc(sizeof(double) * KV);
@@ -281,19 +374,19 @@ void kref_bwd_dhu(int B, int T, int HV, int K, int V,
     double *wd = xmalloc(sizeof(double) * KV);
     double *dv2c = xmalloc(sizeof(double) * (size_t)BT * V); /* operand dv2 */
 
-    for (int b = 0; b < B; b++)
+    int64_t row0 = 0; /* chunk_offsets[n] */
+    for (int n = 0; n < N; row0 += nchunks(cu, n), n++)
         for (int hv = 0; hv < HV; hv++) {
-            const size_t so = ((size_t)b * HV + hv) * KV;
+            const size_t so = ((size_t)n * HV + hv) * KV;
             for (size_t i = 0; i < KV; i++) dH[i] = dht ? dht[so + i] : 0.0;
-            for (int c = NT - 1; c >= 0; c--) {
-                const int t0 = c * BT;
+            for (int c = nchunks(cu, n) - 1; c >= 0; c--) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
                 for (size_t i = 0; i < KV; i++) dHr[i] = kref_round_io(dH[i], io);
-                memcpy(dh + (((size_t)b * NT + c) * HV + hv) * KV, dHr,
-                       sizeof(double) * KV);
+                memcpy(dh + (((size_t)row0 + c) * HV + hv) * KV, dHr, sizeof(double) * KV);
                 /* dv2 uses the pre-update dH. */
-                for (int i = 0; i < BT; i++) {
-                    size_t tv = (((size_t)b * T + t0 + i) * HV + hv) * V;
-                    size_t tk = (((size_t)b * T + t0 + i) * HV + hv) * K;
+                for (int i = 0; i < nr; i++) {
+                    size_t tv = ((t0 + i) * HV + hv) * V, tk = ((t0 + i) * HV + hv) * K;
                     double *row = dv2c + (size_t)i * V;
                     for (int v = 0; v < V; v++) row[v] = dv[tv + v];
                     for (int d = 0; d < K; d++) {
@@ -306,21 +399,24 @@ void kref_bwd_dhu(int B, int T, int HV, int K, int V,
                         dv2[tv + v] = row[v];
                     }
                 }
-                for (size_t i = 0; i < KV; i++) qd[i] = wd[i] = 0.0;
-                for (int i = 0; i < BT; i++) {
-                    size_t tv = (((size_t)b * T + t0 + i) * HV + hv) * V;
-                    size_t tk = (((size_t)b * T + t0 + i) * HV + hv) * K;
-                    const double *row = dv2c + (size_t)i * V;
-                    for (int d = 0; d < K; d++) {
-                        const double qv = qg[tk + d], wv = w[tk + d];
-                        double *qdr = qd + (size_t)d * V, *wdr = wd + (size_t)d * V;
+                /* One row d of qg^T do and w^T dv2 at a time (it stays in L1);
+                 * each entry still sums over i in order. */
+                for (int d = 0; d < K; d++) {
+                    double *qdr = qd + (size_t)d * V, *wdr = wd + (size_t)d * V;
+                    for (int v = 0; v < V; v++) qdr[v] = wdr[v] = 0.0;
+                    for (int i = 0; i < nr; i++) {
+                        const size_t tv = ((t0 + i) * HV + hv) * V;
+                        const size_t tk = ((t0 + i) * HV + hv) * K + d;
+                        const double qv = qg[tk], wv = w[tk];
+                        const double *dor = dout + tv, *row = dv2c + (size_t)i * V;
                         for (int v = 0; v < V; v++) {
-                            qdr[v] += qv * dout[tv + v];
+                            qdr[v] += qv * dor[v];
                             wdr[v] += wv * row[v];
                         }
                     }
                 }
-                const size_t tl = (((size_t)b * T + t0 + BT - 1) * HV + hv) * K;
+                /* A partial chunk decays by its last valid row. */
+                const size_t tl = ((t0 + nr - 1) * HV + hv) * K;
                 for (int d = 0; d < K; d++) {
                     const double a = exp2(g[tl + d]);
                     for (int v = 0; v < V; v++) {
@@ -392,13 +488,22 @@ void kref_gen_gate(kref_rng *r, kref_gate_family f, int B, int T, int HV,
 
 void kref_gate_cumsum(int B, int T, int HV, int K, const double *a, double *g2)
 {
-    for (int b = 0; b < B; b++)
+    int64_t *cu = fixed_cu(B, T);
+    kref_gate_cumsum_varlen(B * T, HV, K, B, cu, a, g2);
+    free(cu);
+}
+
+void kref_gate_cumsum_varlen(int T, int HV, int K, int N, const int64_t *cu,
+                             const double *a, double *g2)
+{
+    check_cu("kref_gate_cumsum_varlen", T, N, cu);
+    for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++)
             for (int d = 0; d < K; d++) {
                 double acc = 0.0;
-                for (int t = 0; t < T; t++) {
-                    if (t % BT == 0) acc = 0.0;
-                    size_t o = (((size_t)b * T + t) * HV + hv) * K + d;
+                for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+                    if ((t - cu[n]) % BT == 0) acc = 0.0;
+                    size_t o = ((size_t)t * HV + hv) * K + d;
                     acc += a[o];
                     g2[o] = kref_round_f32(KREF_RCP_LN2 * acc);
                 }
@@ -431,38 +536,61 @@ void kref_gen_beta(kref_rng *r, size_t n, double *beta)
 void kref_gen_dA(kref_rng *r, int B, int T, int HV, int strict,
                  double garbage, double *dA)
 {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int hv = 0; hv < HV; hv++) {
-                int row = t % BT;
-                double *p = dA + (((size_t)b * T + t) * HV + hv) * BT;
-                for (int s = 0; s < BT; s++) {
-                    if (s < row || (s == row && !strict))
-                        p[s] = kref_rng_normal(r);
-                    else if (s == row)
-                        p[s] = 0.0;
-                    else
-                        p[s] = garbage;
-                }
+    int64_t *cu = fixed_cu(B, T);
+    kref_gen_dA_varlen(r, B * T, HV, B, cu, strict, garbage, dA);
+    free(cu);
+}
+
+void kref_gen_dA_varlen(kref_rng *r, int T, int HV, int N, const int64_t *cu,
+                        int strict, double garbage, double *dA)
+{
+    check_cu("kref_gen_dA_varlen", T, N, cu);
+    int n = 0;
+    for (int64_t t = 0; t < T; t++) {
+        while (n < N && t >= cu[n + 1]) n++;
+        /* Chunk-local row; tokens beyond cu[N] have none (all garbage). */
+        const int row = n < N ? (int)((t - cu[n]) % BT) : -1;
+        for (int hv = 0; hv < HV; hv++) {
+            double *p = dA + ((size_t)t * HV + hv) * BT;
+            for (int s = 0; s < BT; s++) {
+                if (s < row || (s == row && !strict))
+                    p[s] = kref_rng_normal(r);
+                else if (s == row)
+                    p[s] = 0.0;
+                else
+                    p[s] = garbage;
             }
+        }
+    }
 }
 
 void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
                          const double *k, const double *beta,
                          const double *g2, double *w, double *kg, double *qg)
 {
-    const int NT = T / BT;
+    int64_t *cu = fixed_cu(B, T);
+    kref_gen_dhu_inputs_varlen(B * T, HV, K, B, cu, q, k, beta, g2, w, kg, qg);
+    free(cu);
+}
+
+void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N, const int64_t *cu,
+                                const double *q, const double *k,
+                                const double *beta, const double *g2, double *w,
+                                double *kg, double *qg)
+{
+    check_cu("kref_gen_dhu_inputs_varlen", T, N, cu);
     double *L = xmalloc(sizeof(double) * BT * BT);
     double *A = xmalloc(sizeof(double) * BT * BT);
     double *kb = xmalloc(sizeof(double) * (size_t)BT * K); /* beta k exp2 g2 */
-    for (int b = 0; b < B; b++)
+    for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++)
-            for (int c = 0; c < NT; c++) {
-                const int t0 = c * BT;
-#define IX(r, d) ((((size_t)b * T + t0 + (r)) * HV + hv) * K + (d))
-                for (int r = 0; r < BT; r++) {
-                    double br = beta[((size_t)b * T + t0 + r) * HV + hv];
-                    for (int s = 0; s < BT; s++) {
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+#define IX(r, d) (((t0 + (r)) * HV + hv) * K + (d))
+                for (int r = 0; r < nr; r++) {
+                    double br = beta[(t0 + r) * HV + hv];
+                    for (int s = 0; s < nr; s++) {
                         double acc = 0.0;
                         if (s < r)
                             for (int d = 0; d < K; d++)
@@ -474,19 +602,19 @@ void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
                         kb[(size_t)r * K + d] = br * k[IX(r, d)] * exp2(g2[IX(r, d)]);
                 }
                 /* (I+L) A = I by forward substitution, A unit lower. */
-                for (int j = 0; j < BT; j++)
-                    for (int r = 0; r < BT; r++) {
+                for (int j = 0; j < nr; j++)
+                    for (int r = 0; r < nr; r++) {
                         double v = (r == j) ? 1.0 : 0.0;
                         if (r > j)
                             for (int s = j; s < r; s++) v -= L[r * BT + s] * A[s * BT + j];
                         A[r * BT + j] = (r >= j) ? v : 0.0;
                     }
-                for (int r = 0; r < BT; r++)
+                for (int r = 0; r < nr; r++)
                     for (int d = 0; d < K; d++) {
                         double acc = 0.0;
                         for (int s = 0; s <= r; s++) acc += A[r * BT + s] * kb[(size_t)s * K + d];
                         w[IX(r, d)] = acc;
-                        kg[IX(r, d)] = k[IX(r, d)] * exp2(g2[IX(BT - 1, d)] - g2[IX(r, d)]);
+                        kg[IX(r, d)] = k[IX(r, d)] * exp2(g2[IX(nr - 1, d)] - g2[IX(r, d)]);
                         qg[IX(r, d)] = q[IX(r, d)] * exp2(g2[IX(r, d)]);
                     }
 #undef IX

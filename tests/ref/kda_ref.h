@@ -10,8 +10,21 @@
  * contiguous fla layouts of kernel_src/kda_params.h with BT = 64; all
  * arithmetic is in double.  The reference algorithms are verified against
  * finite differences of the forward definitions by tests/test_reference.c.
- * Requires T % 64 == 0 and HV % H == 0; K and V are free (no K in {64,128}
- * restriction here).
+ * Any T >= 0 (the last chunk of a row may be partial) and HV % H == 0; K and
+ * V are free (no K in {64,128} restriction here).
+ *
+ * Variable length (fla 0.6.0's cu_seqlens contract, shared/docs/
+ * users_and_varlen.md): the _varlen functions take B = 1 packed arrays of T
+ * storage tokens and cu_seqlens [N+1] (int64, cu[0] = 0, non-decreasing,
+ * cu[N] <= T).  Sequence n is tokens [cu[n], cu[n+1]); its chunks are
+ * ceil(T_n / 64), chunk c covering tokens cu[n] + 64c ..
+ * min(cu[n] + 64(c+1), cu[n+1]) - 1, so no chunk spans two sequences and the
+ * last one may be partial (only its valid rows exist).  Per-chunk state rows
+ * (dh) are indexed chunk_offsets[n] + c (kref_chunk_offsets); per-sequence
+ * states (h0, dht, dh0) are [N,HV,K,V].  Tokens >= cu[N] are neither read nor
+ * written.  The fixed-length functions are the special case
+ * cu = [0, T, 2T, .., BT] of one implementation: a contiguous [B,T,...] array
+ * is that packed layout, and dh's [B, ceil(T/64)] rows are its chunk rows.
  */
 #ifndef KDART_KDA_REF_H
 #define KDART_KDA_REF_H
@@ -55,14 +68,26 @@ double kref_round_io(double x, int io);
 /* Rounds x to fp32 and back. */
 double kref_round_f32(double x);
 
+/* ---- Variable-length layout. ---- */
+/* Fills chunk_offsets [N+1] (unless NULL) with the exclusive prefix sum of
+ * ceil(T_n / 64) over cu_seqlens [N+1] and returns the total chunk count. */
+int64_t kref_chunk_offsets(int N, const int64_t *cu_seqlens,
+                           int64_t *chunk_offsets);
+/* Draws cu_seqlens [N+1] for N sequences with lengths uniform in [lo, hi]
+ * (0 <= lo <= hi); with_empty > 0 makes one random sequence zero-length (for
+ * N >= 1).  Returns cu[N], the token count. */
+int64_t kref_gen_cu_seqlens(kref_rng *r, int N, int lo, int hi, int with_empty,
+                            int64_t *cu_seqlens);
+
 /* ---- References. ---- */
 /*
  * bwd_intra, spec 5.1, in double.  Inputs: q,k [B,T,H,K]; g (g2, log2
  * units) [B,T,HV,K]; beta [B,T,HV]; dAqk, dAkk [B,T,HV,64] (only s <= r of
- * each chunk row is read; strictly-upper entries may hold anything, NaN
- * included); dq_in, dk_in, dg_in [B,T,HV,K]; db_in [B,T,HV].  Outputs per
- * value head: dq, dk, dg [B,T,HV,K] and db [B,T,HV] (db_in included).  With
- * fold_dg the dg output is the chunk-local inclusive suffix sum.  dAkk's
+ * each chunk row is read, and in a partial chunk only s < its valid row
+ * count; other entries may hold anything, NaN included); dq_in, dk_in, dg_in
+ * [B,T,HV,K]; db_in [B,T,HV].  Outputs per value head: dq, dk, dg [B,T,HV,K]
+ * and db [B,T,HV] (db_in included).  With fold_dg the dg output is the
+ * chunk-local inclusive suffix sum (over the chunk's valid rows).  dAkk's
  * diagonal is read, as in the spec (fla writes it as zero).
  */
 void kref_bwd_intra(int B, int T, int H, int HV, int K,
@@ -71,12 +96,23 @@ void kref_bwd_intra(int B, int T, int H, int HV, int K,
                     const double *dq_in, const double *dk_in,
                     const double *dg_in, const double *db_in, int fold_dg,
                     double *dq, double *dk, double *dg, double *db);
+/* The same on a packed batch: every array is [1,T,...] as above, sequences
+ * per cu_seqlens [N+1]; tokens >= cu[N] are not read and not written. */
+void kref_bwd_intra_varlen(int T, int H, int HV, int K, int N,
+                           const int64_t *cu_seqlens,
+                           const double *q, const double *k, const double *g,
+                           const double *beta, const double *dAqk,
+                           const double *dAkk, const double *dq_in,
+                           const double *dk_in, const double *dg_in,
+                           const double *db_in, int fold_dg,
+                           double *dq, double *dk, double *dg, double *db);
 
 /*
- * bwd_dhu, spec 5.2, in double.  Inputs: qg, kg, w, g [B,T,HV,K] (only row
- * 64c+63 of g is read); dout ("do"), dv [B,T,HV,V]; dht [B,HV,K,V] or NULL
- * (start from zero).  Outputs: dh [B,NT,HV,K,V], dv2 [B,T,HV,V], and dh0
- * [B,HV,K,V] unless dh0 is NULL.  faithful_io = -1 is the exact float64
+ * bwd_dhu, spec 5.2, in double.  Inputs: qg, kg, w, g [B,T,HV,K] (only the
+ * last valid row of each chunk, min(64c+63, T-1), of g is read); dout
+ * ("do"), dv [B,T,HV,V]; dht [B,HV,K,V] or NULL (start from zero).  Outputs:
+ * dh [B,NT,HV,K,V] with NT = ceil(T/64), dv2 [B,T,HV,V], and dh0 [B,HV,K,V]
+ * unless dh0 is NULL.  faithful_io = -1 is the exact float64
  * recurrence; 0 (bf16) or 1 (fp16) rounds dH to the io dtype before the kg.dH
  * product and the checkpoint store, and rounds dv2 to the io dtype before
  * the w.dv2 product and the dv2 store, as fla does.  dH itself and dh0 stay
@@ -87,6 +123,18 @@ void kref_bwd_dhu(int B, int T, int HV, int K, int V,
                   const double *g, const double *dout, const double *dv,
                   const double *dht, double scale, int faithful_io,
                   double *dh, double *dv2, double *dh0);
+/* The same on a packed batch (B = 1, cu_seqlens [N+1]): the scan restarts
+ * per sequence from dht[n] (or zero), a partial chunk decays by the gate of
+ * its last valid row, dh is [NT,HV,K,V] with chunk (n, c) at row
+ * chunk_offsets[n] + c (rows >= kref_chunk_offsets' total are not written),
+ * dht and dh0 are [N,HV,K,V]; a zero-length sequence runs no chunk and gets
+ * dh0[n] = dht[n].  Tokens >= cu[N] are not read and not written. */
+void kref_bwd_dhu_varlen(int T, int HV, int K, int V, int N,
+                         const int64_t *cu_seqlens,
+                         const double *qg, const double *kg, const double *w,
+                         const double *g, const double *dout, const double *dv,
+                         const double *dht, double scale, int faithful_io,
+                         double *dh, double *dv2, double *dh0);
 
 /* ---- Input generators (caller allocates, functions fill). ---- */
 typedef enum kref_gate_family {
@@ -109,6 +157,11 @@ void kref_gen_gate(kref_rng *r, kref_gate_family f, int B, int T, int HV,
  * non-increasing within each chunk for a <= 0. */
 void kref_gate_cumsum(int B, int T, int HV, int K, const double *a,
                       double *g2);
+/* The same on a packed batch: the cumsum restarts at each chunk boundary of
+ * each sequence (cu[n] + 64c); tokens >= cu[N] of g2 are not written. */
+void kref_gate_cumsum_varlen(int T, int HV, int K, int N,
+                             const int64_t *cu_seqlens, const double *a,
+                             double *g2);
 /* n independent standard normals times scale. */
 void kref_gen_normal(kref_rng *r, size_t n, double scale, double *x);
 /* nrows rows of length K, randn then L2-normalized (used for q and k). */
@@ -117,20 +170,34 @@ void kref_gen_unit_rows(kref_rng *r, size_t nrows, int K, double *x);
 void kref_gen_beta(kref_rng *r, size_t n, double *beta);
 /* dA [B,T,HV,64]: randn on s <= r of each chunk row r (strict = 0, dAqk) or
  * on s < r (strict = 1, dAkk, whose diagonal is then exactly 0); the
- * strictly-upper entries get `garbage` (e.g. NAN) to prove they are unread. */
+ * strictly-upper entries get `garbage` (e.g. NAN) to prove they are unread.
+ * (In a partial chunk the columns at or beyond its valid row count are all
+ * strictly upper, since r < that count.) */
 void kref_gen_dA(kref_rng *r, int B, int T, int HV, int strict,
                  double garbage, double *dA);
+/* The same on a packed batch; every entry of tokens >= cu[N] is garbage. */
+void kref_gen_dA_varlen(kref_rng *r, int T, int HV, int N,
+                        const int64_t *cu_seqlens, int strict, double garbage,
+                        double *dA);
 /*
  * Realistic bwd_dhu inputs (spec 6.3) from q, k [B,T,HV,K] (at value heads,
  * rows unit-norm), beta [B,T,HV] and g2 [B,T,HV,K]: per chunk
  * L[r,s] = beta[r] sum_d k[r,d]k[s,d]exp2(g2[r,d]-g2[s,d]) (s<r),
  * Akk = (I+L)^-1 (forward substitution), w = Akk (beta k exp2(g2)),
  * kg = k exp2(g2_last - g2), qg = q exp2(g2); all [B,T,HV,K], in double
- * (the caller rounds them to the io dtype).
+ * (the caller rounds them to the io dtype).  g2_last is the chunk's last
+ * valid row; a partial chunk is its valid rows only.
  */
 void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
                          const double *k, const double *beta,
                          const double *g2, double *w, double *kg, double *qg);
+/* The same per sequence of a packed batch; tokens >= cu[N] are not read and
+ * not written. */
+void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N,
+                                const int64_t *cu_seqlens, const double *q,
+                                const double *k, const double *beta,
+                                const double *g2, double *w, double *kg,
+                                double *qg);
 
 /* ---- Error metrics. ---- */
 /* ||got - ref||_2 / ||ref||_2; INFINITY when any got (or ref) entry is not
