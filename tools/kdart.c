@@ -180,31 +180,6 @@ static const char *format_size(int64_t bytes, char *buf, size_t n) {
     return buf;
 }
 
-/* Parses a byte count with an optional binary suffix: 512, 64K, 1.5G, 2GiB.
- * Returns 0 and sets *out, or -1 if the text is not a non-negative size. */
-static int parse_bytes(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') return -1;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1; /* also rejects NaN */
-    /* One binary suffix: K, M, G or T (any case), then an optional "iB"/"B". */
-    static const char suffixes[] = "KMGT";
-    double mul = 1.0;
-    const char *sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
-    if (sfx) {
-        for (const char *q = suffixes; q <= sfx; q++) mul *= 1024.0;
-        end++;
-    }
-    if (mul > 1.0 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    v *= mul;
-    if (!(v < 9.2e18)) return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
 static int parse_int(const char *s, int lo, int hi, int *out) {
     char *end;
     errno = 0;
@@ -1103,7 +1078,7 @@ static int cmd_gc(cli *c, const command *self, int argc, char **argv) {
     }
     if (!max) return usage_error(c, self, "missing --max-bytes N");
     int64_t max_bytes;
-    if (parse_bytes(max, &max_bytes) != 0)
+    if (kdart_parse_bytes(max, &max_bytes) != KDART_OK) /* as KDART_CACHE_MAX_BYTES reads it */
         return usage_error(c, self, "--max-bytes wants a size like 512M or 2G, not '%s'", max);
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
@@ -1496,7 +1471,8 @@ static const command commands[] = {
      "usage: kdart gc --max-bytes N\n"
      "\n"
      "Evicts least recently used entries until the cubins in the writable cache\n"
-     "take at most N bytes.  N takes a binary suffix: K, M, G (512M, 2G, 1.5GiB).\n"
+     "take at most N bytes.  N takes a binary suffix: K, M, G, T (512M, 2G, 1.5GiB;\n"
+     "read as KDART_CACHE_MAX_BYTES is).\n"
      "--max-bytes 0 evicts every entry that holds a cubin.\n"},
     {"stats", cmd_stats, "cache statistics and the runtime's settings",
      "usage: kdart stats [--json]\n"

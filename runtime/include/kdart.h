@@ -106,6 +106,15 @@ KDART_EXTERN const char *kdart_strerror(int status);
 KDART_EXTERN const char *kdart_errname(int status);
 KDART_EXTERN const char *kdart_version(void);
 
+/* Parses a byte size as KDART_CACHE_MAX_BYTES and `kdart gc --max-bytes`
+ * read it: decimal digits, up to six decimals before a suffix, and an
+ * optional binary suffix K, M, G or T (1024-based, any case, optionally
+ * followed by "iB" or "B": 512K, 1.5G, 2GiB, 100B).  Nothing else: no
+ * sign, space, exponent, "inf" or "nan".  KDART_OK and *out, or
+ * KDART_EINVAL when the text is not such a size or exceeds INT64_MAX
+ * bytes (*out untouched); KDART_ENULL for NULL.  Any thread. */
+KDART_EXTERN int kdart_parse_bytes(const char *text, int64_t *out);
+
 /* ----------------------------------------------------------- the handle */
 
 typedef struct kdart_rt kdart_rt;
@@ -133,7 +142,9 @@ typedef struct kdart_options {
     int log_level;                 /* most verbose level passed to log; KDART_LOG_WARN default */
     int compile_threads;           /* compile workers of kdart_prepare_async, started
                                       on demand; 0: number of CPUs */
-    int64_t cache_max_bytes;       /* 0: KDART_CACHE_MAX_BYTES, else 2 GiB; <0: unlimited */
+    int64_t cache_max_bytes;       /* 0: KDART_CACHE_MAX_BYTES ("0" there: unlimited; a value
+                                      kdart_parse_bytes refuses is warned about and
+                                      ignored), else 2 GiB; <0: unlimited */
     uint32_t flags;                /* KDART_OPEN_* */
 } kdart_options;
 
