@@ -337,6 +337,49 @@ START_TEST(sources_closure) {
 }
 END_TEST
 
+/* A symlink in the kernel directory cannot bring in a file from outside
+ * it (the file's real path must stay inside); one pointing inside works. */
+START_TEST(symlink_escape) {
+    char dir[256], kd[512], path[1024], outside[1024], target[1024];
+    test_tmpdir(dir, sizeof dir);
+    test_copy_kernels(dir, kd, sizeof kd);
+    snprintf(outside, sizeof outside, "%s/outside.cuh", dir);
+    test_write_file(outside, "#error \"outside the kernel directory\"\n");
+    snprintf(path, sizeof path, "%s/link.cuh", kd);
+    ck_assert_int_eq(symlink(outside, path), 0);
+    snprintf(path, sizeof path, "%s/evil.cuh", kd);
+    test_write_file(path, "#include \"link.cuh\"\n");
+    kdart_rt *rt = test_open("", kd, NULL);
+    ck_assert_ptr_nonnull(rt);
+    kdart__sources s;
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "link.cuh"));
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "outside"));
+    ck_assert_int_eq(kdart__sources_load(rt, "link.cuh", &s), KDART_ESOURCE);
+    /* A directory symlink on the way counts too. */
+    snprintf(path, sizeof path, "%s/sub", kd);
+    ck_assert_int_eq(symlink(dir, path), 0);
+    ck_assert_int_eq(kdart__sources_load(rt, "sub/outside.cuh", &s), KDART_ESOURCE);
+    /* Inside: an alias of a real kernel file loads. */
+    snprintf(path, sizeof path, "%s/alias.cuh", kd);
+    snprintf(target, sizeof target, "%s/chunk_rcumsum.cuh", kd);
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(kdart__sources_load(rt, "alias.cuh", &s), KDART_OK);
+    ck_assert_int_eq(s.nfiles, 3);
+    kdart__sources_free(&s);
+    kdart_close(rt);
+    /* The kernel directory itself may be reached through a symlink. */
+    snprintf(path, sizeof path, "%s/kd_link", dir);
+    ck_assert_int_eq(symlink(kd, path), 0);
+    rt = test_open("", path, NULL);
+    ck_assert_int_eq(kdart__sources_load(rt, "chunk_rcumsum.cuh", &s), KDART_OK);
+    kdart__sources_free(&s);
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
+    kdart_close(rt);
+    test_rmtree(dir);
+}
+END_TEST
+
 static int fail_read(const char *path, char **text, size_t *size) {
     (void)path;
     (void)text;
@@ -445,6 +488,7 @@ int main(void) {
     tcase_add_test(tc, parse_bytes);
     tcase_add_test(tc, env_bad_values);
     tcase_add_test(tc, sources_closure);
+    tcase_add_test(tc, symlink_escape);
     tcase_add_test(tc, unreadable_source);
     tcase_add_test(tc, per_thread_errors);
     tcase_add_test(tc, open_alloc_failures);
