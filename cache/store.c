@@ -27,7 +27,10 @@
  *     can warn.  A database with a newer user_version is used read-only
  *     (refused with ECACHE if its tables lack our columns); an SQLite file
  *     with tables but no user_version is someone else's and is refused.
- *     A read-only store never creates, moves or writes anything.
+ *     A read-only store never creates, moves or writes anything.  A
+ *     writable open that fails for want of writing (read-only directory,
+ *     file or mount; full disk) falls back to a read-only open of the
+ *     file, so its entries are still served.
  *   - Every failure comes back as a KDART status, with the SQLite message and
  *     what we were doing in errmsg.  Nothing here prints, exits or aborts.
  *
@@ -527,9 +530,10 @@ static int open_readonly(kdart__store *st) {
     if (rc) return rc;
     rc = setup(st);
     int prim = st->last_src & 0xff;
-    if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY)) {
-        /* A WAL database in a read-only image cannot create its -shm; a
-         * file nobody writes can be read without locks. */
+    if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY || prim == SQLITE_IOERR)) {
+        /* A WAL database in a read-only image cannot create its -shm, nor
+         * grow it on a full disk (IOERR); a file nobody can write is read
+         * without locks. */
         disconnect(st);
         char *uri = immutable_uri(st->path);
         if (!uri) return set_err(st, KDART_ENOMEM, "opening %s: out of memory", st->path);
@@ -589,6 +593,31 @@ static int open_writable(kdart__store *st) {
     return KDART_ECORRUPT; /* not reached */
 }
 
+/* A writable open that failed for want of writing (a read-only directory,
+ * file or mount; a full disk) still leaves a valid cache worth reading: a
+ * prebuilt cache shipped read-only in an image is the common case.  The
+ * file is then opened read-only (open_readonly falls back to immutable=1
+ * when the -shm cannot be made) and the store behaves as one opened with
+ * readonly=1; the note saying so stays in errmsg for the runtime's one
+ * warning.  No file, or one that does not open read-only either: the
+ * first failure stands. */
+static int open_fallback_readonly(kdart__store *st) {
+    char first[sizeof st->err];
+    memcpy(first, st->err, sizeof first);
+    if (st->db) disconnect(st);
+    if (!path_exists(st->path)) return KDART_EIO;
+    clear_err(st);
+    st->ro_open = 1;
+    if (open_readonly(st) != KDART_OK) {
+        if (st->db) disconnect(st);
+        st->ro_open = 0;
+        memcpy(st->err, first, sizeof first);
+        return KDART_EIO;
+    }
+    set_err(st, KDART_OK, "cannot write the cache (%s); reading it read-only, misses are compiled in memory", first);
+    return KDART_OK;
+}
+
 int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_t max_bytes, char *err,
                       size_t errlen) {
     kdart__store *st;
@@ -627,6 +656,7 @@ int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_
         rc = setup(st);
     } else {
         rc = readonly ? open_readonly(st) : open_writable(st);
+        if (rc == KDART_EIO && !readonly) rc = open_fallback_readonly(st);
     }
     if (rc) goto fail_db;
     if (err && errlen) snprintf(err, errlen, "%s", st->err);

@@ -10,8 +10,11 @@
  *   - publication is one transaction; a row that already exists means
  *     another writer won, which is success;
  *   - a database file SQLite cannot read is renamed aside and a fresh one
- *     created; a directory that cannot be written makes open fail with
- *     KDART_EIO so the runtime can carry on in memory;
+ *     created; a writable open of a cache that cannot be written (read-only
+ *     directory, file or mount, full disk) opens the file read-only instead
+ *     (kdart__store_readonly then says 1, errmsg says why), and fails with
+ *     KDART_EIO only when there is no file to read, so the runtime carries
+ *     on in memory;
  *   - last_used and hit counts live in the rows (no file atimes), and the
  *     byte budget evicts by last_used;
  *   - compile leases (schema 2) let processes sharing the file compile
@@ -52,7 +55,8 @@ typedef struct kdart__row {
 void kdart__row_release(kdart__row *row);
 
 /* Opens (creating the file and its directories when writable) the store.
- * readonly: open with SQLITE_OPEN_READONLY and never write.
+ * readonly: open with SQLITE_OPEN_READONLY and never write.  A writable
+ * open may come back read-only (see above): check kdart__store_readonly.
  * max_bytes: byte budget for cubins, <= 0 unlimited.
  * On failure returns a KDART status and writes a message into err. */
 int kdart__store_open(kdart__store **out, const char *path, int readonly,

@@ -553,7 +553,10 @@ static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_p
     row.cubin_size = co.cubin_size;
     row.compile_ms = co.ms;
     /* One transaction; a row already there is another writer's win. */
-    if (rt->rw && kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
+    /* A cache that could only be opened read-only was warned about at
+     * open; the entry stays in memory without a warning per compile. */
+    if (rt->rw && !kdart__store_readonly(rt->rw) &&
+        kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
         warn_cache(rt, "publish", rt->rw);
     if (rc != KDART_OK) {
         rc = kdart__err(rt, rc, "%s %s for %s failed to %s:\n%s", q->k->name, q->spec, q->arch,

@@ -18,6 +18,9 @@
  *
  * Degradation: a cache that cannot be opened or written never stops a
  * prepare: the runtime compiles in memory and warns once through the log.
+ * One that can be read but not written (a read-only directory or mount, a
+ * full disk) is opened read-only as the first tier: its hits are served,
+ * misses compile in memory.
  *
  * Locking: rt->lock protects the unit list and the stores; it is released
  * during the compile itself so that prewarm threads compile in parallel.
@@ -98,6 +101,8 @@ static void open_stores(kdart_rt *rt) {
                        kdart_errname(rc), err);
         } else if (kdart__store_errmsg(rt->rw)[0]) {
             kdart__log(rt, KDART_LOG_WARN, "cache %s: %s", rt->cache_path, kdart__store_errmsg(rt->rw));
+            /* Read-only (it cannot be written): that was the one warning. */
+            if (kdart__store_readonly(rt->rw)) rt->cache_warned = 1;
         }
     }
     for (size_t i = 0; i < rt->n_ro; i++) {
