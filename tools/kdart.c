@@ -54,6 +54,7 @@ enum {
     EXIT_MISSING = 3,   /* a needed external tool or the GPU is missing */
     EXIT_NOTFOUND = 4,  /* unknown key, kernel or file */
     EXIT_AMBIGUOUS = 5, /* a key prefix matches more than one entry */
+    EXIT_NOTSTORED = 6, /* prewarm: compiled, but the cache did not keep it */
 };
 
 #define MAX_RO_CACHES 16
@@ -364,7 +365,8 @@ typedef struct prewarm_run {
     int ntasks;
     atomic_int next;      /* index of the next task to claim */
     pthread_mutex_t lock; /* guards the counts below and keeps progress lines in order */
-    int done, compiled, hits, failed;
+    int done, compiled, hits, failed, unstored;
+    int writable; /* the runtime's cache can be written (kdart_info) */
     double t0;
     uint32_t flags; /* KDART_PREPARE_* for every task */
     int quiet;
@@ -397,6 +399,15 @@ static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
         if (rc != KDART_OK) describe_failure(detail, sizeof detail, rc, kdart_last_error(run->rt));
     }
     double took = now_s() - t1;
+    /* A compile is only worth its time if the cache kept it: ask the cache
+     * (a read-only or full one, or none, keeps nothing; the service stores
+     * into its own cache itself). */
+    int kept = 1;
+    if (rc == KDART_OK && p.source == KDART_FROM_COMPILE && !run->service) {
+        kdart_entry *e = NULL;
+        kept = run->writable && kdart_cache_get(run->rt, p.key, &e) == KDART_OK;
+        kdart_entry_free(e);
+    }
 
     pthread_mutex_lock(&run->lock);
     int n = ++run->done;
@@ -420,10 +431,11 @@ static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
                 msg);
     } else if (p.source == KDART_FROM_COMPILE) {
         run->compiled++;
+        run->unstored += !kept;
         if (!run->quiet)
-            fprintf(stderr, "%s %s %s %s  compiled %.1fs\n", prefix, t->kernel, t->spec,
-                    t->arch[0] ? t->arch : "(default)",
-                    p.compile_ms > 0 ? p.compile_ms / 1000.0 : took);
+            fprintf(stderr, "%s %s %s %s  compiled %.1fs%s\n", prefix, t->kernel, t->spec,
+                    t->arch[0] ? t->arch : "(default)", p.compile_ms > 0 ? p.compile_ms / 1000.0 : took,
+                    kept ? "" : ", NOT STORED");
     } else {
         run->hits++;
         if (!run->quiet)
@@ -472,6 +484,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     int jobs = 1;
     uint32_t flags = KDART_PREPARE_NO_LOAD;
     const char *service = NULL;
+    int writable = 1;
 
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -569,6 +582,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
             return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
         }
         if (narches == 0) arches[narches++] = info.default_arch;
+        writable = info.cache_writable;
         /* Prewarming into memory is wasted work; say so, but do it anyway:
          * the run still shows which specializations compile. */
         if (!info.cache_writable && !c->quiet)
@@ -622,6 +636,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     run.quiet = c->quiet;
     run.flags = flags;
     run.service = service;
+    run.writable = writable;
     run.t0 = now_s();
 
     if (jobs > n) jobs = n > 0 ? n : 1;
@@ -639,7 +654,13 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
 
     printf("prewarm: %d entr%s: %d compiled, %d hits, %d failed in %.1fs (%d job%s)\n", n, n == 1 ? "y" : "ies",
            run.compiled, run.hits, run.failed, now_s() - run.t0, started + 1, started ? "s" : "");
-    return run.failed ? EXIT_FAIL : EXIT_OK;
+    if (run.failed) return EXIT_FAIL;
+    if (run.unstored) {
+        errorf(c, "%d compiled entr%s not stored in the cache (see the warnings above); exit status %d",
+               run.unstored, run.unstored == 1 ? "y was" : "ies were", EXIT_NOTSTORED);
+        return EXIT_NOTSTORED;
+    }
+    return EXIT_OK;
 }
 
 /* ---------------------------------------------------------------- ls */
@@ -1422,8 +1443,10 @@ static const command commands[] = {
      "                  --jobs requests are in flight at once.  Without --arch the\n"
      "                  service's default target is used\n"
      "\n"
-     "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel or\n"
-     "no service at SOCKET.\n"},
+     "Exit status: 0 all entries ok (compiled ones stored), 1 some failed, 2 usage,\n"
+     "4 unknown kernel or no service at SOCKET, 6 none failed but compiled entries\n"
+     "could not be stored (no writable cache: read-only directory or mount, full\n"
+     "disk, unusable file).\n"},
     {"ls", cmd_ls, "list cache entries",
      "usage: kdart ls [--json]\n"
      "\n"
@@ -1571,7 +1594,8 @@ static void print_top_help(FILE *f) {
           "  2  usage error (bad command line, spec or architecture)\n"
           "  3  a needed external tool or the GPU is missing\n"
           "  4  not found (unknown key, unknown kernel)\n"
-          "  5  ambiguous key prefix\n",
+          "  5  ambiguous key prefix\n"
+          "  6  prewarm: compiled, but the cache could not store the entries\n",
           f);
 }
 
