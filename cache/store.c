@@ -78,6 +78,7 @@
 
 #define BUSY_TIMEOUT_MS 10000
 #define PATH_BUF 4096
+#define PIDNS_TAG "/pidns:" /* in the leases' boot_id column: see identity_init */
 
 /* Every column of a row, in the order the statements below bind and read. */
 #define COLS                                                                                   \
@@ -1298,14 +1299,15 @@ int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64
  * expiry has passed is free for the taking, and so is one whose owner ran
  * on this host in this boot and no longer exists (kill(pid, 0) == ESRCH),
  * which is how a compiler killed with SIGKILL stops blocking at once.  A
- * pid of another host, or of another boot, is never probed: only expiry
- * frees it.  Every take is one BEGIN IMMEDIATE transaction, so two
+ * pid of another host, boot or pid namespace (containers share host name
+ * and boot id) is never probed: such a holder is judged by its heartbeat
+ * alone (dead once it is KDART__LEASE_STALE_MS old, or at its expiry).  Every take is one BEGIN IMMEDIATE transaction, so two
  * processes can never both see "free" and both take it.  No lock files. */
 
 typedef struct lease_identity {
     int64_t pid;
     char host[256];
-    char boot_id[64];
+    char boot_id[96];
 } lease_identity;
 
 static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
@@ -1328,11 +1330,37 @@ static void identity_init(void) {
     if (!identity_real.boot_id[0]) snprintf(identity_real.boot_id, sizeof identity_real.boot_id, "unknown");
 }
 
+/* Containers share the host name and boot id but not pids: the pid
+ * namespace (the inode of /proc/self/ns/pid) is part of the identity, kept
+ * in the boot_id column as "<boot id>/pidns:<inode>" so that the schema,
+ * and kdarts that predate it, are unchanged (theirs and ours never compare
+ * equal, so neither probes the other's pids).  A process never changes
+ * namespace, but a child forked after unshare(CLONE_NEWPID) is in a new
+ * one, so it is read again whenever the pid changed (fork). */
+static void identity_pidns(lease_identity *me) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pid_t read_by;
+    static char tag[40];
+    pthread_mutex_lock(&lock);
+    if (read_by != getpid()) {
+        struct stat ns;
+        if (stat("/proc/self/ns/pid", &ns) == 0)
+            snprintf(tag, sizeof tag, PIDNS_TAG "%llu", (unsigned long long)ns.st_ino);
+        else
+            snprintf(tag, sizeof tag, PIDNS_TAG "unknown");
+        read_by = getpid();
+    }
+    size_t len = strlen(me->boot_id);
+    snprintf(me->boot_id + len, sizeof me->boot_id - len, "%s", tag);
+    pthread_mutex_unlock(&lock);
+}
+
 /* Who takes leases here: the real pid (after fork too), host and boot. */
 static void identity_get(lease_identity *me) {
     pthread_once(&identity_once, identity_init);
     *me = identity_real;
     me->pid = (int64_t)getpid();
+    identity_pidns(me);
     pthread_mutex_lock(&identity_lock);
     if (identity_pose.pid) me->pid = identity_pose.pid;
     if (identity_pose.host[0]) memcpy(me->host, identity_pose.host, sizeof me->host);
@@ -1354,14 +1382,25 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether an identity's pids can be probed with kill(): its boot id and
+ * pid namespace are both known. */
+static int probeable(const char *boot_id) {
+    const char *ns = strstr(boot_id, PIDNS_TAG);
+    return ns && strncmp(boot_id, "unknown", 7) != 0 && strcmp(ns + strlen(PIDNS_TAG), "unknown") != 0;
+}
+
 /* Whether a lease row still stops others at time now. */
 static int lease_alive(const kdart__lease *l, int64_t now) {
     if (l->expiry <= now) return 0;
     lease_identity me;
     identity_get(&me);
-    if (strcmp(l->owner_host, me.host) != 0 || strcmp(l->boot_id, me.boot_id) != 0 ||
-        !strcmp(l->boot_id, "unknown"))
-        return 1; /* not ours to probe */
+    if (strcmp(l->owner_host, me.host) != 0 || strcmp(l->boot_id, me.boot_id) != 0 || !probeable(l->boot_id)) {
+        /* Not ours to probe (another host, boot or pid namespace, or a
+         * kdart that did not record its namespace): its pid means nothing
+         * here, so only its heartbeat speaks.  One that has not beaten for
+         * KDART__LEASE_STALE_MS is dead, though its expiry may be later. */
+        return now - l->heartbeat < KDART__LEASE_STALE_MS;
+    }
     if (l->owner_pid <= 0 || l->owner_pid > INT32_MAX) return 1;
     if (l->owner_pid == (int64_t)getpid()) return 1; /* another handle of this process */
     return !(kill((pid_t)l->owner_pid, 0) != 0 && errno == ESRCH);

@@ -104,14 +104,21 @@ typedef struct kdart__lease {
     char key[65];
     int64_t owner_pid;
     char owner_host[256];
-    char boot_id[64];
+    char boot_id[96];        /* "<boot id>/pidns:<inode of /proc/self/ns/pid>" */
     int64_t started, heartbeat, expiry;
 } kdart__lease;
 
+/* A holder whose pid cannot be probed (another host, boot or pid
+ * namespace) is dead once its heartbeat is this old: several renewals
+ * (KDART__LEASE_RENEW_MS, 5 s) missed. */
+#define KDART__LEASE_STALE_MS 20000
+
 /* Takes the lease on key for ttl_ms, in one BEGIN IMMEDIATE transaction.
- * It succeeds when no lease row exists, when the row has expired, or when
- * its owner ran on this host under the same boot id and its pid is gone
- * (kill(pid, 0) fails with ESRCH).  KDART_OK: *mine holds the lease (pass
+ * It succeeds when no lease row exists, when the row has expired, when
+ * its owner ran on this host under the same boot id in the same pid
+ * namespace and its pid is gone (kill(pid, 0) fails with ESRCH), or when
+ * its owner is elsewhere (host, boot, namespace; or a row of a kdart that
+ * recorded no namespace) and its heartbeat is KDART__LEASE_STALE_MS old.  KDART_OK: *mine holds the lease (pass
  * it to renew and release).  KDART_EAGAIN: a live lease of someone else;
  * *holder (may be NULL) describes it.  Other statuses: the store failed
  * (errmsg says how).  Expired rows of every key are deleted on the way. */
@@ -125,7 +132,8 @@ int kdart__store_lease_renew(kdart__store *st, kdart__lease *mine, int64_t ttl_m
 int kdart__store_lease_release(kdart__store *st, const kdart__lease *mine);
 /* Is there a live lease on key?  KDART_OK and *holder (may be NULL) when
  * there is; KDART_ENOENT when there is none, or it has expired, or its
- * owner is a dead process of this boot. */
+ * owner is a dead process of this boot and pid namespace, or one elsewhere
+ * with a stale heartbeat (as for take). */
 int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *holder);
 /* Test seam: makes this process pose as another owner in the leases it
  * takes from now on (pid 0, host NULL or boot_id NULL: keep the real one);

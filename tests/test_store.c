@@ -22,6 +22,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1194,6 +1197,132 @@ START_TEST(test_damaged_index) {
 }
 END_TEST
 
+/* Writes a lease row behind the store's back. */
+static void put_lease(const char *path, const char *key, int64_t pid, const char *host, const char *boot,
+                      int64_t heartbeat, int64_t expiry) {
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT OR REPLACE INTO leases (key, owner_pid, owner_host, boot_id, started, heartbeat, expiry) "
+             "VALUES ('%s', %lld, '%s', '%s', %lld, %lld, %lld)",
+             key, (long long)pid, host, boot, (long long)heartbeat, (long long)heartbeat, (long long)expiry);
+    raw_exec(path, sql);
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The holder of the real cross-namespace case: pid 1 of a new pid
+ * namespace forks until it has a pid that names no process outside (so
+ * kill(pid, 0) there would say "dead"), takes the lease, says so, waits. */
+static void ns_holder(const char *path, const char *key, int fd) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(77);
+    pid_t init = fork();
+    if (init < 0) _exit(3);
+    if (init > 0) { /* outside: tell the parent whom to kill */
+        if (write(fd, &init, sizeof init) != (ssize_t)sizeof init) _exit(4);
+        int st;
+        waitpid(init, &st, 0);
+        _exit(0);
+    }
+    for (int tries = 0; tries < 200; tries++) {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/%d", (int)getpid()); /* /proc is the outer namespace's */
+        if (access(proc, F_OK) != 0) {
+            kdart__store *st = NULL;
+            char err[256];
+            kdart__lease mine;
+            if (kdart__store_open(&st, path, 0, 0, err, sizeof err) || kdart__store_lease_take(st, key, 60000, &mine, NULL))
+                _exit(5);
+            char y = 'y';
+            if (write(fd, &y, 1) != 1) _exit(6);
+            for (;;) pause();
+        }
+        pid_t c = fork();
+        if (c < 0) _exit(7);
+        if (c > 0) {
+            int st;
+            waitpid(c, &st, 0);
+            _exit(0);
+        }
+    }
+    _exit(8);
+}
+
+/* Leases across pid namespaces: a holder's pid is probed only when it ran
+ * in this pid namespace (containers share host name and boot id); others
+ * are judged by their heartbeat. */
+START_TEST(test_lease_pidns) {
+    char path[512], key[65], boot[128];
+    path_in(path, sizeof path, "kdart.db");
+    kdart__store *st = open_ok(path, 0, 0);
+    memset(key, 'a', 64);
+    key[64] = 0;
+    kdart__lease me, holder;
+    ck_assert_int_eq(kdart__store_lease_take(st, key, 60000, &me, NULL), KDART_OK);
+    ck_assert_int_eq(kdart__store_lease_release(st, &me), KDART_OK);
+    char *tag = strstr(me.boot_id, "/pidns:");
+    ck_assert_ptr_nonnull(tag);
+    snprintf(boot, sizeof boot, "%.*s", (int)(tag - me.boot_id), me.boot_id);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char other[200];
+    snprintf(other, sizeof other, "%s/pidns:999", boot);
+    int64_t now = now_ms();
+
+    /* Another namespace, pid dead here, fresh heartbeat: respected. */
+    put_lease(path, key, dead, me.owner_host, other, now, now + 60000);
+    ck_assert_int_eq(kdart__store_lease_take(st, key, 60000, &me, &holder), KDART_EAGAIN);
+    ck_assert_str_eq(holder.boot_id, other);
+    ck_assert_int_eq(kdart__store_lease_live(st, key, NULL), KDART_OK);
+    /* A row of a kdart that recorded no namespace: not probed either. */
+    put_lease(path, key, dead, me.owner_host, boot, now, now + 60000);
+    ck_assert_int_eq(kdart__store_lease_take(st, key, 60000, &me, NULL), KDART_EAGAIN);
+    /* Another namespace, stale heartbeat (expiry still ahead): taken over. */
+    put_lease(path, key, 1, me.owner_host, other, now - KDART__LEASE_STALE_MS - 1000, now + 30000);
+    ck_assert_int_eq(kdart__store_lease_live(st, key, NULL), KDART_ENOENT);
+    ck_assert_int_eq(kdart__store_lease_take(st, key, 60000, &me, NULL), KDART_OK);
+    ck_assert_int_eq(kdart__store_lease_release(st, &me), KDART_OK);
+    /* This namespace, dead pid: taken over at once, as before. */
+    put_lease(path, key, dead, me.owner_host, me.boot_id, now, now + 60000);
+    ck_assert_int_eq(kdart__store_lease_take(st, key, 60000, &me, NULL), KDART_OK);
+    ck_assert_int_eq(kdart__store_lease_release(st, &me), KDART_OK);
+
+    /* The real thing, where unshare(CLONE_NEWPID) is permitted. */
+    char key2[65];
+    memset(key2, 'b', 64);
+    key2[64] = 0;
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t outer = fork();
+    ck_assert_int_ge(outer, 0);
+    if (outer == 0) {
+        close(fds[0]);
+        kdart__store_close(st);
+        ns_holder(path, key2, fds[1]);
+    }
+    close(fds[1]);
+    pid_t init = 0;
+    char y = 0;
+    if (read(fds[0], &init, sizeof init) == (ssize_t)sizeof init && read(fds[0], &y, 1) == 1 && y == 'y') {
+        int rc = kdart__store_lease_take(st, key2, 60000, &me, &holder);
+        kill(init, SIGKILL); /* pid 1 of the namespace: every process in it dies */
+        ck_assert_msg(rc == KDART_EAGAIN, "a live holder in another pid namespace (pid %lld there) was taken over",
+                      (long long)holder.owner_pid);
+        ck_assert_str_ne(holder.boot_id, me.boot_id);
+    } else {
+        printf("test_lease_pidns: unshare --pid not permitted here; the real cross-namespace part skipped\n");
+    }
+    close(fds[0]);
+    int status;
+    waitpid(outer, &status, 0);
+    kdart__store_close(st);
+}
+END_TEST
+
 static Suite *store_suite(void) {
     Suite *s = suite_create("store");
     TCase *tc = tcase_create("store");
@@ -1220,6 +1349,7 @@ static Suite *store_suite(void) {
     tcase_add_test(tc, test_readonly_unreadable_shm);
     tcase_add_test(tc, test_random_damage);
     tcase_add_test(tc, test_damaged_index);
+    tcase_add_test(tc, test_lease_pidns);
     suite_add_tcase(s, tc);
     return s;
 }
