@@ -65,6 +65,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -120,6 +121,7 @@ struct kdart__store {
     int newer;          /* user_version newer than ours: read, never write */
     int64_t max_bytes;  /* <= 0: no budget */
     int last_src;       /* raw SQLite code of the last failure, 0 if none */
+    int healing;        /* salvage in progress: damage met is expected, not flagged */
     char err[1024];     /* last failure, or the warning of a successful open */
 };
 
@@ -137,6 +139,22 @@ static int kstatus_of(int src) {
 }
 
 static int is_damage(int src) { return (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB; }
+
+static int writable(const kdart__store *st) { return !st->ro_open && !st->newer; }
+
+/* "<path>.damaged": left by an operation that met damage inside the file
+ * (SQLITE_CORRUPT), so that the next writable open (or verify) heals it
+ * instead of every later operation failing the same way.  Best effort: an
+ * unwritable directory keeps no flag, and nothing could heal it anyway. */
+static void damage_flag_path(const kdart__store *st, char *buf, size_t n) { snprintf(buf, n, "%s.damaged", st->path); }
+
+static void flag_damage(kdart__store *st) {
+    char flag[PATH_BUF + 16];
+    if (!writable(st) || st->healing || !strcmp(st->path, ":memory:")) return;
+    damage_flag_path(st, flag, sizeof flag);
+    int fd = open(flag, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+}
 
 static void clear_err(kdart__store *st) {
     st->err[0] = 0;
@@ -165,10 +183,9 @@ static int sql_err(kdart__store *st, int src, const char *fmt, ...) {
     if (!msg || !strcmp(msg, "not an error")) msg = sqlite3_errstr(src);
     snprintf(st->err, sizeof st->err, "%s: %s", ctx, msg);
     st->last_src = src;
+    if (is_damage(src)) flag_damage(st);
     return kstatus_of(src);
 }
-
-static int writable(const kdart__store *st) { return !st->ro_open && !st->newer; }
 
 /* Keys are lowercase hex SHA-256 digests: 64 characters. */
 static int is_full_key(const char *key) {
@@ -619,6 +636,25 @@ static int open_fallback_readonly(kdart__store *st) {
     return KDART_OK;
 }
 
+/* An earlier operation met damage inside the file (flag_damage): verify
+ * now, which salvages what it can into a fresh file, so that the damage
+ * costs one failed operation and not every later one.  The outcome stays
+ * in errmsg, the note of a successful open. */
+static int heal_if_flagged(kdart__store *st) {
+    char flag[PATH_BUF + 16], note[sizeof st->err];
+    damage_flag_path(st, flag, sizeof flag);
+    if (!path_exists(flag)) return KDART_OK;
+    memcpy(note, st->err, sizeof note);
+    int64_t c, d;
+    int rc = kdart__store_verify(st, &c, &d);
+    if (rc == KDART_OK) unlink(flag); /* healthy after all (or healed by another process) */
+    char what[sizeof st->err];
+    memcpy(what, st->err, sizeof what);
+    snprintf(st->err, sizeof st->err, "%.300s%sdamage seen earlier; verify: %.680s", note, note[0] ? "; " : "",
+             what[0] ? what : "no damage found");
+    return KDART_OK;
+}
+
 int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_t max_bytes, char *err,
                       size_t errlen) {
     kdart__store *st;
@@ -660,6 +696,7 @@ int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_
         if (rc == KDART_EIO && !readonly) rc = open_fallback_readonly(st);
     }
     if (rc) goto fail_db;
+    if (!memory && writable(st)) heal_if_flagged(st);
     if (err && errlen) snprintf(err, errlen, "%s", st->err);
     *out = st;
     return KDART_OK;
@@ -782,6 +819,30 @@ static int dup_col(sqlite3_stmt *stmt, int i, char **out) {
     return *out ? KDART_OK : KDART_ENOMEM;
 }
 
+/* Copies a checked row (columns in COLS order) into *row: KDART_OK, or
+ * KDART_ENOMEM with whatever was copied left for kdart__row_release. */
+static int fill_row(sqlite3_stmt *stmt, const char *key, kdart__row *row) {
+    row->failed = sqlite3_column_int(stmt, 4) != 0;
+    if (dup_col(stmt, 1, &row->kernel) || dup_col(stmt, 2, &row->spec) || dup_col(stmt, 3, &row->arch) ||
+        dup_col(stmt, 5, &row->manifest) || dup_col(stmt, 6, &row->report) || dup_col(stmt, 7, &row->log) ||
+        dup_col(stmt, 8, &row->lowered))
+        return KDART_ENOMEM;
+    if (!row->failed) {
+        int n = sqlite3_column_bytes(stmt, 9);
+        if (!(row->cubin = kdart__malloc((size_t)n))) return KDART_ENOMEM;
+        memcpy(row->cubin, sqlite3_column_blob(stmt, 9), (size_t)n);
+        row->cubin_size = (size_t)n;
+        const char *sha = (const char *)sqlite3_column_text(stmt, 11);
+        snprintf(row->cubin_sha256, sizeof row->cubin_sha256, "%s", sha ? sha : "");
+    }
+    snprintf(row->key, sizeof row->key, "%s", key);
+    row->compile_ms = sqlite3_column_double(stmt, 12);
+    row->created = sqlite3_column_int64(stmt, 13);
+    row->last_used = sqlite3_column_int64(stmt, 14);
+    row->hits = sqlite3_column_int64(stmt, 15);
+    return KDART_OK;
+}
+
 enum { ROW_FOUND, ROW_MISS, ROW_BADBLOB, ROW_WRONGROW };
 
 /* One read of the row.  *what: ROW_FOUND (row filled), ROW_MISS, ROW_BADBLOB (the
@@ -830,27 +891,12 @@ static int read_row(kdart__store *st, const char *key, kdart__row *row, int *wha
         rc = KDART_ENOENT;
         goto out;
     }
-    if (dup_col(stmt, 1, &row->kernel) || dup_col(stmt, 2, &row->spec) || dup_col(stmt, 3, &row->arch) ||
-        dup_col(stmt, 5, &row->manifest) || dup_col(stmt, 6, &row->report) || dup_col(stmt, 7, &row->log) ||
-        dup_col(stmt, 8, &row->lowered))
-        goto nomem;
-    if (!row->failed) {
-        if (!(row->cubin = kdart__malloc((size_t)n))) goto nomem;
-        memcpy(row->cubin, blob, (size_t)n);
-        row->cubin_size = (size_t)n;
-        const char *sha = (const char *)sqlite3_column_text(stmt, 11);
-        snprintf(row->cubin_sha256, sizeof row->cubin_sha256, "%s", sha ? sha : "");
+    if (fill_row(stmt, key, row)) {
+        rc = set_err(st, KDART_ENOMEM, "reading entry %.16s: out of memory", key);
+        goto out;
     }
-    snprintf(row->key, sizeof row->key, "%s", key);
-    row->compile_ms = sqlite3_column_double(stmt, 12);
-    row->created = sqlite3_column_int64(stmt, 13);
-    row->last_used = sqlite3_column_int64(stmt, 14);
-    row->hits = sqlite3_column_int64(stmt, 15);
     *what = ROW_FOUND;
     rc = KDART_OK;
-    goto out;
-nomem:
-    rc = set_err(st, KDART_ENOMEM, "reading entry %.16s: out of memory", key);
 out:
     sqlite3_finalize(stmt);
     if (rc) kdart__row_release(row);
@@ -1182,6 +1228,130 @@ static int integrity(kdart__store *st, int *bad) {
     return rc;
 }
 
+/* ------------------------------------------------------------ salvage */
+
+typedef struct rowids {
+    int64_t *v;
+    size_t n, cap;
+} rowids;
+
+/* Adds the rowids one query yields until it ends or meets damage. */
+static void collect_rowids(kdart__store *st, const char *sql, rowids *ids) {
+    sqlite3_stmt *sel;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL) != SQLITE_OK) return;
+    while (sqlite3_step(sel) == SQLITE_ROW) {
+        if (ids->n == ids->cap) {
+            size_t cap = ids->cap ? 2 * ids->cap : 256;
+            int64_t *v = kdart__realloc(ids->v, cap * sizeof *v);
+            if (!v) break;
+            ids->v = v;
+            ids->cap = cap;
+        }
+        ids->v[ids->n++] = sqlite3_column_int64(sel, 0);
+    }
+    sqlite3_finalize(sel);
+}
+
+static int cmp_rowid(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Copies every entry that can still be read and passes its checks into
+ * the fresh store `to`.  A damaged page cuts a scan short, so rowids are
+ * gathered along every path that reaches rows: the table from both ends
+ * and each index (whose entries carry the rowid); each row is then read
+ * on its own, so only the rows under the damaged page are lost. */
+static int salvage_rows(kdart__store *st, kdart__store *to, int64_t *saved, int64_t *seen) {
+    static const char *const paths[] = {
+        "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid",
+        "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid DESC",
+        "SELECT rowid FROM entries INDEXED BY sqlite_autoindex_entries_1",
+        "SELECT rowid FROM entries INDEXED BY entries_last_used",
+        "SELECT rowid FROM entries INDEXED BY entries_kernel",
+    };
+    rowids ids = {0};
+    sqlite3_stmt *sel = NULL;
+    int rc = KDART_OK;
+    *saved = *seen = 0;
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) collect_rowids(st, paths[i], &ids);
+    if (ids.n) qsort(ids.v, ids.n, sizeof *ids.v, cmp_rowid);
+    if (sqlite3_prepare_v2(st->db, "SELECT " COLS " FROM entries WHERE rowid = ?1", -1, &sel, NULL) != SQLITE_OK)
+        ids.n = 0;
+    for (size_t i = 0; i < ids.n && rc == KDART_OK; i++) {
+        if (i && ids.v[i] == ids.v[i - 1]) continue;
+        ++*seen;
+        sqlite3_bind_int64(sel, 1, ids.v[i]);
+        if (sqlite3_step(sel) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(sel, 0);
+            char key[65];
+            snprintf(key, sizeof key, "%s", k ? k : "");
+            kdart__row row;
+            memset(&row, 0, sizeof row);
+            if (is_full_key(key) && !row_problem(sel, key, 4, 9, 10, 11)) {
+                if (fill_row(sel, key, &row)) rc = KDART_ENOMEM;
+                else if (kdart__store_put(to, &row, 0) == KDART_OK) ++*saved;
+            }
+            kdart__row_release(&row);
+        }
+        sqlite3_reset(sel);
+    }
+    sqlite3_finalize(sel);
+    kdart__free(ids.v);
+    return rc;
+}
+
+/* Replaces a file whose pages are damaged (what REINDEX cannot repair)
+ * with a fresh one holding every entry that can still be read: the rows
+ * go into <path>.salvage-<pid>, the damaged file is moved aside as open
+ * does (never deleted), the fresh file takes its place and the store
+ * reconnects to it.  Other processes still holding the old file keep
+ * using it until they reopen; the aside copy keeps whatever they add.
+ * Leaves what it did in errmsg (appended); returns a KDART status. */
+static int salvage(kdart__store *st, const char *why) {
+    char tmp[PATH_BUF + 64], msg[sizeof st->err], err[512];
+    kdart__store *to = NULL;
+    int64_t saved = 0, seen = 0;
+    snprintf(tmp, sizeof tmp, "%s.salvage-%ld", st->path, (long)getpid());
+    unlink(tmp);
+    int rc = kdart__store_open(&to, tmp, 0, 0, err, sizeof err);
+    if (rc) {
+        add_err(st, "cannot salvage into %s: %s", tmp, err);
+        return rc;
+    }
+    st->healing = 1;
+    rc = salvage_rows(st, to, &saved, &seen);
+    st->healing = 0;
+    kdart__store_close(to);
+    if (rc) {
+        unlink(tmp);
+        add_err(st, "salvage ran out of memory; cache left as it is");
+        return rc;
+    }
+    memcpy(msg, st->err, sizeof msg);
+    disconnect(st);
+    if ((rc = move_aside(st, why)) == KDART_OK && rename(tmp, st->path) != 0) rc = KDART_EIO;
+    char aside[sizeof st->err];
+    memcpy(aside, st->err, sizeof aside);
+    memcpy(st->err, msg, sizeof msg);
+    if (rc) {
+        unlink(tmp);
+        add_err(st, "salvage failed: %s", aside);
+    } else {
+        char flag[PATH_BUF + 16];
+        damage_flag_path(st, flag, sizeof flag);
+        unlink(flag);
+        add_err(st, "%lld of %lld entries salvaged into a fresh file (%s)", (long long)saved, (long long)seen,
+                strstr(aside, "moved aside") ? strstr(aside, "moved aside") : aside);
+    }
+    /* Connected again either way: to the fresh file, or to the old one. */
+    char note[sizeof st->err];
+    memcpy(note, st->err, sizeof note);
+    int rc2 = open_writable(st);
+    memcpy(st->err, note, sizeof note);
+    return rc ? rc : rc2;
+}
+
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     sqlite3_stmt *sel = NULL;
     int64_t nchecked = 0, ndamaged = 0, last = 0;
@@ -1193,12 +1363,21 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     clear_err(st);
 
     /* 1. SQLite's own view of the file.  Indexes can be rebuilt from the
-     * table, so a writable store tries that once. */
-    if ((rc = integrity(st, &db_bad))) goto done;
-    if (db_bad && writable(st)) {
+     * table, so a writable store tries that once.  Damage that REINDEX
+     * cannot repair, or that stops integrity_check itself, is in the
+     * pages: the rows are checked as far as they can be read, then
+     * salvaged into a fresh file (step 3). */
+    int pages_bad = 0;
+    if ((rc = integrity(st, &db_bad))) {
+        if (!is_damage(st->last_src)) goto done;
+        db_bad = pages_bad = 1;
+    }
+    if (db_bad && !pages_bad && writable(st)) {
         int still = 0;
         if (sqlite3_exec(st->db, "REINDEX", NULL, NULL, NULL) == SQLITE_OK && !integrity(st, &still) && !still)
             add_err(st, "indexes rebuilt, integrity_check now ok");
+        else
+            pages_bad = 1;
     }
 
     /* 2. Every blob against its digest, in rowid order and one row per
@@ -1220,7 +1399,9 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
             memcpy(msg, st->err, sizeof msg);
             memcpy(st->err, keep, sizeof keep);
             add_err(st, "%s", msg);
-            goto done;
+            if (!is_damage(src)) goto done;
+            db_bad = pages_bad = 1;
+            break;
         }
         int64_t rowid = sqlite3_column_int64(sel, 0);
         const char *k = (const char *)sqlite3_column_text(sel, 1);
@@ -1256,6 +1437,15 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
         else ndamaged--; /* repaired or removed by another writer meanwhile */
     }
     rc = KDART_OK;
+
+    /* 3. Damaged pages: what can be read goes into a fresh file. */
+    if (pages_bad && writable(st)) {
+        sqlite3_finalize(sel);
+        sel = NULL;
+        rc = salvage(st, "damaged pages found by verify");
+    } else if (pages_bad) {
+        add_err(st, "read-only cache, left as it is");
+    }
 
 done:
     sqlite3_finalize(sel);

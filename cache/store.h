@@ -89,7 +89,11 @@ typedef struct kdart__store_stats {
 } kdart__store_stats;
 /* (named _getstats: kdart__store_stats is the struct) */
 int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
-/* PRAGMA integrity_check plus every blob's digest; quarantines bad rows. */
+/* PRAGMA integrity_check plus every blob's digest; quarantines bad rows,
+ * rebuilds damaged indexes, and salvages a file with damaged pages into a
+ * fresh one (moving the damaged file aside; the store then uses the fresh
+ * one).  Operations that meet such damage leave <path>.damaged, and the
+ * next writable open runs this to heal. */
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);

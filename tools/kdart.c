@@ -1077,6 +1077,7 @@ static int cmd_verify(cli *c, const command *self, int argc, char **argv) {
     int64_t checked = 0, damaged = 0;
     int st = kdart_cache_verify(c->rt, &checked, &damaged);
     if (st != KDART_OK && st != KDART_ECORRUPT) return fail_status(c, st, "verify failed");
+    if (st == KDART_ECORRUPT) errorf(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
     printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
            damaged ? " (quarantined; they will be recompiled on next use)" : "");
     return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
@@ -1487,9 +1488,13 @@ static const command commands[] = {
      "\n"
      "Runs SQLite's integrity check and compares every cubin with its stored\n"
      "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
-     "needed).\n"
+     "needed); damaged indexes are rebuilt; damage in the file's pages that\n"
+     "cannot be rebuilt is healed by salvaging every entry that can still be\n"
+     "read into a fresh file (the damaged one is moved aside as\n"
+     "kdart.db.corrupt-TIME-PID).  What was wrong and what was done goes to\n"
+     "stderr.\n"
      "\n"
-     "Exit status: 0 clean, 1 damage found.\n"},
+     "Exit status: 0 clean, 1 damage found (and repaired: the next run is clean).\n"},
     {"gc", cmd_gc, "evict least recently used entries down to a size",
      "usage: kdart gc --max-bytes N\n"
      "\n"

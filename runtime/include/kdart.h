@@ -276,7 +276,14 @@ typedef struct kdart_cache_stats {
 } kdart_cache_stats;
 KDART_EXTERN int kdart_cache_stats_get(kdart_rt *rt, kdart_cache_stats *out);
 /* Checks SQLite integrity and every blob's checksum; damaged rows are
- * quarantined.  *damaged counts them.  KDART_ECORRUPT if any was found. */
+ * quarantined.  *damaged counts them.  Damaged indexes are rebuilt, and
+ * damage in the file's pages that REINDEX cannot repair is healed: every
+ * entry that can still be read is salvaged into a fresh file, which
+ * replaces the damaged one (moved aside, never deleted).  KDART_ECORRUPT
+ * if any damage was found (kdart_last_error says what and what was done);
+ * the next call finds the cache clean.  A cache operation that meets such
+ * damage leaves a note beside the file, and the next kdart_open heals it
+ * the same way. */
 KDART_EXTERN int kdart_cache_verify(kdart_rt *rt, int64_t *checked, int64_t *damaged);
 /* Evicts least recently used entries until the cache holds at most
  * max_bytes of cubins. */
