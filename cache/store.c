@@ -27,7 +27,10 @@
  *     can warn.  A database with a newer user_version is used read-only
  *     (refused with ECACHE if its tables lack our columns); an SQLite file
  *     with tables but no user_version is someone else's and is refused.
- *     A read-only store never creates, moves or writes anything.
+ *     A read-only store never creates, moves or writes anything.  A
+ *     writable open that fails for want of writing (read-only directory,
+ *     file or mount; full disk) falls back to a read-only open of the
+ *     file, so its entries are still served.
  *   - Every failure comes back as a KDART status, with the SQLite message and
  *     what we were doing in errmsg.  Nothing here prints, exits or aborts.
  *
@@ -62,6 +65,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -75,6 +79,7 @@
 
 #define BUSY_TIMEOUT_MS 10000
 #define PATH_BUF 4096
+#define PIDNS_TAG "/pidns:" /* in the leases' boot_id column: see identity_init */
 
 /* Every column of a row, in the order the statements below bind and read. */
 #define COLS                                                                                   \
@@ -116,6 +121,7 @@ struct kdart__store {
     int newer;          /* user_version newer than ours: read, never write */
     int64_t max_bytes;  /* <= 0: no budget */
     int last_src;       /* raw SQLite code of the last failure, 0 if none */
+    int healing;        /* salvage in progress: damage met is expected, not flagged */
     char err[1024];     /* last failure, or the warning of a successful open */
 };
 
@@ -133,6 +139,22 @@ static int kstatus_of(int src) {
 }
 
 static int is_damage(int src) { return (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB; }
+
+static int writable(const kdart__store *st) { return !st->ro_open && !st->newer; }
+
+/* "<path>.damaged": left by an operation that met damage inside the file
+ * (SQLITE_CORRUPT), so that the next writable open (or verify) heals it
+ * instead of every later operation failing the same way.  Best effort: an
+ * unwritable directory keeps no flag, and nothing could heal it anyway. */
+static void damage_flag_path(const kdart__store *st, char *buf, size_t n) { snprintf(buf, n, "%s.damaged", st->path); }
+
+static void flag_damage(kdart__store *st) {
+    char flag[PATH_BUF + 16];
+    if (!writable(st) || st->healing || !strcmp(st->path, ":memory:")) return;
+    damage_flag_path(st, flag, sizeof flag);
+    int fd = open(flag, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+}
 
 static void clear_err(kdart__store *st) {
     st->err[0] = 0;
@@ -161,10 +183,9 @@ static int sql_err(kdart__store *st, int src, const char *fmt, ...) {
     if (!msg || !strcmp(msg, "not an error")) msg = sqlite3_errstr(src);
     snprintf(st->err, sizeof st->err, "%s: %s", ctx, msg);
     st->last_src = src;
+    if (is_damage(src)) flag_damage(st);
     return kstatus_of(src);
 }
-
-static int writable(const kdart__store *st) { return !st->ro_open && !st->newer; }
 
 /* Keys are lowercase hex SHA-256 digests: 64 characters. */
 static int is_full_key(const char *key) {
@@ -527,9 +548,10 @@ static int open_readonly(kdart__store *st) {
     if (rc) return rc;
     rc = setup(st);
     int prim = st->last_src & 0xff;
-    if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY)) {
-        /* A WAL database in a read-only image cannot create its -shm; a
-         * file nobody writes can be read without locks. */
+    if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY || prim == SQLITE_IOERR)) {
+        /* A WAL database in a read-only image cannot create its -shm, nor
+         * grow it on a full disk (IOERR); a file nobody can write is read
+         * without locks. */
         disconnect(st);
         char *uri = immutable_uri(st->path);
         if (!uri) return set_err(st, KDART_ENOMEM, "opening %s: out of memory", st->path);
@@ -589,6 +611,50 @@ static int open_writable(kdart__store *st) {
     return KDART_ECORRUPT; /* not reached */
 }
 
+/* A writable open that failed for want of writing (a read-only directory,
+ * file or mount; a full disk) still leaves a valid cache worth reading: a
+ * prebuilt cache shipped read-only in an image is the common case.  The
+ * file is then opened read-only (open_readonly falls back to immutable=1
+ * when the -shm cannot be made) and the store behaves as one opened with
+ * readonly=1; the note saying so stays in errmsg for the runtime's one
+ * warning.  No file, or one that does not open read-only either: the
+ * first failure stands. */
+static int open_fallback_readonly(kdart__store *st) {
+    char first[sizeof st->err];
+    memcpy(first, st->err, sizeof first);
+    if (st->db) disconnect(st);
+    if (!path_exists(st->path)) return KDART_EIO;
+    clear_err(st);
+    st->ro_open = 1;
+    if (open_readonly(st) != KDART_OK) {
+        if (st->db) disconnect(st);
+        st->ro_open = 0;
+        memcpy(st->err, first, sizeof first);
+        return KDART_EIO;
+    }
+    set_err(st, KDART_OK, "cannot write the cache (%s); reading it read-only, misses are compiled in memory", first);
+    return KDART_OK;
+}
+
+/* An earlier operation met damage inside the file (flag_damage): verify
+ * now, which salvages what it can into a fresh file, so that the damage
+ * costs one failed operation and not every later one.  The outcome stays
+ * in errmsg, the note of a successful open. */
+static int heal_if_flagged(kdart__store *st) {
+    char flag[PATH_BUF + 16], note[sizeof st->err];
+    damage_flag_path(st, flag, sizeof flag);
+    if (!path_exists(flag)) return KDART_OK;
+    memcpy(note, st->err, sizeof note);
+    int64_t c, d;
+    int rc = kdart__store_verify(st, &c, &d);
+    if (rc == KDART_OK) unlink(flag); /* healthy after all (or healed by another process) */
+    char what[sizeof st->err];
+    memcpy(what, st->err, sizeof what);
+    snprintf(st->err, sizeof st->err, "%.300s%sdamage seen earlier; verify: %.680s", note, note[0] ? "; " : "",
+             what[0] ? what : "no damage found");
+    return KDART_OK;
+}
+
 int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_t max_bytes, char *err,
                       size_t errlen) {
     kdart__store *st;
@@ -627,8 +693,10 @@ int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_
         rc = setup(st);
     } else {
         rc = readonly ? open_readonly(st) : open_writable(st);
+        if (rc == KDART_EIO && !readonly) rc = open_fallback_readonly(st);
     }
     if (rc) goto fail_db;
+    if (!memory && writable(st)) heal_if_flagged(st);
     if (err && errlen) snprintf(err, errlen, "%s", st->err);
     *out = st;
     return KDART_OK;
@@ -751,6 +819,30 @@ static int dup_col(sqlite3_stmt *stmt, int i, char **out) {
     return *out ? KDART_OK : KDART_ENOMEM;
 }
 
+/* Copies a checked row (columns in COLS order) into *row: KDART_OK, or
+ * KDART_ENOMEM with whatever was copied left for kdart__row_release. */
+static int fill_row(sqlite3_stmt *stmt, const char *key, kdart__row *row) {
+    row->failed = sqlite3_column_int(stmt, 4) != 0;
+    if (dup_col(stmt, 1, &row->kernel) || dup_col(stmt, 2, &row->spec) || dup_col(stmt, 3, &row->arch) ||
+        dup_col(stmt, 5, &row->manifest) || dup_col(stmt, 6, &row->report) || dup_col(stmt, 7, &row->log) ||
+        dup_col(stmt, 8, &row->lowered))
+        return KDART_ENOMEM;
+    if (!row->failed) {
+        int n = sqlite3_column_bytes(stmt, 9);
+        if (!(row->cubin = kdart__malloc((size_t)n))) return KDART_ENOMEM;
+        memcpy(row->cubin, sqlite3_column_blob(stmt, 9), (size_t)n);
+        row->cubin_size = (size_t)n;
+        const char *sha = (const char *)sqlite3_column_text(stmt, 11);
+        snprintf(row->cubin_sha256, sizeof row->cubin_sha256, "%s", sha ? sha : "");
+    }
+    snprintf(row->key, sizeof row->key, "%s", key);
+    row->compile_ms = sqlite3_column_double(stmt, 12);
+    row->created = sqlite3_column_int64(stmt, 13);
+    row->last_used = sqlite3_column_int64(stmt, 14);
+    row->hits = sqlite3_column_int64(stmt, 15);
+    return KDART_OK;
+}
+
 enum { ROW_FOUND, ROW_MISS, ROW_BADBLOB, ROW_WRONGROW };
 
 /* One read of the row.  *what: ROW_FOUND (row filled), ROW_MISS, ROW_BADBLOB (the
@@ -799,27 +891,12 @@ static int read_row(kdart__store *st, const char *key, kdart__row *row, int *wha
         rc = KDART_ENOENT;
         goto out;
     }
-    if (dup_col(stmt, 1, &row->kernel) || dup_col(stmt, 2, &row->spec) || dup_col(stmt, 3, &row->arch) ||
-        dup_col(stmt, 5, &row->manifest) || dup_col(stmt, 6, &row->report) || dup_col(stmt, 7, &row->log) ||
-        dup_col(stmt, 8, &row->lowered))
-        goto nomem;
-    if (!row->failed) {
-        if (!(row->cubin = kdart__malloc((size_t)n))) goto nomem;
-        memcpy(row->cubin, blob, (size_t)n);
-        row->cubin_size = (size_t)n;
-        const char *sha = (const char *)sqlite3_column_text(stmt, 11);
-        snprintf(row->cubin_sha256, sizeof row->cubin_sha256, "%s", sha ? sha : "");
+    if (fill_row(stmt, key, row)) {
+        rc = set_err(st, KDART_ENOMEM, "reading entry %.16s: out of memory", key);
+        goto out;
     }
-    snprintf(row->key, sizeof row->key, "%s", key);
-    row->compile_ms = sqlite3_column_double(stmt, 12);
-    row->created = sqlite3_column_int64(stmt, 13);
-    row->last_used = sqlite3_column_int64(stmt, 14);
-    row->hits = sqlite3_column_int64(stmt, 15);
     *what = ROW_FOUND;
     rc = KDART_OK;
-    goto out;
-nomem:
-    rc = set_err(st, KDART_ENOMEM, "reading entry %.16s: out of memory", key);
 out:
     sqlite3_finalize(stmt);
     if (rc) kdart__row_release(row);
@@ -1151,6 +1228,130 @@ static int integrity(kdart__store *st, int *bad) {
     return rc;
 }
 
+/* ------------------------------------------------------------ salvage */
+
+typedef struct rowids {
+    int64_t *v;
+    size_t n, cap;
+} rowids;
+
+/* Adds the rowids one query yields until it ends or meets damage. */
+static void collect_rowids(kdart__store *st, const char *sql, rowids *ids) {
+    sqlite3_stmt *sel;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL) != SQLITE_OK) return;
+    while (sqlite3_step(sel) == SQLITE_ROW) {
+        if (ids->n == ids->cap) {
+            size_t cap = ids->cap ? 2 * ids->cap : 256;
+            int64_t *v = kdart__realloc(ids->v, cap * sizeof *v);
+            if (!v) break;
+            ids->v = v;
+            ids->cap = cap;
+        }
+        ids->v[ids->n++] = sqlite3_column_int64(sel, 0);
+    }
+    sqlite3_finalize(sel);
+}
+
+static int cmp_rowid(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Copies every entry that can still be read and passes its checks into
+ * the fresh store `to`.  A damaged page cuts a scan short, so rowids are
+ * gathered along every path that reaches rows: the table from both ends
+ * and each index (whose entries carry the rowid); each row is then read
+ * on its own, so only the rows under the damaged page are lost. */
+static int salvage_rows(kdart__store *st, kdart__store *to, int64_t *saved, int64_t *seen) {
+    static const char *const paths[] = {
+        "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid",
+        "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid DESC",
+        "SELECT rowid FROM entries INDEXED BY sqlite_autoindex_entries_1",
+        "SELECT rowid FROM entries INDEXED BY entries_last_used",
+        "SELECT rowid FROM entries INDEXED BY entries_kernel",
+    };
+    rowids ids = {0};
+    sqlite3_stmt *sel = NULL;
+    int rc = KDART_OK;
+    *saved = *seen = 0;
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) collect_rowids(st, paths[i], &ids);
+    if (ids.n) qsort(ids.v, ids.n, sizeof *ids.v, cmp_rowid);
+    if (sqlite3_prepare_v2(st->db, "SELECT " COLS " FROM entries WHERE rowid = ?1", -1, &sel, NULL) != SQLITE_OK)
+        ids.n = 0;
+    for (size_t i = 0; i < ids.n && rc == KDART_OK; i++) {
+        if (i && ids.v[i] == ids.v[i - 1]) continue;
+        ++*seen;
+        sqlite3_bind_int64(sel, 1, ids.v[i]);
+        if (sqlite3_step(sel) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(sel, 0);
+            char key[65];
+            snprintf(key, sizeof key, "%s", k ? k : "");
+            kdart__row row;
+            memset(&row, 0, sizeof row);
+            if (is_full_key(key) && !row_problem(sel, key, 4, 9, 10, 11)) {
+                if (fill_row(sel, key, &row)) rc = KDART_ENOMEM;
+                else if (kdart__store_put(to, &row, 0) == KDART_OK) ++*saved;
+            }
+            kdart__row_release(&row);
+        }
+        sqlite3_reset(sel);
+    }
+    sqlite3_finalize(sel);
+    kdart__free(ids.v);
+    return rc;
+}
+
+/* Replaces a file whose pages are damaged (what REINDEX cannot repair)
+ * with a fresh one holding every entry that can still be read: the rows
+ * go into <path>.salvage-<pid>, the damaged file is moved aside as open
+ * does (never deleted), the fresh file takes its place and the store
+ * reconnects to it.  Other processes still holding the old file keep
+ * using it until they reopen; the aside copy keeps whatever they add.
+ * Leaves what it did in errmsg (appended); returns a KDART status. */
+static int salvage(kdart__store *st, const char *why) {
+    char tmp[PATH_BUF + 64], msg[sizeof st->err], err[512];
+    kdart__store *to = NULL;
+    int64_t saved = 0, seen = 0;
+    snprintf(tmp, sizeof tmp, "%s.salvage-%ld", st->path, (long)getpid());
+    unlink(tmp);
+    int rc = kdart__store_open(&to, tmp, 0, 0, err, sizeof err);
+    if (rc) {
+        add_err(st, "cannot salvage into %s: %s", tmp, err);
+        return rc;
+    }
+    st->healing = 1;
+    rc = salvage_rows(st, to, &saved, &seen);
+    st->healing = 0;
+    kdart__store_close(to);
+    if (rc) {
+        unlink(tmp);
+        add_err(st, "salvage ran out of memory; cache left as it is");
+        return rc;
+    }
+    memcpy(msg, st->err, sizeof msg);
+    disconnect(st);
+    if ((rc = move_aside(st, why)) == KDART_OK && rename(tmp, st->path) != 0) rc = KDART_EIO;
+    char aside[sizeof st->err];
+    memcpy(aside, st->err, sizeof aside);
+    memcpy(st->err, msg, sizeof msg);
+    if (rc) {
+        unlink(tmp);
+        add_err(st, "salvage failed: %s", aside);
+    } else {
+        char flag[PATH_BUF + 16];
+        damage_flag_path(st, flag, sizeof flag);
+        unlink(flag);
+        add_err(st, "%lld of %lld entries salvaged into a fresh file (%s)", (long long)saved, (long long)seen,
+                strstr(aside, "moved aside") ? strstr(aside, "moved aside") : aside);
+    }
+    /* Connected again either way: to the fresh file, or to the old one. */
+    char note[sizeof st->err];
+    memcpy(note, st->err, sizeof note);
+    int rc2 = open_writable(st);
+    memcpy(st->err, note, sizeof note);
+    return rc ? rc : rc2;
+}
+
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     sqlite3_stmt *sel = NULL;
     int64_t nchecked = 0, ndamaged = 0, last = 0;
@@ -1162,12 +1363,21 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     clear_err(st);
 
     /* 1. SQLite's own view of the file.  Indexes can be rebuilt from the
-     * table, so a writable store tries that once. */
-    if ((rc = integrity(st, &db_bad))) goto done;
-    if (db_bad && writable(st)) {
+     * table, so a writable store tries that once.  Damage that REINDEX
+     * cannot repair, or that stops integrity_check itself, is in the
+     * pages: the rows are checked as far as they can be read, then
+     * salvaged into a fresh file (step 3). */
+    int pages_bad = 0;
+    if ((rc = integrity(st, &db_bad))) {
+        if (!is_damage(st->last_src)) goto done;
+        db_bad = pages_bad = 1;
+    }
+    if (db_bad && !pages_bad && writable(st)) {
         int still = 0;
         if (sqlite3_exec(st->db, "REINDEX", NULL, NULL, NULL) == SQLITE_OK && !integrity(st, &still) && !still)
             add_err(st, "indexes rebuilt, integrity_check now ok");
+        else
+            pages_bad = 1;
     }
 
     /* 2. Every blob against its digest, in rowid order and one row per
@@ -1189,7 +1399,9 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
             memcpy(msg, st->err, sizeof msg);
             memcpy(st->err, keep, sizeof keep);
             add_err(st, "%s", msg);
-            goto done;
+            if (!is_damage(src)) goto done;
+            db_bad = pages_bad = 1;
+            break;
         }
         int64_t rowid = sqlite3_column_int64(sel, 0);
         const char *k = (const char *)sqlite3_column_text(sel, 1);
@@ -1225,6 +1437,15 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
         else ndamaged--; /* repaired or removed by another writer meanwhile */
     }
     rc = KDART_OK;
+
+    /* 3. Damaged pages: what can be read goes into a fresh file. */
+    if (pages_bad && writable(st)) {
+        sqlite3_finalize(sel);
+        sel = NULL;
+        rc = salvage(st, "damaged pages found by verify");
+    } else if (pages_bad) {
+        add_err(st, "read-only cache, left as it is");
+    }
 
 done:
     sqlite3_finalize(sel);
@@ -1268,14 +1489,15 @@ int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64
  * expiry has passed is free for the taking, and so is one whose owner ran
  * on this host in this boot and no longer exists (kill(pid, 0) == ESRCH),
  * which is how a compiler killed with SIGKILL stops blocking at once.  A
- * pid of another host, or of another boot, is never probed: only expiry
- * frees it.  Every take is one BEGIN IMMEDIATE transaction, so two
+ * pid of another host, boot or pid namespace (containers share host name
+ * and boot id) is never probed: such a holder is judged by its heartbeat
+ * alone (dead once it is KDART__LEASE_STALE_MS old, or at its expiry).  Every take is one BEGIN IMMEDIATE transaction, so two
  * processes can never both see "free" and both take it.  No lock files. */
 
 typedef struct lease_identity {
     int64_t pid;
     char host[256];
-    char boot_id[64];
+    char boot_id[96];
 } lease_identity;
 
 static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
@@ -1298,11 +1520,37 @@ static void identity_init(void) {
     if (!identity_real.boot_id[0]) snprintf(identity_real.boot_id, sizeof identity_real.boot_id, "unknown");
 }
 
+/* Containers share the host name and boot id but not pids: the pid
+ * namespace (the inode of /proc/self/ns/pid) is part of the identity, kept
+ * in the boot_id column as "<boot id>/pidns:<inode>" so that the schema,
+ * and kdarts that predate it, are unchanged (theirs and ours never compare
+ * equal, so neither probes the other's pids).  A process never changes
+ * namespace, but a child forked after unshare(CLONE_NEWPID) is in a new
+ * one, so it is read again whenever the pid changed (fork). */
+static void identity_pidns(lease_identity *me) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static pid_t read_by;
+    static char tag[40];
+    pthread_mutex_lock(&lock);
+    if (read_by != getpid()) {
+        struct stat ns;
+        if (stat("/proc/self/ns/pid", &ns) == 0)
+            snprintf(tag, sizeof tag, PIDNS_TAG "%llu", (unsigned long long)ns.st_ino);
+        else
+            snprintf(tag, sizeof tag, PIDNS_TAG "unknown");
+        read_by = getpid();
+    }
+    size_t len = strlen(me->boot_id);
+    snprintf(me->boot_id + len, sizeof me->boot_id - len, "%s", tag);
+    pthread_mutex_unlock(&lock);
+}
+
 /* Who takes leases here: the real pid (after fork too), host and boot. */
 static void identity_get(lease_identity *me) {
     pthread_once(&identity_once, identity_init);
     *me = identity_real;
     me->pid = (int64_t)getpid();
+    identity_pidns(me);
     pthread_mutex_lock(&identity_lock);
     if (identity_pose.pid) me->pid = identity_pose.pid;
     if (identity_pose.host[0]) memcpy(me->host, identity_pose.host, sizeof me->host);
@@ -1324,14 +1572,25 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether an identity's pids can be probed with kill(): its boot id and
+ * pid namespace are both known. */
+static int probeable(const char *boot_id) {
+    const char *ns = strstr(boot_id, PIDNS_TAG);
+    return ns && strncmp(boot_id, "unknown", 7) != 0 && strcmp(ns + strlen(PIDNS_TAG), "unknown") != 0;
+}
+
 /* Whether a lease row still stops others at time now. */
 static int lease_alive(const kdart__lease *l, int64_t now) {
     if (l->expiry <= now) return 0;
     lease_identity me;
     identity_get(&me);
-    if (strcmp(l->owner_host, me.host) != 0 || strcmp(l->boot_id, me.boot_id) != 0 ||
-        !strcmp(l->boot_id, "unknown"))
-        return 1; /* not ours to probe */
+    if (strcmp(l->owner_host, me.host) != 0 || strcmp(l->boot_id, me.boot_id) != 0 || !probeable(l->boot_id)) {
+        /* Not ours to probe (another host, boot or pid namespace, or a
+         * kdart that did not record its namespace): its pid means nothing
+         * here, so only its heartbeat speaks.  One that has not beaten for
+         * KDART__LEASE_STALE_MS is dead, though its expiry may be later. */
+        return now - l->heartbeat < KDART__LEASE_STALE_MS;
+    }
     if (l->owner_pid <= 0 || l->owner_pid > INT32_MAX) return 1;
     if (l->owner_pid == (int64_t)getpid()) return 1; /* another handle of this process */
     return !(kill((pid_t)l->owner_pid, 0) != 0 && errno == ESRCH);

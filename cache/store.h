@@ -10,8 +10,11 @@
  *   - publication is one transaction; a row that already exists means
  *     another writer won, which is success;
  *   - a database file SQLite cannot read is renamed aside and a fresh one
- *     created; a directory that cannot be written makes open fail with
- *     KDART_EIO so the runtime can carry on in memory;
+ *     created; a writable open of a cache that cannot be written (read-only
+ *     directory, file or mount, full disk) opens the file read-only instead
+ *     (kdart__store_readonly then says 1, errmsg says why), and fails with
+ *     KDART_EIO only when there is no file to read, so the runtime carries
+ *     on in memory;
  *   - last_used and hit counts live in the rows (no file atimes), and the
  *     byte budget evicts by last_used;
  *   - compile leases (schema 2) let processes sharing the file compile
@@ -52,7 +55,8 @@ typedef struct kdart__row {
 void kdart__row_release(kdart__row *row);
 
 /* Opens (creating the file and its directories when writable) the store.
- * readonly: open with SQLITE_OPEN_READONLY and never write.
+ * readonly: open with SQLITE_OPEN_READONLY and never write.  A writable
+ * open may come back read-only (see above): check kdart__store_readonly.
  * max_bytes: byte budget for cubins, <= 0 unlimited.
  * On failure returns a KDART status and writes a message into err. */
 int kdart__store_open(kdart__store **out, const char *path, int readonly,
@@ -85,7 +89,11 @@ typedef struct kdart__store_stats {
 } kdart__store_stats;
 /* (named _getstats: kdart__store_stats is the struct) */
 int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
-/* PRAGMA integrity_check plus every blob's digest; quarantines bad rows. */
+/* PRAGMA integrity_check plus every blob's digest; quarantines bad rows,
+ * rebuilds damaged indexes, and salvages a file with damaged pages into a
+ * fresh one (moving the damaged file aside; the store then uses the fresh
+ * one).  Operations that meet such damage leave <path>.damaged, and the
+ * next writable open runs this to heal. */
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);
@@ -112,14 +120,21 @@ typedef struct kdart__lease {
     char key[65];
     int64_t owner_pid;
     char owner_host[256];
-    char boot_id[64];
+    char boot_id[96];        /* "<boot id>/pidns:<inode of /proc/self/ns/pid>" */
     int64_t started, heartbeat, expiry;
 } kdart__lease;
 
+/* A holder whose pid cannot be probed (another host, boot or pid
+ * namespace) is dead once its heartbeat is this old: several renewals
+ * (KDART__LEASE_RENEW_MS, 5 s) missed. */
+#define KDART__LEASE_STALE_MS 20000
+
 /* Takes the lease on key for ttl_ms, in one BEGIN IMMEDIATE transaction.
- * It succeeds when no lease row exists, when the row has expired, or when
- * its owner ran on this host under the same boot id and its pid is gone
- * (kill(pid, 0) fails with ESRCH).  KDART_OK: *mine holds the lease (pass
+ * It succeeds when no lease row exists, when the row has expired, when
+ * its owner ran on this host under the same boot id in the same pid
+ * namespace and its pid is gone (kill(pid, 0) fails with ESRCH), or when
+ * its owner is elsewhere (host, boot, namespace; or a row of a kdart that
+ * recorded no namespace) and its heartbeat is KDART__LEASE_STALE_MS old.  KDART_OK: *mine holds the lease (pass
  * it to renew and release).  KDART_EAGAIN: a live lease of someone else;
  * *holder (may be NULL) describes it.  Other statuses: the store failed
  * (errmsg says how).  Expired rows of every key are deleted on the way. */
@@ -133,7 +148,8 @@ int kdart__store_lease_renew(kdart__store *st, kdart__lease *mine, int64_t ttl_m
 int kdart__store_lease_release(kdart__store *st, const kdart__lease *mine);
 /* Is there a live lease on key?  KDART_OK and *holder (may be NULL) when
  * there is; KDART_ENOENT when there is none, or it has expired, or its
- * owner is a dead process of this boot. */
+ * owner is a dead process of this boot and pid namespace, or one elsewhere
+ * with a stale heartbeat (as for take). */
 int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *holder);
 /* Test seam: makes this process pose as another owner in the leases it
  * takes from now on (pid 0, host NULL or boot_id NULL: keep the real one);

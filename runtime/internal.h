@@ -3,7 +3,8 @@
  * API; every name is kdart__ (two underscores) and may change at any time.
  *
  * Modules: error.c (status table, per-handle messages), alloc.c (the
- * allocator seam), sys.c (the file-system seam), sha256.c, registry.c (the
+ * allocator seam), sys.c (the file-system seam), sha256.c, parse.c
+ * (sizes and counts people write), registry.c (the
  * kernel table), source.c (kernel_src loading and include closure),
  * locate.c (where the kernels are when nobody said),
  * compile.c (NVRTC + nvJitLink behind the compiler seam), cuda.c (libcuda
@@ -64,6 +65,12 @@ void kdart__sha256_update(kdart__sha256 *c, const void *data, size_t n);
 void kdart__sha256_final(kdart__sha256 *c, unsigned char out[32]);
 /* Hex digest (64 chars + NUL) of a buffer. */
 void kdart__sha256_hex(const void *data, size_t n, char out[65]);
+
+/* ---------------------------------------------------------------- parse */
+
+/* A decimal count 0..max, digits only (parse.c; sizes: kdart_parse_bytes).
+ * KDART_OK and *out, else KDART_EINVAL. */
+int kdart__parse_count(const char *text, int64_t max, int64_t *out);
 
 /* ----------------------------------------------------------------- time */
 

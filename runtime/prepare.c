@@ -333,12 +333,9 @@ static void lease_settings(kdart_rt *rt) {
     if (rt->lease_init) return;
     if (rt->lease_ttl_ms <= 0) rt->lease_ttl_ms = KDART__LEASE_TTL_MS;
     if (rt->lease_renew_ms <= 0) rt->lease_renew_ms = KDART__LEASE_RENEW_MS;
-    if (rt->lease_wait_ms == 0) {
-        const char *v = (rt->flags & KDART_OPEN_NO_ENV) ? NULL : getenv("KDART_LEASE_WAIT_MS");
-        char *end = NULL;
-        long long ms = v && v[0] ? strtoll(v, &end, 10) : -1;
-        rt->lease_wait_ms = ms >= 0 && end && *end == 0 ? (int64_t)ms : KDART__LEASE_WAIT_MS;
-    }
+    if (rt->lease_wait_ms == 0 &&
+        !kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX / 2, &rt->lease_wait_ms))
+        rt->lease_wait_ms = KDART__LEASE_WAIT_MS;
     if (rt->lease_wait_ms < 0) rt->lease_wait_ms = 0;
     rt->lease_init = 1;
 }
@@ -556,7 +553,10 @@ static int compile_and_publish(kdart_rt *rt, request *q, uint32_t flags, kdart_p
     row.cubin_size = co.cubin_size;
     row.compile_ms = co.ms;
     /* One transaction; a row already there is another writer's win. */
-    if (rt->rw && kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
+    /* A cache that could only be opened read-only was warned about at
+     * open; the entry stays in memory without a warning per compile. */
+    if (rt->rw && !kdart__store_readonly(rt->rw) &&
+        kdart__store_put(rt->rw, &row, (flags & KDART_PREPARE_FORCE) != 0) != KDART_OK)
         warn_cache(rt, "publish", rt->rw);
     if (rc != KDART_OK) {
         rc = kdart__err(rt, rc, "%s %s for %s failed to %s:\n%s", q->k->name, q->spec, q->arch,

@@ -249,6 +249,12 @@ struct kdart_rt {
     kdart__jobs *jobs;          /* background compiles; NULL until the first */
 };
 
+/* A numeric KDART_* variable (runtime.c): 1 and *out when set and valid
+ * (a count 0..max, or with bytes a size as kdart_parse_bytes reads it);
+ * 0 when unset, or when invalid, which is logged as a warning naming the
+ * variable and its value.  Honors KDART_OPEN_NO_ENV. */
+int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out);
+
 int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void kdart__err_clear(const kdart_rt *rt);

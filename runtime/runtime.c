@@ -18,6 +18,9 @@
  *
  * Degradation: a cache that cannot be opened or written never stops a
  * prepare: the runtime compiles in memory and warns once through the log.
+ * One that can be read but not written (a read-only directory or mount, a
+ * full disk) is opened read-only as the first tier: its hits are served,
+ * misses compile in memory.
  *
  * Locking: rt->lock protects the unit list and the stores; it is released
  * during the compile itself so that prewarm threads compile in parallel.
@@ -69,16 +72,22 @@ static char *default_cache_path(const kdart_rt *rt) {
     return kdart__strdup(buf);
 }
 
-static int64_t parse_bytes(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
+/* A numeric KDART_* variable: 1 and *out when it is set and reads as a
+ * count 0..max (bytes: a size, kdart_parse_bytes); 0 when unset.  A value
+ * that does not read is refused with a warning naming it (0: the caller
+ * keeps its default), never half-read. */
+int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out) {
+    const char *v = env(rt, name);
+    int64_t n;
+    if (!v) return 0;
+    int rc = bytes ? kdart_parse_bytes(v, &n) : kdart__parse_count(v, max, &n);
+    if (rc == KDART_OK && n <= max) {
+        *out = n;
+        return 1;
     }
-    return (int64_t)v;
+    kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v,
+               bytes ? "a size like 512M or 2G" : "a non-negative whole number");
+    return 0;
 }
 
 static void open_stores(kdart_rt *rt) {
@@ -92,6 +101,8 @@ static void open_stores(kdart_rt *rt) {
                        kdart_errname(rc), err);
         } else if (kdart__store_errmsg(rt->rw)[0]) {
             kdart__log(rt, KDART_LOG_WARN, "cache %s: %s", rt->cache_path, kdart__store_errmsg(rt->rw));
+            /* Read-only (it cannot be written): that was the one warning. */
+            if (kdart__store_readonly(rt->rw)) rt->cache_warned = 1;
         }
     }
     for (size_t i = 0; i < rt->n_ro; i++) {
@@ -130,18 +141,24 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
     rt->log_user = opts.log_user;
     rt->log_level = opts.log_level;
     const char *lv = env(rt, "KDART_LOG");
+    int lv_known = !lv || !strcmp(lv, "stderr") || !strcmp(lv, "warn") || !strcmp(lv, "info") || !strcmp(lv, "debug");
     if (lv && !rt->log) {
         rt->log = log_stderr;
         rt->log_level = strcmp(lv, "debug") == 0 ? KDART_LOG_DEBUG
                         : strcmp(lv, "info") == 0 ? KDART_LOG_INFO
                                                   : KDART_LOG_WARN;
     }
+    /* A typo is said out loud (stderr logging still starts, at WARN). */
+    if (!lv_known)
+        kdart__log(rt, KDART_LOG_WARN, "KDART_LOG=%.80s unknown (stderr, warn, info or debug); read as warn", lv);
     rt->compile = kdart__compile_nvrtc;
     rt->compile_threads = opts.compile_threads > 0 ? opts.compile_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 
     rt->cache_max_bytes = opts.cache_max_bytes;
-    const char *mb = env(rt, "KDART_CACHE_MAX_BYTES");
-    if (rt->cache_max_bytes == 0 && mb) rt->cache_max_bytes = parse_bytes(mb);
+    int64_t mb;
+    /* "0" in the variable means no budget, as a negative option does. */
+    if (rt->cache_max_bytes == 0 && kdart__env_number(rt, "KDART_CACHE_MAX_BYTES", 1, INT64_MAX, &mb))
+        rt->cache_max_bytes = mb ? mb : -1;
     if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30;
 
     /* Strings the handle owns. */

@@ -11,14 +11,18 @@
  *
  * Include names must be relative paths inside kernel_src ("a.cuh",
  * "sm90/b.cuh"), without "..": a kernel source cannot pull in files from
- * elsewhere.  Angle-bracket includes are left to NVRTC (the toolkit's
+ * elsewhere.  Names alone cannot promise that (a symlink in kernel_src may
+ * point anywhere), so each file's resolved path (realpath) must also lie
+ * inside the resolved kernel directory; a symlink that stays inside works.  Angle-bracket includes are left to NVRTC (the toolkit's
  * headers, covered in the key by the NVRTC version and build).
  *
  * All file reads go through kdart__read_file, the file-system seam.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +74,18 @@ static int name_ok(const char *name) {
     return 1;
 }
 
+/* Refuses a file whose real path leaves the kernel directory (through a
+ * symlink of its own or of a directory on the way).  A path that does not
+ * resolve is left to the read, which says why it cannot be read. */
+static int check_inside(kdart_rt *rt, const char *path, const char *name, const char *from) {
+    char root[PATH_MAX], real[PATH_MAX];
+    if (!realpath(rt->kernel_dir, root) || !realpath(path, real)) return KDART_OK;
+    size_t n = strlen(root);
+    if (strncmp(real, root, n) == 0 && (real[n] == '/' || (n == 1 && root[0] == '/'))) return KDART_OK;
+    return kdart__err(rt, KDART_ESOURCE, "kernel source %s%s%s resolves to %s, outside the kernel directory %s",
+                      name, from ? ", included from " : "", from ? from : "", real, root);
+}
+
 static int find_file(const kdart__sources *s, const char *name) {
     for (int i = 0; i < s->nfiles; i++)
         if (strcmp(s->files[i].name, name) == 0) return i;
@@ -87,9 +103,11 @@ static int add_file(kdart_rt *rt, kdart__sources *s, const char *name, const cha
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", rt->kernel_dir, name) >= sizeof path)
         return kdart__err(rt, KDART_ESOURCE, "kernel source path too long: %s/%s", rt->kernel_dir, name);
+    int rc = check_inside(rt, path, name, from);
+    if (rc) return rc;
     kdart__file *f = &s->files[s->nfiles];
     memset(f, 0, sizeof *f);
-    int rc = kdart__read_file(path, &f->text, &f->size);
+    rc = kdart__read_file(path, &f->text, &f->size);
     if (rc == KDART_ENOMEM) return kdart__err(rt, rc, "reading %s", path);
     if (rc)
         return kdart__err(rt, KDART_ESOURCE, "cannot read kernel source %s%s%s (%s)", path,

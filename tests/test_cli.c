@@ -535,6 +535,56 @@ START_TEST(test_prewarm_then_hits) {
 }
 END_TEST
 
+/* Compiled entries the cache cannot keep are not a success: exit 6.  A
+ * read-only cache (chattr +i, which stops root too) still serves its hits
+ * to ls and prewarm. */
+START_TEST(test_prewarm_not_stored) {
+    char bad[PATH_MAX + 32], file[PATH_MAX + 16];
+    snprintf(file, sizeof file, "%s/file", test_dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/kdart.db", file); /* under a regular file: no cache at all */
+    run_result r;
+    RUN(&r, "--cache", bad, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=64", "--arch", "sm_90a");
+    EXPECT_STATUS(&r, 6);
+    EXPECT_IN(r.err, "NOT STORED");
+    EXPECT_IN(r.err, "not stored in the cache");
+    EXPECT_IN(r.out, "1 compiled, 0 hits, 0 failed");
+    run_free(&r);
+    RUN(&r, "prewarm", "--help");
+    EXPECT_IN(r.out, "6 none failed but compiled entries");
+    run_free(&r);
+
+    use_seed();
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "chattr +i '%s' 2>/dev/null", test_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_prewarm_not_stored: chattr +i not available; read-only part skipped\n");
+        return;
+    }
+    RUN(&r, "ls");
+    int ls_status = r.status;
+    char *ls_out = strdup(r.out);
+    run_free(&r);
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    int hits_status = r.status;
+    char *hits_out = strdup(r.out);
+    run_free(&r);
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
+    snprintf(cmd, sizeof cmd, "chattr -i '%s'", test_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    EXPECT_STATUS(&r, 6);
+    EXPECT_IN(r.out, "2 compiled");
+    run_free(&r);
+    ck_assert_msg(ls_status == 0 && count_substr(ls_out, "chunk_rcumsum") == 2, "ls %d:\n%s", ls_status, ls_out);
+    ck_assert_msg(hits_status == 0 && strstr(hits_out, "0 compiled, 2 hits"), "prewarm %d:\n%s", hits_status,
+                  hits_out);
+    free(ls_out);
+    free(hits_out);
+}
+END_TEST
+
 START_TEST(test_prewarm_parallel) {
     /* Two architectures, one spec, two threads sharing one handle. */
     run_result r;
@@ -1016,6 +1066,7 @@ static Suite *cli_suite(void) {
     tcase_set_timeout(cache, 600);
     tcase_add_test(cache, test_prewarm_then_hits);
     tcase_add_test(cache, test_prewarm_parallel);
+    tcase_add_test(cache, test_prewarm_not_stored);
     tcase_add_test(cache, test_compile_failure);
     tcase_add_test(cache, test_ls);
     tcase_add_test(cache, test_show);

@@ -195,6 +195,122 @@ START_TEST(env_overrides) {
 }
 END_TEST
 
+/* Sizes as people write them: one parser for KDART_CACHE_MAX_BYTES and
+ * `kdart gc --max-bytes`, exact, refusing what it cannot read. */
+START_TEST(parse_bytes) {
+    static const struct {
+        const char *text;
+        int ok;
+        int64_t want;
+    } cases[] = {
+        {"1T", 1, (int64_t)1 << 40}, {"1G", 1, (int64_t)1 << 30}, {"512K", 1, 512 << 10}, {"0", 1, 0},
+        {"3M", 1, 3 << 20}, {"1.5G", 1, (int64_t)3 << 29}, {"2GiB", 1, (int64_t)2 << 30}, {"64kb", 1, 64 << 10},
+        {"100B", 1, 100}, {"9223372036854775807", 1, INT64_MAX}, {"8191P", 0, 0}, {"-5", 0, 0},
+        {"abc", 0, 0}, {"inf", 0, 0}, {"nan", 0, 0}, {"1e30", 0, 0}, {"", 0, 0}, {"12Kx", 0, 0},
+        {"12 K", 0, 0}, {" 12", 0, 0}, {"99999999999T", 0, 0}, {"9223372036854775808", 0, 0},
+        {"8388608T", 0, 0}, {"1.5", 0, 0}, {"1.", 0, 0}, {".5G", 0, 0}, {"1.1234567G", 0, 0},
+        {"1Ki", 0, 0}, {"+5", 0, 0}, {"0x10", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t v = -7;
+        int rc = kdart_parse_bytes(cases[i].text, &v);
+        ck_assert_msg(rc == (cases[i].ok ? KDART_OK : KDART_EINVAL), "'%s': %d", cases[i].text, rc);
+        ck_assert_msg(v == (cases[i].ok ? cases[i].want : -7), "'%s': %lld", cases[i].text, (long long)v);
+    }
+    ck_assert_int_eq(kdart_parse_bytes(NULL, &(int64_t){0}), KDART_ENULL);
+    int64_t n;
+    ck_assert_int_eq(kdart__parse_count("600000", INT64_MAX, &n), KDART_OK);
+    ck_assert_int_eq(n, 600000);
+    ck_assert_int_eq(kdart__parse_count("10", 9, &n), KDART_EINVAL);
+    ck_assert_int_eq(kdart__parse_count("99999999999999999999", INT64_MAX, &n), KDART_EINVAL);
+    ck_assert_int_eq(kdart__parse_count("5s", INT64_MAX, &n), KDART_EINVAL);
+    ck_assert_int_eq(kdart__parse_count("-1", INT64_MAX, &n), KDART_EINVAL);
+    ck_assert_int_eq(kdart__parse_count("", INT64_MAX, &n), KDART_EINVAL);
+}
+END_TEST
+
+/* A handle that reads the environment (test_open's does not). */
+static kdart_rt *env_open(test_log *log) {
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.kernel_dir = TEST_KERNEL_DIR;
+    o.flags = KDART_OPEN_NO_CUDA;
+    if (log) {
+        memset(log, 0, sizeof *log);
+        o.log = test_log_fn;
+        o.log_user = log;
+    }
+    kdart_rt *rt = NULL;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+    return rt;
+}
+
+/* A numeric variable that does not read is refused with a warning naming
+ * it and its value, and the default used; so is an unknown KDART_LOG. */
+START_TEST(env_bad_values) {
+    static const char *const bad[] = {"1e30", "inf", "nan", "abc", "-5", "1T1", "99999999999T", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        test_log log;
+        setenv("KDART_CACHE_MAX_BYTES", bad[i], 1);
+        kdart_rt *rt = env_open(&log);
+        kdart_rt_info info;
+        ck_assert_int_eq(kdart_info(rt, &info), KDART_OK);
+        ck_assert_int_eq(info.cache_max_bytes, (int64_t)2 << 30);
+        if (bad[i][0]) { /* an empty variable counts as unset */
+            ck_assert_int_eq(log.count[KDART_LOG_WARN], 1);
+            ck_assert_ptr_nonnull(strstr(log.last[KDART_LOG_WARN], "KDART_CACHE_MAX_BYTES"));
+            ck_assert_ptr_nonnull(strstr(log.last[KDART_LOG_WARN], bad[i]));
+        }
+        kdart_close(rt);
+    }
+    /* The good ones, and 0: no budget. */
+    static const struct { const char *text; int64_t want; } good[] = {
+        {"1T", (int64_t)1 << 40}, {"512K", 512 << 10}, {"0", -1}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("KDART_CACHE_MAX_BYTES", good[i].text, 1);
+        kdart_rt *rt = env_open(NULL);
+        kdart_rt_info info;
+        ck_assert_int_eq(kdart_info(rt, &info), KDART_OK);
+        ck_assert_int_eq(info.cache_max_bytes, good[i].want);
+        kdart_close(rt);
+    }
+    unsetenv("KDART_CACHE_MAX_BYTES");
+
+    /* KDART_LEASE_WAIT_MS, read at the first prepare that needs it. */
+    static const char *const waits[] = {"abc", "-5", "1e3", "10s"};
+    for (size_t i = 0; i < sizeof waits / sizeof waits[0]; i++) {
+        test_log log;
+        setenv("KDART_LEASE_WAIT_MS", waits[i], 1);
+        kdart_rt *rt = env_open(&log);
+        int64_t v;
+        ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX, &v), 0);
+        ck_assert_int_eq(log.count[KDART_LOG_WARN], 1);
+        ck_assert_ptr_nonnull(strstr(log.last[KDART_LOG_WARN], "KDART_LEASE_WAIT_MS"));
+        kdart_close(rt);
+    }
+    setenv("KDART_LEASE_WAIT_MS", "250", 1);
+    kdart_rt *rt = env_open(NULL);
+    int64_t v = 0;
+    ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX, &v), 1);
+    ck_assert_int_eq(v, 250);
+    kdart_close(rt);
+    unsetenv("KDART_LEASE_WAIT_MS");
+
+    test_log log;
+    setenv("KDART_LOG", "verbose", 1);
+    rt = env_open(&log);
+    ck_assert_int_eq(log.count[KDART_LOG_WARN], 1);
+    ck_assert_ptr_nonnull(strstr(log.last[KDART_LOG_WARN], "KDART_LOG=verbose"));
+    kdart_close(rt);
+    setenv("KDART_LOG", "info", 1);
+    rt = env_open(&log);
+    ck_assert_int_eq(log.count[KDART_LOG_WARN], 0);
+    kdart_close(rt);
+    unsetenv("KDART_LOG");
+}
+END_TEST
+
 /* The source loader follows quoted includes and refuses escapes. */
 START_TEST(sources_closure) {
     char dir[256], kd[512], path[1024];
@@ -219,6 +335,49 @@ START_TEST(sources_closure) {
     ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_OK);
     ck_assert_int_eq(s.nfiles, 2);
     kdart__sources_free(&s);
+    kdart_close(rt);
+    test_rmtree(dir);
+}
+END_TEST
+
+/* A symlink in the kernel directory cannot bring in a file from outside
+ * it (the file's real path must stay inside); one pointing inside works. */
+START_TEST(symlink_escape) {
+    char dir[256], kd[512], path[1024], outside[1024], target[1024];
+    test_tmpdir(dir, sizeof dir);
+    test_copy_kernels(dir, kd, sizeof kd);
+    snprintf(outside, sizeof outside, "%s/outside.cuh", dir);
+    test_write_file(outside, "#error \"outside the kernel directory\"\n");
+    snprintf(path, sizeof path, "%s/link.cuh", kd);
+    ck_assert_int_eq(symlink(outside, path), 0);
+    snprintf(path, sizeof path, "%s/evil.cuh", kd);
+    test_write_file(path, "#include \"link.cuh\"\n");
+    kdart_rt *rt = test_open("", kd, NULL);
+    ck_assert_ptr_nonnull(rt);
+    kdart__sources s;
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "link.cuh"));
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "outside"));
+    ck_assert_int_eq(kdart__sources_load(rt, "link.cuh", &s), KDART_ESOURCE);
+    /* A directory symlink on the way counts too. */
+    snprintf(path, sizeof path, "%s/sub", kd);
+    ck_assert_int_eq(symlink(dir, path), 0);
+    ck_assert_int_eq(kdart__sources_load(rt, "sub/outside.cuh", &s), KDART_ESOURCE);
+    /* Inside: an alias of a real kernel file loads. */
+    snprintf(path, sizeof path, "%s/alias.cuh", kd);
+    snprintf(target, sizeof target, "%s/chunk_rcumsum.cuh", kd);
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(kdart__sources_load(rt, "alias.cuh", &s), KDART_OK);
+    ck_assert_int_eq(s.nfiles, 3);
+    kdart__sources_free(&s);
+    kdart_close(rt);
+    /* The kernel directory itself may be reached through a symlink. */
+    snprintf(path, sizeof path, "%s/kd_link", dir);
+    ck_assert_int_eq(symlink(kd, path), 0);
+    rt = test_open("", path, NULL);
+    ck_assert_int_eq(kdart__sources_load(rt, "chunk_rcumsum.cuh", &s), KDART_OK);
+    kdart__sources_free(&s);
+    ck_assert_int_eq(kdart__sources_load(rt, "evil.cuh", &s), KDART_ESOURCE);
     kdart_close(rt);
     test_rmtree(dir);
 }
@@ -329,7 +488,10 @@ int main(void) {
     tcase_add_test(tc, arch_strings);
     tcase_add_test(tc, open_options);
     tcase_add_test(tc, env_overrides);
+    tcase_add_test(tc, parse_bytes);
+    tcase_add_test(tc, env_bad_values);
     tcase_add_test(tc, sources_closure);
+    tcase_add_test(tc, symlink_escape);
     tcase_add_test(tc, unreadable_source);
     tcase_add_test(tc, per_thread_errors);
     tcase_add_test(tc, open_alloc_failures);

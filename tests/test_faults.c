@@ -12,6 +12,13 @@
  * is a dead process of this host, so the lease is void at once; the
  * expiry bounds it everywhere else).
  *
+ * readonly_cache: a valid cache that cannot be written (a full disk, as
+ * RLIMIT_FSIZE = 0 makes it; an immutable directory, chattr +i; a
+ * read-only bind mount in a private mount namespace) is still read: its
+ * entries hit, a miss compiles in memory, one warning.  Tests run as root,
+ * whom permission bits do not stop; the rlimit runs everywhere, the other
+ * two where the system permits them.
+ *
  * full_filesystem: RLIMIT_FSIZE makes every write past a few kilobytes
  * fail with EFBIG, as a full disk does (SQLite sees SQLITE_FULL or
  * SQLITE_IOERR).  Kernels must still prepare, in memory, with one warning.
@@ -22,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +66,11 @@ static void writer(int fd) {
         int n = snprintf(line, sizeof line, "%s\n", p.key);
         if (write(fd, line, (size_t)n) != n) _exit(4);
     }
+}
+
+static int list_count(void *user, const kdart_entry *e) {
+    (*(int *)user)++;
+    return e->kernel == NULL; /* touch the entry */
 }
 
 static int cache_has(kdart_rt *rt, const char *key) {
@@ -170,6 +185,109 @@ START_TEST(full_filesystem) {
 }
 END_TEST
 
+/* The child of readonly_cache: every seeded key must hit the cache that
+ * cannot be written, a forced prepare compiles in memory, and the handle
+ * warns once.  Exit 0, or which check failed. */
+static int readonly_child(const char (*keys)[65], int nkeys) {
+    test_log log;
+    kdart_rt *rt = test_open(db, NULL, &log);
+    if (!rt) return 20;
+    kdart_rt_info info;
+    if (kdart_info(rt, &info) || info.cache_writable || !info.cache_path[0]) return 21;
+    for (int i = 0; i < nkeys; i++) {
+        kdart_prepared p;
+        if (kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[i / 2], KDART_PREPARE_NO_LOAD, &p)) return 22;
+        if (p.source != KDART_FROM_CACHE || strcmp(p.key, keys[i])) return 23;
+    }
+    if (atomic_load(&rt->compiles) != 0) return 24;
+    kdart_prepared p;
+    if (kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD | KDART_PREPARE_FORCE, &p) ||
+        p.source != KDART_FROM_COMPILE)
+        return 25;
+    int n = 0;
+    if (kdart_cache_list(rt, list_count, &n) || n != nkeys) return 26;
+    int warned = log.count[KDART_LOG_WARN];
+    printf("readonly_cache: %d hits, 1 compile in memory, %d warning(s): %s\n", nkeys, warned,
+           log.last[KDART_LOG_WARN]);
+    fflush(stdout);
+    kdart_close(rt);
+    return warned == 1 ? 0 : 27;
+}
+
+/* Runs readonly_child in a forked child after how(): 0 ran and passed,
+ * 77 the mechanism is unavailable here; else a failure. */
+static int readonly_run(int (*how)(void), const char (*keys)[65], int nkeys) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int rc = how();
+        _exit(rc ? rc : readonly_child(keys, nkeys));
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int full_disk(void) {
+    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG */
+    struct rlimit rl = {0, 0};
+    return setrlimit(RLIMIT_FSIZE, &rl) == 0 ? 0 : 77;
+}
+
+/* The cache's directory read-only in a mount namespace of this child. */
+static int ro_bind_mount(void) {
+    if (unshare(CLONE_NEWNS) != 0) return 77;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 77;
+    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0) return 77;
+    if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0) return 77;
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/probe", dir);
+    return open(probe, O_CREAT | O_WRONLY, 0644) < 0 && errno == EROFS ? 0 : 30;
+}
+
+static int chattr(const char *flag) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "chattr %s '%s' 2>/dev/null", flag, dir);
+    return system(cmd);
+}
+
+static int immutable_dir(void) { return 0; } /* the parent set chattr +i */
+
+START_TEST(readonly_cache) {
+    /* Seed: both specs for both archs, compiled while it can be written. */
+    char keys[4][65];
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    for (int i = 0; i < 4; i++) {
+        kdart_prepared p;
+        ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", specs[i % 2], archs[i / 2], KDART_PREPARE_NO_LOAD, &p),
+                         KDART_OK);
+        memcpy(keys[i], p.key, sizeof keys[i]);
+    }
+    kdart_close(rt);
+
+    int rc = readonly_run(full_disk, (const char (*)[65])keys, 4);
+    ck_assert_msg(rc == 0, "full disk: child status %d", rc);
+    rc = readonly_run(ro_bind_mount, (const char (*)[65])keys, 4);
+    ck_assert_msg(rc == 0 || rc == 77, "read-only bind mount: child status %d", rc);
+    if (rc == 77) printf("readonly_cache: read-only bind mount not permitted here; skipped\n");
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/probe", dir);
+    if (chattr("+i") == 0 && (open(probe, O_CREAT | O_WRONLY, 0644) < 0 || (unlink(probe), chattr("-i"), 0))) {
+        rc = readonly_run(immutable_dir, (const char (*)[65])keys, 4);
+        chattr("-i");
+        ck_assert_msg(rc == 0, "immutable directory: child status %d", rc);
+    } else {
+        printf("readonly_cache: chattr +i not available here; skipped\n");
+    }
+    /* Nothing was written meanwhile: the cache holds the four entries. */
+    rt = test_open(db, NULL, NULL);
+    int64_t checked, damaged;
+    ck_assert_int_eq(kdart_cache_verify(rt, &checked, &damaged), KDART_OK);
+    ck_assert_int_eq(checked, 4);
+    kdart_close(rt);
+}
+END_TEST
+
 /* Seeded fuzz of what the runtime decodes from cache rows: random bytes
  * (NULs, huge and empty values included) in the text columns and the blob
  * of random rows, then every reader runs: list, get, why, verify and
@@ -179,11 +297,6 @@ END_TEST
 
 static void random_bytes(unsigned *seed, unsigned char *b, size_t n) {
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(rand_r(seed) >> 7);
-}
-
-static int list_count(void *user, const kdart_entry *e) {
-    (*(int *)user)++;
-    return e->kernel == NULL; /* touch the entry */
 }
 
 START_TEST(entry_fuzz) {
@@ -254,6 +367,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, kill_points);
     tcase_add_test(tc, full_filesystem);
+    tcase_add_test(tc, readonly_cache);
     tcase_add_test(tc, entry_fuzz);
     suite_add_tcase(s, tc);
     return test_run(s);

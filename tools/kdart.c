@@ -54,6 +54,7 @@ enum {
     EXIT_MISSING = 3,   /* a needed external tool or the GPU is missing */
     EXIT_NOTFOUND = 4,  /* unknown key, kernel or file */
     EXIT_AMBIGUOUS = 5, /* a key prefix matches more than one entry */
+    EXIT_NOTSTORED = 6, /* prewarm: compiled, but the cache did not keep it */
 };
 
 #define MAX_RO_CACHES 16
@@ -178,31 +179,6 @@ static const char *format_size(int64_t bytes, char *buf, size_t n) {
     else
         snprintf(buf, n, "%.1f%c", v, units[u]);
     return buf;
-}
-
-/* Parses a byte count with an optional binary suffix: 512, 64K, 1.5G, 2GiB.
- * Returns 0 and sets *out, or -1 if the text is not a non-negative size. */
-static int parse_bytes(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') return -1;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1; /* also rejects NaN */
-    /* One binary suffix: K, M, G or T (any case), then an optional "iB"/"B". */
-    static const char suffixes[] = "KMGT";
-    double mul = 1.0;
-    const char *sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
-    if (sfx) {
-        for (const char *q = suffixes; q <= sfx; q++) mul *= 1024.0;
-        end++;
-    }
-    if (mul > 1.0 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    v *= mul;
-    if (!(v < 9.2e18)) return -1;
-    *out = (int64_t)v;
-    return 0;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -389,7 +365,8 @@ typedef struct prewarm_run {
     int ntasks;
     atomic_int next;      /* index of the next task to claim */
     pthread_mutex_t lock; /* guards the counts below and keeps progress lines in order */
-    int done, compiled, hits, failed;
+    int done, compiled, hits, failed, unstored;
+    int writable; /* the runtime's cache can be written (kdart_info) */
     double t0;
     uint32_t flags; /* KDART_PREPARE_* for every task */
     int quiet;
@@ -422,6 +399,15 @@ static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
         if (rc != KDART_OK) describe_failure(detail, sizeof detail, rc, kdart_last_error(run->rt));
     }
     double took = now_s() - t1;
+    /* A compile is only worth its time if the cache kept it: ask the cache
+     * (a read-only or full one, or none, keeps nothing; the service stores
+     * into its own cache itself). */
+    int kept = 1;
+    if (rc == KDART_OK && p.source == KDART_FROM_COMPILE && !run->service) {
+        kdart_entry *e = NULL;
+        kept = run->writable && kdart_cache_get(run->rt, p.key, &e) == KDART_OK;
+        kdart_entry_free(e);
+    }
 
     pthread_mutex_lock(&run->lock);
     int n = ++run->done;
@@ -445,10 +431,11 @@ static void prewarm_one(prewarm_run *run, const prewarm_task *t) {
                 msg);
     } else if (p.source == KDART_FROM_COMPILE) {
         run->compiled++;
+        run->unstored += !kept;
         if (!run->quiet)
-            fprintf(stderr, "%s %s %s %s  compiled %.1fs\n", prefix, t->kernel, t->spec,
-                    t->arch[0] ? t->arch : "(default)",
-                    p.compile_ms > 0 ? p.compile_ms / 1000.0 : took);
+            fprintf(stderr, "%s %s %s %s  compiled %.1fs%s\n", prefix, t->kernel, t->spec,
+                    t->arch[0] ? t->arch : "(default)", p.compile_ms > 0 ? p.compile_ms / 1000.0 : took,
+                    kept ? "" : ", NOT STORED");
     } else {
         run->hits++;
         if (!run->quiet)
@@ -497,6 +484,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     int jobs = 1;
     uint32_t flags = KDART_PREPARE_NO_LOAD;
     const char *service = NULL;
+    int writable = 1;
 
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -594,6 +582,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
             return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
         }
         if (narches == 0) arches[narches++] = info.default_arch;
+        writable = info.cache_writable;
         /* Prewarming into memory is wasted work; say so, but do it anyway:
          * the run still shows which specializations compile. */
         if (!info.cache_writable && !c->quiet)
@@ -647,6 +636,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     run.quiet = c->quiet;
     run.flags = flags;
     run.service = service;
+    run.writable = writable;
     run.t0 = now_s();
 
     if (jobs > n) jobs = n > 0 ? n : 1;
@@ -664,7 +654,13 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
 
     printf("prewarm: %d entr%s: %d compiled, %d hits, %d failed in %.1fs (%d job%s)\n", n, n == 1 ? "y" : "ies",
            run.compiled, run.hits, run.failed, now_s() - run.t0, started + 1, started ? "s" : "");
-    return run.failed ? EXIT_FAIL : EXIT_OK;
+    if (run.failed) return EXIT_FAIL;
+    if (run.unstored) {
+        errorf(c, "%d compiled entr%s not stored in the cache (see the warnings above); exit status %d",
+               run.unstored, run.unstored == 1 ? "y was" : "ies were", EXIT_NOTSTORED);
+        return EXIT_NOTSTORED;
+    }
+    return EXIT_OK;
 }
 
 /* ---------------------------------------------------------------- ls */
@@ -1098,6 +1094,7 @@ static int cmd_verify(cli *c, const command *self, int argc, char **argv) {
     int64_t checked = 0, damaged = 0;
     int st = kdart_cache_verify(c->rt, &checked, &damaged);
     if (st != KDART_OK && st != KDART_ECORRUPT) return fail_status(c, st, "verify failed");
+    if (st == KDART_ECORRUPT) errorf(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
     printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
            damaged ? " (quarantined; they will be recompiled on next use)" : "");
     return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
@@ -1120,7 +1117,7 @@ static int cmd_gc(cli *c, const command *self, int argc, char **argv) {
     }
     if (!max) return usage_error(c, self, "missing --max-bytes N");
     int64_t max_bytes;
-    if (parse_bytes(max, &max_bytes) != 0)
+    if (kdart_parse_bytes(max, &max_bytes) != KDART_OK) /* as KDART_CACHE_MAX_BYTES reads it */
         return usage_error(c, self, "--max-bytes wants a size like 512M or 2G, not '%s'", max);
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
@@ -1506,8 +1503,10 @@ static const command commands[] = {
      "                  --jobs requests are in flight at once.  Without --arch the\n"
      "                  service's default target is used\n"
      "\n"
-     "Exit status: 0 all entries ok, 1 some failed, 2 usage, 4 unknown kernel or\n"
-     "no service at SOCKET.\n"},
+     "Exit status: 0 all entries ok (compiled ones stored), 1 some failed, 2 usage,\n"
+     "4 unknown kernel or no service at SOCKET, 6 none failed but compiled entries\n"
+     "could not be stored (no writable cache: read-only directory or mount, full\n"
+     "disk, unusable file).\n"},
     {"ls", cmd_ls, "list cache entries",
      "usage: kdart ls [--kernel NAME] [--arch ARCH] [--json]\n"
      "\n"
@@ -1552,14 +1551,19 @@ static const command commands[] = {
      "\n"
      "Runs SQLite's integrity check and compares every cubin with its stored\n"
      "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
-     "needed).\n"
+     "needed); damaged indexes are rebuilt; damage in the file's pages that\n"
+     "cannot be rebuilt is healed by salvaging every entry that can still be\n"
+     "read into a fresh file (the damaged one is moved aside as\n"
+     "kdart.db.corrupt-TIME-PID).  What was wrong and what was done goes to\n"
+     "stderr.\n"
      "\n"
-     "Exit status: 0 clean, 1 damage found.\n"},
+     "Exit status: 0 clean, 1 damage found (and repaired: the next run is clean).\n"},
     {"gc", cmd_gc, "evict least recently used entries down to a size",
      "usage: kdart gc --max-bytes N\n"
      "\n"
      "Evicts least recently used entries until the cubins in the writable cache\n"
-     "take at most N bytes.  N takes a binary suffix: K, M, G (512M, 2G, 1.5GiB).\n"
+     "take at most N bytes.  N takes a binary suffix: K, M, G, T (512M, 2G, 1.5GiB;\n"
+     "read as KDART_CACHE_MAX_BYTES is).\n"
      "--max-bytes 0 evicts every entry that holds a cubin.\n"},
     {"rm", cmd_rm, "remove entries from the writable cache",
      "usage: kdart rm KEY...\n"
@@ -1677,7 +1681,8 @@ static void print_top_help(FILE *f) {
           "  2  usage error (bad command line, spec or architecture)\n"
           "  3  a needed external tool or the GPU is missing\n"
           "  4  not found (unknown key, unknown kernel)\n"
-          "  5  ambiguous key prefix\n",
+          "  5  ambiguous key prefix\n"
+          "  6  prewarm: compiled, but the cache could not store the entries\n",
           f);
 }
 

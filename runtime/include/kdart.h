@@ -111,6 +111,15 @@ KDART_EXTERN const char *kdart_strerror(int status);
 KDART_EXTERN const char *kdart_errname(int status);
 KDART_EXTERN const char *kdart_version(void);
 
+/* Parses a byte size as KDART_CACHE_MAX_BYTES and `kdart gc --max-bytes`
+ * read it: decimal digits, up to six decimals before a suffix, and an
+ * optional binary suffix K, M, G or T (1024-based, any case, optionally
+ * followed by "iB" or "B": 512K, 1.5G, 2GiB, 100B).  Nothing else: no
+ * sign, space, exponent, "inf" or "nan".  KDART_OK and *out, or
+ * KDART_EINVAL when the text is not such a size or exceeds INT64_MAX
+ * bytes (*out untouched); KDART_ENULL for NULL.  Any thread. */
+KDART_EXTERN int kdart_parse_bytes(const char *text, int64_t *out);
+
 /* ----------------------------------------------------------- the handle */
 
 typedef struct kdart_rt kdart_rt;
@@ -138,7 +147,9 @@ typedef struct kdart_options {
     int log_level;                 /* most verbose level passed to log; KDART_LOG_WARN default */
     int compile_threads;           /* compile workers of kdart_prepare_async, started
                                       on demand; 0: number of CPUs */
-    int64_t cache_max_bytes;       /* 0: KDART_CACHE_MAX_BYTES, else 2 GiB; <0: unlimited */
+    int64_t cache_max_bytes;       /* 0: KDART_CACHE_MAX_BYTES ("0" there: unlimited; a value
+                                      kdart_parse_bytes refuses is warned about and
+                                      ignored), else 2 GiB; <0: unlimited */
     uint32_t flags;                /* KDART_OPEN_* */
 } kdart_options;
 
@@ -273,7 +284,14 @@ typedef struct kdart_cache_stats {
 } kdart_cache_stats;
 KDART_EXTERN int kdart_cache_stats_get(kdart_rt *rt, kdart_cache_stats *out);
 /* Checks SQLite integrity and every blob's checksum; damaged rows are
- * quarantined.  *damaged counts them.  KDART_ECORRUPT if any was found. */
+ * quarantined.  *damaged counts them.  Damaged indexes are rebuilt, and
+ * damage in the file's pages that REINDEX cannot repair is healed: every
+ * entry that can still be read is salvaged into a fresh file, which
+ * replaces the damaged one (moved aside, never deleted).  KDART_ECORRUPT
+ * if any damage was found (kdart_last_error says what and what was done);
+ * the next call finds the cache clean.  A cache operation that meets such
+ * damage leaves a note beside the file, and the next kdart_open heals it
+ * the same way. */
 KDART_EXTERN int kdart_cache_verify(kdart_rt *rt, int64_t *checked, int64_t *damaged);
 /* Evicts least recently used entries until the cache holds at most
  * max_bytes of cubins. */
