@@ -16,10 +16,15 @@
  * at once.  Only the loop thread touches a job's waiters; workers touch
  * only its inputs and results.
  *
- * Connections: frames are read into a per-connection buffer (4 + 64 KiB)
- * and handled in order, one at a time: while a request waits for its
- * jobs, reading stops, so a client may pipeline and still gets replies in
- * order.  Malformed payloads get an error reply and the connection stays;
+ * Connections: frames are read into a per-connection buffer that starts
+ * small (READ_CHUNK) and grows only as far as the frame being read needs
+ * (at most 4 + 64 KiB), and are handled in order, one at a time: while a
+ * request waits for its jobs, reading stops, so a client may pipeline and
+ * still gets replies in order.  A connection over max_clients costs no
+ * buffer and no conn: it is accepted (libuv has already taken it off the
+ * backlog and accepts nothing more until we do), sent a fixed EAGAIN reply
+ * with one non-blocking write from the stack, and closed at once, so the
+ * service's memory stays at the slots' worth whatever the connection rate.  Malformed payloads get an error reply and the connection stays;
  * framing errors (a length over 64 KiB, a frame cut short by EOF) get an
  * error reply and the connection is closed.
  *
@@ -48,6 +53,9 @@
 
 #define FRAME_HDR 4
 #define CONN_BUF (FRAME_HDR + KDART__PROTO_MAX_FRAME)
+/* What a connection's read buffer starts with: requests are a few hundred
+ * bytes, so most connections never grow it. */
+#define READ_CHUNK 4096
 /* Replies not yet written to a client that does not read them: past this
  * many the service stops reading its requests, so a client cannot make it
  * buffer without bound. */
@@ -103,8 +111,9 @@ struct conn {
     int single_source;
     double single_ms;
     char *single_message;
-    size_t len;
-    unsigned char buf[CONN_BUF];
+    size_t len;          /* bytes in buf */
+    size_t cap;          /* buf's size: 0 until the first read */
+    unsigned char *buf;
 };
 
 struct service {
@@ -592,14 +601,38 @@ static void conn_release(conn *c) {
     if (--c->refs == 0) {
         kdart__free(c->single_message);
         kdart__free(c->first_message);
+        kdart__free(c->buf);
         kdart__free(c);
     }
 }
 
+/* The big-endian length at the start of a frame. */
+static uint32_t frame_len(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Room for the next read: the rest of the frame whose length is in the
+ * buffer, else READ_CHUNK more.  A failed allocation hands libuv an empty
+ * buffer, which it reports as UV_ENOBUFS: read_cb closes. */
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     conn *c = (conn *)h;
     (void)suggested;
-    *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(CONN_BUF - c->len));
+    size_t need = c->len + READ_CHUNK;
+    if (c->len >= FRAME_HDR) {
+        uint32_t n = frame_len(c->buf);
+        if (n <= KDART__PROTO_MAX_FRAME && FRAME_HDR + n > need) need = FRAME_HDR + n;
+    }
+    if (need > CONN_BUF) need = CONN_BUF;
+    if (need > c->cap) {
+        unsigned char *b = kdart__realloc(c->buf, need);
+        if (!b) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+        c->buf = b;
+        c->cap = need;
+    }
+    *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(c->cap - c->len));
 }
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -631,7 +664,7 @@ static void conn_process(conn *c) {
     c->in_process = 1;
     while (!c->busy && !c->closing && !c->close_after_write && c->writes_pending < MAX_QUEUED_REPLIES &&
            c->len >= FRAME_HDR) {
-        uint32_t n = (uint32_t)c->buf[0] << 24 | (uint32_t)c->buf[1] << 16 | (uint32_t)c->buf[2] << 8 | c->buf[3];
+        uint32_t n = frame_len(c->buf);
         if (n > KDART__PROTO_MAX_FRAME) {
             char m[128];
             snprintf(m, sizeof m, "frame of %u bytes exceeds the limit of %d", n, KDART__PROTO_MAX_FRAME);
@@ -645,6 +678,11 @@ static void conn_process(conn *c) {
         memmove(c->buf, c->buf + FRAME_HDR + n, c->len - FRAME_HDR - n);
         c->len -= FRAME_HDR + n;
     }
+    if (c->len == 0 && c->cap > READ_CHUNK) { /* a large frame is done: give its buffer back */
+        kdart__free(c->buf);
+        c->buf = NULL;
+        c->cap = 0;
+    }
     int want = !c->busy && !c->closing && !c->close_after_write && !c->shut && c->writes_pending < MAX_QUEUED_REPLIES;
     if (want && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb) == 0) c->reading = 1;
@@ -656,9 +694,41 @@ static void conn_process(conn *c) {
     c->in_process = 0;
 }
 
+static void refused_close_cb(uv_handle_t *h) { kdart__free(h); }
+
+/* A connection over max_clients: answered EAGAIN and closed, with nothing
+ * allocated but the handle libuv needs to accept it (uv_close closes the
+ * fd at once; the handle is freed in this loop iteration's close phase). */
+static void refuse(service *svc, uv_stream_t *server) {
+    uv_pipe_t *p = kdart__malloc(sizeof *p);
+    if (!p) return;
+    uv_pipe_init(&svc->loop, p, 0);
+    svc->st_connections++;
+    svc->st_rejected++;
+    svc->st_errors++;
+    if (uv_accept(server, (uv_stream_t *)p) == 0) {
+        char frame[FRAME_HDR + 256];
+        int n = snprintf(frame + FRAME_HDR, sizeof frame - FRAME_HDR,
+                         "kdart-proto=%d\nstatus=%d\nstatus_name=%s\nclients=%d\nmax_clients=%d\n"
+                         "message=the service is full (%d clients); try again\n",
+                         KDART__PROTO_VERSION, KDART_EAGAIN, kdart_errname(KDART_EAGAIN), svc->nconns,
+                         svc->max_clients, svc->nconns);
+        frame[0] = frame[1] = 0;
+        frame[2] = (char)(n >> 8);
+        frame[3] = (char)n;
+        uv_buf_t b = uv_buf_init(frame, (unsigned)(FRAME_HDR + n));
+        (void)uv_try_write((uv_stream_t *)p, &b, 1); /* a socket buffer that cannot take it: just the close */
+    }
+    uv_close((uv_handle_t *)p, refused_close_cb);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     service *svc = server->data;
     if (status < 0 || svc->stopping) return;
+    if (svc->nconns >= svc->max_clients) {
+        refuse(svc, server);
+        return;
+    }
     conn *c = kdart__calloc(1, sizeof *c);
     if (!c) return;
     c->svc = svc;
@@ -676,11 +746,6 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     svc->st_connections++;
-    if (svc->nconns > svc->max_clients) {
-        svc->st_rejected++;
-        conn_error(c, NULL, KDART_EAGAIN, "too many clients; try again", 1);
-        return;
-    }
     conn_process(c);
 }
 

@@ -1005,6 +1005,86 @@ START_TEST(test_cli_serve_stop) {
 }
 END_TEST
 
+/* ------------------------------------------------ hard to break (#16) */
+
+/* VmHWM (peak resident set) of pid, in KiB; -1 if unreadable. */
+static long vm_hwm_kb(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = atol(line + 6);
+    fclose(f);
+    return kb;
+}
+
+typedef struct burst_arg {
+    int n, connected;
+} burst_arg;
+
+/* Connects and closes at once, n times, as fast as the service accepts. */
+static void *burst_main(void *p) {
+    burst_arg *a = p;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, sock_path, strlen(sock_path));
+    for (int i = 0; i < a->n; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) a->connected++;
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Waits until the service answers a ping with OK (not EAGAIN: full). */
+static double wait_served(int timeout_ms) {
+    double t0 = now_ms();
+    int rc;
+    while ((rc = kdart_service_ping(sock_path, timeout_ms)) != KDART_OK && now_ms() - t0 < timeout_ms) sleep_ms(5);
+    ck_assert_msg(rc == KDART_OK, "no client served within %d ms: %s", timeout_ms, kdart_errname(rc));
+    return now_ms() - t0;
+}
+
+/* 10,000 connect/close from 4 threads against --max-clients 32: the
+ * service's peak memory stays within the slots' worth plus a constant,
+ * however fast connections arrive (each used to get its 64 KiB buffer
+ * before the limit check). */
+START_TEST(test_burst_memory) {
+    const char *args[] = {"serve", "--socket", sock_path, "-j1", "--max-clients", "32", NULL};
+    pid_t pid = spawn_cli("serve", args);
+    wait_ready(pid);
+    long base = vm_hwm_kb(pid);
+    ck_assert_int_gt(base, 0);
+    enum { THREADS = 4, PER = 2500 };
+    burst_arg a[THREADS];
+    pthread_t th[THREADS];
+    double t0 = now_ms();
+    for (int i = 0; i < THREADS; i++) {
+        a[i].n = PER;
+        a[i].connected = 0;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, burst_main, &a[i]), 0);
+    }
+    int connected = 0;
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL), connected += a[i].connected;
+    double took = now_ms() - t0;
+    double served_ms = wait_served(10000);
+    long peak = vm_hwm_kb(pid);
+    /* 32 slots of a full frame buffer each, plus 8 MiB for the allocator's
+     * arenas and what one loop iteration's refusals hold. */
+    long bound = base + 32 * (4 + KDART__PROTO_MAX_FRAME + 4096) / 1024 + 8192;
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+    printf("test_service: burst of %d connect/close (%d connected) from %d threads in %.0f ms against "
+           "--max-clients 32: service VmHWM %ld -> %ld KiB (+%ld, bound +%ld); next client served %.0f ms later\n",
+           THREADS * PER, connected, THREADS, took, base, peak, peak - base, bound - base, served_ms);
+    ck_assert_msg(peak <= bound, "service VmHWM rose from %ld to %ld KiB (bound %ld)", base, peak, bound);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1019,6 +1099,7 @@ int main(void) {
     tcase_add_test(t, test_stop_in_flight);
     tcase_add_test(t, test_cli_serve_sigterm);
     tcase_add_test(t, test_cli_serve_stop);
+    tcase_add_test(t, test_burst_memory);
     suite_add_tcase(s, t);
     return test_run(s);
 }
