@@ -24,7 +24,16 @@
  * buffer and no conn: it is accepted (libuv has already taken it off the
  * backlog and accepts nothing more until we do), sent a fixed EAGAIN reply
  * with one non-blocking write from the stack, and closed at once, so the
- * service's memory stays at the slots' worth whatever the connection rate.  Malformed payloads get an error reply and the connection stays;
+ * service's memory stays at the slots' worth whatever the connection rate.
+ *
+ * Idle connections: a slot is held only while the client makes use of it.
+ * A connection must deliver a complete request within idle_timeout_ms of
+ * being accepted or of its last reply being queued (partial frames do not
+ * count, so a frame trickled byte by byte is no use); one timer sweeps the
+ * connections a few times per timeout and closes the late ones with an
+ * ETIMEDOUT reply (or without one, when it does not read its replies).  A
+ * connection waiting for its compiles is not idle, and neither is the one
+ * that asked the service to stop.  Malformed payloads get an error reply and the connection stays;
  * framing errors (a length over 64 KiB, a frame cut short by EOF) get an
  * error reply and the connection is closed.
  *
@@ -99,6 +108,8 @@ struct conn {
     int shut;            /* uv_shutdown issued */
     int stop_asker;      /* sent "stop": closed last */
     int in_process;      /* conn_process is on the stack (no re-entry) */
+    int timed_out;       /* the idle sweep answered ETIMEDOUT; the next sweep closes */
+    uint64_t since;      /* uv_now when it began waiting for a request (idle clock) */
     /* the request being served (one at a time) */
     int busy;
     int pending;         /* jobs still to answer */
@@ -123,12 +134,14 @@ struct service {
     uv_pipe_t server;
     uv_signal_t sigterm, sigint;
     uv_async_t wake;
-    int have_server, have_signals, have_wake;
+    uv_timer_t sweep;  /* the idle sweep */
+    int have_server, have_signals, have_wake, have_sweep;
     dev_t sock_dev;
     ino_t sock_ino;
     int stopping, finished;
     const char *stop_reason;
     int max_clients;
+    uint64_t idle_ms;  /* idle_timeout_ms */
     conn *conns;
     int nconns;
     job *active;     /* loop thread: jobs queued or running */
@@ -357,6 +370,7 @@ static void conn_finish_request(conn *c) {
     kdart__free(c->first_message);
     c->single_message = c->first_message = NULL;
     c->busy = 0;
+    c->since = uv_now(&c->svc->loop);
     if (!c->closing) conn_process(c);
 }
 
@@ -674,6 +688,7 @@ static void conn_process(conn *c) {
         }
         if (c->len < FRAME_HDR + n) break;
         handle_frame(c, c->buf + FRAME_HDR, n);
+        c->since = uv_now(&c->svc->loop); /* answered, or busy: the clock starts again */
         if (c->closing) break;
         memmove(c->buf, c->buf + FRAME_HDR + n, c->len - FRAME_HDR - n);
         c->len -= FRAME_HDR + n;
@@ -746,7 +761,29 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     svc->st_connections++;
+    c->since = uv_now(&svc->loop);
     conn_process(c);
+}
+
+/* Closes the connections that kept their slot idle for idle_ms: first an
+ * ETIMEDOUT reply (the client learns why), and on the next sweep, if that
+ * reply could not be flushed either, the connection itself. */
+static void sweep_cb(uv_timer_t *t) {
+    service *svc = t->data;
+    uint64_t now = uv_now(&svc->loop);
+    for (conn *c = svc->conns, *next; c; c = next) {
+        next = c->next; /* closing only marks c; close_cb unlinks it later */
+        if (c->closing || c->busy || c->stop_asker || c->shut || now - c->since < svc->idle_ms) continue;
+        if (c->timed_out || c->writes_pending) {
+            conn_close(c); /* it does not read: no reply would get through */
+            continue;
+        }
+        char m[160];
+        snprintf(m, sizeof m, "no complete request for %llu ms; closing the connection",
+                 (unsigned long long)svc->idle_ms);
+        c->timed_out = 1;
+        conn_error(c, NULL, KDART_ETIMEDOUT, m, 1);
+    }
 }
 
 /* ------------------------------------------------------------- shutdown */
@@ -826,6 +863,7 @@ static void maybe_finish(service *svc) {
     if (svc->conns) return;
     svc->finished = 1;
     if (svc->have_wake) uv_close((uv_handle_t *)&svc->wake, NULL);
+    if (svc->have_sweep) uv_close((uv_handle_t *)&svc->sweep, NULL);
     if (svc->have_signals) {
         uv_close((uv_handle_t *)&svc->sigterm, NULL);
         uv_close((uv_handle_t *)&svc->sigint, NULL);
@@ -918,14 +956,15 @@ int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options
         memcpy(&opts, user_opts, user_opts->struct_size);
         opts.struct_size = sizeof opts;
     }
-    if (opts.jobs < 0 || opts.jobs > 1024 || opts.max_clients < 0)
-        return kdart__err(rt, KDART_EINVAL, "jobs must be 0..1024 and max_clients >= 0");
+    if (opts.jobs < 0 || opts.jobs > 1024 || opts.max_clients < 0 || opts.idle_timeout_ms < 0)
+        return kdart__err(rt, KDART_EINVAL, "jobs must be 0..1024, max_clients and idle_timeout_ms >= 0");
 
     service *svc = kdart__calloc(1, sizeof *svc);
     if (!svc) return kdart__err(rt, KDART_ENOMEM, "allocating the service");
     svc->rt = rt;
     svc->path = socket_path;
     svc->max_clients = opts.max_clients ? opts.max_clients : 1024;
+    svc->idle_ms = (uint64_t)(opts.idle_timeout_ms ? opts.idle_timeout_ms : KDART_SERVE_IDLE_TIMEOUT_MS);
     svc->t0 = kdart__now_ms();
     int rc = KDART_OK;
     /* Resolved once, here: it may load libcuda, which the loop must not wait for. */
@@ -960,6 +999,16 @@ int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options
     }
     svc->wake.data = svc;
     svc->have_wake = 1;
+    /* A few sweeps per timeout (at least one a second), so a connection
+     * goes at most a quarter of the timeout late. */
+    uint64_t every = svc->idle_ms / 4 > 1000 ? 1000 : svc->idle_ms / 4 ? svc->idle_ms / 4 : 1;
+    if ((e = uv_timer_init(&svc->loop, &svc->sweep)) != 0 ||
+        (e = uv_timer_start(&svc->sweep, sweep_cb, every, every)) != 0) {
+        rc = kdart__err(rt, KDART_EIO, "uv_timer_start: %s", uv_strerror(e));
+        goto out;
+    }
+    svc->sweep.data = svc;
+    svc->have_sweep = 1;
 
     int fd = bind_socket(svc);
     if (fd < 0) {

@@ -102,6 +102,7 @@ typedef struct svc_thread {
     test_log log;
     int jobs;
     int max_clients;
+    int idle_ms;
     int rc;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -123,6 +124,7 @@ static void *svc_main(void *arg) {
     kdart_serve_options_init(&o);
     o.jobs = s->jobs;
     o.max_clients = s->max_clients;
+    o.idle_timeout_ms = s->idle_ms;
     o.flags = KDART_SERVE_NO_SIGNALS;
     o.ready = svc_ready;
     o.ready_user = s;
@@ -131,9 +133,10 @@ static void *svc_main(void *arg) {
     return NULL;
 }
 
-static void svc_start_max(svc_thread *s, int jobs, int max_clients) {
+static void svc_start_idle(svc_thread *s, int jobs, int max_clients, int idle_ms) {
     memset(s, 0, sizeof *s);
     s->max_clients = max_clients;
+    s->idle_ms = idle_ms;
     char db[512];
     snprintf(db, sizeof db, "%s/kdart.db", dir);
     s->rt = test_open(db, NULL, NULL);
@@ -149,6 +152,7 @@ static void svc_start_max(svc_thread *s, int jobs, int max_clients) {
     ck_assert_int_eq(s->rc, KDART_OK);
 }
 
+static void svc_start_max(svc_thread *s, int jobs, int max_clients) { svc_start_idle(s, jobs, max_clients, 0); }
 static void svc_start(svc_thread *s, int jobs) { svc_start_max(s, jobs, 0); }
 
 static void svc_stop(svc_thread *s) {
@@ -1085,6 +1089,137 @@ START_TEST(test_burst_memory) {
 }
 END_TEST
 
+
+/* Every slot held by an idle connection (idle_timeout_ms 300): the idle
+ * ones get ETIMEDOUT and are closed, and a new client is served within the
+ * timeout plus a sweep, while a connection waiting 1 s for its compile is
+ * not idle and gets its reply. */
+START_TEST(test_idle_slots_reclaimed) {
+    enum { SLOTS = 4, IDLE_MS = 300 };
+    svc_thread s;
+    atomic_store(&slow_compile_ms, 1000);
+    svc_start_idle(&s, 1, SLOTS, IDLE_MS);
+    int fds[SLOTS];
+    for (int i = 0; i < SLOTS - 1; i++) {
+        fds[i] = raw_connect();
+        expect_ping(fds[i], "idle client"); /* served, then idle */
+    }
+    fds[SLOTS - 1] = raw_connect(); /* never sends anything */
+    double t0 = now_ms();
+    int extra = raw_connect();
+    expect_error(extra, KDART_EAGAIN, "a client of a full service");
+    expect_eof(extra, "a client of a full service");
+    close(extra);
+    double served_ms = wait_served(5000);
+    double t_served = now_ms() - t0;
+    for (int i = 0; i < SLOTS; i++) {
+        expect_error(fds[i], KDART_ETIMEDOUT, "an idle client");
+        expect_eof(fds[i], "an idle client");
+        close(fds[i]);
+    }
+    ck_assert_msg(t_served < IDLE_MS + IDLE_MS / 4 + 1000, "served after %.0f ms", t_served);
+
+    /* Waiting for a compile three times as long as the timeout is not idle. */
+    kdart_service_result r;
+    double t1 = now_ms();
+    ck_assert_int_eq(kdart_service_prepare(sock_path, KERNEL, "K=64", ARCH, 0, 30000, &r), KDART_OK);
+    ck_assert_int_eq(r.status, KDART_OK);
+    double compile_ms = now_ms() - t1;
+    printf("test_service: %d slots held by idle clients (idle timeout %d ms): a new client was refused EAGAIN, then "
+           "served %.0f ms after the slots filled (%.0f ms of retrying); the idle ones got ETIMEDOUT and EOF; a "
+           "prepare waiting %.0f ms for its compile was answered OK\n",
+           SLOTS, IDLE_MS, t_served, served_ms, compile_ms);
+    svc_stop(&s);
+}
+END_TEST
+
+/* A frame trickled a byte every 20 ms is closed once the timeout passes
+ * since the connection came (a byte now and then does not reset it). */
+START_TEST(test_slowloris) {
+    enum { IDLE_MS = 300 };
+    svc_thread s;
+    svc_start_idle(&s, 1, 0, IDLE_MS);
+    int fd = raw_connect();
+    const char *req = "\0\0\0\x16kdart-proto=1\nop=ping\n";
+    size_t n = 26, sent = 0;
+    double t0 = now_ms(), closed_ms = -1;
+    int replied = 0;
+    for (; sent < n - 1 && now_ms() - t0 < 5000; sent++) {
+        if (send(fd, req + sent, 1, MSG_NOSIGNAL) != 1) break;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, 20) > 0) break; /* the service spoke: its ETIMEDOUT */
+    }
+    char *reply = NULL;
+    int rr = raw_reply(fd, &reply, 5000);
+    closed_ms = now_ms() - t0;
+    ck_assert_msg(rr == 1, "no reply to the slow client (%s)", rr == 0 ? "EOF" : "timeout");
+    ck_assert_int_eq(atoi(field(reply, "status")), KDART_ETIMEDOUT);
+    replied = 1;
+    free(reply);
+    expect_eof(fd, "slowloris");
+    close(fd);
+    ck_assert_msg(sent < n - 1, "the whole frame but one byte went through (%zu bytes)", sent);
+    ck_assert_msg(closed_ms < IDLE_MS + IDLE_MS / 4 + 500, "closed after %.0f ms", closed_ms);
+    ck_assert_int_eq(kdart_service_ping(sock_path, 5000), KDART_OK);
+    printf("test_service: slowloris (a byte every 20 ms, idle timeout %d ms): %zu of %zu bytes sent, %s and closed "
+           "after %.0f ms; the service still answers\n",
+           IDLE_MS, sent, n, replied ? "ETIMEDOUT" : "no reply", closed_ms);
+    svc_stop(&s);
+}
+END_TEST
+
+/* `serve --status` and `prewarm --service` against a full service: exit 1
+ * and "the service ... is full (1 clients)", not "nobody listens"; a stale
+ * socket says "nobody listens" and exits 4. */
+START_TEST(test_cli_full_or_absent) {
+    const char *args[] = {"serve", "--socket", sock_path, "-j1", "--max-clients", "1", "--idle-timeout", "60", NULL};
+    pid_t pid = spawn_cli("serve", args);
+    wait_ready(pid);
+    /* The slot may still be held by wait_ready's ping for a moment. */
+    int holder = -1;
+    for (double t0 = now_ms(); holder < 0 && now_ms() - t0 < 5000;) {
+        holder = raw_connect();
+        const char *ping = "kdart-proto=1\nop=ping\n";
+        raw_frame(holder, ping, strlen(ping));
+        char *reply = NULL;
+        ck_assert_int_eq(raw_reply(holder, &reply, 10000), 1);
+        if (atoi(field(reply, "status")) != KDART_OK) close(holder), holder = -1, sleep_ms(10);
+        free(reply);
+    }
+    ck_assert_int_ge(holder, 0);
+    const char *status[] = {"serve", "--status", "--socket", sock_path, NULL};
+    int code = run_cli("status_full", status);
+    char *e1 = slurp("status_full", "err");
+    ck_assert_msg(code == 1, "serve --status on a full service exited %d:\n%s", code, e1);
+    ck_assert_msg(strstr(e1, "is full (1 clients)"), "%s", e1);
+    const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, NULL};
+    code = run_cli("prewarm_full", pw);
+    char *e2 = slurp("prewarm_full", "err");
+    ck_assert_msg(code == 1, "prewarm --service on a full service exited %d:\n%s", code, e2);
+    ck_assert_msg(strstr(e2, "is full (1 clients)") && !strstr(e2, "nobody listens"), "%s", e2);
+    close(holder);
+    double t0 = now_ms();
+    while ((code = run_cli("status_ok", status)) != 0 && now_ms() - t0 < 5000) sleep_ms(20);
+    ck_assert_int_eq(code, 0);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+
+    make_stale_socket(sock_path);
+    code = run_cli("prewarm_stale", pw);
+    char *e3 = slurp("prewarm_stale", "err");
+    ck_assert_msg(code == 4 && strstr(e3, "nobody listens"), "exit %d:\n%s", code, e3);
+    code = run_cli("status_stale", status);
+    char *e4 = slurp("status_stale", "err");
+    ck_assert_msg(code == 4 && strstr(e4, "nobody listens"), "exit %d:\n%s", code, e4);
+    printf("test_service: full service (--max-clients 1, held): serve --status exit 1 and prewarm --service exit 1, "
+           "both \"is full (1 clients)\"; stale socket: both exit 4 \"nobody listens\"\n");
+    free(e1);
+    free(e2);
+    free(e3);
+    free(e4);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1100,6 +1235,9 @@ int main(void) {
     tcase_add_test(t, test_cli_serve_sigterm);
     tcase_add_test(t, test_cli_serve_stop);
     tcase_add_test(t, test_burst_memory);
+    tcase_add_test(t, test_idle_slots_reclaimed);
+    tcase_add_test(t, test_slowloris);
+    tcase_add_test(t, test_cli_full_or_absent);
     suite_add_tcase(s, t);
     return test_run(s);
 }

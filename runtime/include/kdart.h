@@ -366,6 +366,7 @@ KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K
  * KDART_SERVICE_TIMEOUT (seconds, default 300) bounds the wait. */
 
 #define KDART_SERVE_NO_SIGNALS 0x1u /* do not stop on SIGTERM/SIGINT (a service run in a thread) */
+#define KDART_SERVE_IDLE_TIMEOUT_MS 10000 /* idle_timeout_ms's default */
 
 /* Called once on the service's thread when the socket accepts connections. */
 typedef void (*kdart_serve_ready_fn)(void *user, const char *socket_path);
@@ -377,6 +378,12 @@ typedef struct kdart_serve_options {
     uint32_t flags;            /* KDART_SERVE_* */
     kdart_serve_ready_fn ready;
     void *ready_user;
+    /* A connection that sends no complete request for this long after it
+     * was accepted or last answered (idle, or trickling a frame) gets an
+     * ETIMEDOUT reply and is closed, so that idle clients cannot hold every
+     * slot; one waiting for its compiles is not idle.  0: 10 s
+     * (KDART_SERVE_IDLE_TIMEOUT_MS), well under the clients' 300 s. */
+    int idle_timeout_ms;
 } kdart_serve_options;
 
 KDART_EXTERN void kdart_serve_options_init(kdart_serve_options *opts);
