@@ -1220,6 +1220,76 @@ START_TEST(test_cli_full_or_absent) {
 }
 END_TEST
 
+
+/* A socket the CLI cannot use says why: a datagram socket at the path
+ * (connect: EPROTOTYPE, reproducible as any user) and, as root, a listener
+ * of uid 65534 (the peer-credential check), each once printed as just
+ * "(EIO: file system error)". */
+START_TEST(test_cli_transport_reason) {
+    char dgram[600];
+    snprintf(dgram, sizeof dgram, "%s/dgram.sock", dir);
+    int d = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, dgram, strlen(dgram));
+    ck_assert_int_eq(bind(d, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(kdart_service_ping(dgram, 2000), KDART_EIO);
+    ck_assert_msg(strstr(kdart_service_error(), "Protocol wrong type"), "%s", kdart_service_error());
+    const char *st1[] = {"serve", "--status", "--socket", dgram, NULL};
+    int code = run_cli("status_dgram", st1);
+    char *e1 = slurp("status_dgram", "err");
+    ck_assert_msg(code == 1 && strstr(e1, "Protocol wrong type") && !strstr(e1, "file system error"), "exit %d:\n%s",
+                  code, e1);
+    close(d);
+
+    int foreign = 0;
+    char *e2 = strdup(""), *e3 = strdup("");
+    if (getuid() == 0) {
+        /* SO_PEERCRED names whoever called listen(): bind as root, then
+         * become uid 65534 and listen. */
+        int ready[2];
+        ck_assert_int_eq(pipe(ready), 0);
+        pid_t child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0) {
+            int l = socket(AF_UNIX, SOCK_STREAM, 0);
+            memset(&sa, 0, sizeof sa);
+            sa.sun_family = AF_UNIX;
+            memcpy(sa.sun_path, sock_path, strlen(sock_path));
+            if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) != 0 || setuid(65534) != 0 || listen(l, 8) != 0)
+                _exit(1);
+            (void)!write(ready[1], "x", 1);
+            pause();
+            _exit(0);
+        }
+        close(ready[1]);
+        char x;
+        ck_assert_int_eq(read(ready[0], &x, 1), 1);
+        close(ready[0]);
+        const char *st2[] = {"serve", "--status", "--socket", sock_path, NULL};
+        int c2 = run_cli("status_uid", st2);
+        free(e2);
+        e2 = slurp("status_uid", "err");
+        const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, NULL};
+        int c3 = run_cli("prewarm_uid", pw);
+        free(e3);
+        e3 = slurp("prewarm_uid", "err");
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        ck_assert_msg(c2 == 1 && strstr(e2, "runs as uid 65534"), "serve --status exit %d:\n%s", c2, e2);
+        ck_assert_msg(c3 == 1 && strstr(e3, "runs as uid 65534"), "prewarm --service exit %d:\n%s", c3, e3);
+        foreign = 1;
+    }
+    printf("test_service: the CLI says why it cannot use a socket: \"%.*s\"%s%.*s\n", (int)strcspn(e1, "\n"), e1,
+           foreign ? "; " : " (not root: the foreign-uid case skipped)", (int)strcspn(e2, "\n"), e2);
+    free(e1);
+    free(e2);
+    free(e3);
+}
+END_TEST
+
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1238,6 +1308,7 @@ int main(void) {
     tcase_add_test(t, test_idle_slots_reclaimed);
     tcase_add_test(t, test_slowloris);
     tcase_add_test(t, test_cli_full_or_absent);
+    tcase_add_test(t, test_cli_transport_reason);
     suite_add_tcase(s, t);
     return test_run(s);
 }

@@ -391,6 +391,22 @@ static const char *reply_field(const char *reply, const char *key, char *buf, si
     return buf;
 }
 
+/* Reports a client call's transport failure with the client's own words
+ * (kdart_service_error: "cannot connect to PATH: Permission denied", a
+ * foreign uid), not only the status's generic text; returns the exit code:
+ * 4 when nobody listens at path, 1 otherwise. */
+static int service_failed(cli *c, const char *path, int st, const char *doing) {
+    const char *why = kdart_service_error();
+    if (st == KDART_ENOENT || st == KDART_EAGAIN) {
+        errorf(c, "no compile service at %s (%s; %s)", path, st == KDART_ENOENT ? "no such socket" : "nobody listens",
+               why[0] ? why : kdart_strerror(st));
+        return EXIT_NOTFOUND;
+    }
+    errorf(c, "%s the compile service at %s failed: %s (%s)", doing, path, why[0] ? why : kdart_strerror(st),
+           kdart_errname(st));
+    return EXIT_FAIL;
+}
+
 /* Sends one raw request to the service at path (prewarm --service's ping,
  * serve --status).  EXIT_OK with *reply (free it) when the service answered
  * OK; otherwise says on stderr which it was, nobody listening (no socket,
@@ -400,14 +416,7 @@ static int service_ask(cli *c, const char *path, const char *request, int timeou
     char *r = NULL;
     *reply = NULL;
     int st = kdart_service_request(path, request, &r, timeout_ms);
-    if (st == KDART_ENOENT || st == KDART_EAGAIN) {
-        errorf(c, "no compile service at %s (%s)", path, st == KDART_ENOENT ? "no such socket" : "nobody listens");
-        return EXIT_NOTFOUND;
-    }
-    if (st != KDART_OK) {
-        errorf(c, "asking the compile service at %s failed: %s (%s)", path, kdart_strerror(st), kdart_errname(st));
-        return EXIT_FAIL;
-    }
+    if (st != KDART_OK) return service_failed(c, path, st, "asking");
     char sbuf[32], nbuf[32], mbuf[1024];
     int status = atoi(reply_field(r, "status", sbuf, sizeof sbuf));
     if (status == KDART_EAGAIN)
@@ -1350,13 +1359,15 @@ static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
             if (!c->quiet) errorf(c, "the service on %s has stopped", socket_path);
             return EXIT_OK;
         }
-        if (st == KDART_ENOENT || st == KDART_EAGAIN) {
-            errorf(c, "no compile service at %s (%s)", socket_path,
-                   st == KDART_ENOENT ? "no such socket" : "a stale socket: nobody listens");
-            return EXIT_NOTFOUND;
+        if (st == KDART_EAGAIN) {
+            /* Nobody listens, or a full service answered EAGAIN: a ping
+             * tells them apart (and says which). */
+            char *pong = NULL;
+            int ex = service_ask(c, socket_path, "kdart-proto=1\nop=ping\n", timeout_ms, &pong);
+            free(pong);
+            if (ex != EXIT_OK) return ex;
         }
-        errorf(c, "stopping %s failed: %s (%s)", socket_path, kdart_strerror(st), kdart_errname(st));
-        return EXIT_FAIL;
+        return service_failed(c, socket_path, st, "stopping");
     }
     /* The service resolves its default arch from the local GPU, as prewarm does. */
     int rc = cli_open(c, 1);

@@ -196,6 +196,7 @@ KDART_EXTERN int kdart_spec_count(const char *kernel);
 KDART_EXTERN int kdart_spec_at(const char *kernel, int index, char *buf, size_t n);
 KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n);
 
+
 /* ----------------------------------------------------------- preparing */
 
 typedef struct kdart_prepared {
@@ -436,6 +437,13 @@ KDART_EXTERN int kdart_service_prewarm(const char *socket_path, const char *kern
  * payload, NUL-terminated. */
 KDART_EXTERN int kdart_service_request(const char *socket_path, const char *request, char **reply,
                                        int timeout_ms);
+/* Why the calling thread's last client call (kdart_service_*,
+ * kdart_serve_stop_request) did not end in KDART_OK: the transport's own
+ * words ("cannot connect to PATH: Permission denied", "the service on PATH
+ * runs as uid 65534, not as this user (uid 1000)") or the service's reply
+ * message; "" after a success.  Never NULL; valid until the thread's next
+ * client call. */
+KDART_EXTERN const char *kdart_service_error(void);
 
 /* ------------------------------------------------- background compiles */
 
