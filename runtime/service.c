@@ -501,8 +501,9 @@ static int start_compile(conn *c) {
                        req->op == KDART__OP_PREPARE ? "prepare takes one arch" : "at most 16 arches", 0);
             return 0;
         }
-        if (kdart__arch_check(t) != KDART_OK || strlen(t) >= sizeof((job *)0)->arch) {
-            snprintf(err, sizeof err, "'%.64s' is not a target architecture (expected e.g. sm_90a)", t);
+        /* Refused here, before any compile: nothing is recorded for it.  A
+         * supported arch ("sm_100a") fits the job's arch[]. */
+        if (kdart__arch_supported(t, err, sizeof err) != KDART_OK) {
             conn_error(c, req, KDART_EARCH, err, 0);
             return 0;
         }

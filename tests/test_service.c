@@ -1290,6 +1290,74 @@ START_TEST(test_cli_transport_reason) {
 END_TEST
 
 
+static int count_entry(void *user, const kdart_entry *e) {
+    (void)e;
+    ++*(int *)user;
+    return 0;
+}
+
+static int cache_rows(kdart_rt *rt) {
+    int n = 0;
+    ck_assert_int_eq(kdart_cache_list(rt, count_entry, &n), KDART_OK);
+    return n;
+}
+
+/* Targets NVRTC does not know (sm_97a, sm_98a, sm_999) and ones older than
+ * the kernels' sm_90 are refused with EARCH before any compile, by
+ * kdart_prepare, kdart_prepare_async's check and the service: no compile,
+ * no row in the cache (sm_97a and sm_98a used to be compiled and recorded
+ * as failed entries). */
+START_TEST(test_junk_arch) {
+    static const char *const junk[] = {"sm_97a", "sm_98a", "sm_999", "sm_75", "sm_89"};
+    enum { NJUNK = sizeof junk / sizeof junk[0] };
+    char db[512];
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    ck_assert_ptr_nonnull(rt);
+    rt->compile = local_counting_compile;
+    for (int i = 0; i < NJUNK; i++) {
+        kdart_prepared p;
+        int rc = kdart_prepare(rt, KERNEL, "K=64", junk[i], KDART_PREPARE_NO_LOAD, &p);
+        ck_assert_msg(rc == KDART_EARCH, "kdart_prepare %s: %s", junk[i], kdart_errname(rc));
+        const char *msg = kdart_last_error(rt);
+        ck_assert_msg(strstr(msg, junk[i]), "%s: %s", junk[i], msg);
+        if (i >= 3) ck_assert_msg(strstr(msg, "needs sm_90 or newer"), "%s: %s", junk[i], msg);
+        char why[512];
+        ck_assert_int_eq(kdart_arch_supported(junk[i], why, sizeof why), KDART_EARCH);
+        char *text = NULL;
+        ck_assert_int_eq(kdart_why(rt, KERNEL, "K=64", junk[i], &text), KDART_EARCH);
+        free(text);
+    }
+    ck_assert_int_eq(kdart_arch_supported(ARCH, NULL, 0), KDART_OK);
+    ck_assert_int_eq(kdart_arch_supported("sm_100a", NULL, 0), KDART_OK);
+    ck_assert_int_eq(atomic_load(&local_compiles), 0);
+    ck_assert_int_eq(cache_rows(rt), 0);
+    kdart_close(rt);
+
+    svc_thread s;
+    svc_start(&s, 1);
+    char first[sizeof(kdart_service_result){0}.message] = "";
+    for (int i = 0; i < NJUNK; i++) {
+        kdart_service_result r;
+        ck_assert_int_eq(kdart_service_prepare(sock_path, KERNEL, "K=64", junk[i], 0, 30000, &r), KDART_OK);
+        ck_assert_msg(r.status == KDART_EARCH, "service %s: %s %s", junk[i], kdart_errname(r.status), r.message);
+        if (i >= 3) ck_assert_msg(strstr(r.message, "needs sm_90 or newer"), "%s", r.message);
+        if (!first[0]) snprintf(first, sizeof first, "%s", r.message);
+        ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, junk[i], 0, 30000, &r), KDART_OK);
+        ck_assert_int_eq(r.status, KDART_EARCH);
+    }
+    kdart_service_result r;
+    ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, "sm_90a,sm_98a", 0, 30000, &r), KDART_OK);
+    ck_assert_int_eq(r.status, KDART_EARCH);
+    ck_assert_int_eq(atomic_load(&compiles), 0);
+    ck_assert_int_eq(cache_rows(s.rt), 0);
+    svc_stop(&s);
+    printf("test_service: %d junk targets refused with EARCH by kdart_prepare, kdart_why and the service (prepare "
+           "and prewarm, also in a list with sm_90a): 0 compiles, 0 cache rows (\"%.120s\")\n",
+           NJUNK, first);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1309,6 +1377,7 @@ int main(void) {
     tcase_add_test(t, test_slowloris);
     tcase_add_test(t, test_cli_full_or_absent);
     tcase_add_test(t, test_cli_transport_reason);
+    tcase_add_test(t, test_junk_arch);
     suite_add_tcase(s, t);
     return test_run(s);
 }

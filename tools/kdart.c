@@ -535,16 +535,13 @@ static void list_kernels(FILE *f) {
     fputc('\n', f);
 }
 
-/* A loose syntax check ("sm_" and digits, optional a/f suffix) so that a
- * typo fails at once rather than once per specialization; the runtime has
- * the final word on which targets it supports. */
-static int arch_plausible(const char *a) {
-    if (strncmp(a, "sm_", 3) != 0) return 0;
-    const char *p = a + 3;
-    int digits = 0;
-    while (isdigit((unsigned char)*p)) p++, digits++;
-    if (*p == 'a' || *p == 'f') p++;
-    return digits >= 2 && digits <= 3 && *p == '\0';
+/* Checks a target up front (the runtime's own rule: well formed, sm_90 or
+ * newer, known to NVRTC), so that a bad one fails once, with its reason,
+ * rather than once per specialization; a usage error (exit 2). */
+static int arch_refused(const cli *c, const command *self, const char *arch) {
+    char why[512];
+    if (kdart_arch_supported(arch, why, sizeof why) == KDART_OK) return 0;
+    return usage_error(c, self, "%s", why);
 }
 
 static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
@@ -608,7 +605,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         if (strlen(arch_list) >= sizeof arch_buf) return usage_error(c, self, "--arch list too long");
         strcpy(arch_buf, arch_list);
         for (char *save = NULL, *tok = strtok_r(arch_buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-            if (!arch_plausible(tok)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", tok);
+            if (arch_refused(c, self, tok)) return EXIT_USAGE;
             int dup = 0;
             for (int a = 0; a < narches; a++) dup |= strcmp(arches[a], tok) == 0;
             if (dup) continue;
@@ -651,6 +648,10 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         if (rc != EXIT_OK || st != KDART_OK) {
             free(canon);
             return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
+        }
+        if (narches == 0 && arch_refused(c, self, info.default_arch)) { /* KDART_ARCH */
+            free(canon);
+            return EXIT_USAGE;
         }
         if (narches == 0) arches[narches++] = info.default_arch;
         /* Prewarming into memory is wasted work; say so, but do it anyway:
@@ -1273,7 +1274,7 @@ static int cmd_why(cli *c, const command *self, int argc, char **argv) {
         list_kernels(stderr);
         return EXIT_NOTFOUND;
     }
-    if (arch && !arch_plausible(arch)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", arch);
+    if (arch && arch_refused(c, self, arch)) return EXIT_USAGE;
     /* Without --arch the answer is about the device's default target. */
     int rc = cli_open(c, arch == NULL);
     if (rc != EXIT_OK) return rc;

@@ -196,6 +196,15 @@ KDART_EXTERN int kdart_spec_count(const char *kernel);
 KDART_EXTERN int kdart_spec_at(const char *kernel, int index, char *buf, size_t n);
 KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n);
 
+/* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
+ * with an optional "a" or "f" suffix, sm_90 or newer (the kernels use
+ * Hopper instructions; older ones are refused with "needs sm_90 or
+ * newer"), and a target the NVRTC in use knows (nvrtcGetSupportedArchs,
+ * asked once per process).  KDART_OK, or KDART_EARCH with a one-line
+ * reason in msg (when msg is not NULL).  kdart_prepare, kdart_why,
+ * kdart_prepare_async and the compile service refuse such an arch before
+ * compiling, so nothing is recorded in the cache.  Any thread. */
+KDART_EXTERN int kdart_arch_supported(const char *arch, char *msg, size_t n);
 
 /* ----------------------------------------------------------- preparing */
 
