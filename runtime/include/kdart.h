@@ -417,7 +417,9 @@ KDART_EXTERN int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_
 /* Asks the service at socket_path to stop and waits (up to timeout_ms;
  * <= 0: no limit) until it has finished its in-flight work and closed.
  * KDART_ENOENT: no socket there; KDART_EAGAIN: a stale socket (nobody
- * listens); KDART_ETIMEDOUT; KDART_EIO: another transport failure. */
+ * listens), or the service's own EAGAIN reply when it is full (its
+ * max_clients connections are open; kdart_service_error says which);
+ * KDART_ETIMEDOUT; KDART_EIO: another transport failure. */
 KDART_EXTERN int kdart_serve_stop_request(const char *socket_path, int timeout_ms);
 
 /* What the service answered. */
@@ -434,7 +436,10 @@ typedef struct kdart_service_result {
  * to timeout_ms (<= 0: no limit) for the reply.  The return value is the
  * transport's status (KDART_OK when a reply arrived: then out->status is
  * the service's); errors as for kdart_serve_stop_request. */
-KDART_EXTERN int kdart_service_ping(const char *socket_path, int timeout_ms); /* the reply's status */
+/* The reply's status, or the transport's: KDART_EAGAIN is then either a
+ * full service's reply or nobody listening; kdart_service_request, whose
+ * return is the transport's alone, tells them apart. */
+KDART_EXTERN int kdart_service_ping(const char *socket_path, int timeout_ms);
 KDART_EXTERN int kdart_service_prepare(const char *socket_path, const char *kernel, const char *spec,
                                        const char *arch, uint32_t flags, int timeout_ms,
                                        kdart_service_result *out);
