@@ -1169,7 +1169,7 @@ START_TEST(test_slowloris) {
 END_TEST
 
 /* `serve --status` and `prewarm --service` against a full service: exit 1
- * and "the service ... is full (1 clients)", not "nobody listens"; a stale
+ * and "the service is full (1 clients)", not "nobody listens"; a stale
  * socket says "nobody listens" and exits 4. */
 START_TEST(test_cli_full_or_absent) {
     const char *args[] = {"serve", "--socket", sock_path, "-j1", "--max-clients", "1", "--idle-timeout", "60", NULL};
@@ -1191,12 +1191,12 @@ START_TEST(test_cli_full_or_absent) {
     int code = run_cli("status_full", status);
     char *e1 = slurp("status_full", "err");
     ck_assert_msg(code == 1, "serve --status on a full service exited %d:\n%s", code, e1);
-    ck_assert_msg(strstr(e1, "is full (1 clients)"), "%s", e1);
+    ck_assert_msg(strstr(e1, "the service is full (1 clients)"), "%s", e1);
     const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, NULL};
     code = run_cli("prewarm_full", pw);
     char *e2 = slurp("prewarm_full", "err");
     ck_assert_msg(code == 1, "prewarm --service on a full service exited %d:\n%s", code, e2);
-    ck_assert_msg(strstr(e2, "is full (1 clients)") && !strstr(e2, "nobody listens"), "%s", e2);
+    ck_assert_msg(strstr(e2, "the service is full (1 clients)") && !strstr(e2, "nobody listens"), "%s", e2);
     close(holder);
     double t0 = now_ms();
     while ((code = run_cli("status_ok", status)) != 0 && now_ms() - t0 < 5000) sleep_ms(20);
@@ -1212,7 +1212,7 @@ START_TEST(test_cli_full_or_absent) {
     char *e4 = slurp("status_stale", "err");
     ck_assert_msg(code == 4 && strstr(e4, "nobody listens"), "exit %d:\n%s", code, e4);
     printf("test_service: full service (--max-clients 1, held): serve --status exit 1 and prewarm --service exit 1, "
-           "both \"is full (1 clients)\"; stale socket: both exit 4 \"nobody listens\"\n");
+           "both \"the service is full (1 clients)\"; stale socket: both exit 4 \"nobody listens\"\n");
     free(e1);
     free(e2);
     free(e3);

@@ -420,8 +420,8 @@ static int service_ask(cli *c, const char *path, const char *request, int timeou
     char sbuf[32], nbuf[32], mbuf[1024];
     int status = atoi(reply_field(r, "status", sbuf, sizeof sbuf));
     if (status == KDART_EAGAIN)
-        errorf(c, "the service at %s is full (%s clients); try again later", path,
-               reply_field(r, "clients", nbuf, sizeof nbuf));
+        errorf(c, "the service is full (%s clients) on %s; try again later",
+               reply_field(r, "clients", nbuf, sizeof nbuf), path);
     else if (status != KDART_OK)
         errorf(c, "the service at %s answered %s: %s", path, kdart_errname(status),
                reply_field(r, "message", mbuf, sizeof mbuf));
