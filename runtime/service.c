@@ -33,9 +33,11 @@
  * connections a few times per timeout and closes the late ones with an
  * ETIMEDOUT reply (or without one, when it does not read its replies).  A
  * connection waiting for its compiles is not idle, and neither is the one
- * that asked the service to stop.  Malformed payloads get an error reply and the connection stays;
- * framing errors (a length over 64 KiB, a frame cut short by EOF) get an
- * error reply and the connection is closed.
+ * that asked the service to stop.
+ *
+ * Malformed payloads get an error reply and the connection stays; framing
+ * errors (a length over 64 KiB, a frame cut short by EOF) get an error
+ * reply and the connection is closed.
  *
  * Shutdown (SIGTERM, SIGINT, or a stop request): close the listener and
  * remove the socket file (only if it is still ours: same inode), answer
