@@ -469,10 +469,11 @@ static int read_frame(int fd, char **reply, size_t *reply_len, double deadline, 
     return KDART_OK;
 }
 
-/* Sends one request on a fresh connection; returns the fd (reply unread)
- * or a negative status. */
-static int send_request(const char *path, const char *payload, size_t len, double deadline, char *err,
-                        size_t errlen) {
+/* Sends one request on a fresh connection and reads the first reply frame;
+ * returns the fd (still open, for more) with *reply set, or a negative
+ * status. */
+static int request_reply(const char *path, const char *payload, size_t len, double deadline, char **reply,
+                         size_t *reply_len, char *err, size_t errlen) {
     if (len > KDART__PROTO_MAX_FRAME) {
         snprintf(err, errlen, "request of %zu bytes exceeds %d", len, KDART__PROTO_MAX_FRAME);
         return KDART_EINVAL;
@@ -483,6 +484,14 @@ static int send_request(const char *path, const char *payload, size_t len, doubl
                             (unsigned char)len};
     int rc = send_all(fd, hdr, 4, deadline, err, errlen);
     if (!rc) rc = send_all(fd, payload, len, deadline, err, errlen);
+    /* A full service answers EAGAIN and closes without reading: the send
+     * may then fail (EPIPE), but the reply is there to read. */
+    if (rc == KDART_EIO) {
+        char e2[64];
+        if (read_frame(fd, reply, reply_len, deadline, NULL, e2, sizeof e2) == KDART_OK) return fd;
+    } else if (rc == KDART_OK) {
+        rc = read_frame(fd, reply, reply_len, deadline, NULL, err, errlen);
+    }
     if (rc) {
         close(fd);
         return rc;
@@ -494,12 +503,25 @@ int kdart__service_call(const char *path, const char *payload, size_t len, char 
                         int timeout_ms, char *err, size_t errlen) {
     *reply = NULL;
     double deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
-    int fd = send_request(path, payload, len, deadline, err, errlen);
+    int fd = request_reply(path, payload, len, deadline, reply, reply_len, err, errlen);
     if (fd < 0) return fd;
-    int rc = read_frame(fd, reply, reply_len, deadline, NULL, err, errlen);
     close(fd);
+    return KDART_OK;
+}
+
+/* The message of this thread's last client call that did not end in
+ * KDART_OK (kdart_service_error): the handle-less calls have no
+ * kdart_last_error, and without it a caller could only print the status's
+ * generic text ("file system error" for EACCES and for a foreign uid). */
+static _Thread_local char last_error[sizeof((kdart_service_result *)0)->message];
+
+/* Records the outcome of a client call: msg if it failed, "" if not. */
+static int note(int rc, const char *msg) {
+    snprintf(last_error, sizeof last_error, "%s", rc != KDART_OK && msg ? msg : "");
     return rc;
 }
+
+const char *kdart_service_error(void) { return last_error; }
 
 /* ------------------------------------------------------ reply decoding */
 
@@ -565,7 +587,7 @@ static int call(const char *path, int op, const char *kernel, const char *spec, 
     res->status = KDART_EIO;
     if (!path) {
         snprintf(res->message, sizeof res->message, "socket path is NULL");
-        return KDART_ENULL;
+        return note(KDART_ENULL, res->message);
     }
     kdart__proto_buf b = {0};
     kdart__proto_putf(&b, "kdart-proto", "%d", KDART__PROTO_VERSION);
@@ -577,15 +599,16 @@ static int call(const char *path, int op, const char *kernel, const char *spec, 
     if (b.text.oom || b.overflow) {
         kdart__proto_buf_free(&b);
         snprintf(res->message, sizeof res->message, "request too large or out of memory");
-        return b.text.oom ? KDART_ENOMEM : KDART_EINVAL;
+        return note(b.text.oom ? KDART_ENOMEM : KDART_EINVAL, res->message);
     }
     char *reply = NULL;
     size_t rlen = 0;
     int rc = kdart__service_call(path, b.text.s, b.text.len, &reply, &rlen, timeout_ms, res->message, sizeof res->message);
     kdart__proto_buf_free(&b);
-    if (rc) return rc;
+    if (rc) return note(rc, res->message);
     rc = parse_reply(reply, rlen, res);
     free(reply);
+    note(rc != KDART_OK ? rc : res->status, res->message);
     return rc;
 }
 
@@ -610,29 +633,28 @@ int kdart_service_prewarm(const char *socket_path, const char *kernel, const cha
 }
 
 int kdart_service_request(const char *socket_path, const char *request, char **reply, int timeout_ms) {
-    if (!socket_path || !request || !reply) return KDART_ENULL;
-    char err[256];
-    return kdart__service_call(socket_path, request, strlen(request), reply, NULL, timeout_ms, err, sizeof err);
+    if (!socket_path || !request || !reply) return note(KDART_ENULL, "NULL argument");
+    char err[512];
+    int rc = kdart__service_call(socket_path, request, strlen(request), reply, NULL, timeout_ms, err, sizeof err);
+    return note(rc, err);
 }
 
 int kdart_serve_stop_request(const char *socket_path, int timeout_ms) {
-    if (!socket_path) return KDART_ENULL;
-    char err[256];
+    if (!socket_path) return note(KDART_ENULL, "socket path is NULL");
+    char err[sizeof((kdart_service_result *)0)->message] = "";
     double deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
     char payload[64];
     int n = snprintf(payload, sizeof payload, "kdart-proto=%d\nop=stop\n", KDART__PROTO_VERSION);
-    int fd = send_request(socket_path, payload, (size_t)n, deadline, err, sizeof err);
-    if (fd < 0) return fd;
     char *reply = NULL;
     size_t rlen = 0;
-    int rc = read_frame(fd, &reply, &rlen, deadline, NULL, err, sizeof err);
-    if (rc == KDART_OK) {
-        kdart_service_result r;
-        memset(&r, 0, sizeof r);
-        rc = parse_reply(reply, rlen, &r);
-        if (rc == KDART_OK) rc = r.status;
-        free(reply);
-    }
+    int fd = request_reply(socket_path, payload, (size_t)n, deadline, &reply, &rlen, err, sizeof err);
+    if (fd < 0) return note(fd, err);
+    kdart_service_result r;
+    memset(&r, 0, sizeof r);
+    int rc = parse_reply(reply, rlen, &r);
+    if (rc == KDART_OK) rc = r.status;
+    snprintf(err, sizeof err, "%s", r.message);
+    free(reply);
     /* The service closes this connection last, once its in-flight work is
      * done and its socket is gone: wait for that. */
     if (rc == KDART_OK) {
@@ -643,7 +665,7 @@ int kdart_serve_stop_request(const char *socket_path, int timeout_ms) {
         if (r2 == KDART_ETIMEDOUT) rc = KDART_ETIMEDOUT;
     }
     close(fd);
-    return rc;
+    return note(rc, err);
 }
 
 /* ----------------------------------------------------------- the hook */

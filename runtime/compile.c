@@ -257,6 +257,20 @@ int kdart__nvrtc_build_id(char **out) {
     return rc;
 }
 
+int kdart__nvrtc_archs_default(int *archs, int max) {
+    /* On the stack, not the heap: the answer is cached for the process, so
+     * it must not depend on an allocation that may fail once. */
+    int all[512], n = 0;
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0 || n > (int)(sizeof all / sizeof all[0]) ||
+        nvrtcGetSupportedArchs(all) != NVRTC_SUCCESS)
+        return KDART_ECOMPILE;
+    if (n > max) n = max;
+    memcpy(archs, all, (size_t)n * sizeof *archs);
+    return n;
+}
+
+kdart__archs_fn kdart__nvrtc_archs = kdart__nvrtc_archs_default;
+
 int kdart__toolchain_versions(kdart_rt *rt) {
     if (nvrtcVersion(&rt->nvrtc_major, &rt->nvrtc_minor) != NVRTC_SUCCESS)
         return kdart__err(rt, KDART_ECOMPILE, "nvrtcVersion failed");

@@ -241,9 +241,8 @@ int kdart_prepare_async(kdart_rt *rt, const char *kernel, const char *spec, cons
     int vals[KDART__MAX_PARAMS];
     int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
     if (rc) return rc;
-    if (arch && (kdart__arch_check(arch) != KDART_OK || strlen(arch) >= sizeof((kdart_job *)0)->arch))
-        return kdart__err(rt, KDART_EARCH, "'%s' is not a target architecture (expected e.g. sm_90a, sm_100a)",
-                          arch);
+    char why[512]; /* a supported arch ("sm_100a") fits the job's arch[] */
+    if (arch && kdart__arch_supported(arch, why, sizeof why) != KDART_OK) return kdart__err(rt, KDART_EARCH, "%s", why);
     if (atomic_load(&rt->stopping)) return kdart__err(rt, KDART_ECANCELED, "the runtime is closing");
     kdart__jobs *js;
     if ((rc = jobs_get(rt, &js))) return rc;

@@ -643,9 +643,10 @@ int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, 
     kdart__unit *u = NULL;
     pthread_mutex_lock(&rt->lock);
     if (!arch) arch = default_arch(rt);
-    int rc = kdart__arch_check(arch);
+    char why[512];
+    int rc = kdart__arch_supported(arch, why, sizeof why);
     if (rc) {
-        rc = kdart__err(rt, rc, "'%s' is not a target architecture (expected e.g. sm_90a, sm_100a)", arch);
+        rc = kdart__err(rt, rc, "%s", why);
         pthread_mutex_unlock(&rt->lock);
         return rc;
     }
@@ -784,9 +785,10 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     if (rc) return rc;
     pthread_mutex_lock(&rt->lock);
     if (!arch) arch = default_arch(rt);
-    if ((rc = kdart__arch_check(arch)) != KDART_OK) {
+    char why[512];
+    if ((rc = kdart__arch_supported(arch, why, sizeof why)) != KDART_OK) {
         pthread_mutex_unlock(&rt->lock);
-        return kdart__err(rt, rc, "'%s' is not a target architecture", arch);
+        return kdart__err(rt, rc, "%s", why);
     }
     request q;
     rc = request_init(rt, &q, (int)(k - kdart__kernels), vals, arch);

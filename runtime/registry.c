@@ -16,6 +16,7 @@
  * cannot go unnoticed.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,18 +219,61 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
     return used < n ? (int)used : KDART_EINVAL;
 }
 
-int kdart__arch_check(const char *arch) {
-    if (!arch || strncmp(arch, "sm_", 3) != 0) return KDART_EARCH;
+/* 1 if arch is "sm_<2 or 3 digits>[a|f]" (no GPU needs more). */
+static int arch_well_formed(const char *arch) {
+    if (!arch || strncmp(arch, "sm_", 3) != 0 || arch[3] == '0') return 0; /* "sm_090a": another key for sm_90a */
     const char *p = arch + 3;
     int digits = 0;
     while (isdigit((unsigned char)*p)) p++, digits++;
-    if (digits < 2 || digits > 3) return KDART_EARCH;
+    if (digits < 2 || digits > 3) return 0;
     if (*p == 'a' || *p == 'f') p++;
-    if (*p) return KDART_EARCH;
-    /* The kernels use Hopper-generation instructions (stmatrix). */
-    if (atoi(arch + 3) < 90) return KDART_EARCH;
-    return KDART_OK;
+    return *p == '\0';
 }
+
+/* The kernels use Hopper-generation instructions (stmatrix). */
+#define KDART__MIN_SM 90
+
+int kdart__arch_check(const char *arch) {
+    return arch_well_formed(arch) && atoi(arch + 3) >= KDART__MIN_SM ? KDART_OK : KDART_EARCH;
+}
+
+/* NVRTC's targets, asked once: a compile for a target it does not know
+ * fails only after the whole front end ran, and recorded a failed entry. */
+static int nvrtc_archs[128];
+static int n_nvrtc_archs; /* < 0: NVRTC could not say */
+static pthread_once_t nvrtc_archs_once = PTHREAD_ONCE_INIT;
+static void nvrtc_archs_init(void) {
+    n_nvrtc_archs = kdart__nvrtc_archs(nvrtc_archs, (int)(sizeof nvrtc_archs / sizeof nvrtc_archs[0]));
+}
+
+int kdart__arch_supported(const char *arch, char *msg, size_t n) {
+    char dummy[8];
+    if (!msg) msg = dummy, n = sizeof dummy;
+    if (!arch_well_formed(arch)) {
+        snprintf(msg, n, "'%.64s' is not a target architecture (expected e.g. sm_90a, sm_100a)", arch ? arch : "");
+        return KDART_EARCH;
+    }
+    int sm = atoi(arch + 3);
+    if (sm < KDART__MIN_SM) {
+        snprintf(msg, n, "%s is not supported: kdart's kernels use Hopper instructions; kdart needs sm_90 or newer",
+                 arch);
+        return KDART_EARCH;
+    }
+    pthread_once(&nvrtc_archs_once, nvrtc_archs_init);
+    if (n_nvrtc_archs <= 0) return KDART_OK; /* NVRTC cannot say: its compile will */
+    for (int i = 0; i < n_nvrtc_archs; i++)
+        if (nvrtc_archs[i] == sm) return KDART_OK;
+    size_t used = (size_t)snprintf(msg, n, "%s is not a target that this NVRTC knows (it knows", arch);
+    for (int i = 0, first = 1; i < n_nvrtc_archs && used < n; i++)
+        if (nvrtc_archs[i] >= KDART__MIN_SM) {
+            used += (size_t)snprintf(msg + used, n - used, "%s sm_%d", first ? "" : ",", nvrtc_archs[i]);
+            first = 0;
+        }
+    if (used < n) snprintf(msg + used, n - used, ")");
+    return KDART_EARCH;
+}
+
+int kdart_arch_supported(const char *arch, char *msg, size_t n) { return kdart__arch_supported(arch, msg, n); }
 
 /* ------------------------------------------------------- public registry */
 

@@ -69,8 +69,11 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
  * B x HV scans of V columns at head dim K on a device with sms SMs. */
 int kdart__dhu_bv_index(int bv);
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
-/* Checks "sm_<digits>[a|f]"; returns KDART_OK or KDART_EARCH. */
+/* Checks "sm_<digits>[a|f]", sm_90 or newer, without asking NVRTC (option
+ * parsing); returns KDART_OK or KDART_EARCH. */
 int kdart__arch_check(const char *arch);
+/* kdart_arch_supported's body: kdart__arch_check and NVRTC's list. */
+int kdart__arch_supported(const char *arch, char *msg, size_t n);
 
 /* ---------------------------------------------------------------- source */
 
@@ -130,6 +133,12 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
 void kdart__compile_out_free(kdart__compile_out *out);
 /* Fills rt's NVRTC and nvJitLink versions. */
 int kdart__toolchain_versions(kdart_rt *rt);
+/* Compiler seam for the targets NVRTC knows: fills archs (up to max) with
+ * the SM numbers nvrtcGetSupportedArchs lists (75, 80, ..., 120) and
+ * returns how many, or a negative status.  Tests substitute it. */
+typedef int (*kdart__archs_fn)(int *archs, int max);
+extern kdart__archs_fn kdart__nvrtc_archs;
+int kdart__nvrtc_archs_default(int *archs, int max);
 /* NVRTC's build banner ("CL-36424714"), found by compiling an empty kernel
  * to PTX once.  Caller frees. */
 int kdart__nvrtc_build_id(char **out);

@@ -16,12 +16,28 @@
  * at once.  Only the loop thread touches a job's waiters; workers touch
  * only its inputs and results.
  *
- * Connections: frames are read into a per-connection buffer (4 + 64 KiB)
- * and handled in order, one at a time: while a request waits for its
- * jobs, reading stops, so a client may pipeline and still gets replies in
- * order.  Malformed payloads get an error reply and the connection stays;
- * framing errors (a length over 64 KiB, a frame cut short by EOF) get an
- * error reply and the connection is closed.
+ * Connections: frames are read into a per-connection buffer that starts
+ * small (READ_CHUNK) and grows only as far as the frame being read needs
+ * (at most 4 + 64 KiB), and are handled in order, one at a time: while a
+ * request waits for its jobs, reading stops, so a client may pipeline and
+ * still gets replies in order.  A connection over max_clients costs no
+ * buffer and no conn: it is accepted (libuv has already taken it off the
+ * backlog and accepts nothing more until we do), sent a fixed EAGAIN reply
+ * with one non-blocking write from the stack, and closed at once, so the
+ * service's memory stays at the slots' worth whatever the connection rate.
+ *
+ * Idle connections: a slot is held only while the client makes use of it.
+ * A connection must deliver a complete request within idle_timeout_ms of
+ * being accepted or of its last reply being queued (partial frames do not
+ * count, so a frame trickled byte by byte is no use); one timer sweeps the
+ * connections a few times per timeout and closes the late ones with an
+ * ETIMEDOUT reply (or without one, when it does not read its replies).  A
+ * connection waiting for its compiles is not idle, and neither is the one
+ * that asked the service to stop.
+ *
+ * Malformed payloads get an error reply and the connection stays; framing
+ * errors (a length over 64 KiB, a frame cut short by EOF) get an error
+ * reply and the connection is closed.
  *
  * Shutdown (SIGTERM, SIGINT, or a stop request): close the listener and
  * remove the socket file (only if it is still ours: same inode), answer
@@ -48,6 +64,9 @@
 
 #define FRAME_HDR 4
 #define CONN_BUF (FRAME_HDR + KDART__PROTO_MAX_FRAME)
+/* What a connection's read buffer starts with: requests are a few hundred
+ * bytes, so most connections never grow it. */
+#define READ_CHUNK 4096
 /* Replies not yet written to a client that does not read them: past this
  * many the service stops reading its requests, so a client cannot make it
  * buffer without bound. */
@@ -91,6 +110,8 @@ struct conn {
     int shut;            /* uv_shutdown issued */
     int stop_asker;      /* sent "stop": closed last */
     int in_process;      /* conn_process is on the stack (no re-entry) */
+    int timed_out;       /* the idle sweep answered ETIMEDOUT; the next sweep closes */
+    uint64_t since;      /* uv_now when it began waiting for a request (idle clock) */
     /* the request being served (one at a time) */
     int busy;
     int pending;         /* jobs still to answer */
@@ -103,8 +124,9 @@ struct conn {
     int single_source;
     double single_ms;
     char *single_message;
-    size_t len;
-    unsigned char buf[CONN_BUF];
+    size_t len;          /* bytes in buf */
+    size_t cap;          /* buf's size: 0 until the first read */
+    unsigned char *buf;
 };
 
 struct service {
@@ -114,12 +136,14 @@ struct service {
     uv_pipe_t server;
     uv_signal_t sigterm, sigint;
     uv_async_t wake;
-    int have_server, have_signals, have_wake;
+    uv_timer_t sweep;  /* the idle sweep */
+    int have_server, have_signals, have_wake, have_sweep;
     dev_t sock_dev;
     ino_t sock_ino;
     int stopping, finished;
     const char *stop_reason;
     int max_clients;
+    uint64_t idle_ms;  /* idle_timeout_ms */
     conn *conns;
     int nconns;
     job *active;     /* loop thread: jobs queued or running */
@@ -348,6 +372,7 @@ static void conn_finish_request(conn *c) {
     kdart__free(c->first_message);
     c->single_message = c->first_message = NULL;
     c->busy = 0;
+    c->since = uv_now(&c->svc->loop);
     if (!c->closing) conn_process(c);
 }
 
@@ -478,8 +503,9 @@ static int start_compile(conn *c) {
                        req->op == KDART__OP_PREPARE ? "prepare takes one arch" : "at most 16 arches", 0);
             return 0;
         }
-        if (kdart__arch_check(t) != KDART_OK || strlen(t) >= sizeof((job *)0)->arch) {
-            snprintf(err, sizeof err, "'%.64s' is not a target architecture (expected e.g. sm_90a)", t);
+        /* Refused here, before any compile: nothing is recorded for it.  A
+         * supported arch ("sm_100a") fits the job's arch[]. */
+        if (kdart__arch_supported(t, err, sizeof err) != KDART_OK) {
             conn_error(c, req, KDART_EARCH, err, 0);
             return 0;
         }
@@ -592,14 +618,38 @@ static void conn_release(conn *c) {
     if (--c->refs == 0) {
         kdart__free(c->single_message);
         kdart__free(c->first_message);
+        kdart__free(c->buf);
         kdart__free(c);
     }
 }
 
+/* The big-endian length at the start of a frame. */
+static uint32_t frame_len(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Room for the next read: the rest of the frame whose length is in the
+ * buffer, else READ_CHUNK more.  A failed allocation hands libuv an empty
+ * buffer, which it reports as UV_ENOBUFS: read_cb closes. */
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     conn *c = (conn *)h;
     (void)suggested;
-    *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(CONN_BUF - c->len));
+    size_t need = c->len + READ_CHUNK;
+    if (c->len >= FRAME_HDR) {
+        uint32_t n = frame_len(c->buf);
+        if (n <= KDART__PROTO_MAX_FRAME && FRAME_HDR + n > need) need = FRAME_HDR + n;
+    }
+    if (need > CONN_BUF) need = CONN_BUF;
+    if (need > c->cap) {
+        unsigned char *b = kdart__realloc(c->buf, need);
+        if (!b) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+        c->buf = b;
+        c->cap = need;
+    }
+    *buf = uv_buf_init((char *)c->buf + c->len, (unsigned)(c->cap - c->len));
 }
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -631,7 +681,7 @@ static void conn_process(conn *c) {
     c->in_process = 1;
     while (!c->busy && !c->closing && !c->close_after_write && c->writes_pending < MAX_QUEUED_REPLIES &&
            c->len >= FRAME_HDR) {
-        uint32_t n = (uint32_t)c->buf[0] << 24 | (uint32_t)c->buf[1] << 16 | (uint32_t)c->buf[2] << 8 | c->buf[3];
+        uint32_t n = frame_len(c->buf);
         if (n > KDART__PROTO_MAX_FRAME) {
             char m[128];
             snprintf(m, sizeof m, "frame of %u bytes exceeds the limit of %d", n, KDART__PROTO_MAX_FRAME);
@@ -641,9 +691,15 @@ static void conn_process(conn *c) {
         }
         if (c->len < FRAME_HDR + n) break;
         handle_frame(c, c->buf + FRAME_HDR, n);
+        c->since = uv_now(&c->svc->loop); /* answered, or busy: the clock starts again */
         if (c->closing) break;
         memmove(c->buf, c->buf + FRAME_HDR + n, c->len - FRAME_HDR - n);
         c->len -= FRAME_HDR + n;
+    }
+    if (c->len == 0 && c->cap > READ_CHUNK) { /* a large frame is done: give its buffer back */
+        kdart__free(c->buf);
+        c->buf = NULL;
+        c->cap = 0;
     }
     int want = !c->busy && !c->closing && !c->close_after_write && !c->shut && c->writes_pending < MAX_QUEUED_REPLIES;
     if (want && !c->reading) {
@@ -656,9 +712,41 @@ static void conn_process(conn *c) {
     c->in_process = 0;
 }
 
+static void refused_close_cb(uv_handle_t *h) { kdart__free(h); }
+
+/* A connection over max_clients: answered EAGAIN and closed, with nothing
+ * allocated but the handle libuv needs to accept it (uv_close closes the
+ * fd at once; the handle is freed in this loop iteration's close phase). */
+static void refuse(service *svc, uv_stream_t *server) {
+    uv_pipe_t *p = kdart__malloc(sizeof *p);
+    if (!p) return;
+    uv_pipe_init(&svc->loop, p, 0);
+    svc->st_connections++;
+    svc->st_rejected++;
+    svc->st_errors++;
+    if (uv_accept(server, (uv_stream_t *)p) == 0) {
+        char frame[FRAME_HDR + 256];
+        int n = snprintf(frame + FRAME_HDR, sizeof frame - FRAME_HDR,
+                         "kdart-proto=%d\nstatus=%d\nstatus_name=%s\nclients=%d\nmax_clients=%d\n"
+                         "message=the service is full (%d clients); try again\n",
+                         KDART__PROTO_VERSION, KDART_EAGAIN, kdart_errname(KDART_EAGAIN), svc->nconns,
+                         svc->max_clients, svc->nconns);
+        frame[0] = frame[1] = 0;
+        frame[2] = (char)(n >> 8);
+        frame[3] = (char)n;
+        uv_buf_t b = uv_buf_init(frame, (unsigned)(FRAME_HDR + n));
+        (void)uv_try_write((uv_stream_t *)p, &b, 1); /* a socket buffer that cannot take it: just the close */
+    }
+    uv_close((uv_handle_t *)p, refused_close_cb);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     service *svc = server->data;
     if (status < 0 || svc->stopping) return;
+    if (svc->nconns >= svc->max_clients) {
+        refuse(svc, server);
+        return;
+    }
     conn *c = kdart__calloc(1, sizeof *c);
     if (!c) return;
     c->svc = svc;
@@ -676,12 +764,29 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     svc->st_connections++;
-    if (svc->nconns > svc->max_clients) {
-        svc->st_rejected++;
-        conn_error(c, NULL, KDART_EAGAIN, "too many clients; try again", 1);
-        return;
-    }
+    c->since = uv_now(&svc->loop);
     conn_process(c);
+}
+
+/* Closes the connections that kept their slot idle for idle_ms: first an
+ * ETIMEDOUT reply (the client learns why), and on the next sweep, if that
+ * reply could not be flushed either, the connection itself. */
+static void sweep_cb(uv_timer_t *t) {
+    service *svc = t->data;
+    uint64_t now = uv_now(&svc->loop);
+    for (conn *c = svc->conns, *next; c; c = next) {
+        next = c->next; /* closing only marks c; close_cb unlinks it later */
+        if (c->closing || c->busy || c->stop_asker || c->shut || now - c->since < svc->idle_ms) continue;
+        if (c->timed_out || c->writes_pending) {
+            conn_close(c); /* it does not read: no reply would get through */
+            continue;
+        }
+        char m[160];
+        snprintf(m, sizeof m, "no complete request for %llu ms; closing the connection",
+                 (unsigned long long)svc->idle_ms);
+        c->timed_out = 1;
+        conn_error(c, NULL, KDART_ETIMEDOUT, m, 1);
+    }
 }
 
 /* ------------------------------------------------------------- shutdown */
@@ -761,6 +866,7 @@ static void maybe_finish(service *svc) {
     if (svc->conns) return;
     svc->finished = 1;
     if (svc->have_wake) uv_close((uv_handle_t *)&svc->wake, NULL);
+    if (svc->have_sweep) uv_close((uv_handle_t *)&svc->sweep, NULL);
     if (svc->have_signals) {
         uv_close((uv_handle_t *)&svc->sigterm, NULL);
         uv_close((uv_handle_t *)&svc->sigint, NULL);
@@ -853,14 +959,15 @@ int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options
         memcpy(&opts, user_opts, user_opts->struct_size);
         opts.struct_size = sizeof opts;
     }
-    if (opts.jobs < 0 || opts.jobs > 1024 || opts.max_clients < 0)
-        return kdart__err(rt, KDART_EINVAL, "jobs must be 0..1024 and max_clients >= 0");
+    if (opts.jobs < 0 || opts.jobs > 1024 || opts.max_clients < 0 || opts.idle_timeout_ms < 0)
+        return kdart__err(rt, KDART_EINVAL, "jobs must be 0..1024, max_clients and idle_timeout_ms >= 0");
 
     service *svc = kdart__calloc(1, sizeof *svc);
     if (!svc) return kdart__err(rt, KDART_ENOMEM, "allocating the service");
     svc->rt = rt;
     svc->path = socket_path;
     svc->max_clients = opts.max_clients ? opts.max_clients : 1024;
+    svc->idle_ms = (uint64_t)(opts.idle_timeout_ms ? opts.idle_timeout_ms : KDART_SERVE_IDLE_TIMEOUT_MS);
     svc->t0 = kdart__now_ms();
     int rc = KDART_OK;
     /* Resolved once, here: it may load libcuda, which the loop must not wait for. */
@@ -895,6 +1002,16 @@ int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options
     }
     svc->wake.data = svc;
     svc->have_wake = 1;
+    /* A few sweeps per timeout (at least one a second), so a connection
+     * goes at most a quarter of the timeout late. */
+    uint64_t every = svc->idle_ms / 4 > 1000 ? 1000 : svc->idle_ms / 4 ? svc->idle_ms / 4 : 1;
+    if ((e = uv_timer_init(&svc->loop, &svc->sweep)) != 0 ||
+        (e = uv_timer_start(&svc->sweep, sweep_cb, every, every)) != 0) {
+        rc = kdart__err(rt, KDART_EIO, "uv_timer_start: %s", uv_strerror(e));
+        goto out;
+    }
+    svc->sweep.data = svc;
+    svc->have_sweep = 1;
 
     int fd = bind_socket(svc);
     if (fd < 0) {

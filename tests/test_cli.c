@@ -420,6 +420,38 @@ START_TEST(test_usage_errors) {
 }
 END_TEST
 
+/* A target the kernels or NVRTC do not support fails once, up front, with
+ * its reason and exit 2: never once per specialization, never compiled
+ * (sm_89 used to fail each of the 34 specializations, sm_97a to compile
+ * and record each as a failed entry). */
+START_TEST(test_unsupported_arch) {
+    run_result r;
+    RUN(&r, "prewarm", "--arch", "sm_89");
+    EXPECT_STATUS(&r, 2);
+    ck_assert_msg(count_substr(r.err, "needs sm_90 or newer") == 1, "not printed exactly once:\n%s", r.err);
+    run_free(&r);
+
+    RUN(&r, "why", "chunk_rcumsum", "K=64", "--arch", "sm_75");
+    EXPECT_STATUS(&r, 2);
+    ck_assert_msg(count_substr(r.err, "needs sm_90 or newer") == 1, "not printed exactly once:\n%s", r.err);
+    run_free(&r);
+
+    static const char *const unknown[] = {"sm_97a", "sm_98a", "sm_999"};
+    for (int i = 0; i < 3; i++) {
+        char list[64];
+        snprintf(list, sizeof list, "sm_90a,%s", unknown[i]);
+        RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", list);
+        EXPECT_STATUS(&r, 2);
+        ck_assert_msg(count_substr(r.err, unknown[i]) == 1 && strstr(r.err, "NVRTC"), "%s", r.err);
+        run_free(&r);
+    }
+    RUN(&r, "ls");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(!strstr(r.out, "sm_9") && !strstr(r.out, "sm_8"), "entries were recorded:\n%s", r.out);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(test_unknown_kernel) {
     run_result r;
     RUN(&r, "prewarm", "--kernel", "no_such_kernel", "--arch", "sm_90a");
@@ -1054,6 +1086,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(usage, test_command_help);
     tcase_add_test(usage, test_usage_errors);
     tcase_add_test(usage, test_unknown_kernel);
+    tcase_add_test(usage, test_unsupported_arch);
     tcase_add_test(usage, test_kernels);
     tcase_add_test(usage, test_selftest_placeholder);
     tcase_add_test(usage, test_stats);

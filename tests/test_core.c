@@ -131,6 +131,7 @@ START_TEST(arch_strings) {
     ck_assert_int_eq(kdart__arch_check("sm_90ab"), KDART_EARCH);
     ck_assert_int_eq(kdart__arch_check("sm_90a -O0"), KDART_EARCH);
     ck_assert_int_eq(kdart__arch_check(NULL), KDART_EARCH);
+    ck_assert_int_eq(kdart__arch_check("sm_090a"), KDART_EARCH); /* a second spelling of sm_90a, another cache key */
 }
 END_TEST
 

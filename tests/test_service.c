@@ -102,6 +102,7 @@ typedef struct svc_thread {
     test_log log;
     int jobs;
     int max_clients;
+    int idle_ms;
     int rc;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -123,6 +124,7 @@ static void *svc_main(void *arg) {
     kdart_serve_options_init(&o);
     o.jobs = s->jobs;
     o.max_clients = s->max_clients;
+    o.idle_timeout_ms = s->idle_ms;
     o.flags = KDART_SERVE_NO_SIGNALS;
     o.ready = svc_ready;
     o.ready_user = s;
@@ -131,9 +133,10 @@ static void *svc_main(void *arg) {
     return NULL;
 }
 
-static void svc_start_max(svc_thread *s, int jobs, int max_clients) {
+static void svc_start_idle(svc_thread *s, int jobs, int max_clients, int idle_ms) {
     memset(s, 0, sizeof *s);
     s->max_clients = max_clients;
+    s->idle_ms = idle_ms;
     char db[512];
     snprintf(db, sizeof db, "%s/kdart.db", dir);
     s->rt = test_open(db, NULL, NULL);
@@ -149,6 +152,7 @@ static void svc_start_max(svc_thread *s, int jobs, int max_clients) {
     ck_assert_int_eq(s->rc, KDART_OK);
 }
 
+static void svc_start_max(svc_thread *s, int jobs, int max_clients) { svc_start_idle(s, jobs, max_clients, 0); }
 static void svc_start(svc_thread *s, int jobs) { svc_start_max(s, jobs, 0); }
 
 static void svc_stop(svc_thread *s) {
@@ -1005,6 +1009,355 @@ START_TEST(test_cli_serve_stop) {
 }
 END_TEST
 
+/* ------------------------------------------------ hard to break (#16) */
+
+/* VmHWM (peak resident set) of pid, in KiB; -1 if unreadable. */
+static long vm_hwm_kb(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = atol(line + 6);
+    fclose(f);
+    return kb;
+}
+
+typedef struct burst_arg {
+    int n, connected;
+} burst_arg;
+
+/* Connects and closes at once, n times, as fast as the service accepts. */
+static void *burst_main(void *p) {
+    burst_arg *a = p;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, sock_path, strlen(sock_path));
+    for (int i = 0; i < a->n; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) a->connected++;
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Waits until the service answers a ping with OK (not EAGAIN: full). */
+static double wait_served(int timeout_ms) {
+    double t0 = now_ms();
+    int rc;
+    while ((rc = kdart_service_ping(sock_path, timeout_ms)) != KDART_OK && now_ms() - t0 < timeout_ms) sleep_ms(5);
+    ck_assert_msg(rc == KDART_OK, "no client served within %d ms: %s", timeout_ms, kdart_errname(rc));
+    return now_ms() - t0;
+}
+
+/* 10,000 connect/close from 4 threads against --max-clients 32: the
+ * service's peak memory stays within the slots' worth plus a constant,
+ * however fast connections arrive (each used to get its 64 KiB buffer
+ * before the limit check). */
+START_TEST(test_burst_memory) {
+    const char *args[] = {"serve", "--socket", sock_path, "-j1", "--max-clients", "32", NULL};
+    pid_t pid = spawn_cli("serve", args);
+    wait_ready(pid);
+    long base = vm_hwm_kb(pid);
+    ck_assert_int_gt(base, 0);
+    enum { THREADS = 4, PER = 2500 };
+    burst_arg a[THREADS];
+    pthread_t th[THREADS];
+    double t0 = now_ms();
+    for (int i = 0; i < THREADS; i++) {
+        a[i].n = PER;
+        a[i].connected = 0;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, burst_main, &a[i]), 0);
+    }
+    int connected = 0;
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL), connected += a[i].connected;
+    double took = now_ms() - t0;
+    double served_ms = wait_served(10000);
+    long peak = vm_hwm_kb(pid);
+    /* 32 slots of a full frame buffer each, plus 8 MiB for the allocator's
+     * arenas and what one loop iteration's refusals hold. */
+    long bound = base + 32 * (4 + KDART__PROTO_MAX_FRAME + 4096) / 1024 + 8192;
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+    printf("test_service: burst of %d connect/close (%d connected) from %d threads in %.0f ms against "
+           "--max-clients 32: service VmHWM %ld -> %ld KiB (+%ld, bound +%ld); next client served %.0f ms later\n",
+           THREADS * PER, connected, THREADS, took, base, peak, peak - base, bound - base, served_ms);
+    ck_assert_msg(peak <= bound, "service VmHWM rose from %ld to %ld KiB (bound %ld)", base, peak, bound);
+}
+END_TEST
+
+
+/* Every slot held by an idle connection (idle_timeout_ms 300): the idle
+ * ones get ETIMEDOUT and are closed, and a new client is served within the
+ * timeout plus a sweep, while a connection waiting 1 s for its compile is
+ * not idle and gets its reply. */
+START_TEST(test_idle_slots_reclaimed) {
+    enum { SLOTS = 4, IDLE_MS = 300 };
+    svc_thread s;
+    atomic_store(&slow_compile_ms, 1000);
+    svc_start_idle(&s, 1, SLOTS, IDLE_MS);
+    int fds[SLOTS];
+    for (int i = 0; i < SLOTS - 1; i++) {
+        fds[i] = raw_connect();
+        expect_ping(fds[i], "idle client"); /* served, then idle */
+    }
+    fds[SLOTS - 1] = raw_connect(); /* never sends anything */
+    double t0 = now_ms();
+    int extra = raw_connect();
+    expect_error(extra, KDART_EAGAIN, "a client of a full service");
+    expect_eof(extra, "a client of a full service");
+    close(extra);
+    double served_ms = wait_served(5000);
+    double t_served = now_ms() - t0;
+    for (int i = 0; i < SLOTS; i++) {
+        expect_error(fds[i], KDART_ETIMEDOUT, "an idle client");
+        expect_eof(fds[i], "an idle client");
+        close(fds[i]);
+    }
+    ck_assert_msg(t_served < IDLE_MS + IDLE_MS / 4 + 1000, "served after %.0f ms", t_served);
+
+    /* Waiting for a compile three times as long as the timeout is not idle. */
+    kdart_service_result r;
+    double t1 = now_ms();
+    ck_assert_int_eq(kdart_service_prepare(sock_path, KERNEL, "K=64", ARCH, 0, 30000, &r), KDART_OK);
+    ck_assert_int_eq(r.status, KDART_OK);
+    double compile_ms = now_ms() - t1;
+    printf("test_service: %d slots held by idle clients (idle timeout %d ms): a new client was refused EAGAIN, then "
+           "served %.0f ms after the slots filled (%.0f ms of retrying); the idle ones got ETIMEDOUT and EOF; a "
+           "prepare waiting %.0f ms for its compile was answered OK\n",
+           SLOTS, IDLE_MS, t_served, served_ms, compile_ms);
+    svc_stop(&s);
+}
+END_TEST
+
+/* A frame trickled a byte every 40 ms (1 s in all) is closed once the timeout passes
+ * since the connection came (a byte now and then does not reset it). */
+START_TEST(test_slowloris) {
+    enum { IDLE_MS = 300 };
+    svc_thread s;
+    svc_start_idle(&s, 1, 0, IDLE_MS);
+    int fd = raw_connect();
+    const char *req = "\0\0\0\x16kdart-proto=1\nop=ping\n";
+    size_t n = 26, sent = 0;
+    double t0 = now_ms(), closed_ms = -1;
+    int replied = 0;
+    for (; sent < n - 1 && now_ms() - t0 < 5000; sent++) {
+        if (send(fd, req + sent, 1, MSG_NOSIGNAL) != 1) break;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, 40) > 0) break; /* the service spoke: its ETIMEDOUT */
+    }
+    char *reply = NULL;
+    int rr = raw_reply(fd, &reply, 5000);
+    closed_ms = now_ms() - t0;
+    ck_assert_msg(rr == 1, "no reply to the slow client (%s)", rr == 0 ? "EOF" : "timeout");
+    ck_assert_int_eq(atoi(field(reply, "status")), KDART_ETIMEDOUT);
+    replied = 1;
+    free(reply);
+    expect_eof(fd, "slowloris");
+    close(fd);
+    ck_assert_msg(sent < n - 1, "the whole frame but one byte went through (%zu bytes)", sent);
+    ck_assert_msg(closed_ms < IDLE_MS + IDLE_MS / 4 + 500, "closed after %.0f ms", closed_ms);
+    ck_assert_int_eq(kdart_service_ping(sock_path, 5000), KDART_OK);
+    printf("test_service: slowloris (a byte every 40 ms, idle timeout %d ms): %zu of %zu bytes sent, %s and closed "
+           "after %.0f ms; the service still answers\n",
+           IDLE_MS, sent, n, replied ? "ETIMEDOUT" : "no reply", closed_ms);
+    svc_stop(&s);
+}
+END_TEST
+
+/* `serve --status` and `prewarm --service` against a full service: exit 1
+ * and "the service is full (1 clients)", not "nobody listens"; a stale
+ * socket says "nobody listens" and exits 4. */
+START_TEST(test_cli_full_or_absent) {
+    const char *args[] = {"serve", "--socket", sock_path, "-j1", "--max-clients", "1", "--idle-timeout", "60", NULL};
+    pid_t pid = spawn_cli("serve", args);
+    wait_ready(pid);
+    /* The slot may still be held by wait_ready's ping for a moment. */
+    int holder = -1;
+    for (double t0 = now_ms(); holder < 0 && now_ms() - t0 < 5000;) {
+        holder = raw_connect();
+        const char *ping = "kdart-proto=1\nop=ping\n";
+        raw_frame(holder, ping, strlen(ping));
+        char *reply = NULL;
+        ck_assert_int_eq(raw_reply(holder, &reply, 10000), 1);
+        if (atoi(field(reply, "status")) != KDART_OK) close(holder), holder = -1, sleep_ms(10);
+        free(reply);
+    }
+    ck_assert_int_ge(holder, 0);
+    const char *status[] = {"serve", "--status", "--socket", sock_path, NULL};
+    int code = run_cli("status_full", status);
+    char *e1 = slurp("status_full", "err");
+    ck_assert_msg(code == 1, "serve --status on a full service exited %d:\n%s", code, e1);
+    ck_assert_msg(strstr(e1, "the service is full (1 clients)"), "%s", e1);
+    const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, NULL};
+    code = run_cli("prewarm_full", pw);
+    char *e2 = slurp("prewarm_full", "err");
+    ck_assert_msg(code == 1, "prewarm --service on a full service exited %d:\n%s", code, e2);
+    ck_assert_msg(strstr(e2, "the service is full (1 clients)") && !strstr(e2, "nobody listens"), "%s", e2);
+    close(holder);
+    double t0 = now_ms();
+    while ((code = run_cli("status_ok", status)) != 0 && now_ms() - t0 < 5000) sleep_ms(20);
+    ck_assert_int_eq(code, 0);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(wait_exit(pid, 30000), 0);
+
+    make_stale_socket(sock_path);
+    code = run_cli("prewarm_stale", pw);
+    char *e3 = slurp("prewarm_stale", "err");
+    ck_assert_msg(code == 4 && strstr(e3, "nobody listens"), "exit %d:\n%s", code, e3);
+    code = run_cli("status_stale", status);
+    char *e4 = slurp("status_stale", "err");
+    ck_assert_msg(code == 4 && strstr(e4, "nobody listens"), "exit %d:\n%s", code, e4);
+    printf("test_service: full service (--max-clients 1, held): serve --status exit 1 and prewarm --service exit 1, "
+           "both \"the service is full (1 clients)\"; stale socket: both exit 4 \"nobody listens\"\n");
+    free(e1);
+    free(e2);
+    free(e3);
+    free(e4);
+}
+END_TEST
+
+
+/* A socket the CLI cannot use says why: a datagram socket at the path
+ * (connect: EPROTOTYPE, reproducible as any user) and, as root, a listener
+ * of uid 65534 (the peer-credential check), each once printed as just
+ * "(EIO: file system error)". */
+START_TEST(test_cli_transport_reason) {
+    char dgram[600];
+    snprintf(dgram, sizeof dgram, "%s/dgram.sock", dir);
+    int d = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, dgram, strlen(dgram));
+    ck_assert_int_eq(bind(d, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(kdart_service_ping(dgram, 2000), KDART_EIO);
+    ck_assert_msg(strstr(kdart_service_error(), "Protocol wrong type"), "%s", kdart_service_error());
+    const char *st1[] = {"serve", "--status", "--socket", dgram, NULL};
+    int code = run_cli("status_dgram", st1);
+    char *e1 = slurp("status_dgram", "err");
+    ck_assert_msg(code == 1 && strstr(e1, "Protocol wrong type") && !strstr(e1, "file system error"), "exit %d:\n%s",
+                  code, e1);
+    close(d);
+
+    int foreign = 0;
+    char *e2 = strdup(""), *e3 = strdup("");
+    if (getuid() == 0) {
+        /* SO_PEERCRED names whoever called listen(): bind as root, then
+         * become uid 65534 and listen. */
+        int ready[2];
+        ck_assert_int_eq(pipe(ready), 0);
+        pid_t child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0) {
+            int l = socket(AF_UNIX, SOCK_STREAM, 0);
+            memset(&sa, 0, sizeof sa);
+            sa.sun_family = AF_UNIX;
+            memcpy(sa.sun_path, sock_path, strlen(sock_path));
+            if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) != 0 || setuid(65534) != 0 || listen(l, 8) != 0)
+                _exit(1);
+            (void)!write(ready[1], "x", 1);
+            pause();
+            _exit(0);
+        }
+        close(ready[1]);
+        char x;
+        ck_assert_int_eq(read(ready[0], &x, 1), 1);
+        close(ready[0]);
+        const char *st2[] = {"serve", "--status", "--socket", sock_path, NULL};
+        int c2 = run_cli("status_uid", st2);
+        free(e2);
+        e2 = slurp("status_uid", "err");
+        const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, NULL};
+        int c3 = run_cli("prewarm_uid", pw);
+        free(e3);
+        e3 = slurp("prewarm_uid", "err");
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        ck_assert_msg(c2 == 1 && strstr(e2, "runs as uid 65534"), "serve --status exit %d:\n%s", c2, e2);
+        ck_assert_msg(c3 == 1 && strstr(e3, "runs as uid 65534"), "prewarm --service exit %d:\n%s", c3, e3);
+        foreign = 1;
+    }
+    printf("test_service: the CLI says why it cannot use a socket: \"%.*s\"%s%.*s\n", (int)strcspn(e1, "\n"), e1,
+           foreign ? "; " : " (not root: the foreign-uid case skipped)", (int)strcspn(e2, "\n"), e2);
+    free(e1);
+    free(e2);
+    free(e3);
+}
+END_TEST
+
+
+static int count_entry(void *user, const kdart_entry *e) {
+    (void)e;
+    ++*(int *)user;
+    return 0;
+}
+
+static int cache_rows(kdart_rt *rt) {
+    int n = 0;
+    ck_assert_int_eq(kdart_cache_list(rt, count_entry, &n), KDART_OK);
+    return n;
+}
+
+/* Targets NVRTC does not know (sm_97a, sm_98a, sm_999) and ones older than
+ * the kernels' sm_90 are refused with EARCH before any compile, by
+ * kdart_prepare, kdart_prepare_async's check and the service: no compile,
+ * no row in the cache (sm_97a and sm_98a used to be compiled and recorded
+ * as failed entries). */
+START_TEST(test_junk_arch) {
+    static const char *const junk[] = {"sm_97a", "sm_98a", "sm_999", "sm_75", "sm_89"};
+    enum { NJUNK = sizeof junk / sizeof junk[0] };
+    char db[512];
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    ck_assert_ptr_nonnull(rt);
+    rt->compile = local_counting_compile;
+    for (int i = 0; i < NJUNK; i++) {
+        kdart_prepared p;
+        int rc = kdart_prepare(rt, KERNEL, "K=64", junk[i], KDART_PREPARE_NO_LOAD, &p);
+        ck_assert_msg(rc == KDART_EARCH, "kdart_prepare %s: %s", junk[i], kdart_errname(rc));
+        const char *msg = kdart_last_error(rt);
+        ck_assert_msg(strstr(msg, junk[i]), "%s: %s", junk[i], msg);
+        if (i >= 3) ck_assert_msg(strstr(msg, "needs sm_90 or newer"), "%s: %s", junk[i], msg);
+        char why[512];
+        ck_assert_int_eq(kdart_arch_supported(junk[i], why, sizeof why), KDART_EARCH);
+        char *text = NULL;
+        ck_assert_int_eq(kdart_why(rt, KERNEL, "K=64", junk[i], &text), KDART_EARCH);
+        free(text);
+    }
+    ck_assert_int_eq(kdart_arch_supported(ARCH, NULL, 0), KDART_OK);
+    ck_assert_int_eq(kdart_arch_supported("sm_100a", NULL, 0), KDART_OK);
+    ck_assert_int_eq(atomic_load(&local_compiles), 0);
+    ck_assert_int_eq(cache_rows(rt), 0);
+    kdart_close(rt);
+
+    svc_thread s;
+    svc_start(&s, 1);
+    char first[sizeof(kdart_service_result){0}.message] = "";
+    for (int i = 0; i < NJUNK; i++) {
+        kdart_service_result r;
+        ck_assert_int_eq(kdart_service_prepare(sock_path, KERNEL, "K=64", junk[i], 0, 30000, &r), KDART_OK);
+        ck_assert_msg(r.status == KDART_EARCH, "service %s: %s %s", junk[i], kdart_errname(r.status), r.message);
+        if (i >= 3) ck_assert_msg(strstr(r.message, "needs sm_90 or newer"), "%s", r.message);
+        if (!first[0]) snprintf(first, sizeof first, "%s", r.message);
+        ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, junk[i], 0, 30000, &r), KDART_OK);
+        ck_assert_int_eq(r.status, KDART_EARCH);
+    }
+    kdart_service_result r;
+    ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, "sm_90a,sm_98a", 0, 30000, &r), KDART_OK);
+    ck_assert_int_eq(r.status, KDART_EARCH);
+    ck_assert_int_eq(atomic_load(&compiles), 0);
+    ck_assert_int_eq(cache_rows(s.rt), 0);
+    svc_stop(&s);
+    printf("test_service: %d junk targets refused with EARCH by kdart_prepare, kdart_why and the service (prepare "
+           "and prewarm, also in a list with sm_90a): 0 compiles, 0 cache rows (\"%.120s\")\n",
+           NJUNK, first);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1019,6 +1372,12 @@ int main(void) {
     tcase_add_test(t, test_stop_in_flight);
     tcase_add_test(t, test_cli_serve_sigterm);
     tcase_add_test(t, test_cli_serve_stop);
+    tcase_add_test(t, test_burst_memory);
+    tcase_add_test(t, test_idle_slots_reclaimed);
+    tcase_add_test(t, test_slowloris);
+    tcase_add_test(t, test_cli_full_or_absent);
+    tcase_add_test(t, test_cli_transport_reason);
+    tcase_add_test(t, test_junk_arch);
     suite_add_tcase(s, t);
     return test_run(s);
 }

@@ -350,6 +350,65 @@ static int get_entry(cli *c, const char *prefix, kdart_entry **out) {
     return fail_status(c, rc, "cache lookup failed");
 }
 
+/* ------------------------------------------------ the compile service */
+
+/* A field of a reply payload ("" when absent), copied into buf. */
+static const char *reply_field(const char *reply, const char *key, char *buf, size_t n) {
+    size_t kl = strlen(key);
+    buf[0] = '\0';
+    for (const char *p = reply; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        if (len > kl && strncmp(p, key, kl) == 0 && p[kl] == '=') {
+            snprintf(buf, n, "%.*s", (int)(len - kl - 1), p + kl + 1);
+            break;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return buf;
+}
+
+/* Reports a client call's transport failure with the client's own words
+ * (kdart_service_error: "cannot connect to PATH: Permission denied", a
+ * foreign uid), not only the status's generic text; returns the exit code:
+ * 4 when nobody listens at path, 1 otherwise. */
+static int service_failed(cli *c, const char *path, int st, const char *doing) {
+    const char *why = kdart_service_error();
+    if (st == KDART_ENOENT || st == KDART_EAGAIN) {
+        errorf(c, "no compile service at %s (%s; %s)", path, st == KDART_ENOENT ? "no such socket" : "nobody listens",
+               why[0] ? why : kdart_strerror(st));
+        return EXIT_NOTFOUND;
+    }
+    errorf(c, "%s the compile service at %s failed: %s (%s)", doing, path, why[0] ? why : kdart_strerror(st),
+           kdart_errname(st));
+    return EXIT_FAIL;
+}
+
+/* Sends one raw request to the service at path (prewarm --service's ping,
+ * serve --status).  EXIT_OK with *reply (free it) when the service answered
+ * OK; otherwise says on stderr which it was, nobody listening (no socket,
+ * or a stale one: exit 4), a full service (its EAGAIN reply: exit 1) or
+ * another failure, and returns the exit code. */
+static int service_ask(cli *c, const char *path, const char *request, int timeout_ms, char **reply) {
+    char *r = NULL;
+    *reply = NULL;
+    int st = kdart_service_request(path, request, &r, timeout_ms);
+    if (st != KDART_OK) return service_failed(c, path, st, "asking");
+    char sbuf[32], nbuf[32], mbuf[1024];
+    int status = atoi(reply_field(r, "status", sbuf, sizeof sbuf));
+    if (status == KDART_EAGAIN)
+        errorf(c, "the service is full (%s clients) on %s; try again later",
+               reply_field(r, "clients", nbuf, sizeof nbuf), path);
+    else if (status != KDART_OK)
+        errorf(c, "the service at %s answered %s: %s", path, kdart_errname(status),
+               reply_field(r, "message", mbuf, sizeof mbuf));
+    if (status != KDART_OK) {
+        free(r);
+        return status == KDART_EAGAIN ? EXIT_FAIL : exit_for_status(status);
+    }
+    *reply = r;
+    return EXIT_OK;
+}
+
 /* ----------------------------------------------------------- prewarm */
 
 typedef struct prewarm_task {
@@ -463,16 +522,13 @@ static void list_kernels(FILE *f) {
     fputc('\n', f);
 }
 
-/* A loose syntax check ("sm_" and digits, optional a/f suffix) so that a
- * typo fails at once rather than once per specialization; the runtime has
- * the final word on which targets it supports. */
-static int arch_plausible(const char *a) {
-    if (strncmp(a, "sm_", 3) != 0) return 0;
-    const char *p = a + 3;
-    int digits = 0;
-    while (isdigit((unsigned char)*p)) p++, digits++;
-    if (*p == 'a' || *p == 'f') p++;
-    return digits >= 2 && digits <= 3 && *p == '\0';
+/* Checks a target up front (the runtime's own rule: well formed, sm_90 or
+ * newer, known to NVRTC), so that a bad one fails once, with its reason,
+ * rather than once per specialization; a usage error (exit 2). */
+static int arch_refused(const cli *c, const command *self, const char *arch) {
+    char why[512];
+    if (kdart_arch_supported(arch, why, sizeof why) == KDART_OK) return 0;
+    return usage_error(c, self, "%s", why);
 }
 
 static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
@@ -537,7 +593,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         if (strlen(arch_list) >= sizeof arch_buf) return usage_error(c, self, "--arch list too long");
         strcpy(arch_buf, arch_list);
         for (char *save = NULL, *tok = strtok_r(arch_buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-            if (!arch_plausible(tok)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", tok);
+            if (arch_refused(c, self, tok)) return EXIT_USAGE;
             int dup = 0;
             for (int a = 0; a < narches; a++) dup |= strcmp(arches[a], tok) == 0;
             if (dup) continue;
@@ -564,12 +620,12 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     if (service) {
         /* The service compiles, into its cache; without --arch, for its
          * default target ("" on the wire).  Fail at once if nobody answers. */
-        int st = kdart_service_ping(service, 10000);
-        if (st != KDART_OK) {
+        char *pong = NULL;
+        int ex = service_ask(c, service, "kdart-proto=1\nop=ping\n", 10000, &pong);
+        free(pong);
+        if (ex != EXIT_OK) {
             free(canon);
-            errorf(c, "no compile service answers at %s (%s: %s)", service, kdart_errname(st),
-                   st == KDART_ENOENT ? "no such socket" : st == KDART_EAGAIN ? "nobody listens" : kdart_strerror(st));
-            return st == KDART_ENOENT || st == KDART_EAGAIN ? EXIT_NOTFOUND : EXIT_FAIL;
+            return ex;
         }
         if (narches == 0) arches[narches++] = "";
     } else {
@@ -580,6 +636,10 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         if (rc != EXIT_OK || st != KDART_OK) {
             free(canon);
             return rc != EXIT_OK ? rc : fail_status(c, st, "cannot read the runtime's settings");
+        }
+        if (narches == 0 && arch_refused(c, self, info.default_arch)) { /* KDART_ARCH */
+            free(canon);
+            return EXIT_USAGE;
         }
         if (narches == 0) arches[narches++] = info.default_arch;
         writable = info.cache_writable;
@@ -749,7 +809,7 @@ static int cmd_ls(cli *c, const command *self, int argc, char **argv) {
             rows.kernel = v;
         } else if ((m = opt_value(c, argc, argv, &i, "--arch", &v)) != 0) {
             if (m < 0) return EXIT_USAGE;
-            if (!arch_plausible(v)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", v);
+            if (arch_refused(c, self, v)) return EXIT_USAGE;
             rows.arch = v;
         } else {
             return unknown_arg(c, self, argv[i]);
@@ -1270,7 +1330,7 @@ static int cmd_why(cli *c, const command *self, int argc, char **argv) {
         list_kernels(stderr);
         return EXIT_NOTFOUND;
     }
-    if (arch && !arch_plausible(arch)) return usage_error(c, self, "'%s' is not an architecture like sm_90a", arch);
+    if (arch && arch_refused(c, self, arch)) return EXIT_USAGE;
     /* Without --arch the answer is about the device's default target. */
     int rc = cli_open(c, arch == NULL);
     if (rc != EXIT_OK) return rc;
@@ -1299,7 +1359,7 @@ static void serve_ready(void *user, const char *socket_path) {
 static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
     const char *socket_path = NULL;
     int jobs = 0, max_clients = 0, stop = 0, status = 0;
-    double timeout_s = 0;
+    double timeout_s = 0, idle_s = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int m;
@@ -1325,6 +1385,12 @@ static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
             timeout_s = strtod(v, &end);
             if (end == v || *end || !(timeout_s > 0) || timeout_s > 1e6)
                 return usage_error(c, self, "--timeout wants seconds, not '%s'", v);
+        } else if ((m = opt_value(c, argc, argv, &i, "--idle-timeout", &v)) != 0) {
+            char *end;
+            if (m < 0) return EXIT_USAGE;
+            idle_s = strtod(v, &end);
+            if (end == v || *end || !(idle_s >= 0.001) || idle_s > 86400)
+                return usage_error(c, self, "--idle-timeout wants seconds (0.001 to 86400), not '%s'", v);
         } else if (strcmp(argv[i], "--stop") == 0) {
             stop = 1;
         } else if (strcmp(argv[i], "--status") == 0) {
@@ -1337,27 +1403,28 @@ static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
     if (stop && status) return usage_error(c, self, "--stop and --status exclude each other");
     if (stop || status) {
         int timeout_ms = (int)((timeout_s > 0 ? timeout_s : stop ? 600 : 10) * 1000);
-        int st;
-        if (stop) {
-            st = kdart_serve_stop_request(socket_path, timeout_ms);
-        } else {
+        if (status) {
+            /* Exit 0 only when the service answered OK: a full one answers EAGAIN. */
             char *reply = NULL;
-            st = kdart_service_request(socket_path, "kdart-proto=1\nop=stats\n", &reply, timeout_ms);
-            if (st == KDART_OK) fputs(reply, stdout);
+            int ex = service_ask(c, socket_path, "kdart-proto=1\nop=stats\n", timeout_ms, &reply);
+            if (ex == EXIT_OK) fputs(reply, stdout);
             free(reply);
+            return ex;
         }
+        int st = kdart_serve_stop_request(socket_path, timeout_ms);
         if (st == KDART_OK) {
-            if (stop && !c->quiet) errorf(c, "the service on %s has stopped", socket_path);
+            if (!c->quiet) errorf(c, "the service on %s has stopped", socket_path);
             return EXIT_OK;
         }
-        if (st == KDART_ENOENT || st == KDART_EAGAIN) {
-            errorf(c, "no compile service at %s (%s)", socket_path,
-                   st == KDART_ENOENT ? "no such socket" : "a stale socket: nobody listens");
-            return EXIT_NOTFOUND;
+        if (st == KDART_EAGAIN) {
+            /* Nobody listens, or a full service answered EAGAIN: a ping
+             * tells them apart (and says which). */
+            char *pong = NULL;
+            int ex = service_ask(c, socket_path, "kdart-proto=1\nop=ping\n", timeout_ms, &pong);
+            free(pong);
+            if (ex != EXIT_OK) return ex;
         }
-        errorf(c, "%s %s failed: %s (%s)", stop ? "stopping" : "asking", socket_path, kdart_strerror(st),
-               kdart_errname(st));
-        return EXIT_FAIL;
+        return service_failed(c, socket_path, st, "stopping");
     }
     /* The service resolves its default arch from the local GPU, as prewarm does. */
     int rc = cli_open(c, 1);
@@ -1366,6 +1433,7 @@ static int cmd_serve(cli *c, const command *self, int argc, char **argv) {
     kdart_serve_options_init(&so);
     so.jobs = jobs;
     so.max_clients = max_clients;
+    so.idle_timeout_ms = (int)(idle_s * 1000 + 0.5);
     so.ready = serve_ready;
     so.ready_user = c;
     int st = kdart_serve(c->rt, socket_path, &so);
@@ -1503,10 +1571,10 @@ static const command commands[] = {
      "                  --jobs requests are in flight at once.  Without --arch the\n"
      "                  service's default target is used\n"
      "\n"
-     "Exit status: 0 all entries ok (compiled ones stored), 1 some failed, 2 usage,\n"
-     "4 unknown kernel or no service at SOCKET, 6 none failed but compiled entries\n"
-     "could not be stored (no writable cache: read-only directory or mount, full\n"
-     "disk, unusable file).\n"},
+     "Exit status: 0 all entries ok (compiled ones stored), 1 some failed (or the\n"
+     "service is full), 2 usage, 4 unknown kernel or no service at SOCKET, 6 none\n"
+     "failed but compiled entries could not be stored (no writable cache: read-only\n"
+     "directory or mount, full disk, unusable file).\n"},
     {"ls", cmd_ls, "list cache entries",
      "usage: kdart ls [--kernel NAME] [--arch ARCH] [--json]\n"
      "\n"
@@ -1601,7 +1669,7 @@ static const command commands[] = {
      "\n"
      "Exit status: 0 ok, 2 bad spec or arch, 4 unknown kernel.\n"},
     {"serve", cmd_serve, "run the node's compile service on a Unix socket",
-     "usage: kdart serve --socket PATH [--jobs N] [--max-clients N]\n"
+     "usage: kdart serve --socket PATH [--jobs N] [--max-clients N] [--idle-timeout S]\n"
      "       kdart serve --stop --socket PATH [--timeout S]\n"
      "       kdart serve --status --socket PATH\n"
      "\n"
@@ -1618,14 +1686,19 @@ static const command commands[] = {
      "  --socket PATH      the Unix domain socket (at most 107 bytes)\n"
      "  --jobs N, -jN      compile worker threads (default: the number of CPUs)\n"
      "  --max-clients N    connections at once (default 1024); more are refused\n"
+     "                     with EAGAIN ('the service is full')\n"
+     "  --idle-timeout S   close a connection that sends no complete request for S\n"
+     "                     seconds after it connected or was last answered\n"
+     "                     (default 10; one waiting for its compiles is not idle)\n"
      "  --stop             ask the service on PATH to stop, and wait until it has\n"
      "  --timeout S        how long --stop waits (default 600 s)\n"
      "  --status           print the service's counters (key=value lines)\n"
      "\n"
-     "Exit status: 0 stopped cleanly (or --stop/--status done), 1 failure (another\n"
-     "service already listens on PATH, the socket cannot be created), 2 usage\n"
-     "(also: PATH exists and is not a socket, or is too long), 4 no service at\n"
-     "PATH (--stop, --status).\n"},
+     "Exit status: 0 stopped cleanly (or --stop/--status answered OK), 1 failure\n"
+     "(another service already listens on PATH, the socket cannot be created,\n"
+     "--status: the service is full or did not answer OK), 2 usage (also: PATH\n"
+     "exists and is not a socket, or is too long), 4 no service at PATH (--stop,\n"
+     "--status).\n"},
     {"kernels", cmd_kernels, "list the registered kernels and their parameters",
      "usage: kdart kernels\n"
      "\n"

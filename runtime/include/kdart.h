@@ -212,6 +212,16 @@ KDART_EXTERN int kdart_spec_count(const char *kernel);
 KDART_EXTERN int kdart_spec_at(const char *kernel, int index, char *buf, size_t n);
 KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n);
 
+/* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
+ * with an optional "a" or "f" suffix, sm_90 or newer (the kernels use
+ * Hopper instructions; older ones are refused with "needs sm_90 or
+ * newer"), and a target the NVRTC in use knows (nvrtcGetSupportedArchs,
+ * asked once per process).  KDART_OK, or KDART_EARCH with a one-line
+ * reason in msg (when msg is not NULL).  kdart_prepare, kdart_why,
+ * kdart_prepare_async and the compile service refuse such an arch before
+ * compiling, so nothing is recorded in the cache.  Any thread. */
+KDART_EXTERN int kdart_arch_supported(const char *arch, char *msg, size_t n);
+
 /* ----------------------------------------------------------- preparing */
 
 typedef struct kdart_prepared {
@@ -401,6 +411,7 @@ KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K
  * KDART_SERVICE_TIMEOUT (seconds, default 300) bounds the wait. */
 
 #define KDART_SERVE_NO_SIGNALS 0x1u /* do not stop on SIGTERM/SIGINT (a service run in a thread) */
+#define KDART_SERVE_IDLE_TIMEOUT_MS 10000 /* idle_timeout_ms's default */
 
 /* Called once on the service's thread when the socket accepts connections. */
 typedef void (*kdart_serve_ready_fn)(void *user, const char *socket_path);
@@ -412,6 +423,12 @@ typedef struct kdart_serve_options {
     uint32_t flags;            /* KDART_SERVE_* */
     kdart_serve_ready_fn ready;
     void *ready_user;
+    /* A connection that sends no complete request for this long after it
+     * was accepted or last answered (idle, or trickling a frame) gets an
+     * ETIMEDOUT reply and is closed, so that idle clients cannot hold every
+     * slot; one waiting for its compiles is not idle.  0: 10 s
+     * (KDART_SERVE_IDLE_TIMEOUT_MS), well under the clients' 300 s. */
+    int idle_timeout_ms;
 } kdart_serve_options;
 
 KDART_EXTERN void kdart_serve_options_init(kdart_serve_options *opts);
@@ -435,7 +452,9 @@ KDART_EXTERN int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_
 /* Asks the service at socket_path to stop and waits (up to timeout_ms;
  * <= 0: no limit) until it has finished its in-flight work and closed.
  * KDART_ENOENT: no socket there; KDART_EAGAIN: a stale socket (nobody
- * listens); KDART_ETIMEDOUT; KDART_EIO: another transport failure. */
+ * listens), or the service's own EAGAIN reply when it is full (its
+ * max_clients connections are open; kdart_service_error says which);
+ * KDART_ETIMEDOUT; KDART_EIO: another transport failure. */
 KDART_EXTERN int kdart_serve_stop_request(const char *socket_path, int timeout_ms);
 
 /* What the service answered. */
@@ -452,7 +471,10 @@ typedef struct kdart_service_result {
  * to timeout_ms (<= 0: no limit) for the reply.  The return value is the
  * transport's status (KDART_OK when a reply arrived: then out->status is
  * the service's); errors as for kdart_serve_stop_request. */
-KDART_EXTERN int kdart_service_ping(const char *socket_path, int timeout_ms); /* the reply's status */
+/* The reply's status, or the transport's: KDART_EAGAIN is then either a
+ * full service's reply or nobody listening; kdart_service_request, whose
+ * return is the transport's alone, tells them apart. */
+KDART_EXTERN int kdart_service_ping(const char *socket_path, int timeout_ms);
 KDART_EXTERN int kdart_service_prepare(const char *socket_path, const char *kernel, const char *spec,
                                        const char *arch, uint32_t flags, int timeout_ms,
                                        kdart_service_result *out);
@@ -464,6 +486,13 @@ KDART_EXTERN int kdart_service_prewarm(const char *socket_path, const char *kern
  * payload, NUL-terminated. */
 KDART_EXTERN int kdart_service_request(const char *socket_path, const char *request, char **reply,
                                        int timeout_ms);
+/* Why the calling thread's last client call (kdart_service_*,
+ * kdart_serve_stop_request) did not end in KDART_OK: the transport's own
+ * words ("cannot connect to PATH: Permission denied", "the service on PATH
+ * runs as uid 65534, not as this user (uid 1000)") or the service's reply
+ * message; "" after a success.  Never NULL; valid until the thread's next
+ * client call. */
+KDART_EXTERN const char *kdart_service_error(void);
 
 /* ------------------------------------------------- background compiles */
 
