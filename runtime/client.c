@@ -689,10 +689,13 @@ static void service_ok(kdart_rt *rt, const char *path) {
     if (atomic_exchange(&service_down, 0)) kdart__log(rt, KDART_LOG_INFO, "compile service %s answers again", path);
 }
 
-static int service_timeout_ms(void) {
-    const char *t = getenv("KDART_SERVICE_TIMEOUT");
-    double s = t && t[0] ? atof(t) : 0;
-    return s > 0 ? (int)(s * 1000 > 2e9 ? 2e9 : s * 1000) : 300 * 1000;
+/* KDART_SERVICE_TIMEOUT: whole seconds, 1 to 2000000 (the int milliseconds
+ * the transport takes); anything else is refused with a warning (the same
+ * strict reading as every numeric KDART_* variable) and 300 s is used. */
+static int service_timeout_ms(const kdart_rt *rt) {
+    int64_t s = 0;
+    if (!kdart__env_number(rt, "KDART_SERVICE_TIMEOUT", 0, 2000000, &s) || s < 1) s = 300;
+    return (int)(s * 1000);
 }
 
 int kdart__service_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, uint32_t flags,
@@ -710,7 +713,7 @@ int kdart__service_prepare(kdart_rt *rt, const char *kernel, const char *spec, c
     snprintf(cache_path, sizeof cache_path, "%s", kdart__store_path(rt->rw));
     kdart_service_result res;
     pthread_mutex_unlock(&rt->lock);
-    int rc = kdart_service_prepare(path, kernel, spec, arch, flags & KDART_PREPARE_FORCE, service_timeout_ms(), &res);
+    int rc = kdart_service_prepare(path, kernel, spec, arch, flags & KDART_PREPARE_FORCE, service_timeout_ms(rt), &res);
     pthread_mutex_lock(&rt->lock);
     if (rc != KDART_OK) {
         service_failed(rt, "compile service %s unreachable (%s: %.300s)", path, kdart_errname(rc), res.message);
