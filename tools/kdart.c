@@ -1572,9 +1572,9 @@ static const command commands[] = {
      "                  service's default target is used\n"
      "\n"
      "Exit status: 0 all entries ok (compiled ones stored), 1 some failed (or the\n"
-     "service is full), 2 usage, 4 unknown kernel or no service at SOCKET, 6 none\n"
-     "failed but compiled entries could not be stored (no writable cache: read-only\n"
-     "directory or mount, full disk, unusable file).\n"},
+     "service is full), 2 usage, 4 unknown kernel or no service at SOCKET,\n"
+     "6 none failed but compiled entries could not be stored (no writable cache:\n"
+     "read-only directory or mount, full disk, unusable file).\n"},
     {"ls", cmd_ls, "list cache entries",
      "usage: kdart ls [--kernel NAME] [--arch ARCH] [--json]\n"
      "\n"
