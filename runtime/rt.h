@@ -236,6 +236,10 @@ struct kdart_rt {
     /* Units prepared for the current device's arch, by kernel and spec:
      * what the launch path reads. */
     _Atomic(kdart__unit *) slots[KDART__NKERNELS][KDART__MAX_SPECS];
+    /* The device status word (one int) of each context that a varlen unit was
+     * bound in, allocated then under rt->lock (cuda.c); read lock-free. */
+    _Atomic(void *) status_ctx[KDART__MAX_CTX];
+    _Atomic(unsigned long long) status_ptr[KDART__MAX_CTX];
 
     /* Concurrency (prepare.c, jobs.c); zero-initialized by kdart_open's
      * calloc, set up lazily under rt->lock. */
@@ -284,6 +288,12 @@ void kdart__heartbeat_stop(kdart_rt *rt);
 /* The CUfunction of a loaded unit in the current context, resolved once. */
 int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn);
 void kdart__unit_unload(kdart_rt *rt, kdart__unit *u);
+/* The device status word of ctx (NULL if no varlen unit was bound there);
+ * lock-free.  And freeing every context's word (kdart_close). */
+int *kdart__status_word(kdart_rt *rt, void *ctx);
+void kdart__status_free(kdart_rt *rt);
+/* Copies n bytes of device memory to the host, synchronously (KDART_CHECK). */
+int kdart__copy_to_host(kdart_rt *rt, void *dst, const void *src, size_t n);
 /* Launches through the driver (grid, block, dyn smem, stream, params). */
 int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads,
                   int smem, void *stream, void *params);
