@@ -166,12 +166,12 @@ static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kda
 /* Does the caller's struct_size cover `field` of args struct type TYPE? */
 #define COVERS(a, TYPE, field) ((a)->struct_size >= offsetof(TYPE, field) + sizeof((a)->field))
 
-/* struct_size: the current struct, or an older caller's, which ends where
- * the first field added since (first_new) begins. */
+/* struct_size: the current struct, or a 0.1 caller's, which ends where the
+ * first field added since (first_new) begins. */
 static int check_struct_size(kdart_rt *rt, uint32_t have, size_t first_new, size_t full, const char *type) {
     if (have >= first_new && have <= full) return KDART_OK;
-    return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu before 0.3)", have, full, type,
-                      first_new);
+    return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu without the varlen fields)",
+                      have, full, type, first_new);
 }
 
 /* How a call's tokens split into sequences. */

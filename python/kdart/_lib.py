@@ -65,8 +65,8 @@ _PT = ctypes.POINTER(DLTensor)
 INTRA_TENSORS = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "dg_in", "db_in",
                  "dq", "dk", "dg", "db")
 DHU_TENSORS = ("qg", "kg", "w", "g", "d_o", "dv", "dht", "dh", "dv2", "dh0")
-INTRA_SEQS = ("cu_seqlens", "chunk_indices")                 # since 0.3, after the flags
-DHU_SEQS = ("cu_seqlens", "chunk_indices", "chunk_offsets")  # since 0.3, after v_tile
+INTRA_SEQS = ("cu_seqlens", "chunk_indices")                 # added in 0.2 (varlen), after the flags
+DHU_SEQS = ("cu_seqlens", "chunk_indices", "chunk_offsets")  # added in 0.2 (varlen), after v_tile
 
 
 class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args

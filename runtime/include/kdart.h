@@ -372,7 +372,7 @@ typedef struct kdart_bwd_intra_args {
     const DLTensor *db;        /* out [B,T,HV]   fp32 */
     int fold_dg;               /* dg returned reverse-cumsummed within each chunk */
     int emit_bf16;             /* dq, dk written in the io dtype (HV == H only) */
-    /* Since 0.3, read only when struct_size covers them (older callers' smaller
+    /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
      * struct_size means NULL): */
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
@@ -381,7 +381,7 @@ typedef struct kdart_bwd_intra_args {
 typedef struct kdart_bwd_dhu_args {
     uint32_t struct_size;      /* sizeof(kdart_bwd_dhu_args) */
     const DLTensor *qg, *kg, *w; /* [B,T,HV,K] io dtype */
-    const DLTensor *g;         /* [B,T,HV,K] fp32 (row 63 of each chunk is read) */
+    const DLTensor *g;         /* [B,T,HV,K] fp32 (the last valid row of each chunk is read) */
     const DLTensor *d_o;       /* [B,T,HV,V] io dtype ("do") */
     const DLTensor *dv;        /* [B,T,HV,V] io dtype */
     const DLTensor *dht;       /* [B,HV,K,V] fp32 ([N,HV,K,V] varlen), or NULL: start from zero */
@@ -392,7 +392,7 @@ typedef struct kdart_bwd_dhu_args {
     float scale;
     int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick
                                   for the device (kdart_dhu_v_tile), or 16, 32, 64 */
-    /* Since 0.3, read only when struct_size covers them (older callers' smaller
+    /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
      * struct_size means NULL): */
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: dh's NT >= it */
