@@ -130,6 +130,21 @@ static int check_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out) {
     return KDART_OK;
 }
 
+/* No output may overlap cu_seqlens either: CTAs read it while others write. */
+static int check_cu_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out, const DLTensor *cu) {
+    if (!cu) return KDART_OK;
+    uintptr_t b0 = addr(cu), b1 = b0 + nbytes(cu);
+    for (int i = first_out; i < n; i++) {
+        if (!c[i].t) continue;
+        uintptr_t a0 = addr(c[i].t), a1 = a0 + nbytes(c[i].t);
+        if (a0 < b1 && b0 < a1) return kdart__err(rt, KDART_EINVAL, "output %s overlaps cu_seqlens", c[i].name);
+    }
+    if (cu->device.device_id != c[0].t->device.device_id)
+        return kdart__err(rt, KDART_EDEVICE, "cu_seqlens is on cuda:%d, the tensors on cuda:%d", cu->device.device_id,
+                          c[0].t->device.device_id);
+    return KDART_OK;
+}
+
 /* The head dims the kernels are built for (their K template values). */
 static int check_head_dim(kdart_rt *rt, int64_t K) {
     if (K == 64 || K == 128) return KDART_OK;
@@ -335,9 +350,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     for (int i = 0; i < n; i++)
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
-    if (sq.cu && sq.cu->device.device_id != device_id)
-        return kdart__err(rt, KDART_EDEVICE, "cu_seqlens is on cuda:%d, the tensors on cuda:%d",
-                          sq.cu->device.device_id, device_id);
+    if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
     if (sq.varlen) /* the VARLEN=1 body is another branch's (issue 14) */
         return kdart__err(rt, KDART_EUNSUPPORTED,
                           "bwd_intra varlen: not in this build (cu_seqlens or T %% 64 != 0; T=%lld)", (long long)T);
@@ -424,9 +437,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     }
     if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
-    if (sq.cu && sq.cu->device.device_id != device_id)
-        return kdart__err(rt, KDART_EDEVICE, "cu_seqlens is on cuda:%d, the tensors on cuda:%d",
-                          sq.cu->device.device_id, device_id);
+    if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
 
     int bv = a->v_tile;

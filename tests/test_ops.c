@@ -335,6 +335,10 @@ START_TEST(dhu_varlen_validation) {
     mk_idx(&cu, 64, 1, NSEQ + 1);
     cu.t.byte_offset = 4;
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EALIGN, "cu_seqlens");
+    /* an output over cu_seqlens */
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    cu.t.data = s.dv2.t.data;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "output dv2 overlaps cu_seqlens");
     /* B != 1 */
     dhu_make_v(&s, kDLBfloat, 2, TT, NSEQ, NTV);
     mk_idx(&cu, 32, 1, NSEQ + 1);
