@@ -11,14 +11,26 @@
  *     dH          = exp2(g[t0+63,:]) (.) dH + scale * (qg^T do) - w^T IO(dv2)
  *   dh0 = dH (fp32) when p.dh0 != NULL.
  *
+ * VARLEN = 1 (the registry's varlen parameter): sequences of any length,
+ * packed along T by cu_seqlens (B = 1), or the B rows of T tokens when
+ * cu_seqlens is NULL (T % 64 != 0).  The CTA (n, hv, V tile) scans sequence
+ * n's ceil(T_n/64) chunks in reverse; the last one may be partial: its rows
+ * past the end are zero-filled in shared memory (cp.async with src-size 0),
+ * so they add nothing to qg^T do, kg.dH or w^T dv2, its decay is g at its
+ * last valid row, and only its valid rows of dv2 are stored.  Checkpoints go
+ * to dh row chunk_offsets[n] + c, chunk_offsets derived on the device (see
+ * varlen_locate: every CTA validates cu_seqlens first and, when it is bad,
+ * writes nothing).  A zero-length sequence writes only dh0 = dht (or 0).
+ *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
- *   kernel   : kdart_bwd_dhu<IO, K, BV>, IO in {kdart::bf16, kdart::fp16},
- *              K in {64, 128}, BV (V tile width) in {16, 32, 64}
+ *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN>, IO in {kdart::bf16, kdart::fp16},
+ *              K in {64, 128}, BV (V tile width) in {16, 32, 64}, VARLEN in {false, true}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (V / BV, B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
+ *              (VARLEN: (V / BV, N * HV, 1), blockIdx.y = n * HV + hv)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
- *   requires : T % 64 == 0, V % BV == 0, 16-byte aligned tensor base pointers.
+ *   requires : T % 64 == 0 (VARLEN = 0), V % BV == 0, 16-byte aligned tensor base pointers.
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime
  *   takes the widest BV whose grid still covers 7/8 of the SMs).
@@ -162,6 +174,13 @@ __device__ __forceinline__ unsigned smem_u32_fresh(const void *p) {
 }
 __device__ __forceinline__ void cp_async16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+/* the same with zero fill: when !valid nothing is read (src-size 0: src is not
+ * accessed, as CUTLASS's predicated zfill copies rely on) and the 16 bytes at
+ * dst become zero */
+__device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -328,10 +347,70 @@ __device__ __forceinline__ void gemm_kt_v(float (&c)[MT][NB * 4], unsigned tA, c
     }
 }
 
+/* cu_seqlens[i], int32 or int64, as a 64-bit value */
+__device__ __forceinline__ long long cu_at(const void *cu, int is64, int i) {
+    return is64 ? static_cast<const long long *>(cu)[i] : (long long)static_cast<const int *>(cu)[i];
+}
+/* Where sequence n of a VARLEN launch is: its first tensor row bos, its length
+ * len and its first dh row co.  With cu_seqlens, every CTA checks all of it in
+ * one block-wide pass (cu[0] == 0, non-decreasing, cu[N] <= T, at most NT chunks
+ * in all: chunk_offsets[n] is the prefix of the same pass), and on a bad array
+ * the CTA of linear id 0 ORs the KDART_DEVERR_* bits into *status and every CTA
+ * returns false, before any store.  A value is used as an index only after the
+ * whole array passed; a length beyond T adds no chunks (it is flagged anyway:
+ * with cu[0] == 0, order and cu[N] <= T no length exceeds T), so no sum
+ * overflows.  All threads of the CTA must call it; scratch is 20 * NTHR / 32
+ * bytes of shared memory. */
+template <int NTHR>
+__device__ __forceinline__ bool varlen_locate(const void *cu, int is64, int N, int T, int NT, int *status, int n,
+                                              long long &bos, int &len, long long &co, unsigned char *scratch) {
+    if (cu == nullptr) {
+        bos = (long long)n * T;
+        len = T;
+        co = (long long)n * NT;
+        return true;
+    }
+    /* the warps' partial sums, in shared memory the caller does not touch until
+     * after its next barrier */
+    long long (*red)[NTHR / 32] = reinterpret_cast<long long (*)[NTHR / 32]>(scratch);
+    int *redbad = reinterpret_cast<int *>(scratch + 2 * (NTHR / 32) * sizeof(long long));
+    int bad = 0;
+    long long before = 0, total = 0;
+    for (int i = threadIdx.x; i < N; i += NTHR) {
+        const long long a = cu_at(cu, is64, i), b = cu_at(cu, is64, i + 1);
+        if (b < a || (i == 0 && a != 0)) bad |= KDART_DEVERR_CU_ORDER;
+        if (i == N - 1 && b > T) bad |= KDART_DEVERR_CU_RANGE;
+        const long long nc = (b >= a && b - a <= T) ? (b - a + KDART_CHUNK - 1) / KDART_CHUNK : 0;
+        total += nc;
+        if (i < n) before += nc;
+    }
+    bad = __reduce_or_sync(0xffffffffu, bad);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        before += __shfl_xor_sync(0xffffffffu, before, o);
+        total += __shfl_xor_sync(0xffffffffu, total, o);
+    }
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[0][warp] = before, red[1][warp] = total, redbad[warp] = bad;
+    __syncthreads();
+    before = 0, total = 0, bad = 0;
+#pragma unroll
+    for (int w = 0; w < NTHR / 32; ++w) before += red[0][w], total += red[1][w], bad |= redbad[w];
+    if (total > NT) bad |= KDART_DEVERR_CHUNKS;
+    if (bad) {
+        if (status != nullptr && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) atomicOr(status, bad);
+        return false;
+    }
+    bos = cu_at(cu, is64, n);
+    len = (int)(cu_at(cu, is64, n + 1) - bos);
+    co = before;
+    return true;
+}
+
 } /* namespace dhu */
 } /* namespace kdart */
 
-template <typename IO, int K, int BV>
+template <typename IO, int K, int BV, bool VARLEN>
 __global__ void __launch_bounds__(BwdDhuTraits<K, BV>::kThreads, BwdDhuTraits<K, BV>::kMinBlocks)
 kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
@@ -362,17 +441,36 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     const int lm = lane >> 3, lr = lane & 7;      /* ldmatrix: matrix index / row within it */
 
     const int HV = p.HV, V = p.V, T = p.T;
-    const int NT = T / Tr::kBT;
+    int NT = T / Tr::kBT;   /* chunks of the scan (VARLEN: of sequence b, set below) */
     const int bh = blockIdx.y;
-    const int b = bh / HV, hv = bh - b * HV;
+    const int b = bh / HV, hv = bh - b * HV;   /* VARLEN: b is the sequence n */
     const int v0 = blockIdx.x * BV;
+    /* VARLEN: sequence b's first tensor row, length and first dh row */
+    long long bos = 0, co = 0;
+    int len = 0;
+    if constexpr (VARLEN) {
+        /* scratch: the last stage, first written after the chunk loop's first barrier */
+        if (!varlen_locate<Tr::kThreads>(p.cu_seqlens, p.cu_is64, p.N, T, p.NT, p.status, b, bos, len, co,
+                                         smem + (NS - 1) * Tr::kStageBytes))
+            return;
+        if (len == 0) {   /* zero-length sequence: dh0 = dht (or 0), nothing else */
+            if (p.dh0 != nullptr)
+                for (int e = tid; e < K * BV; e += Tr::kThreads) {
+                    const size_t o = (size_t)bh * K * V + (size_t)(e / BV) * V + v0 + e % BV;
+                    p.dh0[o] = p.dht != nullptr ? p.dht[o] : 0.f;
+                }
+            return;
+        }
+    }
+    if constexpr (VARLEN) NT = (len + Tr::kBT - 1) / Tr::kBT;   /* the last one has nvalid(NT - 1) rows */
+    auto nvalid = [&](int c) { return VARLEN ? min(Tr::kBT, len - c * Tr::kBT) : Tr::kBT; };
     /* this warp's dH rows: slab mt is rows 64 mt + 16 warp + [0, 16) */
     auto drow = [&](int mt) { return 64 * mt + 16 * warp; };
 
     const size_t rowK = (size_t)HV * K;           /* element stride between t and t+1 */
     const size_t rowV = (size_t)HV * V;
-    const size_t baseK = ((size_t)b * T * HV + hv) * K;   /* (b, t=0, hv, 0) */
-    const size_t baseV = ((size_t)b * T * HV + hv) * V;
+    const size_t baseK = VARLEN ? ((size_t)bos * HV + hv) * K : ((size_t)b * T * HV + hv) * K;   /* (b, t=0, hv, 0) */
+    const size_t baseV = VARLEN ? ((size_t)bos * HV + hv) * V : ((size_t)b * T * HV + hv) * V;
     const IO *qg = static_cast<const IO *>(p.qg) + baseK;
     const IO *kg = static_cast<const IO *>(p.kg) + baseK;
     const IO *wp = static_cast<const IO *>(p.w) + baseK;
@@ -387,7 +485,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     static_assert(Tr::kBT % RPJ_K == 0 && Tr::kBT % RPJ_V == 0 && K / 4 <= Tr::kThreads, "load split");
     const int rK0 = tid / CPR, cK = tid % CPR;
     const int rV0 = tid / UV, cV = tid % UV;
-    auto load_stage = [&](int c, int s) {
+    /* VARLEN: rows from nv on are zero-filled, never read; only the prologue's
+     * first chunk (the sequence's last) can be partial, so the loop's copies
+     * pass nv = 64 and compile to the unmasked form */
+    auto load_stage = [&](int c, int s, int nv) {
         const unsigned st = sbase + s * Tr::kStageBytes;
         const size_t t0 = (size_t)c * Tr::kBT;
         {
@@ -397,9 +498,16 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 #pragma unroll
             for (int j = 0; j < Tr::kBT / RPJ_K; ++j) {
                 const unsigned so = Tr::offK(rK0 + j * RPJ_K, cK);
-                cp_async16(st + Tr::kOffKg + so, pk);
-                cp_async16(st + Tr::kOffQg + so, pq);
-                cp_async16(st + Tr::kOffW + so, pw);
+                if (VARLEN && nv < Tr::kBT) {
+                    const bool ok = rK0 + j * RPJ_K < nv;
+                    cp_async16_zfill(st + Tr::kOffKg + so, pk, ok);
+                    cp_async16_zfill(st + Tr::kOffQg + so, pq, ok);
+                    cp_async16_zfill(st + Tr::kOffW + so, pw, ok);
+                } else {
+                    cp_async16(st + Tr::kOffKg + so, pk);
+                    cp_async16(st + Tr::kOffQg + so, pq);
+                    cp_async16(st + Tr::kOffW + so, pw);
+                }
                 pk += step; pq += step; pw += step;
             }
         }
@@ -411,13 +519,19 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             for (int j = 0; j < Tr::kBT / RPJ_V; ++j) {
                 const int r = rV0 + j * RPJ_V;
                 const unsigned so = (unsigned)(r * UV + Tr::swzV(r, cV)) * 16u;
-                cp_async16(st + Tr::kOffDo + so, po);
-                cp_async16(st + Tr::kOffDv + so, pv);
+                if (VARLEN && nv < Tr::kBT) {
+                    const bool ok = r < nv;
+                    cp_async16_zfill(st + Tr::kOffDo + so, po, ok);
+                    cp_async16_zfill(st + Tr::kOffDv + so, pv, ok);
+                } else {
+                    cp_async16(st + Tr::kOffDo + so, po);
+                    cp_async16(st + Tr::kOffDv + so, pv);
+                }
                 po += step; pv += step;
             }
         }
-        if (tid < K / 4)
-            cp_async16(st + Tr::kOffG + tid * 16, gp + (t0 + Tr::kBT - 1) * rowK + tid * 4);
+        if (tid < K / 4)   /* the decay row: the chunk's last valid row */
+            cp_async16(st + Tr::kOffG + tid * 16, gp + (t0 + nv - 1) * rowK + tid * 4);
     };
 
     /* dH accumulators: acc[mt][4n + 0..1] = (d = drow(mt)+gq,   v = 8n+2tq, +1)
@@ -470,17 +584,18 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     const unsigned long long dV0 = desc(Tr::kTileV, VROW8, Tr::kSwzV);
 
     const size_t ckStep = (size_t)HV * K * V;     /* one chunk of dh for fixed (b, hv) */
-    IO *dhbase = static_cast<IO *>(p.dh) + ((size_t)b * NT * HV + hv) * K * V + v0;
+    IO *dhbase = static_cast<IO *>(p.dh) + (VARLEN ? ((size_t)co * HV + hv) : ((size_t)b * NT * HV + hv)) * K * V + v0;
     IO *dv2base = static_cast<IO *>(p.dv2) + baseV + v0;
 
     /* this warp's 16 rows of dv2 from the stage to global memory */
     auto store_dv2 = [&](int c, unsigned st) {
         IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
         constexpr int UNITS = 16 * UV;
+        const int nvw = nvalid(c) - 16 * warp;   /* VARLEN: this warp's valid rows */
 #pragma unroll
         for (int j = 0; j < (UNITS + 31) / 32; ++j) {
             const int q = 32 * j + lane;
-            if (UNITS % 32 == 0 || q < UNITS) {
+            if ((UNITS % 32 == 0 || q < UNITS) && (!VARLEN || q / UV < nvw)) {
                 const int row = q / UV, u = q % UV;
                 unsigned r[4];
                 lds128(st + Tr::kOffDv + offV(16 * warp + row, u), r);
@@ -521,9 +636,9 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     /* the swizzles assume 1024-byte aligned stages; the dynamic window is declared
      * __align__(1024), so this only catches a toolchain that does not honour it */
     if ((sbase & 1023u) != 0) __trap();
-    load_stage(NT - 1, 0);
+    load_stage(NT - 1, 0, nvalid(NT - 1));
     cp_async_commit();
-    if (NT >= 2) load_stage(NT - 2, 1);
+    if (NT >= 2) load_stage(NT - 2, 1, Tr::kBT);
     cp_async_commit();
     write_h(NT - 1, sbase + Tr::kOffH);
 
@@ -531,7 +646,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
      * group at the tail keeps the count uniform); where in the chunk they are
      * issued depends on the GEMM path and the tile (kLate, kWgLateLoad) */
     auto load_next = [&](int c, int sl) {
-        if (c >= NS - 1) load_stage(c - (NS - 1), sl);
+        if (c >= NS - 1) load_stage(c - (NS - 1), sl, Tr::kBT);
         cp_async_commit();
     };
     int s = 0, sl = NS - 1;        /* stage of chunk c, stage that chunk c-(NS-1) goes to */

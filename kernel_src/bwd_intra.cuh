@@ -10,7 +10,7 @@
  *   dg = dg_in + q*Aq + (beta*Ak - Ct)*k      (suffix-summed per chunk if FOLD_DG)
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see BwdIntraTraits below):
- *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K>, IO in {kdart::bf16,
+ *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN>, IO in {kdart::bf16,
  *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params.
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for both K.
@@ -247,7 +247,11 @@ __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;
 } /* namespace intra */
 } /* namespace kdart */
 
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K>
+/* VARLEN (the registry's varlen parameter, last): the packed variable-length /
+ * partial-chunk form of issue 14.  Its body is not in this build: the runtime
+ * refuses varlen bwd_intra launches (KDART_EUNSUPPORTED) and the VARLEN=1
+ * instance compiles the fixed-length body. */
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN>
 __global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const kdart_bwd_intra_params p) {
     using Tr = BwdIntraTraits<K>;

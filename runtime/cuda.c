@@ -159,6 +159,77 @@ static int unit_load(kdart_rt *rt, kdart__unit *u) {
     return KDART_OK;
 }
 
+/* The status word of ctx, allocated and zeroed on the first call for ctx.
+ * Under lock (unit_bind, when a varlen unit is bound: never on the launch
+ * path once the specialization is prepared in the context). */
+static int status_alloc(kdart_rt *rt, void *ctx) {
+    int slot = -1;
+    for (int i = 0; i < KDART__MAX_CTX; i++) {
+        void *c = atomic_load(&rt->status_ctx[i]);
+        if (c == ctx) return KDART_OK;
+        if (!c && slot < 0) slot = i;
+    }
+    if (slot < 0) return kdart__err(rt, KDART_EUNSUPPORTED, "more than %d CUDA contexts use kdart", KDART__MAX_CTX);
+    CUdeviceptr p;
+    CUresult r = cuda_table.cuMemAlloc_v2(&p, sizeof(int));
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuMemAlloc (device status word)", r);
+    const int zero = 0;
+    if ((r = cuda_table.cuMemcpyHtoD_v2(p, &zero, sizeof zero)) != CUDA_SUCCESS) {
+        cuda_table.cuMemFree_v2(p);
+        return cuda_fail(rt, "cuMemcpyHtoD (device status word)", r);
+    }
+    atomic_store(&rt->status_ptr[slot], (unsigned long long)p);
+    atomic_store(&rt->status_ctx[slot], ctx);
+    return KDART_OK;
+}
+
+int *kdart__status_word(kdart_rt *rt, void *ctx) {
+    for (int i = 0; i < KDART__MAX_CTX; i++) {
+        void *c = atomic_load_explicit(&rt->status_ctx[i], memory_order_acquire);
+        if (c == ctx) return (int *)(uintptr_t)atomic_load_explicit(&rt->status_ptr[i], memory_order_relaxed);
+        if (!c) break;
+    }
+    return NULL;
+}
+
+void kdart__status_free(kdart_rt *rt) {
+    for (int i = 0; i < KDART__MAX_CTX; i++) {
+        unsigned long long p = atomic_load(&rt->status_ptr[i]);
+        /* a context already destroyed took its memory with it: the error is moot */
+        if (p && cuda_status == KDART_OK) cuda_table.cuMemFree_v2((CUdeviceptr)p);
+        atomic_store(&rt->status_ptr[i], 0ull);
+        atomic_store(&rt->status_ctx[i], NULL);
+    }
+}
+
+int kdart__copy_to_host(kdart_rt *rt, void *dst, const void *src, size_t n) {
+    const kdart__cuda *cu;
+    int rc = kdart__cuda_get(rt, &cu);
+    if (rc) return rc;
+    CUresult r = cu->cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, n);
+    return r == CUDA_SUCCESS ? KDART_OK : cuda_fail(rt, "cuMemcpyDtoH", r);
+}
+
+int kdart_device_status(kdart_rt *rt, int *bits, int clear) {
+    KDART__CHECK_RT(rt);
+    if (!bits) return kdart__err(rt, KDART_ENULL, "bits must not be NULL");
+    void *ctx;
+    int rc = kdart__cuda_context(rt, &ctx, NULL);
+    if (rc) return rc;
+    CUresult r = cuda_table.cuCtxSynchronize();
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuCtxSynchronize", r);
+    int *w = kdart__status_word(rt, ctx), v = 0;
+    if (w) {
+        if ((r = cuda_table.cuMemcpyDtoH_v2(&v, (CUdeviceptr)(uintptr_t)w, sizeof v)) != CUDA_SUCCESS)
+            return cuda_fail(rt, "cuMemcpyDtoH (device status word)", r);
+        const int zero = 0;
+        if (clear && v && (r = cuda_table.cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)w, &zero, sizeof zero)) != CUDA_SUCCESS)
+            return cuda_fail(rt, "cuMemcpyHtoD (device status word)", r);
+    }
+    *bits = v;
+    return KDART_OK;
+}
+
 /* Resolves the unit's function in ctx, sets its shared memory limit and
  * checks that the launch shape fits.  Under lock. */
 static int unit_bind(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn_out) {
@@ -187,6 +258,7 @@ static int unit_bind(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn_out) {
     if (max_threads < u->threads)
         return kdart__err(rt, KDART_ECUDA, "kernel %s allows %d threads per block, launch needs %d", u->lowered,
                           max_threads, u->threads);
+    if (kdart__spec_is_varlen(u->kernel, u->spec) && (rc = status_alloc(rt, ctx)) != KDART_OK) return rc;
     /* Publish fn before ctx: a lock-free reader that sees the context is
      * then guaranteed to see its function. */
     atomic_store(&u->fn[slot], (void *)f);

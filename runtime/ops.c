@@ -8,13 +8,21 @@
  * when anything is wrong.  The checks are plain integer compares over at
  * most 14 descriptors: well under a microsecond.
  *
+ * Variable-length batches (cu_seqlens) and fixed-length ones with T % 64 != 0
+ * go to the varlen=1 specializations; only shapes and dtypes are checked on
+ * the host (cu_seqlens is never read here unless KDART_CHECK asks for it):
+ * the kernels validate cu_seqlens themselves and report through the
+ * context's device status word (cuda.c, kdart_device_status).
+ *
  * The launch path allocates nothing and synchronizes nothing: it reads the
  * prepared unit of the specialization through an atomic slot (preparing
  * it on first use), finds the function of the current context, fills the
  * params struct on the stack and calls cuLaunchKernel.  It can therefore
  * be captured in a CUDA graph once the specialization is prepared.
  */
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_api.h"
@@ -122,6 +130,21 @@ static int check_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out) {
     return KDART_OK;
 }
 
+/* No output may overlap cu_seqlens either: CTAs read it while others write. */
+static int check_cu_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out, const DLTensor *cu) {
+    if (!cu) return KDART_OK;
+    uintptr_t b0 = addr(cu), b1 = b0 + nbytes(cu);
+    for (int i = first_out; i < n; i++) {
+        if (!c[i].t) continue;
+        uintptr_t a0 = addr(c[i].t), a1 = a0 + nbytes(c[i].t);
+        if (a0 < b1 && b0 < a1) return kdart__err(rt, KDART_EINVAL, "output %s overlaps cu_seqlens", c[i].name);
+    }
+    if (cu->device.device_id != c[0].t->device.device_id)
+        return kdart__err(rt, KDART_EDEVICE, "cu_seqlens is on cuda:%d, the tensors on cuda:%d", cu->device.device_id,
+                          c[0].t->device.device_id);
+    return KDART_OK;
+}
+
 /* The head dims the kernels are built for (their K template values). */
 static int check_head_dim(kdart_rt *rt, int64_t K) {
     if (K == 64 || K == 128) return KDART_OK;
@@ -130,7 +153,8 @@ static int check_head_dim(kdart_rt *rt, int64_t K) {
 
 /* Checks that the current context is on the tensors' device (device_id
  * < 0: any), and returns the launchable function of the specialization. */
-static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kdart__unit **unit, void **fn) {
+static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kdart__unit **unit, void **fn,
+                   int **status) {
     void *ctx;
     char arch[16];
     int dev;
@@ -148,40 +172,169 @@ static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kda
     rc = kdart__unit_function(rt, u, ctx, fn);
     if (rc) return rc;
     *unit = u;
+    if (status) *status = kdart__status_word(rt, ctx); /* allocated when the varlen unit was bound in ctx */
     return KDART_OK;
+}
+
+/* ------------------------------------------------------------ sequences */
+
+/* Does the caller's struct_size cover `field` of args struct type TYPE? */
+#define COVERS(a, TYPE, field) ((a)->struct_size >= offsetof(TYPE, field) + sizeof((a)->field))
+
+/* struct_size: the current struct, or a 0.1 caller's, which ends where the
+ * first field added since (first_new) begins. */
+static int check_struct_size(kdart_rt *rt, uint32_t have, size_t first_new, size_t full, const char *type) {
+    if (have >= first_new && have <= full) return KDART_OK;
+    return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu without the varlen fields)",
+                      have, full, type, first_new);
+}
+
+/* How a call's tokens split into sequences. */
+typedef struct seqs {
+    const DLTensor *cu; /* cu_seqlens, or NULL: B rows of T tokens */
+    int64_t N;          /* sequences */
+    int is64;           /* cu_seqlens is int64 */
+    int64_t ci_rows;    /* rows of chunk_indices, -1 when not given */
+    int varlen;         /* the varlen=1 specialization (cu_seqlens, or T % 64 != 0) */
+} seqs;
+
+static int int_bits(const DLTensor *t) {
+    return t->dtype.code == kDLInt && t->dtype.lanes == 1 && (t->dtype.bits == 32 || t->dtype.bits == 64)
+               ? t->dtype.bits : 0;
+}
+
+/* cu_seqlens and fla's optional index tensors (chunk_offsets: NULL for
+ * bwd_intra, which fla does not pass it): shapes and dtypes only, on the
+ * host; nothing here reads device memory. */
+static int check_seqs(kdart_rt *rt, const DLTensor *cu, const DLTensor *ci, const DLTensor *co, int64_t B, int64_t T,
+                      seqs *s) {
+    memset(s, 0, sizeof *s);
+    s->N = B;
+    s->ci_rows = -1;
+    s->varlen = T % KDART_CHUNK != 0;
+    if (!cu) {
+        if (ci || co)
+            return kdart__err(rt, KDART_EINVAL, "%s given without cu_seqlens", ci ? "chunk_indices" : "chunk_offsets");
+        return KDART_OK;
+    }
+    s->cu = cu;
+    s->varlen = 1;
+    if (!cu->data) return kdart__err(rt, KDART_ENULL, "cu_seqlens has NULL data");
+    if (cu->device.device_type != kDLCUDA)
+        return kdart__err(rt, KDART_EDEVICE,
+                          "cu_seqlens is not in CUDA device memory (device_type %d): the kernels read it on the device",
+                          (int)cu->device.device_type);
+    int bits = int_bits(cu);
+    if (!bits)
+        return kdart__err(rt, KDART_EDTYPE, "cu_seqlens has dtype code %d bits %d; expected int32 or int64",
+                          (int)cu->dtype.code, (int)cu->dtype.bits);
+    if (cu->ndim != 1 || !cu->shape)
+        return kdart__err(rt, KDART_ESHAPE, "cu_seqlens has %d dims; expected 1 ([N+1])", cu->ndim);
+    if (cu->shape[0] < 2 || cu->shape[0] - 1 > INT32_MAX)
+        return kdart__err(rt, KDART_ESHAPE, "cu_seqlens has %lld entries; expected N+1 with 1 <= N <= 2^31-1",
+                          (long long)cu->shape[0]);
+    if (cu->strides && cu->shape[0] != 1 && cu->strides[0] != 1)
+        return kdart__err(rt, KDART_ESTRIDE, "cu_seqlens is not contiguous (stride %lld)", (long long)cu->strides[0]);
+    if (addr(cu) % (uintptr_t)(bits / 8) != 0)
+        return kdart__err(rt, KDART_EALIGN, "cu_seqlens data is not %d-byte aligned (address %#llx)", bits / 8,
+                          (unsigned long long)addr(cu));
+    if (B != 1)
+        return kdart__err(rt, KDART_ESHAPE, "cu_seqlens needs B == 1 (sequences packed along T), got B=%lld",
+                          (long long)B);
+    s->N = cu->shape[0] - 1;
+    s->is64 = bits == 64;
+    const DLTensor *idx[2] = {ci, co};
+    const char *names[2] = {"chunk_indices", "chunk_offsets"};
+    for (int i = 0; i < 2; i++) {
+        const DLTensor *t = idx[i];
+        if (!t) continue;
+        if (int_bits(t) != bits)
+            return kdart__err(rt, KDART_EDTYPE, "%s has dtype code %d bits %d; expected int%d (as cu_seqlens)", names[i],
+                              (int)t->dtype.code, (int)t->dtype.bits, bits);
+        int ok = i == 0 ? t->ndim == 2 && t->shape && t->shape[1] == 2 : t->ndim == 1 && t->shape && t->shape[0] == s->N + 1;
+        if (!ok) {
+            char sb[96] = "[]";
+            if (t->shape) shape_str(t, sb, sizeof sb);
+            return kdart__err(rt, KDART_ESHAPE, "%s has shape %s; expected %s", names[i], sb,
+                              i == 0 ? "[NT,2]" : "[N+1] (as cu_seqlens)");
+        }
+    }
+    if (ci) s->ci_rows = ci->shape[0];
+    return KDART_OK;
+}
+
+/* KDART_CHECK (debugging only, never capturable): cu_seqlens copied to the
+ * host synchronously and checked as the kernels would, before anything is
+ * launched.  max_chunks: the most chunks the call has room for. */
+static int host_check(kdart_rt *rt, const seqs *s, int64_t T, int64_t max_chunks) {
+    if (!(rt->flags & KDART_OPEN_CHECK) || !s->cu) return KDART_OK;
+    size_t n = (size_t)s->N + 1, w = s->is64 ? 8 : 4;
+    void *h = malloc(n * w);
+    if (!h) return kdart__err(rt, KDART_ENOMEM, "KDART_CHECK: no memory for cu_seqlens (%zu entries)", n);
+    int rc = kdart__copy_to_host(rt, h, (const void *)addr(s->cu), n * w);
+    int64_t prev = 0, chunks = 0;
+    for (size_t i = 0; rc == KDART_OK && i < n; i++) {
+        int64_t v = s->is64 ? ((const int64_t *)h)[i] : ((const int32_t *)h)[i];
+        if (i == 0 && v != 0)
+            rc = kdart__err(rt, KDART_EINVAL, "KDART_CHECK: cu_seqlens[0] is %lld, expected 0", (long long)v);
+        else if (v < prev)
+            rc = kdart__err(rt, KDART_EINVAL, "KDART_CHECK: cu_seqlens decreases: cu[%zu] = %lld < cu[%zu] = %lld", i,
+                            (long long)v, i - 1, (long long)prev);
+        else if (i == n - 1 && v > T)
+            rc = kdart__err(rt, KDART_EINVAL, "KDART_CHECK: cu_seqlens[N] = %lld exceeds the tensors' T = %lld",
+                            (long long)v, (long long)T);
+        if (i) chunks += (v - prev + KDART_CHUNK - 1) / KDART_CHUNK;
+        prev = v;
+    }
+    if (rc == KDART_OK && chunks > max_chunks)
+        rc = kdart__err(rt, KDART_EINVAL, "KDART_CHECK: cu_seqlens makes %lld chunks; dh has %lld rows",
+                        (long long)chunks, (long long)max_chunks);
+    if (rc == KDART_OK && s->ci_rows >= 0 && s->ci_rows != chunks)
+        rc = kdart__err(rt, KDART_EINVAL, "KDART_CHECK: chunk_indices has %lld rows; cu_seqlens makes %lld chunks",
+                        (long long)s->ci_rows, (long long)chunks);
+    free(h);
+    return rc;
 }
 
 int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *stream) {
     KDART__CHECK_RT(rt);
     if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
-    if (a->struct_size != sizeof *a)
-        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (kdart_bwd_intra_args)",
-                          a->struct_size, sizeof *a);
+    int rc;
+    if ((rc = check_struct_size(rt, a->struct_size, offsetof(kdart_bwd_intra_args, cu_seqlens), sizeof *a,
+                                "kdart_bwd_intra_args")) != KDART_OK)
+        return rc;
     if (!a->q || !a->q->shape || a->q->ndim != 4 || !a->g || !a->g->shape || a->g->ndim != 4)
         return kdart__err(rt, !a->q ? KDART_ENULL : !a->g ? KDART_ENULL : KDART_ESHAPE,
                           "q must be [B,T,H,K] and g [B,T,HV,K]");
     const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
     const int64_t HV = a->g->shape[2];
-    int rc, io = dtype_of(a->q);
+    int io = dtype_of(a->q);
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "q is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
     if (B < 1 || T < 1 || H < 1 || HV < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
                           (long long)T, (long long)H, (long long)HV);
-    if (T % KDART_CHUNK != 0)
-        return kdart__err(rt, KDART_EUNSUPPORTED,
-                          "T=%lld is not a multiple of 64 (partial chunks and varlen are not supported yet)",
-                          (long long)T);
+    seqs sq;
+    if ((rc = check_seqs(rt, COVERS(a, kdart_bwd_intra_args, cu_seqlens) ? a->cu_seqlens : NULL,
+                         COVERS(a, kdart_bwd_intra_args, chunk_indices) ? a->chunk_indices : NULL, NULL, B, T,
+                         &sq)) != KDART_OK)
+        return rc;
     if (HV % H != 0)
         return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from g) is not a multiple of H=%lld (from q)",
                           (long long)HV, (long long)H);
     if (a->emit_bf16 && HV != H)
         return kdart__err(rt, KDART_EUNSUPPORTED,
                           "emit_bf16 needs HV == H (grouped value heads are summed in fp32 by the caller)");
-    if (B * T * HV * K > INT32_MAX || B * HV > 65535)
+    /* varlen=1 indexes with 64-bit offsets; its grid is (chunks, HV) */
+    const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
+    const int64_t grid_x = !sq.varlen ? T / KDART_CHUNK : sq.cu ? T / KDART_CHUNK + sq.N : B * NTC;
+    if (!sq.varlen && (B * T * HV * K > INT32_MAX || B * HV > 65535))
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for 32-bit indexing (B*T*HV*K=%lld)",
                           (long long)(B * T * HV * K));
+    if (sq.varlen && (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
+                          (long long)HV, (long long)grid_x);
     int odt = a->emit_bf16 ? -1 : 32;
     tcheck c[] = {
         {"q", a->q, -1, 4, {B, T, H, K}},           {"k", a->k, -1, 4, {B, T, H, K}},
@@ -197,58 +350,85 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     for (int i = 0; i < n; i++)
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
+    if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
+    if (sq.varlen) /* the VARLEN=1 body is another branch's (issue 14) */
+        return kdart__err(rt, KDART_EUNSUPPORTED,
+                          "bwd_intra varlen: not in this build (cu_seqlens or T %% 64 != 0; T=%lld)", (long long)T);
+    if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
-    int vals[4] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, K == 64 ? 0 : 1};
+    int vals[5] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, K == 64 ? 0 : 1, sq.varlen};
     kdart__unit *u;
     void *fn;
-    if ((rc = resolve(rt, KDART__K_BWD_INTRA, vals, device_id, &u, &fn)) != KDART_OK) return rc;
+    int *status = NULL;
+    if ((rc = resolve(rt, KDART__K_BWD_INTRA, vals, device_id, &u, &fn, &status)) != KDART_OK) return rc;
     kdart_bwd_intra_params p = {
         (const void *)addr(a->q),      (const void *)addr(a->k),      (const float *)addr(a->g),
         (const void *)addr(a->beta),   (const float *)addr(a->dAqk),  (const float *)addr(a->dAkk),
         (const float *)addr(a->dq_in), (const float *)addr(a->dk_in), (const float *)addr(a->dg_in),
         (const float *)addr(a->db_in), (void *)addr(a->dq),           (void *)addr(a->dk),
         (float *)addr(a->dg),          (float *)addr(a->db),          (int)B, (int)T, (int)H, (int)HV,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)sq.N, (int)grid_x, sq.is64,
     };
-    return kdart__launch(rt, fn, (unsigned)(T / KDART_CHUNK), (unsigned)(B * HV), 1, u->threads, u->smem, stream,
-                         &p);
+    return kdart__launch(rt, fn, (unsigned)grid_x, (unsigned)(sq.varlen ? HV : B * HV), 1, u->threads, u->smem,
+                         stream, &p);
 }
 
 int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     KDART__CHECK_RT(rt);
     if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
-    if (a->struct_size != sizeof *a)
-        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (kdart_bwd_dhu_args)",
-                          a->struct_size, sizeof *a);
+    int rc;
+    if ((rc = check_struct_size(rt, a->struct_size, offsetof(kdart_bwd_dhu_args, cu_seqlens), sizeof *a,
+                                "kdart_bwd_dhu_args")) != KDART_OK)
+        return rc;
     if (!a->qg || !a->qg->shape || a->qg->ndim != 4 || !a->d_o || !a->d_o->shape || a->d_o->ndim != 4)
         return kdart__err(rt, !a->qg || !a->d_o ? KDART_ENULL : KDART_ESHAPE,
                           "qg must be [B,T,HV,K] and do [B,T,HV,V]");
     const int64_t B = a->qg->shape[0], T = a->qg->shape[1], HV = a->qg->shape[2], K = a->qg->shape[3];
     const int64_t V = a->d_o->shape[3];
-    int rc, io = dtype_of(a->qg);
+    int io = dtype_of(a->qg);
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "qg is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
     if (B < 1 || T < 1 || HV < 1 || V < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
                           (long long)T, (long long)HV, (long long)V);
-    if (T % KDART_CHUNK != 0)
-        return kdart__err(rt, KDART_EUNSUPPORTED,
-                          "T=%lld is not a multiple of 64 (partial chunks and varlen are not supported yet)",
-                          (long long)T);
+    seqs sq;
+    if ((rc = check_seqs(rt, COVERS(a, kdart_bwd_dhu_args, cu_seqlens) ? a->cu_seqlens : NULL,
+                         COVERS(a, kdart_bwd_dhu_args, chunk_indices) ? a->chunk_indices : NULL,
+                         COVERS(a, kdart_bwd_dhu_args, chunk_offsets) ? a->chunk_offsets : NULL, B, T, &sq)) !=
+        KDART_OK)
+        return rc;
     if (V % 64 != 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "V=%lld is not a multiple of 64", (long long)V);
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
-    const int64_t NT = T / KDART_CHUNK;
-    if (B * NT * HV * K * V > INT32_MAX * (int64_t)64 || B * T * HV * V > INT32_MAX || B * HV > 65535)
+    const int64_t N = sq.N;
+    /* dh's chunk rows: exactly ceil(T/64) per row at fixed length; varlen:
+     * the total is known only on the device, so any NT >= 1 (>= the rows of
+     * chunk_indices, when given: fla sizes dh by it) and the kernel checks */
+    int64_t NT = (T + KDART_CHUNK - 1) / KDART_CHUNK;
+    if (sq.cu) {
+        if (!a->dh || !a->dh->shape || a->dh->ndim != 5)
+            return kdart__err(rt, !a->dh ? KDART_ENULL : KDART_ESHAPE, "dh must be [1,NT,HV,K,V]");
+        NT = a->dh->shape[1];
+        if (NT < 1 || NT < sq.ci_rows)
+            return kdart__err(rt, KDART_ESHAPE, "dh has %lld chunk rows; needs at least %lld (%s)", (long long)NT,
+                              (long long)(sq.ci_rows > 1 ? sq.ci_rows : 1),
+                              sq.ci_rows > 1 ? "the rows of chunk_indices" : "one");
+    }
+    if (!sq.varlen && (B * NT * HV * K * V > INT32_MAX * (int64_t)64 || B * T * HV * V > INT32_MAX || B * HV > 65535))
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for the kernel's indexing");
+    /* varlen=1 indexes with 64-bit offsets; its grid is (V/BV, N*HV) */
+    if (sq.varlen && (T > INT32_MAX || NT > INT32_MAX || N * HV > 65535))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large: N*HV=%lld scans (at most 65535)",
+                          (long long)(N * HV));
     tcheck c[] = {
         {"qg", a->qg, -1, 4, {B, T, HV, K}},   {"kg", a->kg, -1, 4, {B, T, HV, K}},
         {"w", a->w, -1, 4, {B, T, HV, K}},     {"g", a->g, 32, 4, {B, T, HV, K}},
         {"do", a->d_o, -1, 4, {B, T, HV, V}},  {"dv", a->dv, -1, 4, {B, T, HV, V}},
-        {"dht", a->dht, 32, 4, {B, HV, K, V}}, {"dh", a->dh, -1, 5, {B, NT, HV, K, V}},
-        {"dv2", a->dv2, -1, 4, {B, T, HV, V}}, {"dh0", a->dh0, 32, 4, {B, HV, K, V}},
+        {"dht", a->dht, 32, 4, {N, HV, K, V}}, {"dh", a->dh, -1, 5, {B, NT, HV, K, V}},
+        {"dv2", a->dv2, -1, 4, {B, T, HV, V}}, {"dh0", a->dh0, 32, 4, {N, HV, K, V}},
     };
     const int n = (int)(sizeof c / sizeof c[0]);
     int device_id = -1;
@@ -257,25 +437,29 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     }
     if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
+    if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
+    if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
 
     int bv = a->v_tile;
     if (bv == 0) {
         int sms;
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
-        bv = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
+        bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
     }
-    int vals[3] = {io, K == 64 ? 0 : 1, kdart__dhu_bv_index(bv)};
+    int vals[4] = {io, K == 64 ? 0 : 1, kdart__dhu_bv_index(bv), sq.varlen};
     kdart__unit *u;
     void *fn;
-    if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn)) != KDART_OK) return rc;
+    int *status = NULL;
+    if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn, &status)) != KDART_OK) return rc;
     kdart_bwd_dhu_params p = {
         (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
         (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),
         a->dht ? (const float *)addr(a->dht) : NULL,
         (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
         a->scale,                  (int)B, (int)T, (int)HV, (int)V,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64,
     };
-    return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(B * HV), 1, u->threads, u->smem, stream, &p);
+    return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(N * HV), 1, u->threads, u->smem, stream, &p);
 }
 
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {
@@ -300,7 +484,7 @@ int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart
     if (rc) return rc;
     kdart__unit *u;
     void *fn;
-    if ((rc = resolve(rt, (int)(k - kdart__kernels), vals, -1, &u, &fn)) != KDART_OK) return rc;
+    if ((rc = resolve(rt, (int)(k - kdart__kernels), vals, -1, &u, &fn, NULL)) != KDART_OK) return rc;
     out->function = fn;
     out->threads = u->threads;
     out->smem_bytes = u->smem;

@@ -46,7 +46,8 @@ static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *smem = 0;
 }
 
-/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K. */
+/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K, varlen
+ * (the varlen specializations launch with the same shape). */
 static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
     int K = vals[3] == 0 ? 64 : 128;
     (void)K;
@@ -54,7 +55,7 @@ static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
     *smem = KDART__INTRA_SMEM(K);
 }
 
-/* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV. */
+/* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV, varlen. */
 static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
     int K = vals[1] == 0 ? 64 : 128;
     *threads = KDART__DHU_THREADS;
@@ -103,12 +104,21 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
                           {K_PARAM}, rcumsum_shape},
-    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 4,
-                            {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM},
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 5,
+                            {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM,
+                             FLAG_PARAM("varlen")},
                             bwd_intra_shape},
-    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 3, {IO_PARAM, K_PARAM, BV_PARAM},
-                          bwd_dhu_shape},
+    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 4,
+                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen")}, bwd_dhu_shape},
 };
+
+/* varlen is the last parameter of the kernels that have it (the contract's
+ * template order), so its value is the spec index's lowest digit. */
+int kdart__spec_is_varlen(int kernel, int spec) {
+    const kdart__kernel *k = &kdart__kernels[kernel];
+    const kdart__param *last = &k->params[k->nparams - 1];
+    return strcmp(last->name, "varlen") == 0 && spec % last->nvalues == 1;
+}
 
 const kdart__kernel *kdart__kernel_find(const char *name) {
     if (!name) return NULL;

@@ -21,9 +21,9 @@
 #define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
 #define KDART__ERRMSG_MAX 4096
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
-#define KDART__MAX_PARAMS 4
+#define KDART__MAX_PARAMS 5
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 16      /* largest spec_count of any kernel */
+#define KDART__MAX_SPECS 32      /* largest spec_count of any kernel */
 #define KDART__MAX_CTX 8         /* CUDA contexts one unit remembers */
 
 /* ------------------------------------------------------------- registry */
@@ -69,6 +69,9 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
  * B x HV scans of V columns at head dim K on a device with sms SMs. */
 int kdart__dhu_bv_index(int bv);
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
+/* 1 if spec index `spec` of kernel is a varlen=1 specialization (its units
+ * take the context's device status word, see kdart__status_word). */
+int kdart__spec_is_varlen(int kernel, int spec);
 /* Checks "sm_<digits>[a|f]", sm_90 or newer, without asking NVRTC (option
  * parsing); returns KDART_OK or KDART_EARCH. */
 int kdart__arch_check(const char *arch);
@@ -242,6 +245,10 @@ struct kdart_rt {
     /* Units prepared for the current device's arch, by kernel and spec:
      * what the launch path reads. */
     _Atomic(kdart__unit *) slots[KDART__NKERNELS][KDART__MAX_SPECS];
+    /* The device status word (one int) of each context that a varlen unit was
+     * bound in, allocated then under rt->lock (cuda.c); read lock-free. */
+    _Atomic(void *) status_ctx[KDART__MAX_CTX];
+    _Atomic(unsigned long long) status_ptr[KDART__MAX_CTX];
 
     /* Concurrency (prepare.c, jobs.c); zero-initialized by kdart_open's
      * calloc, set up lazily under rt->lock. */
@@ -290,6 +297,12 @@ void kdart__heartbeat_stop(kdart_rt *rt);
 /* The CUfunction of a loaded unit in the current context, resolved once. */
 int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn);
 void kdart__unit_unload(kdart_rt *rt, kdart__unit *u);
+/* The device status word of ctx (NULL if no varlen unit was bound there);
+ * lock-free.  And freeing every context's word (kdart_close). */
+int *kdart__status_word(kdart_rt *rt, void *ctx);
+void kdart__status_free(kdart_rt *rt);
+/* Copies n bytes of device memory to the host, synchronously (KDART_CHECK). */
+int kdart__copy_to_host(kdart_rt *rt, void *dst, const void *src, size_t n);
 /* Launches through the driver (grid, block, dyn smem, stream, params). */
 int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads,
                   int smem, void *stream, void *params);

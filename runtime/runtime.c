@@ -151,6 +151,8 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
     /* A typo is said out loud (stderr logging still starts, at WARN). */
     if (!lv_known)
         kdart__log(rt, KDART_LOG_WARN, "KDART_LOG=%.80s unknown (stderr, warn, info or debug); read as warn", lv);
+    int64_t check;
+    if (kdart__env_number(rt, "KDART_CHECK", 0, 1, &check) && check) rt->flags |= KDART_OPEN_CHECK;
     rt->compile = kdart__compile_nvrtc;
     rt->compile_threads = opts.compile_threads > 0 ? opts.compile_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -222,6 +224,7 @@ void kdart_close(kdart_rt *rt) {
     if (!rt || rt->magic != KDART__MAGIC) return;
     rt->magic = 0;
     kdart__threads_stop(rt); /* workers, kdart's uv loop, lease heartbeat (jobs.c) */
+    kdart__status_free(rt); /* the contexts' device status words (cuda.c) */
     for (kdart__unit *u = rt->units, *next; u; u = next) {
         next = u->next;
         kdart__unit_unload(rt, u);

@@ -38,11 +38,11 @@ static void teardown(void) { test_rmtree(dir); }
 typedef struct job_list {
     pthread_mutex_t lock;
     int next, total;
-    const char *kernel[64];
-    char spec[64][128];
-    const char *arch[64];
-    double ms[64];
-    int rc[64];
+    const char *kernel[128]; /* every spec of every kernel on two archs: 116 */
+    char spec[128][128];
+    const char *arch[128];
+    double ms[128];
+    int rc[128];
     kdart_rt *rt;
 } job_list;
 
@@ -70,6 +70,7 @@ START_TEST(every_spec_compiles) {
     for (int a = 0; a < 2; a++)
         for (int k = 0; k < kdart_kernel_count(); k++)
             for (int s = 0; s < kdart_spec_count(kdart_kernel_name(k)); s++) {
+                ck_assert_int_lt(j.total, (int)(sizeof j.kernel / sizeof j.kernel[0]));
                 j.kernel[j.total] = kdart_kernel_name(k);
                 kdart_spec_at(j.kernel[j.total], s, j.spec[j.total], sizeof j.spec[0]);
                 j.arch[j.total] = archs[a];

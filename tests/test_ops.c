@@ -9,6 +9,7 @@
  * The GPU suite repeats the important cases with real buffers and checks
  * that the outputs were left untouched.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,23 +46,26 @@ typedef struct intra_set {
     kdart_bwd_intra_args a;
 } intra_set;
 
-static void intra_make(intra_set *s, int hv) {
-    mk(&s->q, kDLBfloat, 16, 4, B, T, H, K, 0);
-    mk(&s->k, kDLBfloat, 16, 4, B, T, H, K, 0);
-    mk(&s->g, kDLFloat, 32, 4, B, T, hv, K, 0);
-    mk(&s->beta, kDLBfloat, 16, 3, B, T, hv, 0, 0);
-    mk(&s->dAqk, kDLFloat, 32, 4, B, T, hv, 64, 0);
-    mk(&s->dAkk, kDLFloat, 32, 4, B, T, hv, 64, 0);
+/* b rows of t tokens */
+static void intra_make_bt(intra_set *s, int hv, int64_t b, int64_t t) {
+    mk(&s->q, kDLBfloat, 16, 4, b, t, H, K, 0);
+    mk(&s->k, kDLBfloat, 16, 4, b, t, H, K, 0);
+    mk(&s->g, kDLFloat, 32, 4, b, t, hv, K, 0);
+    mk(&s->beta, kDLBfloat, 16, 3, b, t, hv, 0, 0);
+    mk(&s->dAqk, kDLFloat, 32, 4, b, t, hv, 64, 0);
+    mk(&s->dAkk, kDLFloat, 32, 4, b, t, hv, 64, 0);
     fake *f32[] = {&s->dq_in, &s->dk_in, &s->dg_in, &s->dq, &s->dk, &s->dg};
-    for (int i = 0; i < 6; i++) mk(f32[i], kDLFloat, 32, 4, B, T, hv, K, 0);
-    mk(&s->db_in, kDLFloat, 32, 3, B, T, hv, 0, 0);
-    mk(&s->db, kDLFloat, 32, 3, B, T, hv, 0, 0);
+    for (int i = 0; i < 6; i++) mk(f32[i], kDLFloat, 32, 4, b, t, hv, K, 0);
+    mk(&s->db_in, kDLFloat, 32, 3, b, t, hv, 0, 0);
+    mk(&s->db, kDLFloat, 32, 3, b, t, hv, 0, 0);
     kdart_bwd_intra_args a = {sizeof a,      &s->q.t,     &s->k.t,     &s->g.t,     &s->beta.t,
                               &s->dAqk.t,    &s->dAkk.t,  &s->dq_in.t, &s->dk_in.t, &s->dg_in.t,
                               &s->db_in.t,   &s->dq.t,    &s->dk.t,    &s->dg.t,    &s->db.t,
-                              0,             0};
+                              0,             0,           NULL,        NULL};
     s->a = a;
 }
+static void intra_make(intra_set *s, int hv) { intra_make_bt(s, hv, B, T); }
+static void intra_make_t(intra_set *s, int hv, int64_t t) { intra_make_bt(s, hv, B, t); }
 
 static kdart_rt *rt;
 
@@ -129,10 +133,9 @@ START_TEST(intra_bad_arguments) {
     intra_make(&s, HV);
     s.q.shape[3] = 96;
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=96");
-    /* T not a multiple of 64 */
-    intra_make(&s, HV);
-    s.q.shape[1] = 100;
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "multiple of 64");
+    /* T not a multiple of 64: the varlen=1 body, not in this build (h6) */
+    intra_make_t(&s, HV, 100);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
     /* HV not a multiple of H */
     intra_make(&s, 3);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "multiple of H");
@@ -179,21 +182,23 @@ typedef struct dhu_set {
     kdart_bwd_dhu_args a;
 } dhu_set;
 
-static void dhu_make(dhu_set *s, int io_code) {
-    mk(&s->qg, io_code, 16, 4, B, T, HV, K, 0);
-    mk(&s->kg, io_code, 16, 4, B, T, HV, K, 0);
-    mk(&s->w, io_code, 16, 4, B, T, HV, K, 0);
-    mk(&s->g, kDLFloat, 32, 4, B, T, HV, K, 0);
-    mk(&s->d_o, io_code, 16, 4, B, T, HV, V, 0);
-    mk(&s->dv, io_code, 16, 4, B, T, HV, V, 0);
-    mk(&s->dht, kDLFloat, 32, 4, B, HV, K, V, 0);
-    mk(&s->dh, io_code, 16, 5, B, T / 64, HV, K, V);
-    mk(&s->dv2, io_code, 16, 4, B, T, HV, V, 0);
-    mk(&s->dh0, kDLFloat, 32, 4, B, HV, K, V, 0);
-    kdart_bwd_dhu_args a = {sizeof a, &s->qg.t, &s->kg.t, &s->w.t,   &s->g.t,   &s->d_o.t,
-                            &s->dv.t, &s->dht.t, &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f, 0};
+/* b rows of t tokens, n sequences (dht, dh0), nt dh rows */
+static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n, int64_t nt) {
+    mk(&s->qg, io_code, 16, 4, b, t, HV, K, 0);
+    mk(&s->kg, io_code, 16, 4, b, t, HV, K, 0);
+    mk(&s->w, io_code, 16, 4, b, t, HV, K, 0);
+    mk(&s->g, kDLFloat, 32, 4, b, t, HV, K, 0);
+    mk(&s->d_o, io_code, 16, 4, b, t, HV, V, 0);
+    mk(&s->dv, io_code, 16, 4, b, t, HV, V, 0);
+    mk(&s->dht, kDLFloat, 32, 4, n, HV, K, V, 0);
+    mk(&s->dh, io_code, 16, 5, b, nt, HV, K, V);
+    mk(&s->dv2, io_code, 16, 4, b, t, HV, V, 0);
+    mk(&s->dh0, kDLFloat, 32, 4, n, HV, K, V, 0);
+    kdart_bwd_dhu_args a = {sizeof a, &s->qg.t, &s->kg.t, &s->w.t,   &s->g.t,   &s->d_o.t, &s->dv.t, &s->dht.t,
+                            &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f,  0,         NULL,      NULL,     NULL};
     s->a = a;
 }
+static void dhu_make(dhu_set *s, int io_code) { dhu_make_v(s, io_code, B, T, B, T / 64); }
 
 START_TEST(dhu_validation) {
     dhu_set s;
@@ -221,8 +226,8 @@ START_TEST(dhu_validation) {
     s.qg.shape[3] = 256;
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=256");
     dhu_make(&s, kDLBfloat);
-    s.qg.shape[1] = 96;
-    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "multiple of 64");
+    s.qg.shape[1] = 96; /* the other tensors still say T = 128 */
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "tensor kg");
     dhu_make(&s, kDLBfloat);
     s.w.t.byte_offset = 2;
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EALIGN, "tensor w");
@@ -248,6 +253,216 @@ START_TEST(dhu_validation) {
 }
 END_TEST
 
+/* A 1-D integer tensor (cu_seqlens, chunk_offsets) or [n,2] (chunk_indices). */
+static void mk_idx(fake *f, int bits, int ndim, int64_t n) {
+    mk(f, kDLInt, bits, ndim, n, 2, 0, 0, 0);
+}
+
+/* Variable-length and partial-chunk calls: every host-side check with its
+ * own status and a message naming the argument; valid ones reach the launch
+ * (ENOCUDA here).  Nothing reads the fake device addresses. */
+START_TEST(dhu_varlen_validation) {
+    dhu_set s;
+    fake cu, ci, co;
+    enum { TT = 1000, NSEQ = 3, NTV = TT / 64 + NSEQ };
+    /* fixed length, partial last chunk: dh [B, ceil(T/64)] exactly */
+    dhu_make_v(&s, kDLBfloat, B, 65, B, 2);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_make_v(&s, kDLBfloat, B, 1, B, 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_make_v(&s, kDLBfloat, B, 65, B, 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "tensor dh");
+    /* packed: B = 1, cu_seqlens [N+1] int32 or int64 */
+    for (int bits = 32; bits <= 64; bits += 32) {
+        dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, NTV);
+        mk_idx(&cu, bits, 1, NSEQ + 1);
+        s.a.cu_seqlens = &cu.t;
+        EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+        mk_idx(&ci, bits, 2, NTV);
+        mk_idx(&co, bits, 1, NSEQ + 1);
+        s.a.chunk_indices = &ci.t;
+        s.a.chunk_offsets = &co.t;
+        EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    }
+    /* any dh rows >= 1 without chunk_indices (the device checks the count) */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, 1);
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* dh0/dht optional */
+    s.a.dht = NULL, s.a.dh0 = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* dh with fewer rows than chunk_indices */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, 10);
+    mk_idx(&cu, 32, 1, NSEQ + 1), mk_idx(&ci, 32, 2, 11);
+    s.a.cu_seqlens = &cu.t, s.a.chunk_indices = &ci.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "chunk_indices");
+    /* dh with no rows */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, 0);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "dh has 0 chunk rows");
+    /* cu_seqlens on the host, pinned host memory included */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, NTV);
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    cu.t.device.device_type = kDLCPU;
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDEVICE, "cu_seqlens");
+    cu.t.device.device_type = kDLCUDAHost;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDEVICE, "cu_seqlens");
+    /* on another GPU than the tensors */
+    cu.t.device.device_type = kDLCUDA, cu.t.device.device_id = 1;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDEVICE, "cu_seqlens is on cuda:1");
+    /* another dtype: float32, int16, uint32 */
+    mk(&cu, kDLFloat, 32, 1, NSEQ + 1, 0, 0, 0, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    mk_idx(&cu, 16, 1, NSEQ + 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    mk(&cu, kDLUInt, 32, 1, NSEQ + 1, 0, 0, 0, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    /* not 1-D; too short */
+    mk_idx(&cu, 32, 2, NSEQ + 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "cu_seqlens has 2 dims");
+    mk_idx(&cu, 32, 1, 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "cu_seqlens has 1 entries");
+    /* NULL data, strided, misaligned */
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    cu.t.data = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENULL, "cu_seqlens");
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    int64_t st2[1] = {2};
+    cu.t.strides = st2;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESTRIDE, "cu_seqlens");
+    mk_idx(&cu, 64, 1, NSEQ + 1);
+    cu.t.byte_offset = 4;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EALIGN, "cu_seqlens");
+    /* an output over cu_seqlens */
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    cu.t.data = s.dv2.t.data;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "output dv2 overlaps cu_seqlens");
+    /* B != 1 */
+    dhu_make_v(&s, kDLBfloat, 2, TT, NSEQ, NTV);
+    mk_idx(&cu, 32, 1, NSEQ + 1);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    /* dht, dh0 whose first dim is not N */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ + 1, NTV);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "tensor dht");
+    s.a.dht = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "tensor dh0");
+    /* chunk_indices / chunk_offsets of another dtype or shape, or without cu_seqlens */
+    dhu_make_v(&s, kDLBfloat, 1, TT, NSEQ, NTV);
+    s.a.cu_seqlens = &cu.t;
+    mk_idx(&ci, 64, 2, NTV);
+    s.a.chunk_indices = &ci.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "chunk_indices");
+    mk_idx(&ci, 32, 1, NTV);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "chunk_indices");
+    mk_idx(&ci, 32, 2, NTV);
+    mk_idx(&co, 32, 1, NSEQ);
+    s.a.chunk_offsets = &co.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "chunk_offsets");
+    mk_idx(&co, 64, 1, NSEQ + 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "chunk_offsets");
+    dhu_make(&s, kDLBfloat);
+    s.a.chunk_offsets = &co.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "chunk_offsets given without cu_seqlens");
+    dhu_make(&s, kDLBfloat);
+    s.a.chunk_indices = &ci.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "chunk_indices given without cu_seqlens");
+    /* too many scans for the grid: N * HV > 65535 */
+    dhu_make_v(&s, kDLBfloat, 1, TT, 20000, NTV);
+    mk_idx(&cu, 32, 1, 20001);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "N*HV");
+}
+END_TEST
+
+/* Callers built against 0.2's struct (no varlen fields) keep working: the
+ * fields past their struct_size are never read. */
+START_TEST(old_struct_size) {
+    dhu_set s;
+    dhu_make(&s, kDLBfloat);
+    fake cu;
+    mk_idx(&cu, 32, 1, 1); /* would be ESHAPE if it were read */
+    s.a.cu_seqlens = &cu.t;
+    s.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, cu_seqlens);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    s.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, cu_seqlens) - 4;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    s.a.struct_size = (uint32_t)sizeof s.a + 8;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    intra_set t;
+    intra_make(&t, HV);
+    t.a.cu_seqlens = &cu.t;
+    t.a.struct_size = (uint32_t)offsetof(kdart_bwd_intra_args, cu_seqlens);
+    EXPECT(kdart_kda_bwd_intra(rt, &t.a, NULL), KDART_ENOCUDA, NULL);
+    t.a.struct_size = (uint32_t)sizeof t.a;
+    EXPECT(kdart_kda_bwd_intra(rt, &t.a, NULL), KDART_ESHAPE, "cu_seqlens has 1 entries");
+}
+END_TEST
+
+/* bwd_intra: the same host checks; a valid varlen call is refused with
+ * EUNSUPPORTED until the VARLEN=1 body (branch h6) is merged. */
+START_TEST(intra_varlen_validation) {
+    intra_set s;
+    fake cu, ci;
+    intra_make_bt(&s, HV, 1, 1000);
+    mk_idx(&cu, 64, 1, 4);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen: not in this build");
+    mk_idx(&ci, 64, 2, 18);
+    s.a.chunk_indices = &ci.t;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen: not in this build");
+    mk_idx(&ci, 32, 2, 18);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDTYPE, "chunk_indices");
+    s.a.chunk_indices = NULL;
+    cu.t.device.device_type = kDLCPU;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDEVICE, "cu_seqlens");
+    mk_idx(&cu, 8, 1, 4);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    mk_idx(&cu, 32, 2, 4);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "cu_seqlens");
+    intra_make_bt(&s, HV, 2, 1000);
+    mk_idx(&cu, 32, 1, 4);
+    s.a.cu_seqlens = &cu.t;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    /* fixed length, T = 1 and 63: varlen too */
+    intra_make_t(&s, HV, 1);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
+    intra_make_t(&s, HV, 63);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
+    /* bad tensors are still found first */
+    intra_make_t(&s, HV, 63);
+    s.beta.shape[1] = 64;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "beta");
+}
+END_TEST
+
+/* kdart_device_status needs CUDA; KDART_CHECK's host copy too (after the
+ * host checks: a bad shape is still ESHAPE). */
+START_TEST(device_status_and_check) {
+    int bits = -1;
+    EXPECT(kdart_device_status(rt, NULL, 0), KDART_ENULL, "bits");
+    EXPECT(kdart_device_status(rt, &bits, 0), KDART_ENOCUDA, NULL);
+    ck_assert_int_eq(bits, -1);
+    EXPECT(kdart_device_status(NULL, &bits, 0), KDART_EMISUSE, NULL);
+    setenv("KDART_CHECK", "1", 1);
+    kdart_rt *chk = test_open("", NULL, NULL);
+    unsetenv("KDART_CHECK");
+    dhu_set s;
+    fake cu;
+    dhu_make_v(&s, kDLBfloat, 1, 1000, 3, 18);
+    mk_idx(&cu, 32, 1, 4);
+    s.a.cu_seqlens = &cu.t;
+    ck_assert_int_eq(kdart_kda_bwd_dhu(chk, &s.a, NULL), KDART_ENOCUDA); /* the copy needs CUDA */
+    dhu_make_v(&s, kDLBfloat, 1, 1000, 4, 18);
+    s.a.cu_seqlens = &cu.t;
+    ck_assert_int_eq(kdart_kda_bwd_dhu(chk, &s.a, NULL), KDART_ESHAPE);
+    kdart_close(chk);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("validation");
@@ -256,6 +471,10 @@ int main(void) {
     tcase_add_test(tc, intra_valid_reaches_launch);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
+    tcase_add_test(tc, dhu_varlen_validation);
+    tcase_add_test(tc, old_struct_size);
+    tcase_add_test(tc, intra_varlen_validation);
+    tcase_add_test(tc, device_status_and_check);
     suite_add_tcase(s, tc);
     return test_run(s);
 }

@@ -82,10 +82,11 @@ typedef struct dbuf {
     int64_t shape[5];
 } dbuf;
 
-enum { DT_IO = -1, DT_F32 = 32 };
+enum { DT_IO = -1, DT_F32 = 32, DT_I32 = 132, DT_I64 = 164 };
 
-/* Allocates a device tensor of the given shape; dtype is DT_F32 or an io
- * code (0 bf16, 1 fp16). */
+/* Allocates a device tensor of the given shape; dtype is DT_F32, DT_I32,
+ * DT_I64 or an io code (0 bf16, 1 fp16).  A zero-element tensor gets one
+ * element of storage (a valid pointer). */
 static int dalloc(dbuf *b, int dtype, int ndim, const int64_t *shape) {
     memset(b, 0, sizeof *b);
     size_t elems = 1;
@@ -93,15 +94,15 @@ static int dalloc(dbuf *b, int dtype, int ndim, const int64_t *shape) {
         b->shape[i] = shape[i];
         elems *= (size_t)shape[i];
     }
-    int bits = dtype == DT_F32 ? 32 : 16;
+    int bits = dtype == DT_F32 || dtype == DT_I32 ? 32 : dtype == DT_I64 ? 64 : 16;
     b->bytes = elems * (size_t)bits / 8;
-    if (cu.cuMemAlloc_v2(&b->p, b->bytes) != CUDA_SUCCESS) return -1;
+    if (cu.cuMemAlloc_v2(&b->p, b->bytes ? b->bytes : 16) != CUDA_SUCCESS) return -1;
     b->t.data = (void *)b->p;
     b->t.device.device_type = kDLCUDA;
     b->t.device.device_id = 0;
     b->t.ndim = ndim;
     b->t.shape = b->shape;
-    b->t.dtype.code = dtype == DT_F32 ? kDLFloat : dtype == 0 ? kDLBfloat : kDLFloat;
+    b->t.dtype.code = dtype == DT_I32 || dtype == DT_I64 ? kDLInt : dtype == DT_F32 ? kDLFloat : dtype == 0 ? kDLBfloat : kDLFloat;
     b->t.dtype.bits = (uint8_t)bits;
     b->t.dtype.lanes = 1;
     return 0;
@@ -168,7 +169,7 @@ static int intra_alloc(dbuf *in, dbuf *out, int B, int T, int H, int HV, int K, 
 static kdart_bwd_intra_args intra_args(dbuf *in, dbuf *out, int fold_dg, int emit_bf16) {
     kdart_bwd_intra_args a = {sizeof a,  &in[0].t,  &in[1].t,  &in[2].t,  &in[3].t, &in[4].t,
                               &in[5].t,  &in[6].t,  &in[7].t,  &in[8].t,  &in[9].t, &out[0].t,
-                              &out[1].t, &out[2].t, &out[3].t, fold_dg,   emit_bf16};
+                              &out[1].t, &out[2].t, &out[3].t, fold_dg,   emit_bf16, NULL,    NULL};
     return a;
 }
 
@@ -313,21 +314,166 @@ static int run_all(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, in
     return rc;
 }
 
+/* ----------------------------------------------------------- sequences */
+
+/* The sequences of a case on the host: cu [N+1] and chunk offsets [N+1] over
+ * T storage tokens of the packed layout (fixed length: cu = [0, T, .., BT],
+ * which is the contiguous [B,T,...] array), and the device index tensors. */
+typedef struct layout {
+    int packed;          /* seqs.nseq > 0: one row, cu_seqlens passed */
+    int B, T;            /* the tensors' B and T */
+    int N;               /* sequences */
+    int64_t *cu, *co;    /* [N+1] */
+    int64_t chunks;      /* total chunks */
+    int64_t tokens;      /* cu[N] */
+    int64_t rows;        /* packed rows of the tensors: B * T */
+    dbuf dcu, dci, dco;  /* cu_seqlens, chunk_indices [chunks,2], chunk_offsets (packed only) */
+} layout;
+
+static void layout_free(layout *L) {
+    free(L->cu), free(L->co);
+    dfree(&L->dcu), dfree(&L->dci), dfree(&L->dco);
+    memset(L, 0, sizeof *L);
+}
+
+static int layout_make(layout *L, int B, int T, const kc_seqs *s, kref_rng *rng, kc_report *r) {
+    memset(L, 0, sizeof *L);
+    L->packed = s->nseq > 0;
+    L->N = L->packed ? s->nseq : B;
+    L->cu = calloc((size_t)L->N + 1, sizeof *L->cu);
+    L->co = calloc((size_t)L->N + 1, sizeof *L->co);
+    if (!L->cu || !L->co) return fail(r, "out of host memory");
+    if (!L->packed) {
+        for (int n = 0; n <= B; n++) L->cu[n] = (int64_t)n * T;
+    } else if (s->cu) {
+        for (int n = 0; n <= L->N; n++) L->cu[n] = s->cu[n];
+    } else {
+        kref_gen_cu_seqlens(rng, L->N, s->len_lo, s->len_hi, s->with_empty, L->cu);
+    }
+    L->tokens = L->cu[L->N];
+    L->B = L->packed ? 1 : B;
+    L->T = L->packed ? (T > 0 ? T : (int)L->tokens) : T;
+    if (L->packed && (B != 1 || L->T < L->tokens || L->T < 1)) return fail(r, "packed case needs B = 1, T >= cu[N] >= 1");
+    L->rows = (int64_t)L->B * L->T;
+    L->chunks = kref_chunk_offsets(L->N, L->cu, L->co);
+    r->nseq = L->N;
+    r->tokens = (int)L->tokens;
+    return 0;
+}
+
+/* Uploads cu_seqlens as int32 or int64 (and fla's chunk_indices, chunk_offsets:
+ * [i, c] rows as fla's prepare_chunk_indices builds them). */
+static int layout_upload(layout *L, const kc_seqs *s, kc_report *r) {
+    if (!L->packed) return 0;
+    const int dt = s->cu32 ? DT_I32 : DT_I64;
+    const size_t w = s->cu32 ? 4 : 8;
+    int64_t sh1[1] = {L->N + 1}, sh2[2] = {L->chunks, 2};
+    if (dalloc(&L->dcu, dt, 1, sh1) || dalloc(&L->dco, dt, 1, sh1) || dalloc(&L->dci, dt, 2, sh2))
+        return fail(r, "out of device memory");
+    size_t nidx = (size_t)(L->N + 1) + 2 * (size_t)L->chunks;
+    unsigned char *h = malloc(nidx * w);
+    if (!h) return fail(r, "out of host memory");
+    int64_t *v = calloc(nidx, sizeof *v);
+    if (!v) {
+        free(h);
+        return fail(r, "out of host memory");
+    }
+    size_t at = 0;
+    for (int n = 0; n < L->N; n++)
+        for (int64_t c = 0; c < L->co[n + 1] - L->co[n]; c++) v[at++] = n, v[at++] = c;
+    int rc = 0;
+    const int64_t *src[3] = {L->cu, L->co, v};
+    size_t cnt[3] = {(size_t)L->N + 1, (size_t)L->N + 1, 2 * (size_t)L->chunks};
+    dbuf *dst[3] = {&L->dcu, &L->dco, &L->dci};
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        for (size_t j = 0; j < cnt[i]; j++) {
+            if (s->cu32) ((int32_t *)h)[j] = (int32_t)src[i][j];
+            else ((int64_t *)h)[j] = src[i][j];
+        }
+        if (cnt[i] && cu.cuMemcpyHtoD_v2(dst[i]->p, h, cnt[i] * w) != CUDA_SUCCESS) rc = fail(r, "uploading indices");
+    }
+    free(h), free(v);
+    return rc;
+}
+
+/* Overwrites the device cu_seqlens with a bad one (seqs.garbage). */
+static int layout_garbage(layout *L, const kc_seqs *s, kc_report *r) {
+    if (!L->packed || !s->garbage || s->garbage == 4) return 0;
+    int64_t *g = malloc(((size_t)L->N + 1) * sizeof *g);
+    if (!g) return fail(r, "out of host memory");
+    memcpy(g, L->cu, ((size_t)L->N + 1) * sizeof *g);
+    if (s->garbage == 1) { /* decreasing somewhere in the middle */
+        int m = L->N / 2 + 1;
+        g[m] = g[m - 1] - 5;
+    } else if (s->garbage == 2) {
+        g[L->N] = L->T + 64;
+    } else {
+        g[0] = 1;
+    }
+    unsigned char h[8];
+    int rc = 0;
+    for (int n = 0; n <= L->N && rc == 0; n++) {
+        size_t w = s->cu32 ? 4 : 8;
+        if (s->cu32) *(int32_t *)h = (int32_t)g[n];
+        else memcpy(h, &g[n], 8);
+        if (cu.cuMemcpyHtoD_v2(L->dcu.p + (CUdeviceptr)(n * w), h, w) != CUDA_SUCCESS) rc = fail(r, "uploading garbage");
+    }
+    free(g);
+    return rc;
+}
+
+/* Gate entries set to -1000 (seqs.hard_gates), natural-log units, before the cumsum. */
+static void harden_gates(kref_rng *rng, double frac, size_t n, double *a) {
+    if (frac <= 0) return;
+    for (size_t i = 0; i < n; i++)
+        if (kref_rng_uniform(rng) < frac) a[i] = -1000.0;
+}
+
+/* 1 when every element of raw (bits-wide) in [from, to) holds the poison NaN. */
+static int poison_intact(const dbuf *b, const void *raw, size_t from, size_t to) {
+    int ok = 1;
+    if (b->t.dtype.bits == 32)
+        for (size_t i = from; i < to; i++) ok &= ((const uint32_t *)raw)[i] == 0x7fc00000u;
+    else {
+        uint16_t pat = b->t.dtype.code == kDLBfloat ? 0x7fc0u : 0x7e00u;
+        for (size_t i = from; i < to; i++) ok &= ((const uint16_t *)raw)[i] == pat;
+    }
+    return ok;
+}
+
+/* After a garbage-cu launch: the status bits (read and cleared), and every
+ * output element still poison. */
+static void garbage_verdict(kdart_rt *rt, dbuf **outs, void **raw, int nout, kc_report *r) {
+    r->untouched = 1;
+    for (int i = 0; i < nout; i++)
+        if (outs[i]) r->untouched &= poison_intact(outs[i], raw[i], 0, nelem(outs[i]));
+    int bits = 0;
+    if (kdart_device_status(rt, &bits, 1) != KDART_OK) bits = -1;
+    r->devstatus = bits;
+}
+
 /* ---------------------------------------------------------- bwd_intra */
 
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     memset(r, 0, sizeof *r);
     if (!cu_ready) return fail(r, "kc_init not called");
-    const int B = c->B, T = c->T, H = c->H, HV = c->HV, K = c->K, io = c->io;
-    const size_t nqk = (size_t)B * T * H * K, ng = (size_t)B * T * HV * K, nb = (size_t)B * T * HV,
-                 nA = (size_t)B * T * HV * 64;
+    const int H = c->H, HV = c->HV, K = c->K, io = c->io;
     kref_rng rng;
     kref_rng_seed(&rng, c->seed);
+    layout L;
+    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
+        layout_free(&L);
+        return -1;
+    }
+    /* the packed view: one row of L.rows tokens, sequences per L.cu */
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    const size_t nqk = (size_t)P * H * K, ng = (size_t)P * HV * K, nb = (size_t)P * HV, nA = (size_t)P * HV * 64;
+    const size_t live = (size_t)L.tokens; /* tokens written; the rest keep NaN */
     double *q = dmalloc(nqk), *k = dmalloc(nqk), *a = dmalloc(ng), *g = dmalloc(ng), *beta = dmalloc(nb),
            *dAqk = dmalloc(nA), *dAkk = dmalloc(nA), *dq_in = dmalloc(ng), *dk_in = dmalloc(ng),
            *dg_in = dmalloc(ng), *db_in = dmalloc(nb), *rq = dmalloc(ng), *rk = dmalloc(ng), *rg = dmalloc(ng),
            *rb = dmalloc(nb), *got = dmalloc(ng);
-    void *raw[4] = {malloc(ng * 4), malloc(ng * 4), malloc(ng * 4), malloc(nb * 4)};
+    void *raw[4] = {malloc(ng * 4 + 4), malloc(ng * 4 + 4), malloc(ng * 4 + 4), malloc(nb * 4 + 4)};
     dbuf d[14];
     memset(d, 0, sizeof d);
     int rc = -1;
@@ -336,13 +482,15 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
         fail(r, "out of host memory");
         goto out;
     }
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, q);
-    kref_gen_unit_rows(&rng, (size_t)B * T * H, K, k);
-    kref_gen_gate(&rng, (kref_gate_family)c->gate, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, g);
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, q);
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, k);
+    kref_gen_gate(&rng, (kref_gate_family)c->gate, 1, P, HV, K, a);
+    harden_gates(&rng, c->seqs.hard_gates, ng, a);
+    for (size_t x = 0; x < ng; x++) g[x] = NAN; /* tokens past cu[N]: never read */
+    kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
     kref_gen_beta(&rng, nb, beta);
-    kref_gen_dA(&rng, B, T, HV, 0, NAN, dAqk);
-    kref_gen_dA(&rng, B, T, HV, 1, 1e30, dAkk);
+    kref_gen_dA_varlen(&rng, P, HV, N, L.cu, 0, NAN, dAqk);
+    kref_gen_dA_varlen(&rng, P, HV, N, L.cu, 1, 1e30, dAkk);
     kref_gen_normal(&rng, ng, 1.0, dq_in);
     kref_gen_normal(&rng, ng, 1.0, dk_in);
     kref_gen_normal(&rng, ng, 1.0, dg_in);
@@ -358,8 +506,8 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     round_to(dg_in, ng, DT_F32);
     round_to(db_in, nb, DT_F32);
 
-    if (intra_alloc(d, d + 10, B, T, H, HV, K, io, c->emit_bf16 ? io : DT_F32)) {
-        fail(r, "out of device memory");
+    if (intra_alloc(d, d + 10, B, T, H, HV, K, io, c->emit_bf16 ? io : DT_F32) || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
     const double *host_in[10] = {q, k, g, beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in};
@@ -369,19 +517,31 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
             goto out;
         }
     kdart_bwd_intra_args args = intra_args(d, d + 10, c->fold_dg, c->emit_bf16);
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
     dbuf *outs[4] = {&d[10], &d[11], &d[12], &d[13]};
     if (run_all(rt, launch_intra, &args, outs, 4, raw, c->graph, c->reps, r)) goto out;
     if (r->status != KDART_OK) {
         rc = 0;
         goto out;
     }
-    kref_bwd_intra(B, T, H, HV, K, q, k, g, beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in, c->fold_dg, rq, rk, rg,
-                   rb);
+    if (c->seqs.garbage) {
+        garbage_verdict(rt, outs, raw, 4, r);
+        rc = 0;
+        goto out;
+    }
+    kref_bwd_intra_varlen(P, H, HV, K, N, L.cu, q, k, g, beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in, c->fold_dg,
+                          rq, rk, rg, rb);
     const double *refs[4] = {rq, rk, rg, rb};
     static const char *names[4] = {"dq", "dk", "dg", "db"};
     r->nout = 4;
+    r->untouched = 1;
     for (int i = 0; i < 4; i++) {
-        size_t n = i == 3 ? nb : ng;
+        const size_t per = i == 3 ? (size_t)HV : (size_t)HV * K, n = live * per;
+        r->untouched &= poison_intact(outs[i], raw[i], n, (size_t)P * per);
         if (outs[i]->t.dtype.bits == 32)
             for (size_t j = 0; j < n; j++) got[j] = ((float *)raw[i])[j];
         else
@@ -395,6 +555,7 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     rc = 0;
 out:
     for (int i = 0; i < 14; i++) dfree(&d[i]);
+    layout_free(&L);
     free(q), free(k), free(a), free(g), free(beta), free(dAqk), free(dAkk), free(dq_in), free(dk_in);
     free(dg_in), free(db_in), free(rq), free(rk), free(rg), free(rb), free(got);
     for (int i = 0; i < 4; i++) free(raw[i]);
@@ -405,22 +566,26 @@ out:
 
 /* Teacher-forced float64 scan: the kg.dH and w.dv2 products use the
  * kernel's own rounded dh checkpoints and dv2 (kdh, kdv2); fills the
- * reference dh (rounded as the kernel stores it), dv2 (rounded) and dh0. */
-static void dhu_teacher_forced(int B, int T, int HV, int K, int V, int io, const double *qg, const double *kg,
-                               const double *w, const double *g, const double *dout, const double *dv,
-                               const double *dht, double scale, const double *kdh, const double *kdv2,
-                               double *dh, double *dv2, double *dh0) {
-    const int NT = T / 64;
+ * reference dh (rounded as the kernel stores it), dv2 (rounded) and dh0.
+ * Packed layout: sequences per cu [N+1], chunk (n, c) at dh row co[n] + c,
+ * a partial chunk's valid rows only, its decay by its last valid row. */
+static void dhu_teacher_forced(int N, const int64_t *cu, const int64_t *co, int HV, int K, int V, int io,
+                               const double *qg, const double *kg, const double *w, const double *g,
+                               const double *dout, const double *dv, const double *dht, double scale,
+                               const double *kdh, const double *kdv2, double *dh, double *dv2, double *dh0) {
     double *H = malloc(sizeof(double) * (size_t)K * V), *Hn = malloc(sizeof(double) * (size_t)K * V);
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < N; b++)
         for (int hv = 0; hv < HV; hv++) {
             for (size_t i = 0; i < (size_t)K * V; i++)
                 H[i] = dht ? dht[((size_t)b * HV + hv) * K * V + i] : 0.0;
-            for (int c = NT - 1; c >= 0; c--) {
-                size_t ck = (((size_t)b * NT + c) * HV + hv) * K * V;
+            const int64_t len = cu[b + 1] - cu[b], nc = (len + 63) / 64;
+            for (int64_t c = nc - 1; c >= 0; c--) {
+                const int nvr = (int)(len - 64 * c < 64 ? len - 64 * c : 64);
+                const size_t t0 = (size_t)(cu[b] + 64 * c);
+                size_t ck = (((size_t)(co[b] + c)) * HV + hv) * K * V;
                 for (size_t i = 0; i < (size_t)K * V; i++) dh[ck + i] = kref_round_io(H[i], io);
-                for (int i = 0; i < 64; i++) {
-                    size_t t = (size_t)b * T + (size_t)c * 64 + i;
+                for (int i = 0; i < nvr; i++) {
+                    size_t t = t0 + i;
                     for (int v = 0; v < V; v++) {
                         double acc = dv[(t * HV + hv) * V + v];
                         for (int dd = 0; dd < K; dd++) acc += kg[(t * HV + hv) * K + dd] * kdh[ck + (size_t)dd * V + v];
@@ -428,12 +593,12 @@ static void dhu_teacher_forced(int B, int T, int HV, int K, int V, int io, const
                     }
                 }
                 for (int dd = 0; dd < K; dd++) {
-                    size_t tl = (size_t)b * T + (size_t)c * 64 + 63;
+                    size_t tl = t0 + nvr - 1;
                     double decay = exp2(g[(tl * HV + hv) * K + dd]);
                     for (int v = 0; v < V; v++) {
                         double qd = 0, wd = 0;
-                        for (int i = 0; i < 64; i++) {
-                            size_t t = (size_t)b * T + (size_t)c * 64 + i;
+                        for (int i = 0; i < nvr; i++) {
+                            size_t t = t0 + i;
                             qd += qg[(t * HV + hv) * K + dd] * dout[(t * HV + hv) * V + v];
                             wd += w[(t * HV + hv) * K + dd] * kdv2[(t * HV + hv) * V + v];
                         }
@@ -456,16 +621,25 @@ int kc_spec_bv(const char *spec) {
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     memset(r, 0, sizeof *r);
     if (!cu_ready) return fail(r, "kc_init not called");
-    const int B = c->B, T = c->T, HV = c->HV, K = c->K, V = c->V, io = c->io, NT = T / 64;
-    const size_t nk = (size_t)B * T * HV * K, nv = (size_t)B * T * HV * V, ns = (size_t)B * HV * K * V,
-                 nh = (size_t)B * NT * HV * K * V, nb = (size_t)B * T * HV;
+    const int HV = c->HV, K = c->K, V = c->V, io = c->io;
     kref_rng rng;
     kref_rng_seed(&rng, c->seed);
+    layout L;
+    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
+        layout_free(&L);
+        return -1;
+    }
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    /* dh rows: ceil(T/64) per row at fixed length; packed: the total plus spare rows */
+    const int64_t NT = L.packed ? L.chunks + (c->seqs.garbage == 4 ? -1 : c->seqs.spare_rows) : (T + 63) / 64;
+    const size_t nk = (size_t)P * HV * K, nv = (size_t)P * HV * V, ns = (size_t)N * HV * K * V,
+                 nh = (size_t)B * NT * HV * K * V, nb = (size_t)P * HV;
+    const size_t live_v = (size_t)L.tokens * HV * V, live_h = (size_t)L.chunks * HV * K * V;
     double *q = dmalloc(nk), *k = dmalloc(nk), *beta = dmalloc(nb), *a = dmalloc(nk), *g = dmalloc(nk),
            *w = dmalloc(nk), *kg = dmalloc(nk), *qg = dmalloc(nk), *dout = dmalloc(nv), *dv = dmalloc(nv),
            *dht = dmalloc(ns), *edh = dmalloc(nh), *edv2 = dmalloc(nv), *edh0 = dmalloc(ns), *kdh = dmalloc(nh),
            *kdv2 = dmalloc(nv), *kdh0 = dmalloc(ns), *tdh = dmalloc(nh), *tdv2 = dmalloc(nv), *tdh0 = dmalloc(ns);
-    void *raw[3] = {malloc(nh * 2), malloc(nv * 2), malloc(ns * 4)};
+    void *raw[3] = {malloc(nh * 2 + 4), malloc(nv * 2 + 4), malloc(ns * 4 + 4)};
     dbuf d[10];
     memset(d, 0, sizeof d);
     int rc = -1;
@@ -474,16 +648,20 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         fail(r, "out of host memory");
         goto out;
     }
-    /* Realistic WY inputs (spec 6.3): the scan stays bounded over T. */
-    kref_gen_unit_rows(&rng, (size_t)B * T * HV, K, q);
-    kref_gen_unit_rows(&rng, (size_t)B * T * HV, K, k);
+    /* Realistic WY inputs (spec 6.3): the scan stays bounded over T.  Tokens
+     * past cu[N] hold NaN: never read. */
+    kref_gen_unit_rows(&rng, (size_t)P * HV, K, q);
+    kref_gen_unit_rows(&rng, (size_t)P * HV, K, k);
     kref_gen_beta(&rng, nb, beta);
-    kref_gen_gate(&rng, KREF_GATE_LOGSIG, B, T, HV, K, a);
-    kref_gate_cumsum(B, T, HV, K, a, g);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, P, HV, K, a);
+    harden_gates(&rng, c->seqs.hard_gates, nk, a);
+    for (size_t x = 0; x < nk; x++) g[x] = w[x] = kg[x] = qg[x] = NAN;
+    kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
     round_to(g, nk, DT_F32);
-    kref_gen_dhu_inputs(B, T, HV, K, q, k, beta, g, w, kg, qg);
+    kref_gen_dhu_inputs_varlen(P, HV, K, N, L.cu, q, k, beta, g, w, kg, qg);
     kref_gen_normal(&rng, nv, 1.0, dout);
     kref_gen_normal(&rng, nv, 1.0, dv);
+    for (size_t x = live_v; x < nv; x++) dout[x] = dv[x] = NAN;
     kref_gen_normal(&rng, ns, 1.0, dht);
     round_to(w, nk, io);
     round_to(kg, nk, io);
@@ -494,11 +672,11 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     const double scale = 1.0 / sqrt((double)K);
     const float scale_f = (float)scale;
 
-    int64_t sv[4] = {B, T, HV, V}, ss[4] = {B, HV, K, V}, sh[5] = {B, NT, HV, K, V};
+    int64_t sv[4] = {B, T, HV, V}, ss[4] = {N, HV, K, V}, sh[5] = {B, NT, HV, K, V};
     int ok = !dhu_alloc_inputs(d, B, T, HV, K, V, io) && !dalloc(&d[6], DT_F32, 4, ss) && !dalloc(&d[7], io, 5, sh) &&
              !dalloc(&d[8], io, 4, sv) && !dalloc(&d[9], DT_F32, 4, ss);
-    if (!ok) {
-        fail(r, "out of device memory");
+    if (!ok || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
     const double *host_in[7] = {qg, kg, w, g, dout, dv, dht};
@@ -509,7 +687,12 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         }
     kdart_bwd_dhu_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
                                c->with_dht ? &d[6].t : NULL, &d[7].t, &d[8].t, c->with_dh0 ? &d[9].t : NULL,
-                               scale_f, c->v_tile};
+                               scale_f, c->v_tile, NULL, NULL, NULL};
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t, args.chunk_offsets = &L.dco.t;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
     dbuf *outs[3] = {&d[7], &d[8], &d[9]};
     /* dh0 is poisoned even when not requested: it must stay NaN then. */
     if (run_all(rt, launch_dhu, &args, outs, 3, raw, c->graph, c->reps, r)) goto out;
@@ -517,24 +700,31 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         rc = 0;
         goto out;
     }
-    for (size_t i = 0; i < nh; i++)
+    if (c->seqs.garbage) {
+        garbage_verdict(rt, outs, raw, 3, r);
+        rc = 0;
+        goto out;
+    }
+    /* what must stay NaN: dh rows past the chunk count, dv2 past cu[N] */
+    r->untouched = poison_intact(&d[7], raw[0], live_h, nh) && poison_intact(&d[8], raw[1], live_v, nv);
+    for (size_t i = 0; i < live_h; i++)
         kdh[i] = io == 0 ? kref_from_bf16(((uint16_t *)raw[0])[i]) : kref_from_fp16(((uint16_t *)raw[0])[i]);
-    for (size_t i = 0; i < nv; i++)
+    for (size_t i = 0; i < live_v; i++)
         kdv2[i] = io == 0 ? kref_from_bf16(((uint16_t *)raw[1])[i]) : kref_from_fp16(((uint16_t *)raw[1])[i]);
     for (size_t i = 0; i < ns; i++) kdh0[i] = ((float *)raw[2])[i];
     const double *dht_used = c->with_dht ? dht : NULL;
-    kref_bwd_dhu(B, T, HV, K, V, qg, kg, w, g, dout, dv, dht_used, scale_f, -1, edh, edv2, edh0);
-    dhu_teacher_forced(B, T, HV, K, V, io, qg, kg, w, g, dout, dv, dht_used, scale_f, kdh, kdv2, tdh, tdv2, tdh0);
+    kref_bwd_dhu_varlen(P, HV, K, V, N, L.cu, qg, kg, w, g, dout, dv, dht_used, scale_f, -1, edh, edv2, edh0);
+    dhu_teacher_forced(N, L.cu, L.co, HV, K, V, io, qg, kg, w, g, dout, dv, dht_used, scale_f, kdh, kdv2, tdh, tdv2,
+                       tdh0);
     static const char *names[3] = {"dh", "dv2", "dh0"};
     const double *tref[3] = {tdh, tdv2, tdh0}, *eref[3] = {edh, edv2, edh0}, *kout[3] = {kdh, kdv2, kdh0};
-    size_t sizes[3] = {nh, nv, ns};
+    size_t sizes[3] = {live_h, live_v, ns};
     r->nout = 3;
     for (int i = 0; i < 3; i++) {
         r->names[i] = names[i];
         if (i == 2 && !c->with_dh0) {
             /* Not requested: every element must still be the poison NaN. */
-            int untouched = 1;
-            for (size_t j = 0; j < ns; j++) untouched &= ((uint32_t *)raw[2])[j] == 0x7fc00000u;
+            int untouched = poison_intact(&d[9], raw[2], 0, ns);
             r->rel_rms[i] = r->rel_rms_alt[i] = untouched ? 0.0 : INFINITY;
             r->max_abs[i] = 0;
             continue;
@@ -546,6 +736,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     rc = 0;
 out:
     for (int i = 0; i < 10; i++) dfree(&d[i]);
+    layout_free(&L);
     double *all[] = {q, k, beta, a, g, w, kg, qg, dout, dv, dht, edh, edv2, edh0, kdh, kdv2, kdh0, tdh, tdv2, tdh0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 3; i++) free(raw[i]);
@@ -603,6 +794,11 @@ out:
 
 /* ------------------------------------------------------------ selftest */
 
+/* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
+ * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512. */
+#define SELFTEST_SEQS(spec) \
+    (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0} : (kc_seqs){0})
+
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];
     if (kc_init(why, sizeof why) != 0) {
@@ -619,11 +815,13 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         kc_intra_case c = {2, 512, 2, 4, strstr(spec, "K=64") ? 64 : 128, strstr(spec, "fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL,
-                           KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0};
+                           KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
         if (c.emit_bf16) c.HV = c.H;
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
-        snprintf(shape, sizeof shape, "B%d T%d H%d HV%d K%d", c.B, c.T, c.H, c.HV, c.K);
+        snprintf(shape, sizeof shape, "%s%d T%d H%d HV%d K%d", c.seqs.nseq ? "N" : "B", c.seqs.nseq ? c.seqs.nseq : c.B,
+                 c.T, c.H, c.HV, c.K);
         if (kc_run_intra(rt, &c, &r) != 0 || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
             failures++;
@@ -642,10 +840,12 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         kc_dhu_case c = {2, 512, 4, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "fp16") != NULL, 1, 1,
-                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec)};
+                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec)};
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
-        snprintf(shape, sizeof shape, "B%d T%d HV%d K%d V%d", c.B, c.T, c.HV, c.K, c.V);
+        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
+                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
         if (kc_run_dhu(rt, &c, &r) != 0 || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
             failures++;
@@ -878,7 +1078,8 @@ static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double c
               !fill_tiled(&d[3], rows * HV * K * 4, 1, HV * K, 0, &rng) &&
               !fill_tiled(&d[4], rows * HV * V * 4, 0, 0, 1, &rng) && !fill_tiled(&d[5], rows * HV * V * 4, 0, 0, 1, &rng);
         kdart_bwd_dhu_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
-                                NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0};
+                                NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0,
+                                NULL,     NULL,    NULL};
         args[k] = a;
     }
     if (!ok) {
@@ -929,7 +1130,7 @@ int kc_launch_overhead(kdart_rt *rt, double *kdart_us, double *raw_us) {
     kdart_bwd_intra_params p = {(void *)d[0].p,  (void *)d[1].p,  (float *)d[2].p, (void *)d[3].p,
                                 (float *)d[4].p, (float *)d[5].p, (float *)d[6].p, (float *)d[7].p,
                                 (float *)d[8].p, (float *)d[9].p, (void *)d[10].p, (void *)d[11].p,
-                                (float *)d[12].p, (float *)d[13].p, 1, 64, 1, 1};
+                                (float *)d[12].p, (float *)d[13].p, 1, 64, 1, 1, NULL, NULL, 1, 1, 0};
     void *params[] = {&p};
     CUstream st;
     cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);

@@ -22,6 +22,27 @@
  * Returns 0, or 77 (ctest's skip code) when there is no GPU, with why. */
 int kc_init(char *why, size_t n);
 
+/* Sequences of a case (issue 14).  nseq = 0: fixed length, B rows of any
+ * T >= 1 tokens (T % 64 != 0 runs the varlen=1 specialization with no
+ * cu_seqlens).  nseq > 0: one packed row (B must be 1) of T storage tokens
+ * holding nseq sequences per cu (nseq+1 entries) or, when cu is NULL,
+ * lengths drawn uniformly in [len_lo, len_hi] by kref_gen_cu_seqlens (one
+ * zero-length with with_empty); T = 0 then means exactly cu[N] tokens.
+ * Tokens past cu[N] hold NaN inputs and must keep their NaN outputs. */
+typedef struct kc_seqs {
+    int nseq;
+    const long long *cu;   /* [nseq+1] or NULL: drawn */
+    int len_lo, len_hi, with_empty;
+    int cu32;              /* pass cu_seqlens (and the index tensors) as int32, else int64 */
+    int fla_indices;       /* also pass fla's chunk_indices (and chunk_offsets to bwd_dhu) */
+    int spare_rows;        /* bwd_dhu: dh rows beyond the chunk count, which must stay NaN */
+    int garbage;           /* 1: cu_seqlens decreasing, 2: cu[N] > T, 3: cu[0] != 0 (after a valid
+                              setup), 4: bwd_dhu's dh one row short of the chunk count (no
+                              chunk_indices): expect the launch to succeed, write nothing, and
+                              set the device status bits (kc_report.devstatus) */
+    double hard_gates;     /* fraction of gate entries set to -1000 before the cumsum */
+} kc_seqs;
+
 typedef struct kc_intra_case {
     int B, T, H, HV, K;
     int io;        /* 0 bf16, 1 fp16 */
@@ -30,6 +51,7 @@ typedef struct kc_intra_case {
     unsigned long long seed;
     int reps;      /* timed launches after the checked one (0: no timing) */
     int graph;     /* also capture the launch in a CUDA graph and compare */
+    kc_seqs seqs;  /* zero: fixed length */
 } kc_intra_case;
 
 typedef struct kc_dhu_case {
@@ -40,6 +62,7 @@ typedef struct kc_dhu_case {
     int reps;
     int graph;
     int v_tile;  /* 0: kdart picks; 16, 32, 64: that BV specialization */
+    kc_seqs seqs;
 } kc_dhu_case;
 
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
@@ -58,6 +81,11 @@ typedef struct kc_report {
     int deterministic;     /* a second launch gave bitwise-equal outputs */
     int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
     double ms;             /* median time per call over reps (0 if reps == 0) */
+    int untouched;         /* every element the call must not write still holds NaN (tokens past
+                              cu[N], spare dh rows, dh0 when not asked for; with seqs.garbage:
+                              every output element) */
+    int devstatus;         /* kdart_device_status bits read (and cleared) after the launch */
+    int nseq, tokens;      /* the sequences and cu[N] the case ran */
 } kc_report;
 
 /* Runs one case.  Returns 0 when the case ran (see report.status and the

@@ -65,16 +65,18 @@ _PT = ctypes.POINTER(DLTensor)
 INTRA_TENSORS = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "dg_in", "db_in",
                  "dq", "dk", "dg", "db")
 DHU_TENSORS = ("qg", "kg", "w", "g", "d_o", "dv", "dht", "dh", "dv2", "dh0")
+INTRA_SEQS = ("cu_seqlens", "chunk_indices")                 # added in 0.2 (varlen), after the flags
+DHU_SEQS = ("cu_seqlens", "chunk_indices", "chunk_offsets")  # added in 0.2 (varlen), after v_tile
 
 
 class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
     _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in INTRA_TENSORS]
-                + [("fold_dg", ctypes.c_int), ("emit_bf16", ctypes.c_int)])
+                + [("fold_dg", ctypes.c_int), ("emit_bf16", ctypes.c_int)] + [(n, _PT) for n in INTRA_SEQS])
 
 
 class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
     _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in DHU_TENSORS]
-                + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)])
+                + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)] + [(n, _PT) for n in DHU_SEQS])
 
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
@@ -112,7 +114,9 @@ class Entry(ctypes.Structure):  # kdart_entry
 
 ENTRY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Entry))
 FROM = {0: "memory", 1: "cache", 2: "ro-cache", 3: "compiled"}
-OPEN_NO_ENV, OPEN_NO_CUDA = 0x1, 0x2
+OPEN_NO_ENV, OPEN_NO_CUDA, OPEN_CHECK = 0x1, 0x2, 0x4
+# kdart_device_status bits (kernel_src/kda_params.h's KDART_DEVERR_*)
+DEVERR_CU_ORDER, DEVERR_CU_RANGE, DEVERR_CHUNKS = 1, 2, 4
 PREPARE_NO_LOAD, PREPARE_FORCE, PREPARE_NO_WAIT = 0x1, 0x2, 0x4
 
 _vp, _cp, _i, _i64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64
@@ -135,6 +139,7 @@ _SIGNATURES = {
     "kdart_kda_bwd_dhu": (_i, [_vp, ctypes.POINTER(DhuArgs), _vp]),
     "kdart_get_function": (_i, [_vp, _cp, _cp, _vp]),
     "kdart_dhu_v_tile": (_i, [_vp, _i64, _i64, _i64, _i64, ctypes.POINTER(_i)]),
+    "kdart_device_status": (_i, [_vp, ctypes.POINTER(_i), _i]),
 }
 
 
@@ -358,6 +363,13 @@ class Runtime:
         cb = ENTRY_FN(one)
         self.check(self.lib.kdart_cache_list(self.handle, cb, None), "kdart_cache_list")
         return out
+
+    def device_status(self, clear=False):
+        """The KDART_DEVERR_* bits variable-length launches set in the current context (synchronizes it)."""
+        bits = ctypes.c_int()
+        self.check(self.lib.kdart_device_status(self.handle, ctypes.byref(bits), int(bool(clear))),
+                   "kdart_device_status")
+        return bits.value
 
     def dhu_v_tile(self, B, HV, K, V):
         bv = ctypes.c_int()

@@ -10,14 +10,17 @@ enable() replaces, in the fla module whose chunk_kda_bwd calls them
 (fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra and
 chunk_gated_delta_rule_bwd_dhu by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
-before calling: varlen / cu_seqlens, T % 64 != 0, K not in {64, 128},
-V % 64 != 0, chunk size != 64, state_v_first, a scalar gate g, use_graph,
-dtypes other than kdart's, non-CUDA or non-contiguous tensors; and any call
-where kdart raises ValueError).  Each new fallback reason is warned about
+before calling: K not in {64, 128}, V % 64 != 0, chunk size != 64,
+state_v_first, a scalar gate g, use_graph, cu_seqlens off q's device or with
+B != 1, dtypes other than kdart's, non-CUDA or non-contiguous tensors; and
+any call where kdart raises ValueError, e.g. EUNSUPPORTED for a bwd_intra
+varlen call in a build without that kernel body).  Any T and variable-length
+batches (cu_seqlens, with or without fla's chunk_indices / chunk_offsets)
+are served.  Each new fallback reason is warned about
 once.  With fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
-that tensor (the name chunk_local_cumsum in the same module is wrapped; every
+that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
 other call goes to fla's function).  disable() puts fla's functions back.
 
 The wrappers are written for fla-core 0.6.0: enable() compares
@@ -145,28 +148,29 @@ def _io_reason(torch, q, others_io, others_f32):
     return None
 
 
-def _common_reason(varlen, chunk_size, use_graph, q, other):
-    """The checks both stages share (q [B,T,*,K], other a second 4-d tensor)."""
-    if varlen:
-        return "cu_seqlens (varlen)"
+def _common_reason(chunk_size, use_graph, q, other, cu_seqlens):
+    """The checks both stages share (q [B,T,*,K], other a second 4-d tensor).  Any T and variable
+    length (cu_seqlens, B = 1, on q's device) are kdart's since issue 14."""
     if chunk_size != 64:
         return f"chunk_size={chunk_size}"
     if use_graph:
         return "use_graph"
     if q.dim() != 4 or other.dim() != 4:
         return "shape"
-    T, K = q.shape[1], q.shape[3]
-    if T % 64:
-        return "T % 64 != 0"
+    K = q.shape[3]
     if K not in (64, 128):
         return f"head dim K={K}"
+    if cu_seqlens is not None and (cu_seqlens.device != q.device or q.shape[0] != 1):
+        return "cu_seqlens not on q's device or B != 1"
     return None
 
 
 def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
                   chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
     """None when kdart takes this chunk_kda_bwd_intra call, else the reason it does not."""
-    r = _common_reason(cu_seqlens is not None or chunk_indices is not None, chunk_size, use_graph, q, g)
+    if chunk_indices is not None and cu_seqlens is None:
+        return "chunk_indices without cu_seqlens"
+    r = _common_reason(chunk_size, use_graph, q, g, cu_seqlens)
     if r:
         return r
     if g.shape[2] % q.shape[2]:
@@ -177,15 +181,15 @@ def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
 def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
                 cu_seqlens=None, chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
     """None when kdart takes this chunk_gated_delta_rule_bwd_dhu call, else the reason it does not."""
-    if cu_seqlens is not None or chunk_indices is not None or chunk_offsets is not None:
-        return "cu_seqlens (varlen)"
+    if cu_seqlens is None and (chunk_indices is not None or chunk_offsets is not None):
+        return "chunk_indices/chunk_offsets without cu_seqlens"
     if state_v_first:
         return "state_v_first"
     if g is not None:
         return "scalar gate g"
     if gk is None:
         return "no gk"
-    r = _common_reason(False, chunk_size, use_graph, q, do)
+    r = _common_reason(chunk_size, use_graph, q, do, cu_seqlens)
     if r:
         return r
     if q.shape[2] != do.shape[2]:
@@ -206,13 +210,14 @@ def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, c
         from . import torch as kt
         fold = _state["fold"]
         try:
-            out = kt.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=fold)
+            out = kt.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=fold, cu_seqlens=cu_seqlens,
+                               chunk_indices=chunk_indices)
         except ValueError as e:
             reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
         else:
             _count_served("bwd_intra")
-            if fold:
-                _tls.folded = weakref.ref(out[3])
+            if fold:  # folded over the same chunks: each sequence's, as the cumsum with this cu_seqlens
+                _tls.folded = (weakref.ref(out[3]), cu_seqlens)
             return out
     _count_fallback("bwd_intra", reason)
     return orig(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
@@ -227,7 +232,8 @@ def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None
     if reason is None:
         from . import torch as kt
         try:
-            out = kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale)
+            out = kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
+                             chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
         except ValueError as e:
             reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
         else:
@@ -244,12 +250,13 @@ _DEFAULT = object()
 
 def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=_DEFAULT,
                     chunk_indices=None, use_graph=False, **kwargs):
-    ref = getattr(_tls, "folded", None)
-    if ref is not None:
+    folded = getattr(_tls, "folded", None)
+    if folded is not None:
         _tls.folded = None
+        ref, folded_cu = folded
         torch = _torch()
-        if (ref() is g and reverse and chunk_size == 64 and scale is None and cu_seqlens is None
-                and chunk_indices is None and not use_graph and not kwargs
+        if (ref() is g and reverse and chunk_size == 64 and scale is None and cu_seqlens is folded_cu
+                and (chunk_indices is None or cu_seqlens is not None) and not use_graph and not kwargs
                 and (output_dtype is _DEFAULT or output_dtype in (None, torch.float32))):
             _count_served("dg_cumsum_folded")
             return g  # bwd_intra already returned it reverse-cumsummed within each chunk (fold_dg)

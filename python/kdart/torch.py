@@ -1,15 +1,27 @@
 """kdart.torch: the two KDA backward stages as torch ops.
 
     dq, dk, db, dg = kdart.torch.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
-                                          fold_dg=False, emit_bf16=False)
-    dh, dh0, dv2 = kdart.torch.bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None)
+                                          fold_dg=False, emit_bf16=False,
+                                          cu_seqlens=None, chunk_indices=None)
+    dh, dh0, dv2 = kdart.torch.bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None,
+                                       cu_seqlens=None, chunk_indices=None, chunk_offsets=None)
 
 Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra
 and chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu); dh0 is None
 when h0 is None, as in fla.  Outputs are new tensors on the inputs' device;
 nothing is written to the inputs.  Shapes and dtypes: shared/spec/kda_backward.md
 sections 3.1 and 4.1 (io dtype bf16 or fp16; g/gk, dAqk, dAkk, dq, dk, dg, db,
-dht, h0 fp32; T % 64 == 0, K in {64, 128}, V % 64 == 0, contiguous).
+dht, h0 fp32; any T >= 1, K in {64, 128}, V % 64 == 0, contiguous).
+
+Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
+inputs' device); h0, dht and dh0 are [N,HV,K,V]; fla's chunk_indices [NT,2] and
+chunk_offsets [N+1] may be passed (kdart checks their dtype and shape, never
+reads them, and derives what it needs on the device).  bwd_dhu's dh has, as
+fla's, NT = len(chunk_indices) rows; without chunk_indices that count is
+computed from cu_seqlens, which synchronizes the device like fla's own
+prepare_chunk_indices (pass chunk_indices to avoid it, e.g. under CUDA-graph
+capture).  Bad cu_seqlens (decreasing, cu[N] > T) are found on the device:
+the kernels write nothing and device_status() reports them.
 
 Both are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
 torch.ops.kdart.bwd_dhu) with fake implementations, so torch.compile traces
@@ -31,12 +43,14 @@ import torch
 
 from . import _lib
 
-__all__ = ["bwd_intra", "bwd_dhu", "prepare_for"]
+__all__ = ["bwd_intra", "bwd_dhu", "prepare_for", "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
 _IO = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-_DL_DTYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32)}
+_DL_DTYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32), torch.int32: (0, 32),
+             torch.int64: (0, 64)}
+_IDX = (torch.int32, torch.int64)
 assert ctypes.sizeof(_lib.DLTensor) == 48  # 6 words: DLTensor i's data pointer is word 6 i of a plan's array
 
 
@@ -64,14 +78,50 @@ def _dims(q, g, K_ok=True):
     HV = g.shape[2]
     if K not in (64, 128):
         raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} (K must be 64 or 128)")
-    if T % CHUNK:
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: T={T} is not a multiple of 64")
+    if T < 1:
+        raise _bad(f"ESHAPE: empty tensor: T={T}")
     return B, T, H, K, HV
 
 
-def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False):
+def _seqs(B, cu_seqlens, chunk_indices, chunk_offsets=None):
+    """Checks cu_seqlens and fla's index tensors (shapes and dtypes only); returns N, the sequence count."""
+    if cu_seqlens is None:
+        if chunk_indices is not None or chunk_offsets is not None:
+            raise _lib.KdartValueError(-1, "EINVAL", "EINVAL: chunk_indices/chunk_offsets given without cu_seqlens")
+        return B
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise _bad("ESHAPE: cu_seqlens must be a 1-D tensor [N+1], N >= 1")
+    if cu_seqlens.dtype not in _IDX:
+        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: cu_seqlens is {cu_seqlens.dtype}; expected int32 or int64")
+    if B != 1:
+        raise _bad(f"ESHAPE: cu_seqlens needs B == 1 (sequences packed along T), got B={B}")
+    N = cu_seqlens.shape[0] - 1
+    for name, t, ok in (("chunk_indices", chunk_indices, lambda t: t.dim() == 2 and t.shape[1] == 2),
+                        ("chunk_offsets", chunk_offsets, lambda t: t.dim() == 1 and t.shape[0] == N + 1)):
+        if t is None:
+            continue
+        if t.dtype != cu_seqlens.dtype:
+            raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: {name} is {t.dtype}; cu_seqlens is {cu_seqlens.dtype}")
+        if not ok(t):
+            raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}")
+    return N
+
+
+def _chunk_count(cu_seqlens):
+    """sum ceil(T_n / 64): what fla's len(prepare_chunk_indices(cu_seqlens)) is (synchronizes)."""
+    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=0)  # bad cu_seqlens: the kernel reports them
+    return int(((lens + CHUNK - 1) // CHUNK).sum().item())
+
+
+def _varlen(T, cu_seqlens):
+    return int(cu_seqlens is not None or T % CHUNK != 0)
+
+
+def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+               chunk_indices=None):
     """Checks bwd_intra's arguments (ValueError); returns its outputs' (shape, dtype) list."""
     B, T, H, K, HV = _dims(q, g)
+    _seqs(B, cu_seqlens, chunk_indices)
     io = q.dtype
     _want("q", q, (B, T, H, K), None)
     if HV % H:
@@ -88,10 +138,14 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
     return [((B, T, HV, K), odt), ((B, T, HV, K), odt), ((B, T, HV), _F32), ((B, T, HV, K), _F32)]
 
 
-def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None):
+def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+             nt=None):
     """Checks bwd_dhu's arguments (ValueError); returns its outputs' (shape, dtype) list (dh, dh0, dv2);
-    dh0's shape is (0,) when h0 is None."""
+    dh0's shape is (0,) when h0 is None.  dh has fla's rows: B*ceil(T/64) at fixed length; varlen:
+    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks)."""
     B, T, HV, K, _ = _dims(q, gk)
+    N = _seqs(B, cu_seqlens, chunk_indices, chunk_offsets)
+    NT = -(-T // CHUNK) if cu_seqlens is None else chunk_indices.shape[0] if chunk_indices is not None else nt
     if do.dim() != 4:
         raise _bad("ESHAPE: do must be [B,T,HV,V]")
     V = do.shape[3]
@@ -104,10 +158,10 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None):
                                ("gk", gk, (B, T, HV, K), _F32)):
         _want(name, t, shape, dt)
     if h0 is not None:
-        _want("h0", h0, (B, HV, K, V), _F32)
+        _want("h0", h0, (N, HV, K, V), _F32)
     if dht is not None:
-        _want("dht", dht, (B, HV, K, V), _F32)
-    return [((B, T // CHUNK, HV, K, V), io), ((B, HV, K, V) if h0 is not None else (0,), _F32),
+        _want("dht", dht, (N, HV, K, V), _F32)
+    return [((B, NT, HV, K, V), io), ((N, HV, K, V) if h0 is not None else (0,), _F32),
             ((B, T, HV, V), io)]
 
 
@@ -219,22 +273,28 @@ def _prepare_plan(kernel, plan, spec, dev):
     plan.warm = True
 
 
-def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16):
-    outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
-    dev = _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg))
+def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
+                chunk_indices=None):
+    outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
+    dev = _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
     fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]  # metadata only
-    # C order: ..., dq_in, dk_in, dg_in, db_in, dq, dk, dg, db (fla returns dq, dk, db, dg)
-    tensors = (q, k, g, beta, dAqk, dAkk, dq, dk, dg, db, fake[0], fake[1], fake[3], fake[2])
+    # C order: ..., dq_in, dk_in, dg_in, db_in, dq, dk, dg, db (fla returns dq, dk, db, dg), cu_seqlens, chunk_indices
+    tensors = (q, k, g, beta, dAqk, dAkk, dq, dk, dg, db, fake[0], fake[1], fake[3], fake[2], cu_seqlens,
+               chunk_indices)
 
     def fill(a):
         a.fold_dg, a.emit_bf16 = int(bool(fold_dg)), int(bool(emit_bf16))
-    plan = _Plan(_lib.IntraArgs, _lib.INTRA_TENSORS, tensors, fill)
+    plan = _Plan(_lib.IntraArgs, _lib.INTRA_TENSORS + _lib.INTRA_SEQS, tensors, fill)
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={q.shape[3]}")
+                 f"K={q.shape[3]},varlen={_varlen(q.shape[1], cu_seqlens)}")
     return plan
+
+
+def _idx_key(t):
+    return None if t is None else (t.shape, t.dtype, t.get_device())
 
 
 def _thread_plans():
@@ -252,14 +312,16 @@ def _get_plan(key, build, *a):
     return plan
 
 
-def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False):
+def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+                    chunk_indices=None):
     key = (q.shape, k.shape, g.shape, beta.shape, dAqk.shape, dAkk.shape, dq.shape, dk.shape, db.shape, dg.shape,
            q.dtype, k.dtype, g.dtype, beta.dtype, dAqk.dtype, dAkk.dtype, dq.dtype, dk.dtype, db.dtype, dg.dtype,
            q.get_device(), k.get_device(), g.get_device(), beta.get_device(), dAqk.get_device(),
            dAkk.get_device(), dq.get_device(), dk.get_device(), db.get_device(), dg.get_device(),
-           bool(fold_dg), bool(emit_bf16), "intra")
+           bool(fold_dg), bool(emit_bf16), "intra",
+           None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
     plan = _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
-                                          emit_bf16)
+                                          emit_bf16, cu_seqlens, chunk_indices)
     if not (q.is_contiguous() and k.is_contiguous() and g.is_contiguous() and beta.is_contiguous()
             and dAqk.is_contiguous() and dAkk.is_contiguous() and dq.is_contiguous() and dk.is_contiguous()
             and db.is_contiguous() and dg.is_contiguous()):
@@ -276,39 +338,56 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
     d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
     d[60], d[66], d[72], d[78] = oq.data_ptr(), ok.data_ptr(), og.data_ptr(), ob.data_ptr()
+    if cu_seqlens is not None:
+        d[84] = cu_seqlens.data_ptr()
+        if chunk_indices is not None:
+            d[90] = chunk_indices.data_ptr()
     _launch("intra", plan, plan.idx)
     return oq, ok, ob, og
 
 
-def _dhu_plan(key, q, k, w, do, dv, gk, h0, dht, scale):
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht)
-    dev = _check_layout((q, k, w, do, dv, gk, h0, dht))
+def _dhu_plan(key, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+              nt=None):
+    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt)
+    rows = outs[0][0][1]
+    if rows == 0:  # only zero-length sequences: fla's dh has no rows; kdart's dh needs one (never written)
+        outs[0] = ((outs[0][0][0], 1) + outs[0][0][2:], outs[0][1])
+    dev = _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
     fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]
     B, T, HV, K = q.shape
     V = do.shape[3]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     v_tile = 0
     if dev.type == "cuda":
         with torch.cuda.device(dev):
-            v_tile = _fast()["rt"].dhu_v_tile(B, HV, K, V)
-    tensors = (q, k, w, gk, do, dv, dht, fake[0], fake[2], fake[1] if h0 is not None else None)
+            v_tile = _fast()["rt"].dhu_v_tile(N, HV, K, V)
+    tensors = (q, k, w, gk, do, dv, dht, fake[0], fake[2], fake[1] if h0 is not None else None, cu_seqlens,
+               chunk_indices, chunk_offsets)
 
     def fill(a):
         a.v_tile = v_tile
-    plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS, tensors, fill)
+    plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS + _lib.DHU_SEQS, tensors, fill)
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    plan.spec = f"io={_IO[q.dtype]},K={K},BV={v_tile}"
+    plan.spec = f"io={_IO[q.dtype]},K={K},BV={v_tile},varlen={_varlen(T, cu_seqlens)}"
+    plan.no_rows = rows == 0
     return plan
 
 
-def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
+def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
+                  chunk_offsets=None):
+    # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
+    nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
     key = (q.shape, k.shape, w.shape, do.shape, dv.shape, gk.shape,
            None if h0 is None else (h0.shape, h0.dtype, h0.get_device()),
            None if dht is None else (dht.shape, dht.dtype, dht.get_device()),
            q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
-           q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu")
-    plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale)
+           q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu",
+           None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
+                                            nt))
+    plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                     nt)
     if not (q.is_contiguous() and k.is_contiguous() and w.is_contiguous() and do.is_contiguous()
             and dv.is_contiguous() and gk.is_contiguous() and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
@@ -328,8 +407,14 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
         d[36] = dht.data_ptr()
     if h0 is not None:
         d[54] = dh0.data_ptr()
+    if cu_seqlens is not None:
+        d[60] = cu_seqlens.data_ptr()
+        if chunk_indices is not None:
+            d[66] = chunk_indices.data_ptr()
+        if chunk_offsets is not None:
+            d[72] = chunk_offsets.data_ptr()
     _launch("dhu", plan, plan.idx)
-    return dh, dh0, dv2
+    return (dh[:, :0] if plan.no_rows else dh), dh0, dv2
 
 
 # ------------------------------------------------------------- custom ops
@@ -337,28 +422,35 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
 @torch.library.custom_op("kdart::bwd_intra", mutates_args=())
 def _bwd_intra_op(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, dAqk: torch.Tensor,
                   dAkk: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, db: torch.Tensor, dg: torch.Tensor,
-                  fold_dg: bool = False, emit_bf16: bool = False
+                  fold_dg: bool = False, emit_bf16: bool = False, cu_seqlens: torch.Tensor | None = None,
+                  chunk_indices: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
+    return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
 
 
 @_bwd_intra_op.register_fake
-def _bwd_intra_fake(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False):
-    outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
+def _bwd_intra_fake(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+                    chunk_indices=None):
+    outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
 @torch.library.custom_op("kdart::bwd_dhu", mutates_args=())
 def _bwd_dhu_op(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, do: torch.Tensor, dv: torch.Tensor,
                 gk: torch.Tensor, h0: torch.Tensor | None = None, dht: torch.Tensor | None = None,
-                scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                scale: float | None = None, cu_seqlens: torch.Tensor | None = None,
+                chunk_indices: torch.Tensor | None = None, chunk_offsets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dh0 is a (0,)-shaped tensor when h0 is None (custom ops cannot return None); bwd_dhu maps it to None."""
-    return _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale)
+    return _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
 
 
 @_bwd_dhu_op.register_fake
-def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht)
+def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
+                  chunk_offsets=None):
+    # varlen without chunk_indices: dh's row count depends on cu_seqlens's values
+    nt = torch.library.get_ctx().new_dynamic_size() if cu_seqlens is not None and chunk_indices is None else None
+    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
@@ -366,34 +458,52 @@ def _eager(t):
     return type(t) is torch.Tensor and t.is_cuda and not torch.compiler.is_compiling()
 
 
-def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False):
-    """fla's chunk_kda_bwd_intra (chunk 64, fixed length) -> (dq, dk, db, dg).
+def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+              chunk_indices=None):
+    """fla's chunk_kda_bwd_intra (chunk 64; any T, or packed sequences per cu_seqlens) -> (dq, dk, db, dg).
     fold_dg: dg comes back reverse-cumsummed within each chunk (fla's following
     chunk_local_cumsum(dg, 64, reverse=True)); emit_bf16: dq, dk in the io dtype (HV == H)."""
     if _eager(q):
-        return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
-    return torch.ops.kdart.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16)
+        return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
+                               chunk_indices)
+    return torch.ops.kdart.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
+                                     chunk_indices)
 
 
-def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None):
+def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
+            chunk_offsets=None):
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
-    -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5."""
+    -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
+    len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization)."""
     if _eager(q):
-        dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale)
+        dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
     else:
-        dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale)
+        dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices,
+                                               chunk_offsets)
     return dh, (dh0 if h0 is not None else None), dv2
+
+
+def device_status(device=None, clear=True):
+    """The KDART_DEVERR_* bits (kdart._lib.DEVERR_*: 1 cu_seqlens out of order, 2 cu[N] > T, 4 more chunks
+    than dh rows) that variable-length launches found on device since the last clear; those launches
+    wrote nothing.  Synchronizes the device: call it when you choose to, never on a hot path."""
+    with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
+        return _fast()["rt"].device_status(clear)
 
 
 def prepare_for(op, *args, **kwargs):
     """Prepares (compiles or loads, into the inputs' device) the specialization that op (bwd_intra or
     bwd_dhu) would launch for these arguments, without launching: call it before CUDA-graph capture."""
     if op in (bwd_intra, torch.ops.kdart.bwd_intra):
-        names = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg", "fold_dg", "emit_bf16")
-        defaults, build, kernel = {"fold_dg": False, "emit_bf16": False}, _intra_plan, "bwd_intra"
+        names = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg", "fold_dg", "emit_bf16",
+                 "cu_seqlens", "chunk_indices")
+        defaults, build, kernel = ({"fold_dg": False, "emit_bf16": False, "cu_seqlens": None, "chunk_indices": None},
+                                   _intra_plan, "bwd_intra")
     elif op in (bwd_dhu, torch.ops.kdart.bwd_dhu):
-        names = ("q", "k", "w", "do", "dv", "gk", "h0", "dht", "scale")
-        defaults, build, kernel = {"h0": None, "dht": None, "scale": None}, _dhu_plan, "bwd_dhu"
+        names = ("q", "k", "w", "do", "dv", "gk", "h0", "dht", "scale", "cu_seqlens", "chunk_indices",
+                 "chunk_offsets", "nt")
+        defaults, build, kernel = ({"h0": None, "dht": None, "scale": None, "cu_seqlens": None,
+                                    "chunk_indices": None, "chunk_offsets": None, "nt": 1}, _dhu_plan, "bwd_dhu")
     else:
         raise ValueError("prepare_for: op must be kdart.torch.bwd_intra or kdart.torch.bwd_dhu")
     a = dict(defaults)

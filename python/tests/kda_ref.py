@@ -99,3 +99,112 @@ def dhu_inputs(B, T, HV, K, V, io, device):
     h0 = torch.randn(B, HV, K, V, device=device)
     dht = torch.randn(B, HV, K, V, device=device)
     return [qg, kg, w, do, dv, gk], h0, dht
+
+
+# ------------------------------------------------------------- variable length
+# Sequence n is tokens [cu[n], cu[n+1]) of one packed row (B = 1); its last chunk may be partial.  The
+# references below run the fixed-length ones per sequence, padded to whole chunks so that the padding adds
+# nothing: zero rows of every operand, and the gate's last valid row repeated (dhu's decay of a partial
+# chunk is g at its last valid row; bwd_intra's exp2 differences stay finite).
+
+def _pad(x, n, edge=False):
+    """x [1, L, ...] -> [1, n, ...]: zero rows, or (edge) copies of the last row."""
+    L = x.shape[1]
+    if n == L:
+        return x
+    fill = x[:, L - 1:L].expand(1, n - L, *x.shape[2:]) if edge else x.new_zeros(1, n - L, *x.shape[2:])
+    return torch.cat([x, fill], 1)
+
+
+def seq_bounds(cu):
+    cu = [int(v) for v in cu]
+    return [(cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
+
+
+def chunk_offsets(cu):
+    """fla's prepare_chunk_offsets: [N+1], exclusive prefix sum of ceil(T_n / 64)."""
+    out = [0]
+    for a, b in seq_bounds(cu):
+        out.append(out[-1] + (b - a + CHUNK - 1) // CHUNK)
+    return out
+
+
+def chunk_indices(cu):
+    """fla's prepare_chunk_indices: [NT, 2] rows (n, c), the dtype of cu."""
+    rows = [(n, c) for n, (a, b) in enumerate(seq_bounds(cu)) for c in range((b - a + CHUNK - 1) // CHUNK)]
+    return torch.tensor(rows, dtype=cu.dtype, device=cu.device).reshape(-1, 2)
+
+
+def _padded_seq(ts, a, b, edge_at=()):
+    P = -(-(b - a) // CHUNK) * CHUNK
+    return [None if t is None else _pad(t[:, a:b], P, i in edge_at) for i, t in enumerate(ts)]
+
+
+def bwd_intra_ref_varlen(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu, fold_dg=False):
+    """bwd_intra_ref per sequence of cu; tokens past cu[N] come back as zeros."""
+    outs = None
+    for a, b in seq_bounds(cu):
+        if b == a:
+            continue
+        r = bwd_intra_ref(*_padded_seq((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg), a, b, edge_at=(2,)),
+                          fold_dg=fold_dg)
+        if outs is None:
+            outs = [x.new_zeros(1, q.shape[1], *x.shape[2:]) for x in r]
+        for o, x in zip(outs, r):
+            o[:, a:b] = x[:, :b - a]
+    return outs
+
+
+def bwd_dhu_ref_varlen(qg, kg, w, do, dv, gk, cu, h0=None, dht=None, scale=1.0):
+    """bwd_dhu_ref per sequence: dh [1, NT, HV, K, V] with chunk (n, c) at row chunk_offsets[n] + c (NT the
+    total), dh0 [N, HV, K, V] (None without h0; dht of a zero-length sequence), dv2 zero past cu[N]."""
+    co = chunk_offsets(cu)
+    HV, K, V = qg.shape[2], qg.shape[3], do.shape[3]
+    dh = torch.zeros(1, co[-1], HV, K, V, dtype=torch.float64, device=qg.device)
+    dv2 = torch.zeros(do.shape, dtype=torch.float64, device=qg.device)
+    dh0 = torch.zeros(len(co) - 1, HV, K, V, dtype=torch.float64, device=qg.device)
+    for n, (a, b) in enumerate(seq_bounds(cu)):
+        d_n = None if dht is None else dht[n:n + 1]
+        if b == a:
+            if d_n is not None:
+                dh0[n] = d_n[0].double()
+            continue
+        rdh, rdh0, rdv2 = bwd_dhu_ref(*_padded_seq((qg, kg, w, do, dv, gk), a, b, edge_at=(5,)),
+                                      h0=True, dht=d_n, scale=scale)
+        dh[0, co[n]:co[n + 1]] = rdh[0]
+        dv2[:, a:b] = rdv2[:, :b - a]
+        dh0[n] = rdh0[0]
+    return dh, (dh0 if h0 is not None else None), dv2
+
+
+def varlen_gate(cu, T, HV, K, device):
+    """g [1, T, HV, K]: the chunk-local cumsum restarting at every chunk of every sequence; zero past cu[N]."""
+    a = F.logsigmoid(torch.randn(1, T, HV, K, device=device) * 1.5 + 2.0)
+    g = torch.zeros_like(a)
+    for s, e in seq_bounds(cu):
+        for c0 in range(s, e, CHUNK):
+            c1 = min(c0 + CHUNK, e)
+            g[:, c0:c1] = a[:, c0:c1].cumsum(1) * RCP_LN2
+    return g.contiguous()
+
+
+def varlen_intra_inputs(cu, T, H, HV, K, io, device):
+    """intra_inputs on one packed row of T tokens, with dA's triangles and g's cumsum per sequence chunk."""
+    a = intra_inputs(1, -(-T // CHUNK) * CHUNK, H, HV, K, io, device)
+    a = [t[:, :T].contiguous() for t in a]
+    a[2] = varlen_gate(cu, T, HV, K, device)
+    r = torch.zeros(T, dtype=torch.long, device=device)  # each token's row within its chunk
+    for s, e in seq_bounds(cu):
+        r[s:e] = torch.arange(e - s, device=device) % CHUNK
+    col = torch.arange(CHUNK, device=device)
+    a[4] = torch.randn_like(a[4]) * 0.1 * (col[None, :] <= r[:, None]).float()[None, :, None, :]
+    a[5] = torch.randn_like(a[5]) * 0.1 * (col[None, :] < r[:, None]).float()[None, :, None, :]
+    return a
+
+
+def varlen_dhu_inputs(cu, T, HV, K, V, io, device):
+    a, _, _ = dhu_inputs(1, -(-T // CHUNK) * CHUNK, HV, K, V, io, device)
+    a = [t[:, :T].contiguous() for t in a]
+    a[5] = varlen_gate(cu, T, HV, K, device)
+    N = len(cu) - 1
+    return a, torch.randn(N, HV, K, V, device=device), torch.randn(N, HV, K, V, device=device)

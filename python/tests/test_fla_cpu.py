@@ -40,9 +40,14 @@ def _intra(B=1, T=128, H=2, HV=2, K=64, io=torch.bfloat16):
 
 
 def test_refusal_reasons():
-    assert kf.intra_refusal(*_intra(T=1000)) == "T % 64 != 0"
+    # any T and varlen are kdart's now: these meta tensors stop at the device check
+    assert kf.intra_refusal(*_intra(T=1000)) == "not a CUDA tensor"
+    cu = torch.empty(3, dtype=torch.int64, device="meta")
+    assert kf.intra_refusal(*_intra(), cu_seqlens=cu) == "not a CUDA tensor"
+    assert kf.intra_refusal(*_intra(B=2), cu_seqlens=cu) == "cu_seqlens not on q's device or B != 1"
+    assert kf.intra_refusal(*_intra(), cu_seqlens=torch.tensor([0, 128])) == "cu_seqlens not on q's device or B != 1"
+    assert kf.intra_refusal(*_intra(), chunk_indices=cu) == "chunk_indices without cu_seqlens"
     assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96"
-    assert kf.intra_refusal(*_intra(), cu_seqlens=torch.tensor([0, 128])) == "cu_seqlens (varlen)"
     assert kf.intra_refusal(*_intra(), chunk_size=32) == "chunk_size=32"
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -50,6 +55,12 @@ def test_refusal_reasons():
     assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "V=96 (V % 64 != 0)"
     assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first"
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
+    do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
+    q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
+    gk = torch.empty(1, 100, 2, 64, device="meta")
+    assert kf.dhu_refusal(q100, q100, q100, do64, do64, gk=gk, cu_seqlens=cu) == "not a CUDA tensor"
+    assert kf.dhu_refusal(q100, q100, q100, do64, do64, gk=gk, chunk_offsets=cu) == \
+        "chunk_indices/chunk_offsets without cu_seqlens"
 
 
 def test_wrappers_route_fold_and_fall_back(monkeypatch):
@@ -61,8 +72,8 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
     a = _intra()
     outs = tuple(torch.empty(1, device="meta") for _ in range(4))
 
-    def fake_intra(*args, fold_dg=False, emit_bf16=False):
-        calls.append(("kdart", fold_dg))
+    def fake_intra(*args, fold_dg=False, emit_bf16=False, cu_seqlens=None, chunk_indices=None):
+        calls.append(("kdart", fold_dg) if cu_seqlens is None else ("kdart varlen", fold_dg))
         return outs
     monkeypatch.setattr(kt, "bwd_intra", fake_intra)
     monkeypatch.setattr(kf, "intra_refusal", lambda *x, **y: None)
@@ -80,6 +91,16 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
             assert calls == [("kdart", True)]  # skipped: already folded
             chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True)  # the next one is fla's
             assert calls[-1][0] == "cumsum" and calls[-1][1]["output_dtype"] == torch.float32
+            # varlen: folded per sequence chunk, so only the cumsum with the same cu_seqlens is skipped
+            cu, other = torch.tensor([0, 50, 128]), torch.tensor([0, 64, 128])
+            n = len(calls)
+            dg = chunk_bwd.chunk_kda_bwd_intra(*a, cu_seqlens=cu, chunk_size=64)[3]
+            assert calls[n:] == [("kdart varlen", True)]
+            assert chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=cu) is dg
+            assert calls[n:] == [("kdart varlen", True)]
+            dg = chunk_bwd.chunk_kda_bwd_intra(*a, cu_seqlens=cu, chunk_size=64)[3]
+            chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=other)  # not that fold
+            assert calls[-1][0] == "cumsum" and calls[-1][1]["cu_seqlens"] is other
 
             def refuse(*args, **kw):
                 raise kf_value_error()
@@ -91,7 +112,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
         finally:
             orig.update(saved)
         st = kf.stats()
-    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 0, "dg_cumsum_folded": 1}
+    assert st["served"] == {"bwd_intra": 3, "bwd_dhu": 0, "dg_cumsum_folded": 2}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 1}
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 

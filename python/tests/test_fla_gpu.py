@@ -1,7 +1,8 @@
 """chunk_kda forward + backward with kdart.fla enabled, fla's test recipe (tests/ops/test_kda.py::test_chunk):
 every gradient against fla's naive recurrence (fla.ops.kda.naive, fed float64 leaves; it runs its
 recurrence in fp32, as in fla's own test) within fla's own tolerances, and the stats say
-kdart served both stages; T = 1000 gives fla's result through a counted fallback.  Skips without CUDA or fla."""
+kdart served both stages, also at T = 1000 (a partial chunk) and on packed variable-length batches.  Skips
+without CUDA or fla."""
 import os
 
 import pytest
@@ -97,14 +98,55 @@ def test_chunk_kda_with_kdart(case):
     assert st["served"]["dg_cumsum_folded"] == 1 and not st["fallbacks"], st
 
 
-def test_t1000_falls_back():
+def test_t1000_served():
+    """T % 64 != 0 (a partial last chunk) is kdart's since issue 14 (bwd_intra's varlen body included)."""
     case = (2, 1000, 2, 2, 64, 0.1, 1, torch.float16, False, False, False)
     kf.reset_stats()
-    with pytest.warns(RuntimeWarning, match="falls back"):
-        with kf.enabled():
-            out = run(*case)
-            st = kf.stats()
+    with kf.enabled():
+        out = run(*case)
+        st = kf.stats()
     check(*out)
-    assert st["served"]["bwd_intra"] == 0 and st["served"]["bwd_dhu"] == 0
-    assert st["fallbacks"] == {"bwd_intra: T % 64 != 0": 1, "bwd_dhu: T % 64 != 0": 1}
-    assert st["served"]["dg_cumsum_folded"] == 0
+    assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1 and not st["fallbacks"], st
+    assert st["served"]["dg_cumsum_folded"] == 1
+
+
+@pytest.mark.parametrize("cu", [[0, 15], [0, 256, 500, 1000], [0, 15, 100, 300, 1200, 2000]],
+                         ids=lambda c: f"N{len(c) - 1}")
+def test_chunk_kda_varlen_with_kdart(cu):
+    """fla's varlen recipe (tests/ops/test_kda.py::test_chunk_varlen): packed sequences against the naive
+    recurrence run per sequence; kdart serves both stages and the folded cumsum."""
+    torch.manual_seed(43)
+    H, D, dtype = 2, 64, torch.bfloat16
+    T, N = cu[-1], len(cu) - 1
+    cu_t = torch.tensor(cu, dtype=torch.long, device="cuda")
+    q, k, v = (torch.rand(1, T, H, D, dtype=dtype) for _ in range(3))
+    g = F.logsigmoid(torch.randn(1, T, H, D, dtype=torch.float))
+    beta = torch.randn(1, T, H, dtype=dtype).sigmoid()
+    h0 = torch.randn(N, H, D, D, dtype=torch.float32)
+    leaves = [x.cuda().requires_grad_(True) for x in (q, k, v, g, beta, h0)]
+    q, k, v, g, beta, h0 = leaves
+    do, dht = torch.randn_like(v), torch.randn_like(h0)
+    d64 = [x.detach().double().requires_grad_(True) for x in leaves]
+    refs, hts = [], []
+    for n in range(N):
+        s = slice(cu[n], cu[n + 1])
+        o, ht = naive_recurrent_kda(F.normalize(d64[0][:, s], p=2, dim=-1), F.normalize(d64[1][:, s], p=2, dim=-1),
+                                    d64[2][:, s], d64[3][:, s], d64[4][:, s], scale=0.1,
+                                    initial_state=d64[5][n:n + 1], output_final_state=True)
+        refs.append(o)
+        hts.append(ht)
+    ref, ref_ht = torch.cat(refs, 1), torch.cat(hts, 0)
+    ((ref * do.double()).sum() + (ref_ht * dht.double()).sum()).backward()
+    kf.reset_stats()
+    with kf.enabled():
+        tri, tri_ht = chunk_kda(F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1), v, g, beta, scale=0.1,
+                                initial_state=h0, output_final_state=True, cu_seqlens=cu_t)
+        ((tri * do).sum() + (tri_ht * dht).sum()).backward()
+        st = kf.stats()
+    assert_close("o", ref, tri, 0.005)
+    assert_close("ht", ref_ht, tri_ht, 0.005)
+    for name, x, t, tol in zip(("dq", "dk", "dv", "dg", "db", "dh0"), d64, leaves,
+                               (0.008, 0.008, 0.008, 0.02, 0.02, 0.008)):
+        assert_close(name, x.grad, t.grad, tol)
+    assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1 and not st["fallbacks"], st
+    assert st["served"]["dg_cumsum_folded"] == 1

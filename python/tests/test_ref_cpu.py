@@ -71,3 +71,92 @@ def test_dhu_ref_matches_loops():
                + scale * sum(qg[t0 + i][d] * do[t0 + i][v] for i in range(64))
                - sum(w[t0 + i][d] * v2[i][v] for i in range(64)) for v in range(2)] for d in range(3)]
     assert torch.allclose(dh0[0, 0], torch.tensor(dH, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+
+
+def intra_loops_varlen(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu):
+    """The spec's loops on one packed row: per sequence chunk, only its valid rows (r, s < nv)."""
+    K, H, HV = q.shape[3], q.shape[2], g.shape[2]
+    G = HV // H
+    oq, ok, og, ob = (t.double().clone() for t in (dq, dk, dg, db))
+    q, k, g, beta, dAqk, dAkk = (t.double()[0].tolist() for t in (q, k, g, beta, dAqk, dAkk))
+    for a, b in R.seq_bounds(cu):
+        for t0 in range(a, b, 64):
+            nv = min(64, b - t0)
+            for hv in range(HV):
+                h = hv // G
+                for r in range(nv):
+                    tr, dbacc = t0 + r, 0.0
+                    for d in range(K):
+                        Aq = Ak = Ct = 0.0
+                        gr = g[tr][hv][d]
+                        for s in range(r + 1):
+                            e = 2.0 ** (gr - g[t0 + s][hv][d])
+                            Aq += dAqk[tr][hv][s] * k[t0 + s][h][d] * e
+                            Ak += dAkk[tr][hv][s] * k[t0 + s][h][d] * e
+                        for r2 in range(r, nv):
+                            t2 = t0 + r2
+                            e = 2.0 ** (g[t2][hv][d] - gr)
+                            Ct += (dAqk[t2][hv][r] * q[t2][h][d] + dAkk[t2][hv][r] * beta[t2][hv] * k[t2][h][d]) * e
+                        qr, kr, br = q[tr][h][d], k[tr][h][d], beta[tr][hv]
+                        oq[0, tr, hv, d] += Aq
+                        ok[0, tr, hv, d] += br * Ak + Ct
+                        og[0, tr, hv, d] += qr * Aq + (br * Ak - Ct) * kr
+                        dbacc += kr * Ak
+                    ob[0, tr, hv] += dbacc
+    return oq, ok, ob, og
+
+
+CU = torch.tensor([0, 70, 70, 100, 101], dtype=torch.int64)  # a partial chunk, a zero-length sequence, one token
+
+
+def test_intra_ref_varlen_matches_loops():
+    torch.manual_seed(5)
+    a = R.varlen_intra_inputs(CU, 110, 1, 2, 3, torch.bfloat16, "cpu")
+    got = R.bwd_intra_ref_varlen(*a, CU)
+    want = intra_loops_varlen(*a, CU)
+    for x, y in zip(got, want):
+        assert torch.allclose(x[:, :101], y[:, :101], rtol=1e-10, atol=1e-10)
+        assert not x[:, 101:].any()  # past cu[N]: zeros
+    folded = R.bwd_intra_ref_varlen(*a, CU, fold_dg=True)[3]  # suffix sums over the valid rows only
+    assert torch.allclose(folded[:, 80], want[3][:, 80:100].sum(1), rtol=1e-10, atol=1e-10)
+    assert torch.allclose(folded[:, 64], want[3][:, 64:70].sum(1), rtol=1e-10, atol=1e-10)
+
+
+def test_dhu_ref_varlen_matches_loops():
+    torch.manual_seed(6)
+    (qg, kg, w, do, dv, gk), h0, dht = R.varlen_dhu_inputs(CU, 110, 1, 3, 2, torch.bfloat16, "cpu")
+    scale = 0.5
+    dh, dh0, dv2 = R.bwd_dhu_ref_varlen(qg, kg, w, do, dv, gk, CU, h0=h0, dht=dht, scale=scale)
+    co = R.chunk_offsets(CU)
+    assert co == [0, 2, 2, 3, 4] and dh.shape[1] == 4
+    assert R.chunk_indices(CU).tolist() == [[0, 0], [0, 1], [2, 0], [3, 0]]
+    qg, kg, w, do, dv, gk = (t.double()[0, :, 0].tolist() for t in (qg, kg, w, do, dv, gk))
+    for n, (a, b) in enumerate(R.seq_bounds(CU)):
+        dH = dht.double()[n, 0].tolist()
+        for c in reversed(range((b - a + 63) // 64)):
+            t0, nv = a + 64 * c, min(64, b - a - 64 * c)
+            assert torch.allclose(dh[0, co[n] + c, 0], torch.tensor(dH, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+            v2 = [[dv[t0 + i][v] + sum(kg[t0 + i][d] * dH[d][v] for d in range(3)) for v in range(2)]
+                  for i in range(nv)]
+            assert torch.allclose(dv2[0, t0:t0 + nv, 0], torch.tensor(v2, dtype=torch.float64), rtol=1e-10)
+            dH = [[math.pow(2.0, gk[t0 + nv - 1][d]) * dH[d][v]
+                   + scale * sum(qg[t0 + i][d] * do[t0 + i][v] for i in range(nv))
+                   - sum(w[t0 + i][d] * v2[i][v] for i in range(nv)) for v in range(2)] for d in range(3)]
+        assert torch.allclose(dh0[n, 0], torch.tensor(dH, dtype=torch.float64), rtol=1e-10, atol=1e-12)
+    assert not dv2[:, 101:].any()
+
+
+def test_varlen_refs_equal_fixed_length():
+    """cu = [0, T, 2T] with T % 64 == 0 is the fixed-length B = 2 batch."""
+    torch.manual_seed(7)
+    cu = torch.tensor([0, 128, 256])
+    a = R.intra_inputs(2, 128, 1, 2, 4, torch.float16, "cpu")
+    packed = [t.reshape(1, 256, *t.shape[2:]) for t in a]
+    for x, y in zip(R.bwd_intra_ref_varlen(*packed, cu, fold_dg=True), R.bwd_intra_ref(*a, fold_dg=True)):
+        assert torch.equal(x.reshape(y.shape), y)
+    (d, h0, dht) = R.dhu_inputs(2, 128, 1, 4, 3, torch.float16, "cpu")
+    pd = [t.reshape(1, 256, *t.shape[2:]) for t in d]
+    v = R.bwd_dhu_ref_varlen(*pd, cu, h0=h0, dht=dht, scale=0.3)
+    f = R.bwd_dhu_ref(*d, h0=h0, dht=dht, scale=0.3)
+    assert torch.equal(v[0].reshape(f[0].shape), f[0]) and torch.equal(v[1], f[1])
+    assert torch.equal(v[2].reshape(f[2].shape), f[2])

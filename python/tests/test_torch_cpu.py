@@ -45,7 +45,7 @@ def test_intra_wrong_shape(which, shape):
 
 
 def test_intra_unsupported():
-    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+    with pytest.raises(ValueError, match="EDEVICE"):  # any T passes the Python checks (CPU tensors: EDEVICE)
         kt.bwd_intra(*intra_args(T=100))
     with pytest.raises(ValueError, match="EUNSUPPORTED"):
         kt.bwd_intra(*intra_args(K=96))
@@ -141,3 +141,75 @@ def test_compile_traces_on_meta():
     cnt = CompileCounterWithBackend("aot_eager")
     out = torch.compile(f, backend=cnt, fullgraph=True)(a, d, h0.to("meta"), dht.to("meta"))
     assert out.device.type == "meta" and cnt.frame_count == 1
+
+
+# ------------------------------------------------------------- variable length
+
+CU = torch.tensor([0, 15, 100, 300], dtype=torch.int64)  # 1 + 2 + 4 = 7 chunks
+
+
+def ci_of(cu):
+    from kda_ref import chunk_indices
+    return chunk_indices(cu)
+
+
+@pytest.mark.parametrize("dt", [torch.int32, torch.int64])
+def test_dhu_fake_shapes_varlen(dt):
+    """fla's shapes: dh [1, len(chunk_indices), HV, K, V], dh0 [N, HV, K, V], dv2 as dv."""
+    cu = CU.to(dt)
+    a, _, _ = dhu_args(B=1, T=310, HV=4, K=64, V=128)
+    h0 = torch.randn(3, 4, 64, 128)
+    a = [t.to("meta") for t in a]
+    dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(*a, h0.to("meta"), h0.to("meta"), 0.1, cu.to("meta"),
+                                            ci_of(cu).to("meta"), None)
+    assert dh.shape == (1, 7, 4, 64, 128) and dh0.shape == (3, 4, 64, 128) and dv2.shape == (1, 310, 4, 128)
+
+
+def test_dhu_fake_shapes_partial():
+    """Fixed length, T % 64 != 0: dh has B * ceil(T / 64) rows, as fla."""
+    a, h0, dht = dhu_args(B=2, T=100, HV=4, K=64, V=64)
+    dh, dh0, dv2 = kt.bwd_dhu(*[t.to("meta") for t in a], h0=h0.to("meta"), dht=dht.to("meta"))
+    assert dh.shape == (2, 2, 4, 64, 64) and dh0.shape == (2, 4, 64, 64) and dv2.shape == (2, 100, 4, 64)
+
+
+def test_intra_fake_shapes_varlen():
+    a = [t.to("meta") for t in intra_args(B=1, T=310, H=2, HV=4, K=64)]
+    dq, dk, db, dg = torch.ops.kdart.bwd_intra(*a, True, False, CU.to("meta"), ci_of(CU).to("meta"))
+    assert dq.shape == (1, 310, 4, 64) and db.shape == (1, 310, 4) and dg.shape == (1, 310, 4, 64)
+
+
+def test_varlen_checks():
+    a, _, _ = dhu_args(B=1, T=310, HV=4, K=64, V=128)
+    h3 = torch.randn(3, 4, 64, 128)
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_dhu(*a, h0=h3, dht=h3, cu_seqlens=CU.float())
+    with pytest.raises(ValueError, match="EDTYPE"):  # chunk_indices of another dtype than cu_seqlens
+        kt.bwd_dhu(*a, h0=h3, cu_seqlens=CU, chunk_indices=ci_of(CU).int())
+    with pytest.raises(ValueError, match="ESHAPE"):  # h0 per sequence: [N, ...]
+        kt.bwd_dhu(*a, h0=torch.randn(1, 4, 64, 128), cu_seqlens=CU, chunk_indices=ci_of(CU))
+    with pytest.raises(ValueError, match="ESHAPE"):  # chunk_offsets [N+1]
+        kt.bwd_dhu(*a, cu_seqlens=CU, chunk_indices=ci_of(CU), chunk_offsets=CU[:3])
+    with pytest.raises(ValueError, match="EINVAL"):
+        kt.bwd_dhu(*a, chunk_indices=ci_of(CU))
+    b, _, _ = dhu_args(B=2, T=310)
+    with pytest.raises(ValueError, match="B == 1"):
+        kt.bwd_dhu(*b, cu_seqlens=CU, chunk_indices=ci_of(CU))
+    i = intra_args(B=1, T=310)
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_intra(*i, cu_seqlens=CU[None])
+    with pytest.raises(ValueError, match="EDEVICE"):  # valid shapes; CPU tensors: kdart's EDEVICE
+        kt.bwd_intra(*i, cu_seqlens=CU, chunk_indices=ci_of(CU))
+    with pytest.raises(ValueError, match="EDEVICE"):  # no chunk_indices: dh's rows counted from cu_seqlens
+        kt.bwd_dhu(*a, h0=h3, dht=h3, cu_seqlens=CU)
+
+
+def test_opcheck_meta_varlen():
+    a = [t.to("meta") for t in intra_args(B=1, T=310)]
+    cu, ci = CU.to("meta"), ci_of(CU).to("meta")
+    torch.library.opcheck(torch.ops.kdart.bwd_intra.default, (*a, True, False, cu, ci),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    d, _, _ = dhu_args(B=1, T=310)
+    d = [t.to("meta") for t in d]
+    h3 = torch.randn(3, 4, 64, 128, device="meta")
+    torch.library.opcheck(torch.ops.kdart.bwd_dhu.default, (*d, h3, h3, 0.125, cu, ci, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))

@@ -155,6 +155,9 @@ typedef struct kdart_options {
 
 #define KDART_OPEN_NO_ENV 0x1u     /* ignore every KDART_* environment variable */
 #define KDART_OPEN_NO_CUDA 0x2u    /* never load libcuda (compile and inspect only) */
+#define KDART_OPEN_CHECK 0x4u      /* debugging: before each variable-length launch, copy
+                                      cu_seqlens to the host (synchronously) and validate it
+                                      (also KDART_CHECK=1); such launches cannot be captured */
 
 /* Fills defaults; touches only *opts (any thread). */
 KDART_EXTERN void kdart_options_init(kdart_options *opts);
@@ -328,12 +331,36 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  *
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices
- * (all on the same CUDA device), K in {64, 128}, T a multiple of 64, HV a
- * multiple of H.  A failure returns its own status with a message naming
- * the argument, and launches nothing and writes nothing.
+ * (all on the same CUDA device), K in {64, 128}, HV a multiple of H.  A
+ * failure returns its own status with a message naming the argument, and
+ * launches nothing and writes nothing.
+ *
+ * Sequences (fla 0.6.0's contract).  Fixed length: B rows of any T >= 1
+ * tokens; each row is ceil(T/64) chunks, the last partial when T % 64 != 0
+ * (only its valid rows are read or written; bwd_dhu decays a partial chunk
+ * by g at its last valid row).  Variable length: cu_seqlens [N+1] (int32 or
+ * int64, in device memory, cu[0] = 0, non-decreasing, cu[N] <= T) with B = 1:
+ * sequence n is tokens [cu[n], cu[n+1]), ceil(T_n/64) chunks that never span
+ * two sequences; zero-length sequences are allowed.  Chunk c of sequence n
+ * is row chunk_offsets[n] + c of dh (chunk_offsets: the exclusive prefix sum
+ * of the chunk counts); dht, dh0 are [N,HV,K,V]; dh rows past the total and
+ * tokens past cu[N] are never written.
+ *
+ * kdart never reads cu_seqlens on the host (without KDART_OPEN_CHECK): the
+ * kernels derive what they need (sequence bounds, chunk offsets) on the
+ * device, and every CTA validates the whole array first.  fla's
+ * chunk_indices [NT,2] and chunk_offsets [N+1] may be passed (the dtype of
+ * cu_seqlens); kdart checks only their dtype and shape on the host (and,
+ * for chunk_indices, that dh has at least NT rows) and never reads them:
+ * what it derives is always its own.  What is only knowable on the device
+ * (cu_seqlens decreasing or cu[0] != 0, cu[N] > T, more chunks than dh has
+ * rows) never causes an out-of-bounds access: the kernel then writes
+ * nothing and sets KDART_DEVERR_* bits (kda_params.h) in the context's
+ * device status word, which kdart_device_status reads.
  *
  * The launch path allocates nothing and synchronizes nothing, so it may be
- * captured in a CUDA graph.  The specialization is prepared on first use
+ * captured in a CUDA graph, variable-length launches included (with a fixed
+ * capacity: the tensors' T and dh's rows; cu_seqlens is read by the kernels).  The specialization is prepared on first use
  * (compiled or loaded from the cache, in the calling thread) unless
  * kdart_prepare was called for it ahead.  stream is a CUstream (NULL: the
  * legacy default stream of the current context).
@@ -355,21 +382,31 @@ typedef struct kdart_bwd_intra_args {
     const DLTensor *db;        /* out [B,T,HV]   fp32 */
     int fold_dg;               /* dg returned reverse-cumsummed within each chunk */
     int emit_bf16;             /* dq, dk written in the io dtype (HV == H only) */
+    /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
+     * struct_size means NULL): */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
 } kdart_bwd_intra_args;
 
 typedef struct kdart_bwd_dhu_args {
     uint32_t struct_size;      /* sizeof(kdart_bwd_dhu_args) */
     const DLTensor *qg, *kg, *w; /* [B,T,HV,K] io dtype */
-    const DLTensor *g;         /* [B,T,HV,K] fp32 (row 63 of each chunk is read) */
+    const DLTensor *g;         /* [B,T,HV,K] fp32 (the last valid row of each chunk is read) */
     const DLTensor *d_o;       /* [B,T,HV,V] io dtype ("do") */
     const DLTensor *dv;        /* [B,T,HV,V] io dtype */
-    const DLTensor *dht;       /* [B,HV,K,V] fp32, or NULL: start from zero */
-    const DLTensor *dh;        /* out [B,NT,HV,K,V] io dtype, NT = T/64 */
+    const DLTensor *dht;       /* [B,HV,K,V] fp32 ([N,HV,K,V] varlen), or NULL: start from zero */
+    const DLTensor *dh;        /* out [B,NT,HV,K,V] io dtype, NT = ceil(T/64); varlen: [1,NT,..]
+                                  with NT >= the total chunk count (fla: len(chunk_indices)) */
     const DLTensor *dv2;       /* out [B,T,HV,V] io dtype */
-    const DLTensor *dh0;       /* out [B,HV,K,V] fp32, or NULL: not produced */
+    const DLTensor *dh0;       /* out [B,HV,K,V] fp32 ([N,HV,K,V] varlen), or NULL: not produced */
     float scale;
     int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick
                                   for the device (kdart_dhu_v_tile), or 16, 32, 64 */
+    /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
+     * struct_size means NULL): */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: dh's NT >= it */
+    const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
 } kdart_bwd_dhu_args;
 
 /* The CUDA function of a specialization in the current context, prepared
@@ -385,6 +422,16 @@ KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char
 
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
+
+/* The device status word of the current CUDA context: the KDART_DEVERR_*
+ * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,
+ * 2 cu[N] > T, 4 more chunks than dh rows) that variable-length launches
+ * found since the last clear; those launches wrote nothing.  The caller's
+ * explicit choice: it synchronizes the context (cuCtxSynchronize), then
+ * reads the word into *bits and, when clear is nonzero, zeroes it.  The word
+ * is allocated (zeroed) once per context when a varlen specialization is
+ * loaded into it; before that *bits is 0.  Not capturable; any thread. */
+KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
 
 /* The V tile width (16, 32 or 64) that kdart_kda_bwd_dhu launches with
  * v_tile = 0 for B x HV scans of V columns at head dim K on the current

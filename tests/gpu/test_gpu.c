@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "kda_check.h"
+#include "kda_params.h"
 #include "kda_ref.h"
 #include "testlib.h"
 
@@ -46,17 +47,52 @@ static void print_report(const char *what, const kc_report *r) {
     fflush(stdout);
 }
 
+static void seqs_label(const kc_seqs *q, char *buf, size_t n) {
+    if (!q->nseq) {
+        snprintf(buf, n, "%s", "");
+        return;
+    }
+    snprintf(buf, n, " N%d%s %s%s%s%s", q->nseq, q->cu ? "" : " drawn", q->cu32 ? "i32" : "i64",
+             q->fla_indices ? " +indices" : "", q->hard_gates > 0 ? " -1000s" : "",
+             q->garbage ? " GARBAGE" : "");
+}
+
+/* The packed case of a varlen=1 specialization in the every-spec loops: 4
+ * drawn sequences of 1..300 tokens (one zero-length every third spec), the
+ * dtype and fla's index tensors alternating. */
+static void every_spec_seqs(kc_seqs *q, int *B, int *T, int s) {
+    kc_seqs v = {4, NULL, 1, 300, s % 3 == 0, s & 1, (s >> 1) & 1, 2, 0, 0.0};
+    *q = v;
+    *B = 1, *T = 0;
+}
+/* The sanitizer's: 3 short sequences, and every other spec a fixed-length
+ * partial chunk instead (T = 65, no cu_seqlens). */
+static void small_seqs(kc_seqs *q, int *B, int *T, int s) {
+    kc_seqs v = {3, NULL, 1, 100, 1, s & 1, 1, 1, 0, 0.0};
+    if (s & 2) {
+        *T = 65;
+        return;
+    }
+    *q = v;
+    *B = 1, *T = 0;
+}
+
 static void check_intra(const kc_intra_case *c) {
     kc_report r;
-    char what[160];
+    char what[256];
     char spec[128];
     snprintf(spec, sizeof spec, "io=%s,fold_dg=%d,emit_bf16=%d,K=%d", c->io ? "fp16" : "bf16", c->fold_dg,
              c->emit_bf16, c->K);
-    snprintf(what, sizeof what, "intra %s %s B%d T%d H%d HV%d", spec, kref_gate_name((kref_gate_family)c->gate), c->B,
-             c->T, c->H, c->HV);
+    char sq[64];
+    seqs_label(&c->seqs, sq, sizeof sq);
+    snprintf(what, sizeof what, "intra %s %s B%d T%d H%d HV%d%s", spec, kref_gate_name((kref_gate_family)c->gate),
+             c->B, c->T, c->H, c->HV, sq);
     ck_assert_int_eq(kc_run_intra(rt, c, &r), 0);
+    /* EUNSUPPORTED counts as a failure: a varlen build without the bwd_intra
+     * VARLEN body must not pass silently */
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: an element past cu[N] was written", what);
     double tol_qk = c->emit_bf16 ? (c->io == 0 ? 4e-3 : 5e-4) : 1e-4;
     for (int i = 0; i < 4; i++) {
         double tol = i < 2 ? tol_qk : 1e-4;
@@ -72,7 +108,7 @@ START_TEST(intra_every_spec) {
     for (int s = 0; s < n; s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
-        kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0};
+        kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0, {0}};
         c.K = strstr(spec, "K=64") ? 64 : 128;
         c.T = c.K == 128 ? 1024 : 512;
         c.io = strstr(spec, "io=fp16") != NULL;
@@ -81,6 +117,7 @@ START_TEST(intra_every_spec) {
         if (c.emit_bf16) c.HV = c.H; /* emit needs HV == H */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
+        if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s);
         check_intra(&c);
     }
 }
@@ -92,7 +129,7 @@ START_TEST(intra_gate_families) {
     for (int gi = 0; gi < 5; gi++)
         for (int io = 0; io < 2; io++) {
             kc_intra_case c = {3, 256, 2, 4, io ? 64 : 128, io, gi & 1, 0, gates[gi], seed + 1000 + (uint64_t)(gi * 2 + io),
-                               0, 0};
+                               0, 0, {0}};
             check_intra(&c);
         }
 }
@@ -103,28 +140,30 @@ START_TEST(intra_k64_equal_heads) {
      * under emit_bf16), both io types, fold_dg off and on. */
     for (int v = 0; v < 4; v++) {
         kc_intra_case c = {2, 512, 4, 4, 64, v & 1, v >> 1, 0, v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED,
-                           seed + 3000 + (uint64_t)v, 0, 0};
+                           seed + 3000 + (uint64_t)v, 0, 0, {0}};
         check_intra(&c);
     }
-    kc_intra_case odd = {1, 256, 3, 3, 64, 0, 0, 0, KREF_GATE_MILD, seed + 3010, 0, 0};
+    kc_intra_case odd = {1, 256, 3, 3, 64, 0, 0, 0, KREF_GATE_MILD, seed + 3010, 0, 0, {0}};
     check_intra(&odd);
 }
 END_TEST
 
 START_TEST(intra_graph_capture) {
-    kc_intra_case c = {2, 1024, 4, 8, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 2000, 0, 1};
+    kc_intra_case c = {2, 1024, 4, 8, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 2000, 0, 1, {0}};
     check_intra(&c);
 }
 END_TEST
 
 static void check_dhu(const kc_dhu_case *c) {
     kc_report r;
-    char what[160];
+    char what[256];
     snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d", c->io ? "fp16" : "bf16", c->K,
              c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0);
+    seqs_label(&c->seqs, what + strlen(what), sizeof what - strlen(what));
     ck_assert_int_eq(kc_run_dhu(rt, c, &r), 0);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: a dh row past the chunk count or a dv2 token past cu[N] was written", what);
     for (int i = 0; i < 3; i++) {
         double tol = i == 2 ? 1e-5 : 1e-3;
         ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s teacher-forced rel RMS %.3e > %.1e", what, r.names[i],
@@ -144,7 +183,8 @@ START_TEST(dhu_every_spec) {
         for (int variant = 0; variant < 2; variant++) {
             kc_dhu_case c = {2, 1024, 3, strstr(spec, "K=64") ? 64 : 128, vs[(s + variant) % 3],
                              strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
-                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec)};
+                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}};
+            if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s + variant);
             check_dhu(&c);
         }
     }
@@ -152,16 +192,17 @@ START_TEST(dhu_every_spec) {
 END_TEST
 
 START_TEST(dhu_graph_capture_and_mixed) {
-    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0}; /* dht, no dh0; kdart picks BV */
+    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0, {0}}; /* dht, no dh0; kdart picks BV */
     check_dhu(&c);
-    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32}; /* no dht, dh0; BV 32 */
+    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32, {0}}; /* no dht, dh0; BV 32 */
     check_dhu(&d);
 }
 END_TEST
 
 START_TEST(bad_arguments_write_nothing) {
+    /* case 5 (q alone at T = 100): any T is valid now, so the other tensors' T = 128 disagrees */
     static const int want[KC_NBAD] = {KDART_OK,     KDART_EALIGN,       KDART_EDTYPE,  KDART_ESHAPE,
-                                      KDART_EUNSUPPORTED, KDART_EUNSUPPORTED, KDART_ESHAPE, KDART_EUNSUPPORTED,
+                                      KDART_EUNSUPPORTED, KDART_ESHAPE, KDART_ESHAPE, KDART_EUNSUPPORTED,
                                       KDART_ESTRIDE, KDART_EDEVICE,     KDART_ENULL};
     for (int w = 0; w < KC_NBAD; w++) {
         int untouched;
@@ -173,6 +214,113 @@ START_TEST(bad_arguments_write_nothing) {
         /* A valid call writes its outputs; every refused call writes none. */
         ck_assert_int_eq(untouched, w == 0 ? 0 : 1);
     }
+}
+END_TEST
+
+/* ------------------------------------------------ variable length, partial */
+
+static const int partial_ts[] = {1, 63, 64, 65, 127, 1000, 4160};
+#define NPARTIAL ((int)(sizeof partial_ts / sizeof partial_ts[0]))
+
+/* Fixed length, any T: T % 64 != 0 goes to varlen=1 without cu_seqlens. */
+START_TEST(intra_fixed_any_t) {
+    for (int i = 0; i < NPARTIAL; i++) {
+        kc_intra_case c = {2, partial_ts[i], 2, 4, i & 1 ? 64 : 128, i & 1, (i >> 1) & 1, 0, KREF_GATE_FUSED,
+                           seed + 5000 + (uint64_t)i, 0, 0, {0}};
+        if (i % 3 == 2) c.emit_bf16 = 1, c.HV = c.H;
+        check_intra(&c);
+    }
+}
+END_TEST
+
+START_TEST(dhu_fixed_any_t) {
+    for (int i = 0; i < NPARTIAL; i++) {
+        kc_dhu_case c = {2, partial_ts[i], 3, i & 1 ? 64 : 128, 128, i & 1, i & 1, !(i & 2), seed + 5100 + (uint64_t)i,
+                         0, 0, 0, {0}};
+        check_dhu(&c);
+    }
+}
+END_TEST
+
+/* The cu_seqlens lists (and one with a zero-length sequence). */
+static const long long cu_a[] = {0, 15}, cu_b[] = {0, 256, 500, 1000}, cu_c[] = {0, 15, 100, 300, 1200, 2000},
+                       cu_d[] = {0, 100, 300, 1200, 3000, 4096}, cu_e[] = {0, 100, 100, 357, 357, 421};
+static const struct {
+    const long long *cu;
+    int n, T; /* T: storage tokens (>= cu[N]: the rest must stay untouched) */
+} cu_lists[] = {{cu_a, 1, 15}, {cu_b, 3, 1000}, {cu_c, 5, 2100}, {cu_d, 5, 4096}, {cu_e, 5, 430}};
+#define NLISTS ((int)(sizeof cu_lists / sizeof cu_lists[0]))
+
+/* Variant v of list i: dtype of cu_seqlens, fla's indices, -1000 gates,
+ * dht/dh0 and the io dtype rotate. */
+static kc_seqs list_seqs(int i, int v) {
+    kc_seqs q = {cu_lists[i].n, cu_lists[i].cu, 0, 0, 0, v & 1, (v >> 1) & 1, 3, 0, (v & 2) ? 0.1 : 0.0};
+    return q;
+}
+
+START_TEST(intra_varlen_lists) {
+    for (int i = 0; i < NLISTS; i++)
+        for (int v = 0; v < 4; v++) {
+            kc_intra_case c = {1, cu_lists[i].T, 2, 4, v & 1 ? 64 : 128, (i + v) & 1, v >> 1, 0, KREF_GATE_FUSED,
+                               seed + 6000 + (uint64_t)(i * 4 + v), 0, v == 3, list_seqs(i, v)};
+            if (v == 2) c.emit_bf16 = 1, c.HV = c.H;
+            check_intra(&c);
+        }
+}
+END_TEST
+
+START_TEST(dhu_varlen_lists) {
+    for (int i = 0; i < NLISTS; i++)
+        for (int v = 0; v < 4; v++) {
+            kc_dhu_case c = {1, cu_lists[i].T, 4, v & 1 ? 64 : 128, v & 2 ? 64 : 128, (i + v) & 1, v != 1, v != 2,
+                             seed + 6100 + (uint64_t)(i * 4 + v), 0, v == 3, v == 0 ? 0 : 16 << (v - 1),
+                             list_seqs(i, v)};
+            check_dhu(&c);
+        }
+}
+END_TEST
+
+/* 1000 sequences of 1..200 tokens (K = V = 64 keeps the float64 scan short). */
+START_TEST(varlen_thousand_sequences) {
+    kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05};
+    kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q};
+    check_intra(&a);
+    q.cu32 = 1;
+    kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q};
+    check_dhu(&b);
+}
+END_TEST
+
+/* A garbage case's verdict: the launch succeeded, wrote nothing, set bit. */
+static void expect_garbage(const char *what, int gk, int ran, const kc_report *r, int bit) {
+    ck_assert_int_eq(ran, 0);
+    printf("%s garbage %d: status %s, device bits %d, outputs %s\n", what, gk, kdart_errname(r->status), r->devstatus,
+           r->untouched ? "untouched" : "WRITTEN");
+    ck_assert_msg(r->status == KDART_OK, "%s garbage %d: %s", what, gk, r->message);
+    ck_assert_int_eq(r->devstatus & bit, bit);
+    ck_assert_msg(r->untouched, "%s garbage %d: outputs written", what, gk);
+}
+
+/* Bad cu_seqlens that only the device can see: the launch succeeds, the
+ * kernels write nothing (poison intact) and the status word says why
+ * (garbage 1: decreasing, 2: cu[N] > T, 3: cu[0] != 0, 4: dh one row short). */
+START_TEST(varlen_garbage_writes_nothing) {
+    static const int bits[5] = {0, KDART_DEVERR_CU_ORDER, KDART_DEVERR_CU_RANGE, KDART_DEVERR_CU_ORDER,
+                                KDART_DEVERR_CHUNKS};
+    int before = -1;
+    ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
+    for (int gk = 1; gk <= 4; gk++) {
+        kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0};
+        kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q};
+        kc_report r;
+        expect_garbage("dhu", gk, kc_run_dhu(rt, &d, &r), &r, bits[gk]);
+        if (gk == 4) break; /* bwd_intra has no dh */
+        kc_intra_case c = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 8100 + (uint64_t)gk, 0, 0, q};
+        expect_garbage("intra", gk, kc_run_intra(rt, &c, &r), &r, bits[gk]);
+    }
+    int after = -1;
+    ck_assert_int_eq(kdart_device_status(rt, &after, 0), KDART_OK);
+    ck_assert_int_eq(after, 0); /* each verdict cleared the word */
 }
 END_TEST
 
@@ -205,15 +353,17 @@ START_TEST(small_for_sanitizers) {
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         kc_intra_case c = {1, 128, 1, 2, strstr(spec, "K=64") ? 64 : 128, strstr(spec, "io=fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL, KREF_GATE_FUSED,
-                           seed + (uint64_t)s, 0, 0};
+                           seed + (uint64_t)s, 0, 0, {0}};
         if (c.emit_bf16 || !(s & 1)) c.H = c.HV; /* every other spec with H == HV = 2 */
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_intra(&c);
     }
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         kc_dhu_case c = {1, 128, 2, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "io=fp16") != NULL, s & 1,
-                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec)};
+                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec), {0}};
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_dhu(&c);
     }
 }
@@ -248,6 +398,12 @@ int main(void) {
     tcase_add_test(tc, dhu_every_spec);
     tcase_add_test(tc, dhu_graph_capture_and_mixed);
     tcase_add_test(tc, bad_arguments_write_nothing);
+    tcase_add_test(tc, intra_fixed_any_t);
+    tcase_add_test(tc, dhu_fixed_any_t);
+    tcase_add_test(tc, intra_varlen_lists);
+    tcase_add_test(tc, dhu_varlen_lists);
+    tcase_add_test(tc, varlen_thousand_sequences);
+    tcase_add_test(tc, varlen_garbage_writes_nothing);
 run:
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
