@@ -18,6 +18,11 @@
 
 #define KDART_CHUNK 64 /* BT: rows per chunk, fixed by the algorithm */
 
+/* Device-side findings of VARLEN launches (bits of *status). */
+#define KDART_DEVERR_CU_ORDER 1  /* cu[0] != 0 or cu_seqlens decreasing */
+#define KDART_DEVERR_CU_RANGE 2  /* cu[N] > T (the tensors' token count) */
+#define KDART_DEVERR_CHUNKS 4    /* more chunks than NT (grid or dh rows) */
+
 /* bwd_intra: grid (T/64, B*HV), one CTA per (chunk, batch x value head). */
 typedef struct kdart_bwd_intra_params {
     const void *q;      /* [B,T,H,K]   io dtype (bf16 or fp16) */
@@ -35,6 +40,14 @@ typedef struct kdart_bwd_intra_params {
     float *dg;          /* [B,T,HV,K]  fp32; suffix-summed per chunk when fold_dg */
     float *db;          /* [B,T,HV]    fp32, db_in already added */
     int B, T, H, HV;    /* K is a template argument of the kernel */
+    /* VARLEN specializations only (ignored otherwise): sequences are cu_seqlens's
+     * [cu[n], cu[n+1]) of the one packed row (B == 1) or, when cu_seqlens is NULL,
+     * the B rows of T tokens each; the last chunk of a sequence may be partial. */
+    const void *cu_seqlens; /* [N+1] int32 or int64 (cu_is64), on the device, or NULL */
+    int *status;            /* device word; KDART_DEVERR_* bits are atomicOr'ed in on bad cu_seqlens */
+    int N;                  /* sequences (B when cu_seqlens is NULL) */
+    int NT;                 /* grid chunks: upper bound of the total chunk count */
+    int cu_is64;            /* cu_seqlens holds int64 */
 } kdart_bwd_intra_params;
 
 /* bwd_dhu: one serial reverse scan per (batch, value head, V tile). */
@@ -51,6 +64,14 @@ typedef struct kdart_bwd_dhu_params {
     float *dh0;        /* [B,HV,K,V]    fp32, or NULL: not produced */
     float scale;       /* applied after the qg^T do accumulation, as fla does */
     int B, T, HV, V;   /* K is a template argument of the kernel */
+    /* VARLEN specializations only (ignored otherwise); sequences as for bwd_intra.
+     * dh rows: chunk_offsets[n] + c, chunk_offsets the exclusive prefix sum of
+     * ceil(T_n / 64), derived on the device. */
+    const void *cu_seqlens; /* [N+1] int32 or int64 (cu_is64), on the device, or NULL */
+    int *status;            /* device word, as for bwd_intra */
+    int N;                  /* sequences (B when cu_seqlens is NULL); dht/dh0 are [N,HV,K,V] */
+    int NT;                 /* dh's chunk rows (its second dimension) */
+    int cu_is64;
 } kdart_bwd_dhu_params;
 
 /* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.

@@ -45,7 +45,8 @@ static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *smem = 0;
 }
 
-/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K. */
+/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K, varlen
+ * (varlen: same block and smem). */
 static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
     int K = vals[3] == 0 ? 64 : 128;
     (void)K;
@@ -102,8 +103,8 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
                           {K_PARAM}, rcumsum_shape},
-    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 4,
-                            {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM},
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 5,
+                            {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM, FLAG_PARAM("varlen")},
                             bwd_intra_shape},
     [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 3, {IO_PARAM, K_PARAM, BV_PARAM},
                           bwd_dhu_shape},
