@@ -11,14 +11,17 @@
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see BwdIntraTraits below):
  *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN>, IO in {kdart::bf16,
- *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params.
+ *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params
+ *            (VARLEN = false: its fixed-length prefix, see FixedParams).
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
+ *            VARLEN: (NT, HV, 1): blockIdx.x = global chunk i of all sequences
+ *            (p.NT >= the total), blockIdx.y = hv; see "VARLEN" below.
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for both K.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory
  *            (112896 for K=128, 112384 for K=64); the runtime must set
  *            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it.
  *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM.
- *   Requires T % 64 == 0, HV % H == 0; outputs never alias inputs; every
+ *   Requires T % 64 == 0 (VARLEN: any T), HV % H == 0; outputs never alias inputs; every
  *   tensor 16-byte aligned (16-byte cp.async copies, vector loads and stores;
  *   the runtime checks it); sm_80 or newer (cp.async, ldmatrix, tf32 mma).
  *   Upper triangles of dAqk (s > r) and dAkk (s >= r) are never used in any
@@ -117,6 +120,27 @@
  * needed __syncwarp scheduling fences while phase C still read global
  * memory; without them ptxas now overlaps neighbouring rows within the
  * 128 registers, 1% faster.)
+ * VARLEN (packed sequences per cu_seqlens, or B rows of any T): before anything
+ * else every CTA scans all of cu_seqlens (block-wide prefix sum of ceil(T_n/64),
+ * NTH sequences per step), which validates it and finds the CTA's sequence n and
+ * chunk c; bad cu_seqlens: CTA (0, 0) atomicOr's KDART_DEVERR_* into *p.status and
+ * every CTA returns before any global store.  The chunk at token t0 = bos + 64c has
+ * valid = min(64, eos - t0) rows; the rest of the kernel is the fixed-length one
+ * with masked memory access only, no change in phases B and C:
+ *   - q, k, dAqk, dAkk rows >= valid are zero-filled (cp.async src-size 0), beta,
+ *     dq_in, dk_in, dg_in rows read as 0; g rows >= valid are copies of row
+ *     valid - 1, so g stays non-increasing down the chunk and every exp2 argument
+ *     stays <= 0 as in a full chunk (all factors in [0, 1]: gates of -1000 per
+ *     step, g down to -1000 * 63 / ln 2 = -9.1e4 within a chunk, underflow to 0,
+ *     never overflow).
+ *     Every term that pairs an invalid row with any row then is (finite) x 0 = 0
+ *     exactly, so invalid rows add nothing to Ct, db or the fold_dg suffix sums of
+ *     valid rows (their own dq', dk', dg' are exact zeros, never stored).
+ *   - dA columns >= valid of a valid row r are above its diagonal (s > r): never
+ *     used, as in the fixed-length kernel.
+ *   - no store (and no L2 prefetch) of a row >= valid; tokens outside the
+ *     sequences are never touched.
+ *   Offsets are 64-bit in both paths (token bases and strides are long long).
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -243,17 +267,45 @@ __device__ __forceinline__ void cp16s(unsigned s, const void *gsrc) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
 }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* VARLEN: the same copy, or 16 zero bytes when !ok (src-size 0: nothing is read;
+ * the caller still passes an address inside the sequence) */
+__device__ __forceinline__ void cp16z(unsigned s, const void *gsrc, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+/* The kernel's parameter.  VARLEN specializations take kdart_bwd_intra_params; the
+ * others take its fixed-length prefix, the 128-byte struct it was before the VARLEN
+ * fields were appended (cuLaunchKernel copies as many bytes of the host's struct as
+ * the kernel's parameter has, so the host passes the one struct to both).  Why: NVVM
+ * lowers a byval kernel parameter whose address the lambdas take differently above
+ * 128 bytes (loads through a parameter pointer at each use instead of all fields at
+ * entry), which moved registers and instructions all through the fixed-length
+ * kernels; with the prefix their SASS is what it was, byte for byte. */
+struct FixedParams {
+    const void *q, *k;
+    const float *g;
+    const void *beta;
+    const float *dAqk, *dAkk, *dq_in, *dk_in, *dg_in, *db_in;
+    void *dq, *dk;
+    float *dg, *db;
+    int B, T, H, HV;
+};
+/* (NVRTC has no offsetof: the sizes pin the layouts, the field list is kda_params.h's) */
+static_assert(sizeof(FixedParams) == 14 * 8 + 4 * 4 && sizeof(kdart_bwd_intra_params) == 14 * 8 + 4 * 4 + 2 * 8 + 3 * 4 + 4,
+              "FixedParams: the fixed-length prefix of kdart_bwd_intra_params");
+template <bool VARLEN> struct ParamsOf { using type = kdart_bwd_intra_params; };
+template <> struct ParamsOf<false> { using type = FixedParams; };
+/* cu_seqlens[j], int32 or int64 */
+__device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
+    return is64 ? __ldg(static_cast<const long long *>(cu) + j) : (long long)__ldg(static_cast<const int *>(cu) + j);
+}
 
 } /* namespace intra */
 } /* namespace kdart */
 
-/* VARLEN (the registry's varlen parameter, last): the packed variable-length /
- * partial-chunk form of issue 14.  Its body is not in this build: the runtime
- * refuses varlen bwd_intra launches (KDART_EUNSUPPORTED) and the VARLEN=1
- * instance compiles the fixed-length body. */
 template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN>
 __global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
-kdart_bwd_intra(const kdart_bwd_intra_params p) {
+kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     using Tr = BwdIntraTraits<K>;
     using namespace kdart::intra;
     constexpr int KH = Tr::kKH;
@@ -296,6 +348,12 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
      * are volatile (for K=64 too), so that nothing is computed once and held in
      * registers across phase C. */
     auto row0 = [&](long long &rq, long long &rv) {
+        if constexpr (VARLEN) { /* located once, before the first load (sRow below) */
+            const long long *sr = reinterpret_cast<const long long *>(smem + Tr::kOffAqk + 64 * 4);
+            rq = sr[0];
+            rv = sr[1];
+            return;
+        }
         unsigned cx, cy;
         asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
         asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
@@ -314,6 +372,9 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
         rq = sRow[0];
         rv = sRow[1];
     };
+    /* VARLEN: the chunk's valid row count (1..64) in sRow[3]'s low word, written by the
+     * locating pass before a barrier and read back (like sRow) where a phase needs it */
+    const int *sNv = reinterpret_cast<const int *>(sRow) + 6;
     const long long strideQ = (long long)H * K; /* elements between tokens */
     const long long strideV = (long long)HV * K;
     const long long strideA = (long long)HV * 64;
@@ -329,12 +390,109 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
         const long long go = rowQ0 * K + r0 * strideQ + cn + c;
         const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
         const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
+        if constexpr (VARLEN) { /* rows past the end: zeros (address: the chunk's row 0) */
+            const int nv = *sNv;
+#pragma unroll
+            for (int j = 0; j < 64 * VPR / NTH; ++j) {
+                const bool ok = r0 + j * (NTH / VPR) < nv;
+                const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * K + cn + c;
+                cp16z(so + j * (NTH / VPR) * KP * 2, gq + o, ok);
+                cp16z(sko + j * (NTH / VPR) * KP * 2, gk + o, ok);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < 64 * VPR / NTH; ++j) {
             cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
             cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
         }
     };
+
+    /* ---------------- VARLEN: validate cu_seqlens, locate the chunk ---------------- */
+    /* Chunk i = blockIdx.x of the grid's NT is sequence n's chunk c, where chunk_offsets[n]
+     * <= i < chunk_offsets[n+1] (chunk_offsets: exclusive prefix sum of ceil(T_n / 64)).
+     * Every CTA scans ALL of cu_seqlens in blocks of NTH sequences (one barrier per block,
+     * the warp totals double-buffered by block parity), and the scan is also the
+     * validation: any finding makes every CTA return before its first global store (and
+     * before any load indexed by cu_seqlens), and CTA (0, 0) reports it in *status.
+     * Lengths enter the sum only where they are in range, so no unvalidated value ever
+     * becomes an index; the unsigned sum can only wrap when a finding is made anyway.
+     * Output: sRow[0], sRow[1] (rowQ0, rowV0 of token t0 = bos + 64c) and *sNv =
+     * min(64, eos - t0) >= 1, or *sNv = 0 when i >= the total chunk count. */
+    if constexpr (VARLEN) {
+        int *sLoc = reinterpret_cast<int *>(sRow); /* [6]: valid rows, [7]: thread 0's findings */
+        const int ci = blockIdx.x, hv = blockIdx.y;
+        const int hq = hv / (HV / H);
+        if (p.cu_seqlens == nullptr) { /* the B rows of T tokens, ceil(T / 64) chunks each */
+            const int nct = (T + 63) >> 6;
+            if (nct == 0) return;
+            const int n = ci / nct, c = ci - n * nct;
+            if (n >= p.N) return;
+            if (tid == 0) {
+                const long long t0 = (long long)n * T + 64 * c;
+                sRow[0] = t0 * H + hq;
+                sRow[1] = t0 * HV + hv;
+                sLoc[6] = min(64, T - 64 * c);
+            }
+            __syncthreads();
+        } else {
+            const int N = max(p.N, 0);
+            const int lane = tid & 31, warp = tid >> 5;
+            int *sScan = reinterpret_cast<int *>(sTot); /* [2][kWarps] warp totals (sTot: phase D only) */
+            if (tid == 0) {
+                int f = 0;
+                if (ld_cu(p.cu_seqlens, p.cu_is64, 0) != 0) f |= KDART_DEVERR_CU_ORDER;
+                if (ld_cu(p.cu_seqlens, p.cu_is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
+                sLoc[7] = f;
+                sLoc[6] = 0;
+            }
+            int bad = 0;        /* this thread saw cu[j + 1] < cu[j] */
+            unsigned carry = 0; /* chunks of the sequences before this block */
+#pragma unroll 1
+            for (int base = 0, par = 0; base < N; base += NTH, par ^= Tr::kWarps) {
+                const int j = base + tid;
+                long long lo = 0, hi = 0;
+                unsigned cnt = 0;
+                if (j < N) {
+                    lo = ld_cu(p.cu_seqlens, p.cu_is64, j);
+                    hi = ld_cu(p.cu_seqlens, p.cu_is64, j + 1);
+                    if (hi < lo) bad = 1;
+                    if (lo >= 0 && lo <= hi && hi <= T) cnt = (unsigned)((hi - lo + 63) >> 6);
+                }
+                unsigned inc = cnt; /* warp-inclusive scan */
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const unsigned x = __shfl_up_sync(0xffffffffu, inc, o);
+                    if (lane >= o) inc += x;
+                }
+                if (lane == 31) sScan[par + warp] = (int)inc;
+                __syncthreads();
+                unsigned pre = 0, tot = 0;
+#pragma unroll
+                for (int w = 0; w < Tr::kWarps; ++w) {
+                    const unsigned v = (unsigned)sScan[par + w];
+                    pre += w < warp ? v : 0u;
+                    tot += v;
+                }
+                const unsigned ex = carry + pre + inc - cnt; /* chunk_offsets[j] */
+                if ((unsigned)ci - ex < cnt) {                 /* ex <= ci < ex + cnt: one thread */
+                    const long long t0 = lo + 64 * (long long)((unsigned)ci - ex);
+                    sRow[0] = t0 * H + hq;
+                    sRow[1] = t0 * HV + hv;
+                    sLoc[6] = (int)min(64ll, hi - t0);
+                }
+                carry += tot;
+            }
+            /* (also publishes sLoc and sRow) */
+            const int f = (__syncthreads_or(bad) ? KDART_DEVERR_CU_ORDER : 0) | sLoc[7] |
+                          (carry > (unsigned)max(p.NT, 0) ? KDART_DEVERR_CHUNKS : 0);
+            if (f != 0) {
+                if (ci == 0 && hv == 0 && tid == 0 && p.status != nullptr) atomicOr(p.status, f);
+                return;
+            }
+        }
+        if (*sNv == 0) return; /* beyond the last chunk */
+    }
 
     /* ---------------- dAqk, dAkk (lower blocks only, compact) and beta: once ---------------- */
     {
@@ -358,17 +516,33 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             if (cq >= 4 * (j + 1)) continue;
             const int so = j == 0 ? 16 * DAP + 48 : 16 * (j - 1) * DAP; /* see daoff */
             /* asynchronous: the first pass's phase A waits for these with its own */
-            cp16s(sq + so * 4, p.dAqk + go + j * 16 * strideA);
-            cp16s(sk + so * 4, p.dAkk + go + j * 16 * strideA);
+            if constexpr (VARLEN) {
+                /* rows past the sequence's end: zeros (from the chunk's row 0, never read).
+                 * Zero dA rows, with zero q, k, beta rows and finite gates, make every
+                 * term of an invalid row an exact 0; columns >= valid of a valid row r
+                 * are above its diagonal (s > r), never used */
+                const bool ok = 16 * j + rr < *sNv;
+                const long long o = ok ? go + j * 16 * strideA : rowV0 * 64 + cq * 4;
+                cp16z(sq + so * 4, p.dAqk + o, ok);
+                cp16z(sk + so * 4, p.dAkk + o, ok);
+            } else {
+                cp16s(sq + so * 4, p.dAqk + go + j * 16 * strideA);
+                cp16s(sk + so * 4, p.dAkk + go + j * 16 * strideA);
+            }
         }
         if (tid == 0) {
-            sRow[0] = rowQ0;
-            sRow[1] = rowV0;
+            if constexpr (!VARLEN) { /* (VARLEN: written by the locating pass) */
+                sRow[0] = rowQ0;
+                sRow[1] = rowV0;
+            }
             sRow[2] = 0; /* opaque zero */
         }
         if (tid < 64) {
             const IO *gb = static_cast<const IO *>(p.beta);
-            sBeta[tid] = kdart::to_float(gb[rowV0 + (long long)tid * HV]);
+            if constexpr (VARLEN)
+                sBeta[tid] = tid < *sNv ? kdart::to_float(gb[rowV0 + (long long)tid * HV]) : 0.f;
+            else
+                sBeta[tid] = kdart::to_float(gb[rowV0 + (long long)tid * HV]);
         }
     }
 
@@ -393,12 +567,24 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 const int r0 = tid / FPR, c = (tid % FPR) * 4;
                 const float *ag = p.g + rowV0 * K + r0 * strideV + c0 + c;
                 const unsigned so = kdart::smem_u32(sG + r0 * KP + c);
+                if constexpr (VARLEN) {
+                    /* rows past the end get a copy of the last valid row's gates: g stays
+                     * non-increasing down the chunk, so every exp2 argument of the kernel
+                     * stays <= 0 (zeros there would give exp2(0 - g_s) = inf for a valid
+                     * s, and 0 * inf = NaN in a sum over valid rows) */
+                    const int last = *sNv - 1;
 #pragma unroll
-                for (int j = 0; j < 64 * FPR / NTH; ++j)
-                    cp16s(so + j * (NTH / FPR) * KP * 4, ag + j * (NTH / FPR) * strideV);
+                    for (int j = 0; j < 64 * FPR / NTH; ++j)
+                        cp16s(so + j * (NTH / FPR) * KP * 4,
+                              p.g + rowV0 * K + min(r0 + j * (NTH / FPR), last) * strideV + c0 + c);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 64 * FPR / NTH; ++j)
+                        cp16s(so + j * (NTH / FPR) * KP * 4, ag + j * (NTH / FPR) * strideV);
+                }
             }
             /* and the next pass's g (its phase A copies it after this pass's phase D) */
-            if (pass + 1 < Tr::kPasses && tid < 128)
+            if (pass + 1 < Tr::kPasses && tid < 128 && (!VARLEN || (tid >> 1) < *sNv))
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * K + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
             cp_wait_all(); /* (first pass: also the dAqk/dAkk copies) */
             if (pass == 0) {
@@ -444,7 +630,17 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                  * At K = 64 ptxas sinks that form to the end of phase B, 2% slower
                  * than the loop, which stays at the start. */
                 static_assert(NTH == 256, "phase B prefetch map");
-                if constexpr (Tr::kPasses == 1) {
+                if constexpr (VARLEN) { /* the same lines, rows past the end left out */
+                    const int nv = *sNv;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int v = tid + j * NTH;
+                        const int arr = v >> 7, w = v & 127;
+                        const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
+                        if (v < 64 * 2 * 3 && (w >> 1) < nv)
+                            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32));
+                    }
+                } else if constexpr (Tr::kPasses == 1) {
                     for (int v = tid; v < 64 * 2 * 3; v += NTH) {
                         const int arr = v >> 7, w = v & 127;
                         const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
@@ -469,7 +665,9 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                     a = static_cast<const unsigned short *>(p.k) + rowQ0 * K + (tid - 64) * strideQ + cn;
                 else
                     a = p.g + rowV0 * K + ((tid - 128) >> 1) * strideV + cn + (tid & 1) * 32;
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+                /* (VARLEN: rows past the end left out) */
+                if (!VARLEN || (tid < 128 ? tid & 63 : (tid - 128) >> 1) < *sNv)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
             }
             const int warp = tid >> 5, lane = tid & 31;
             const int gid = lane >> 2, tig = lane & 3;
@@ -591,6 +789,18 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 if (!FOLD_DG) xg[j] = ldg4(p.dg_in + gb + j * s16);
             }
         };
+        /* VARLEN: the same loads of rows 16j + rr < valid, zeros for the rest */
+        auto load_in_v = [&](long long gb, long long s16, int rr) {
+            const int nv = *sNv;
+            const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const bool ok = 16 * j + rr < nv;
+                xq[j] = ok ? ldg4(p.dq_in + gb + j * s16) : z4;
+                xk[j] = ok ? ldg4(p.dk_in + gb + j * s16) : z4;
+                if (!FOLD_DG) xg[j] = ok ? ldg4(p.dg_in + gb + j * s16) : z4;
+            }
+        };
         /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
         {
             const int tid = vtid();
@@ -696,7 +906,8 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                 /* (phase D's gb, written out: through a shared lambda ptxas schedules
                  * the K = 64 kernel differently) */
                 const long long gb = rowV0 * K + (long long)(tid >> 4) * strideV + c0 + (tid & 15) * 4;
-                load_in(gb, 16 * strideV);
+                if constexpr (VARLEN) load_in_v(gb, 16 * strideV, tid >> 4);
+                else load_in(gb, 16 * strideV);
             }
         }
         __syncthreads();
@@ -725,10 +936,18 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             if (FOLD_DG) {
                 const long long o = rowV0 * K + (long long)(16 * i) * strideV + c0 + d;
 #pragma unroll
-                for (int s = 0; s < 16; ++s) ng[s] = __ldg(p.dg_in + o + s * strideV);
+                for (int s = 0; s < 16; ++s) {
+                    if constexpr (VARLEN) /* rows past the end add 0 to the suffix sums */
+                        ng[s] = 16 * i + s < *sNv ? __ldg(p.dg_in + o + s * strideV) : 0.f;
+                    else
+                        ng[s] = __ldg(p.dg_in + o + s * strideV);
+                }
             }
             /* every load of the thread is issued before any use */
-            if constexpr (Tr::kPasses > 1) load_in(gb, s16);
+            if constexpr (Tr::kPasses > 1) {
+                if constexpr (VARLEN) load_in_v(gb, s16, rr);
+                else load_in(gb, s16);
+            }
             /* sQ/sK are free since the barrier after phase C (phase D does not read
              * them): start the next pass's q, k copies now; its phase A waits for them */
             if (pass + 1 < Tr::kPasses) copy_qk(tid, rowQ0, strideQ, c0 + KH);
@@ -745,6 +964,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int R = 16 * j + rr;
+                if (VARLEN && R >= *sNv) continue; /* rows past the end: not written */
                 const long long go = gb + j * s16;
                 const float4 vq = add4(xq[j], lds4(sG + R * KP + cc));
                 const float4 vk = add4(xk[j], lds4(sDk + R * KP + cc));
@@ -766,8 +986,16 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
             if (pass + 1 < Tr::kPasses) {
                 const float *ag = p.g + gb + KH;
                 const unsigned sg = kdart::smem_u32(sG + rr * KP + cc);
+                if constexpr (VARLEN) { /* past the end: the last valid row, as in phase A */
+                    const int last = *sNv - 1;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) cp16s(sg + j * 16 * KP * 4, ag + j * s16);
+                    for (int j = 0; j < 4; ++j)
+                        cp16s(sg + j * 16 * KP * 4,
+                              p.g + rowV0 * K + min(16 * j + rr, last) * strideV + c0 + KH + cc);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) cp16s(sg + j * 16 * KP * 4, ag + j * s16);
+                }
             }
             if (FOLD_DG) {
                 __syncthreads(); /* block totals and suffix sums complete */
@@ -784,6 +1012,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
                     if (j == 0) v = add4(v, l0);
                     if (j == 1) v = add4(v, l1);
                     if (j == 2) v = add4(v, l2);
+                    if (VARLEN && R >= *sNv) continue; /* rows past the end: not written */
                     st_out4(p.dg + gb + j * s16, v);
                 }
             }
@@ -794,7 +1023,7 @@ kdart_bwd_intra(const kdart_bwd_intra_params p) {
     }
 
     /* ---------------- db: fixed-order sum of the per-(pass, warp) partials ---------------- */
-    if (const int tid = vtid(); tid < 64) {
+    if (const int tid = vtid(); tid < 64 && (!VARLEN || tid < *sNv)) {
         long long rowQ0, rowV0;
         row0s(rowQ0, rowV0);
         float acc = p.db_in[rowV0 + (long long)tid * HV];

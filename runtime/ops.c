@@ -351,9 +351,6 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
         if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
-    if (sq.varlen) /* the VARLEN=1 body is another branch's (issue 14) */
-        return kdart__err(rt, KDART_EUNSUPPORTED,
-                          "bwd_intra varlen: not in this build (cu_seqlens or T %% 64 != 0; T=%lld)", (long long)T);
     if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
     int vals[5] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, K == 64 ? 0 : 1, sq.varlen};

@@ -133,9 +133,9 @@ START_TEST(intra_bad_arguments) {
     intra_make(&s, HV);
     s.q.shape[3] = 96;
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=96");
-    /* T not a multiple of 64: the varlen=1 body, not in this build (h6) */
+    /* T not a multiple of 64: the varlen=1 specialization, past every check */
     intra_make_t(&s, HV, 100);
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* HV not a multiple of H */
     intra_make(&s, 3);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "multiple of H");
@@ -402,18 +402,18 @@ START_TEST(old_struct_size) {
 }
 END_TEST
 
-/* bwd_intra: the same host checks; a valid varlen call is refused with
- * EUNSUPPORTED until the VARLEN=1 body (branch h6) is merged. */
+/* bwd_intra: the same host checks; a valid varlen call gets past all of
+ * them (to ENOCUDA here). */
 START_TEST(intra_varlen_validation) {
     intra_set s;
     fake cu, ci;
     intra_make_bt(&s, HV, 1, 1000);
     mk_idx(&cu, 64, 1, 4);
     s.a.cu_seqlens = &cu.t;
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen: not in this build");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     mk_idx(&ci, 64, 2, 18);
     s.a.chunk_indices = &ci.t;
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen: not in this build");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     mk_idx(&ci, 32, 2, 18);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDTYPE, "chunk_indices");
     s.a.chunk_indices = NULL;
@@ -429,9 +429,9 @@ START_TEST(intra_varlen_validation) {
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
     /* fixed length, T = 1 and 63: varlen too */
     intra_make_t(&s, HV, 1);
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     intra_make_t(&s, HV, 63);
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "bwd_intra varlen");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* bad tensors are still found first */
     intra_make_t(&s, HV, 63);
     s.beta.shape[1] = 64;

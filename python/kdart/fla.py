@@ -13,8 +13,7 @@ takes and fla's own function for every call it refuses (decided in Python
 before calling: K not in {64, 128}, V % 64 != 0, chunk size != 64,
 state_v_first, a scalar gate g, use_graph, cu_seqlens off q's device or with
 B != 1, dtypes other than kdart's, non-CUDA or non-contiguous tensors; and
-any call where kdart raises ValueError, e.g. EUNSUPPORTED for a bwd_intra
-varlen call in a build without that kernel body).  Any T and variable-length
+any call where kdart raises ValueError).  Any T and variable-length
 batches (cu_seqlens, with or without fla's chunk_indices / chunk_offsets)
 are served.  Each new fallback reason is warned about
 once.  With fold_dg (the default) bwd_intra returns dg already
