@@ -12,11 +12,12 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def cpu_runtime(tmp_path, monkeypatch):
-    """A runtime of its own that never loads libcuda, with a fresh cache in tmp_path."""
-    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
+    """A runtime of its own that never uses CUDA, with a fresh cache in tmp_path."""
     monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
     import kdart
-    rt = kdart.Runtime()
+    # The flag, not KDART_DISABLE_CUDA: libcuda is loaded once per process, and on a
+    # GPU machine an earlier test may already have loaded it.
+    rt = kdart.Runtime(flags=kdart._lib.OPEN_NO_CUDA)
     yield rt
     rt.close()
 

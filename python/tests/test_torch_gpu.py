@@ -199,4 +199,7 @@ def test_varlen_cuda_graph_bitwise():
         outs = kt.bwd_dhu(*a, **kw)
     graph.replay()
     torch.cuda.synchronize()
-    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+    # dh and dh0 whole; dv2 up to cu[N] (tokens past the last sequence are never written, as in fla)
+    n = int(cu[-1])
+    assert torch.equal(eager[0], outs[0]) and torch.equal(eager[1], outs[1])
+    assert torch.equal(eager[2][:, :n], outs[2][:, :n])
