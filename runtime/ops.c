@@ -172,7 +172,8 @@ static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kda
     rc = kdart__unit_function(rt, u, ctx, fn);
     if (rc) return rc;
     *unit = u;
-    if (status) *status = kdart__status_word(rt, ctx); /* allocated when the varlen unit was bound in ctx */
+    /* varlen launches only (the fixed-length kernels never read it); allocated when the varlen unit was bound */
+    if (status) *status = kdart__status_word(rt, ctx);
     return KDART_OK;
 }
 
@@ -357,7 +358,8 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     kdart__unit *u;
     void *fn;
     int *status = NULL;
-    if ((rc = resolve(rt, KDART__K_BWD_INTRA, vals, device_id, &u, &fn, &status)) != KDART_OK) return rc;
+    if ((rc = resolve(rt, KDART__K_BWD_INTRA, vals, device_id, &u, &fn, sq.varlen ? &status : NULL)) != KDART_OK)
+        return rc;
     kdart_bwd_intra_params p = {
         (const void *)addr(a->q),      (const void *)addr(a->k),      (const float *)addr(a->g),
         (const void *)addr(a->beta),   (const float *)addr(a->dAqk),  (const float *)addr(a->dAkk),
@@ -447,7 +449,8 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     kdart__unit *u;
     void *fn;
     int *status = NULL;
-    if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn, &status)) != KDART_OK) return rc;
+    if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn, sq.varlen ? &status : NULL)) != KDART_OK)
+        return rc;
     kdart_bwd_dhu_params p = {
         (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
         (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),
