@@ -99,14 +99,16 @@ def intra_bytes(r, emit=False, io=2):
     return rd + wr
 
 
-def dhu_bytes(r, dht=True, dh0=True, io=2):
-    """Fewest bytes bwd_dhu must move (of g only row 63 of each chunk is read)."""
-    NT = r.T // CHUNK
+def dhu_bytes(r, dht=True, dh0=True, io=2, NT=None, N=None):
+    """Fewest bytes bwd_dhu must move (of g only the last row of each chunk is read); NT: chunk rows of
+    the whole batch and N: sequences, for packed sequences (default B sequences of T // 64 chunks)."""
+    NT = r.B * (r.T // CHUNK) if NT is None else NT
+    N = r.B if N is None else N
     n_k = r.B * r.T * r.HV * r.K
     n_v = r.B * r.T * r.HV * r.V
-    state = r.B * r.HV * r.K * r.V
-    rd = 3 * n_k * io + r.B * NT * r.HV * r.K * 4 + 2 * n_v * io + (state * 4 if dht else 0)
-    wr = r.B * NT * r.HV * r.K * r.V * io + n_v * io + (state * 4 if dh0 else 0)
+    state = N * r.HV * r.K * r.V
+    rd = 3 * n_k * io + NT * r.HV * r.K * 4 + 2 * n_v * io + (state * 4 if dht else 0)
+    wr = NT * r.HV * r.K * r.V * io + n_v * io + (state * 4 if dh0 else 0)
     return rd + wr
 
 
@@ -246,14 +248,40 @@ def all_finite(t):
     return bool(torch.isfinite(t).all().item())
 
 
-def chunk_gate(shape, device):
-    """g = chunk-local inclusive cumsum (log2 units) of logsigmoid(1.5*randn + 2), fp32 [B,T,HV,K]."""
+def seq_layout(B, T, lens=None, device="cpu"):
+    """Where each token sits in fla's chunking: B sequences of T tokens (lens None), or B = 1 and the
+    packed sequences of lengths lens (sum T).  Returns dict(pos [B*T] position in its chunk, row [B*T]
+    global chunk row (chunk_offsets[n] + c), NT rows, N sequences, lens); host-side, then on device."""
+    import torch
+    if lens is None:
+        lens = [T] * B
+    else:
+        assert B == 1 and sum(lens) == T and min(lens) >= 0, "packed sequences: B = 1, sum(lens) == T"
+    L = torch.tensor(lens, dtype=torch.int64)
+    nch = (L + CHUNK - 1) // CHUNK
+    offs = torch.nn.functional.pad(nch.cumsum(0), (1, 0))
+    starts = torch.nn.functional.pad(L.cumsum(0), (1, 0))
+    seq = torch.repeat_interleave(torch.arange(len(lens)), L)
+    p = torch.arange(B * T) - starts[seq]
+    return dict(pos=(p % CHUNK).to(device), row=(offs[seq] + p // CHUNK).to(device), NT=int(offs[-1]),
+                N=len(lens), lens=list(lens))
+
+
+def chunk_gate(shape, device, lay=None):
+    """g = chunk-local inclusive cumsum (log2 units) of logsigmoid(1.5*randn + 2), fp32 [B,T,HV,K]; the
+    chunks are those of lay (seq_layout; default: B sequences of T tokens), so a partial chunk or a
+    sequence boundary restarts the sum as in fla."""
     import torch
     import torch.nn.functional as F
     B, T, HV, K = shape
-    a = F.logsigmoid(torch.randn(B, T // CHUNK, CHUNK, HV, K, device=device) * 1.5 + 2.0)
-    g = a.cumsum_(2).mul_(RCP_LN2)
-    return g.reshape(B, T, HV, K).contiguous()
+    lay = lay or seq_layout(B, T, device=device)
+    a = F.logsigmoid(torch.randn(B * T, HV, K, device=device) * 1.5 + 2.0)
+    idx = lay["row"] * CHUNK + lay["pos"]
+    pad = torch.zeros(lay["NT"] * CHUNK, HV, K, device=device)
+    pad[idx] = a
+    del a
+    pad = pad.view(lay["NT"], CHUNK, HV, K).cumsum_(1).mul_(RCP_LN2).view(-1, HV, K)
+    return pad[idx].reshape(B, T, HV, K).contiguous()
 
 
 def rcumsum_chunks(x):
@@ -263,22 +291,22 @@ def rcumsum_chunks(x):
     return y.reshape(B, T, HV, K).contiguous()
 
 
-def make_intra(r, device):
+def make_intra(r, device, lay=None):
     import torch
     import torch.nn.functional as F
     B, T, H, HV, K = r.B, r.T, r.H, r.HV, r.K
+    lay = lay or seq_layout(B, T, device=device)
     bf = torch.bfloat16
     q = torch.randn(B, T, H, K, device=device).to(bf)
     k = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(bf)
-    g = chunk_gate((B, T, HV, K), device)
+    g = chunk_gate((B, T, HV, K), device, lay)
     beta = torch.rand(B, T, HV, device=device).to(bf)
     ar = torch.arange(CHUNK, device=device)
-    lower = (ar[:, None] >= ar[None, :]).float()  # [r, s], s <= r
-    strict = (ar[:, None] > ar[None, :]).float()  # s < r
-    dAqk = (torch.randn(B, T // CHUNK, CHUNK, HV, CHUNK, device=device) * 0.1).mul_(lower[None, None, :, None, :])
-    dAkk = (torch.randn(B, T // CHUNK, CHUNK, HV, CHUNK, device=device) * 0.1).mul_(strict[None, None, :, None, :])
-    dAqk = dAqk.reshape(B, T, HV, CHUNK).contiguous()
-    dAkk = dAkk.reshape(B, T, HV, CHUNK).contiguous()
+    pos = lay["pos"][:, None, None]  # the token's row r in its chunk
+    lower = (ar[None, None, :] <= pos).float()  # columns s <= r (of the token's own chunk)
+    strict = (ar[None, None, :] < pos).float()  # s < r
+    dAqk = (torch.randn(B * T, HV, CHUNK, device=device) * 0.1).mul_(lower).reshape(B, T, HV, CHUNK)
+    dAkk = (torch.randn(B * T, HV, CHUNK, device=device) * 0.1).mul_(strict).reshape(B, T, HV, CHUNK)
     dq = torch.randn(B, T, HV, K, device=device)
     dk = torch.randn(B, T, HV, K, device=device)
     dg = torch.randn(B, T, HV, K, device=device)
@@ -286,19 +314,34 @@ def make_intra(r, device):
     return dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, dg=dg, db=db)
 
 
-def make_dhu(r, device):
+def make_dhu(r, device, lay=None):
     import torch
     B, T, HV, K, V = r.B, r.T, r.HV, r.K, r.V
+    lay = lay or seq_layout(B, T, device=device)
+    N = lay["N"]
     bf = torch.bfloat16
     qg = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
     kg = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
     w = (torch.randn(B, T, HV, K, device=device) * 0.1).to(bf)
-    g = chunk_gate((B, T, HV, K), device)
+    g = chunk_gate((B, T, HV, K), device, lay)
     do = torch.randn(B, T, HV, V, device=device).to(bf)
     dv = torch.randn(B, T, HV, V, device=device).to(bf)
-    h0 = torch.randn(B, HV, K, V, device=device)
-    dht = torch.randn(B, HV, K, V, device=device)
+    h0 = torch.randn(N, HV, K, V, device=device)
+    dht = torch.randn(N, HV, K, V, device=device)
     return dict(qg=qg, kg=kg, w=w, g=g, do=do, dv=dv, h0=h0, dht=dht, scale=K ** -0.5)
+
+
+def fla_intra(fla, s, cu=None, ci=None):
+    """fla's chunk_kda_bwd_intra on an input set of make_intra -> (dq, dk, db, dg) (cu, ci: varlen)."""
+    return fla["intra"](s["q"], s["k"], s["g"], s["beta"], s["dAqk"], s["dAkk"], s["dq"], s["dk"], s["db"],
+                        s["dg"], cu_seqlens=cu, chunk_indices=ci, chunk_size=CHUNK, safe_gate=False)
+
+
+def fla_dhu(fla, s, cu=None, ci=None, co=None):
+    """fla's chunk_gated_delta_rule_bwd_dhu on an input set of make_dhu -> (dh, dh0, dv2)."""
+    kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
+    return fla["dhu"](q=s["qg"], k=s["kg"], w=s["w"], do=s["do"], dv=s["dv"], gk=s["g"], h0=s["h0"],
+                      dht=s["dht"], scale=s["scale"], chunk_size=CHUNK, **kw)
 
 
 def launcher(kd, name, args, stream):
@@ -403,19 +446,15 @@ def run_intra(r, ctx):
     s0 = sets[0]
     if fla is not None:
         try:
-            def fla_intra(s):
-                return fla["intra"](s["q"], s["k"], s["g"], s["beta"], s["dAqk"], s["dAkk"],
-                                    s["dq"], s["dk"], s["db"], s["dg"], chunk_size=CHUNK, safe_gate=False)
-
             def fla_fold(s):  # fla's equivalent of fold_dg=1 (emit_bf16's casts: fla_fold_casts)
-                _, _, _, dg_ = fla_intra(s)
+                _, _, _, dg_ = fla_intra(fla, s)
                 return fla["cumsum"](dg_, CHUNK, reverse=True)
 
             def fla_fold_casts(s):
-                dq_, dk_, _, dg_ = fla_intra(s)
+                dq_, dk_, _, dg_ = fla_intra(fla, s)
                 return fla["cumsum"](dg_, CHUNK, reverse=True), dq_.to(torch.bfloat16), dk_.to(torch.bfloat16)
 
-            dq2, dk2, db2, dg2 = fla_intra(s0)
+            dq2, dk2, db2, dg2 = fla_intra(fla, s0)
             if r.fold_emit:
                 dg2 = fla["cumsum"](dg2, CHUNK, reverse=True)
             torch.cuda.synchronize()
@@ -427,7 +466,7 @@ def run_intra(r, ctx):
                 res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_fold(s) for s in sets])
                 res["fla_ms_with_casts"], _ = timer([lambda s=s: fla_fold_casts(s) for s in sets])
             else:
-                res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_intra(s) for s in sets])
+                res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_intra(fla, s) for s in sets])
         except Exception as e:  # fla broke on this row: keep kdart's numbers
             print(f"  fla failed: {type(e).__name__}: {e}", flush=True)
             res["fla_error"] = f"{type(e).__name__}: {e}"
@@ -493,16 +532,13 @@ def run_dhu(r, ctx):
 
     if fla is not None:
         try:
-            def fla_dhu(s):
-                return fla["dhu"](q=s["qg"], k=s["kg"], w=s["w"], do=s["do"], dv=s["dv"], gk=s["g"],
-                                  h0=s["h0"], dht=s["dht"], scale=s["scale"], chunk_size=CHUNK)
-            dh, dh0, dv2 = fla_dhu(sets[0])
+            dh, dh0, dv2 = fla_dhu(fla, sets[0])
             torch.cuda.synchronize()
             ref = dict(dh=dh, dv2=dv2, dh0=dh0)
             for n in ("dh", "dv2", "dh0"):
                 res["checks"][n] = rel_rms(ko[n], ref[n])
             del dh, dh0, dv2, ref
-            res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_dhu(s) for s in sets])
+            res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_dhu(fla, s) for s in sets])
         except Exception as e:  # fla broke on this row: keep kdart's numbers
             print(f"  fla failed: {type(e).__name__}: {e}", flush=True)
             res["fla_error"] = f"{type(e).__name__}: {e}"
@@ -521,6 +557,7 @@ def import_fla():
         from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
         from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
         from fla.ops.utils import chunk_local_cumsum
+        from fla.ops.utils.index import prepare_chunk_indices, prepare_chunk_offsets
         try:
             import fla
             ver = getattr(fla, "__version__", "?")
@@ -529,9 +566,11 @@ def import_fla():
         si = inspect.signature(chunk_kda_bwd_intra)
         sd = inspect.signature(chunk_gated_delta_rule_bwd_dhu)
         for name, sig, need in (("chunk_kda_bwd_intra", si, ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk",
-                                                            "db", "dg", "chunk_size", "safe_gate")),
+                                                            "db", "dg", "chunk_size", "safe_gate", "cu_seqlens",
+                                                            "chunk_indices")),
                                 ("chunk_gated_delta_rule_bwd_dhu", sd, ("q", "k", "w", "do", "dv", "gk", "h0",
-                                                                       "dht", "scale", "chunk_size"))):
+                                                                       "dht", "scale", "chunk_size", "cu_seqlens",
+                                                                       "chunk_indices", "chunk_offsets"))):
             missing = [p for p in need if p not in sig.parameters]
             if missing:
                 raise ImportError(f"fla {ver}: {name}{sig} lacks {missing}")
@@ -541,7 +580,7 @@ def import_fla():
         print(f"fla {ver}: chunk_kda_bwd_intra{si}")
         print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
         return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
-                    version=ver)
+                    chunk_indices=prepare_chunk_indices, chunk_offsets=prepare_chunk_offsets, version=ver)
     except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
         print(f"fla not available ({type(e).__name__}: {e}); running kdart only")
         return None
@@ -560,7 +599,37 @@ def fmt(x, f):
     return "-" if x is None else format(x, f)
 
 
+def print_table(hdr, lines):
+    """A markdown table of the rows lines (tuples of str) under hdr, columns padded."""
+    w = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)]
+    print("| " + " | ".join(h.ljust(n) for h, n in zip(hdr, w)) + " |")
+    print("|" + "|".join("-" * (n + 2) for n in w) + "|")
+    for ln in lines:
+        print("| " + " | ".join(str(x).ljust(n) for x, n in zip(ln, w)) + " |")
+
+
+def cuda_setup():
+    """torch, the CUDA device and kdart's environment (kernel sources of this tree), or None without a GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        print("no CUDA device: this benchmark runs on the GPU machine", file=sys.stderr)
+        return None
+    # The library finds its kernel sources through KDART_KERNEL_DIR when the
+    # build-time source path does not exist here (a tree copied to another machine).
+    os.environ.setdefault("KDART_KERNEL_DIR", os.path.join(ROOT, "kernel_src"))
+    os.environ.setdefault("KDART_LOG", "warn")  # cache trouble and the like go to stderr
+    dev = torch.device("cuda")
+    torch.cuda.init()
+    torch.empty(1, device=dev)  # make the primary context current before kdart looks for one
+    return dev
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--varlen" in argv:  # the variable-length table: bench/varlen.py
+        sys.path.insert(0, HERE)
+        import varlen
+        return varlen.main([a for a in argv if a != "--varlen"])
     ap = argparse.ArgumentParser(
         description="kdart vs fla side by side for the KDA backward stages bwd_intra and bwd_dhu "
                     "(agreement, CUDA-event timings, bandwidth vs the copy ceiling).")
@@ -581,6 +650,8 @@ def main(argv=None):
                     help="start no new row after this many seconds (the table is still printed); 0: no limit")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the 2 GiB copy-ceiling measurement")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
+    ap.add_argument("--varlen", action="store_true",
+                    help="run the variable-length table instead (bench/varlen.py; its options: --varlen --help)")
     args = ap.parse_args(argv)
 
     if args.list:
@@ -590,16 +661,9 @@ def main(argv=None):
     rows = select_rows(args.rows, args.quick)
 
     import torch
-    if not torch.cuda.is_available():
-        print("no CUDA device: this benchmark runs on the GPU machine", file=sys.stderr)
+    dev = cuda_setup()
+    if dev is None:
         return 3
-    # The library finds its kernel sources through KDART_KERNEL_DIR when the
-    # build-time source path does not exist here (a tree copied to another machine).
-    os.environ.setdefault("KDART_KERNEL_DIR", os.path.join(ROOT, "kernel_src"))
-    os.environ.setdefault("KDART_LOG", "warn")  # cache trouble and the like go to stderr
-    dev = torch.device("cuda")
-    torch.cuda.init()
-    torch.empty(1, device=dev)  # make the primary context current before kdart looks for one
 
     fla = None if args.no_fla else import_fla()
     lib = os.path.abspath(args.lib)
@@ -692,11 +756,7 @@ def main(argv=None):
         lines.append((res["stage"], res["shape"], fmt(res.get("fla_ms"), ".3f"), f"{res['kdart_ms']:.3f}",
                       fmt(res.get("ratio"), ".2f") + ("x" if res.get("ratio") else ""), f"{res['kdart_gbs']:.0f}",
                       fmt(res.get("pct_ceiling"), ".0f"), fmt(worst, ".1e"), ",".join(res["flags"])))
-    w = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)]
-    print("| " + " | ".join(h.ljust(n) for h, n in zip(hdr, w)) + " |")
-    print("|" + "|".join("-" * (n + 2) for n in w) + "|")
-    for ln in lines:
-        print("| " + " | ".join(str(x).ljust(n) for x, n in zip(ln, w)) + " |")
+    print_table(hdr, lines)
     print(f"\nbf16 io; median of {args.iters} CUDA-event timings after {args.warmup} warm-up calls; "
           f"copy ceiling {fmt(ceil_gbs, '.0f')} GB/s; GB/s over the fewest bytes each stage must move; "
           f"fold+emit row: fla = chunk_kda_bwd_intra + chunk_local_cumsum(dg, reverse) "

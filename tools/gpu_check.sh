@@ -5,8 +5,9 @@
 # `kdart bench` (standard table, launch overhead), tensor-core and spill
 # evidence from the SASS, the Python package's tests on the GPU (python/tests:
 # torch ops vs float64, torch.compile, CUDA graphs, fla's recipes through
-# kdart.fla), and, when a fla wheel is in .whl/, the side-by-side and the
-# end-to-end chunk_kda backward (bench/e2e.py) against fla.  Carry BUILD_DIR
+# kdart.fla), and, when a fla wheel is in .whl/, the side-by-side, the
+# end-to-end chunk_kda backward (bench/e2e.py) and the variable-length table
+# (bench/varlen.py) against fla.  Carry BUILD_DIR
 # (prewarmed: BUILD_DIR/devcache) and .whl.
 set -u
 b="${1:-build}"; out="${2:-${OUT:-/tmp/kdart-gpu-check}}"; mkdir -p "$out"
@@ -42,4 +43,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" \
     --json "$out/side_by_side.json" > "$out/side_by_side.txt" 2>&1
   echo "side_by_side rc=$?"
+  # Variable-length batches (cu_seqlens) and odd T, fla's varlen path vs kdart.torch (bench/varlen.py).
+  PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 \
+    timeout "${VARLEN_TIMEOUT:-600}" python3 bench/varlen.py --lib "$b/libkdart.so" --budget-s "${VARLEN_BUDGET:-420}" \
+    --json "$out/varlen.json" > "$out/varlen.txt" 2>&1
+  echo "varlen rc=$?"
 fi
