@@ -17,6 +17,7 @@ from fla.ops.kda import chunk_kda  # noqa: E402
 from fla.ops.kda.gate import naive_kda_gate  # noqa: E402
 from fla.ops.kda.naive import naive_recurrent_kda  # noqa: E402
 from fla.utils import assert_close  # noqa: E402
+from fla.utils.testing import get_err_ratio  # noqa: E402
 
 import kdart.fla as kf  # noqa: E402
 
@@ -96,6 +97,13 @@ def test_chunk_kda_with_kdart(case):
     check(*out)
     assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1, st
     assert st["served"]["dg_cumsum_folded"] == 1 and not st["fallbacks"], st
+    # The same inputs through fla alone: each gradient's error ratio against the float64
+    # recurrence, kdart's next to fla's own (printed for the record; -s or -rP shows it).
+    fla_out = run(*case)
+    names = ("dq", "dk", "dv", "dg", "db", "dh0", "dA", "dbias")
+    line = " ".join(f"{n} {get_err_ratio(r, t):.2e}/{get_err_ratio(r, f):.2e}"
+                    for n, r, t, f in zip(names, out[2], out[5], fla_out[5]) if r is not None and t is not None)
+    print(f"\nerror ratio vs float64 (kdart/fla): {line}")
 
 
 def test_t1000_served():
