@@ -9,43 +9,60 @@
 # end-to-end chunk_kda backward (bench/e2e.py) and the variable-length table
 # (bench/varlen.py) against fla.  Carry BUILD_DIR
 # (prewarmed: BUILD_DIR/devcache) and .whl.
+#
+# Together the parts take longer than one device call (fla autotunes each new
+# shape for minutes), so GPU_CHECK_PARTS picks them, one call each:
+#   core (suite, selftest, sanitizers, bench, SASS: about 4 minutes), python
+#   (PYTEST_ARGS narrows it, e.g. one test id), e2e (E2E_ARGS: --shapes NAME),
+#   sbs, varlen (VARLEN_ARGS: --rows 0,1).  Default: all of them.
 set -u
 b="${1:-build}"; out="${2:-${OUT:-/tmp/kdart-gpu-check}}"; mkdir -p "$out"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export KDART_CACHE_DIR="${KDART_CACHE_DIR:-$root/$b/devcache}" KDART_KERNEL_DIR="$root/kernel_src"
 cd "$root"
+parts=" ${GPU_CHECK_PARTS:-core python e2e sbs varlen} "
+want() { [[ "$parts" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$out/smi.txt" 2>&1
-timeout 300 "$b/tests/test_gpu" > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
-timeout 120 "$b/kdart" selftest > "$out/selftest.txt" 2>&1; echo "selftest rc=$?"
-for tool in memcheck racecheck; do
-  KDART_GPU_SMALL=1 timeout 200 compute-sanitizer --tool $tool "$b/tests/test_gpu" > "$out/$tool.txt" 2>&1
-  echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.txt")"
-done
-timeout 200 "$b/kdart" bench > "$out/bench.txt" 2>&1; echo "bench rc=$?"
-"$b/kdart" ls | awk 'NR>1 && $2!="chunk_rcumsum" && $4=="sm_90a" {print $1, $2, $3}' | while read -r k name spec; do
-  sass=$("$b/kdart" sass $k)
-  echo "$k $name $spec HMMA=$(grep -c HMMA <<<"$sass") HGMMA=$(grep -c HGMMA <<<"$sass") LDL/STL=$(grep -cE '(LDL|STL)[. ]' <<<"$sass") $("$b/kdart" show $k | grep -E '^ *(registers|spill_store_bytes)' | tr -s ' \n' ' ')"
-done > "$out/sass.txt" 2>&1
+if want core; then
+  timeout 300 "$b/tests/test_gpu" > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
+  timeout 120 "$b/kdart" selftest > "$out/selftest.txt" 2>&1; echo "selftest rc=$?"
+  for tool in memcheck racecheck; do
+    KDART_GPU_SMALL=1 timeout 200 compute-sanitizer --tool $tool "$b/tests/test_gpu" > "$out/$tool.txt" 2>&1
+    echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.txt")"
+  done
+  timeout 200 "$b/kdart" bench > "$out/bench.txt" 2>&1; echo "bench rc=$?"
+  "$b/kdart" ls | awk 'NR>1 && $2!="chunk_rcumsum" && $4=="sm_90a" {print $1, $2, $3}' | while read -r k name spec; do
+    sass=$("$b/kdart" sass $k)
+    echo "$k $name $spec HMMA=$(grep -c HMMA <<<"$sass") HGMMA=$(grep -c HGMMA <<<"$sass") LDL/STL=$(grep -cE '(LDL|STL)[. ]' <<<"$sass") $("$b/kdart" show $k | grep -E '^ *(registers|spill_store_bytes)' | tr -s ' \n' ' ')"
+  done > "$out/sass.txt" 2>&1
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 # The package from the checkout against this build's library (fla tests skip without the wheel).
-PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" KDART_SKIP_WHEEL_TEST=1 \
-  FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONUNBUFFERED=1 timeout "${PYTEST_TIMEOUT:-400}" \
-  python3 -m pytest python/tests -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
-echo "pytest rc=$? $(tail -1 "$out/pytest_gpu.txt")"
+if want python; then
+  PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" KDART_SKIP_WHEEL_TEST=1 \
+    FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONUNBUFFERED=1 timeout "${PYTEST_TIMEOUT:-400}" \
+    python3 -m pytest ${PYTEST_ARGS:-python/tests} -v -s -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+  echo "pytest rc=$? $(tail -1 "$out/pytest_gpu.txt")"
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
-  PYTHONPATH=/tmp/site KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 timeout "${E2E_TIMEOUT:-500}" \
-    python3 bench/e2e.py ${E2E_ARGS:-} > "$out/e2e.txt" 2>&1
-  echo "e2e rc=$?"
-  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 timeout "${SBS_TIMEOUT:-260}" \
-    python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" \
-    --json "$out/side_by_side.json" > "$out/side_by_side.txt" 2>&1
-  echo "side_by_side rc=$?"
-  # Variable-length batches (cu_seqlens) and odd T, fla's varlen path vs kdart.torch (bench/varlen.py).
-  PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 \
-    timeout "${VARLEN_TIMEOUT:-600}" python3 bench/varlen.py --lib "$b/libkdart.so" --budget-s "${VARLEN_BUDGET:-420}" \
-    --json "$out/varlen.json" > "$out/varlen.txt" 2>&1
-  echo "varlen rc=$?"
+  if want e2e; then
+    PYTHONPATH=/tmp/site KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 timeout "${E2E_TIMEOUT:-500}" \
+      python3 bench/e2e.py ${E2E_ARGS:-} > "$out/e2e.txt" 2>&1
+    echo "e2e rc=$?"
+  fi
+  if want sbs; then
+    PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 timeout "${SBS_TIMEOUT:-260}" \
+      python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" \
+      --json "$out/side_by_side.json" > "$out/side_by_side.txt" 2>&1
+    echo "side_by_side rc=$?"
+  fi
+  if want varlen; then # cu_seqlens and odd T: fla's varlen path vs kdart.torch (bench/varlen.py)
+    PYTHONPATH="/tmp/site:$root/python" KDART_LIBRARY="$b/libkdart.so" PYTHONUNBUFFERED=1 \
+      FLA_DISABLE_BACKEND_DISPATCH=1 timeout "${VARLEN_TIMEOUT:-600}" python3 bench/varlen.py --lib "$b/libkdart.so" \
+      --budget-s "${VARLEN_BUDGET:-420}" ${VARLEN_ARGS:-} --json "$out/varlen.json" > "$out/varlen.txt" 2>&1
+    echo "varlen rc=$?"
+  fi
 fi
