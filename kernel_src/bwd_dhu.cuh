@@ -24,13 +24,16 @@
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
  *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN>, IO in {kdart::bf16, kdart::fp16},
- *              K in {64, 128}, BV (V tile width) in {16, 32, 64}, VARLEN in {false, true}
+ *              K (the K tile) in {64, 128, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
+ *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
- *   grid     : (V / BV, B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
- *              (VARLEN: (V / BV, N * HV, 1), blockIdx.y = n * HV + hv)
+ *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
+ *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
- *   requires : T % 64 == 0 (VARLEN = 0), V % BV == 0, 16-byte aligned tensor base pointers.
+ *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
+ *              1 <= V.  p.Kr == K, V % BV == 0 and !p.state_v_first run the native path; anything
+ *              else the masked one (see scan: the same GEMMs, element-wise global accesses).
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime
  *   takes the widest BV whose grid still covers 7/8 of the SMs).

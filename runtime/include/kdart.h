@@ -414,7 +414,8 @@ typedef struct kdart_bwd_dhu_args {
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: dh's NT >= it */
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
-    /* Added in 0.3 (issue 15), read only when struct_size covers it (smaller: 0): the state's
+    /* Added in 0.2 after the varlen fields (issue 15), read only when struct_size covers it
+     * (smaller: 0): the state's
      * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K].
      * Not yet verified on a GPU: refused unless KDART_EXPERIMENTAL=1. */
     int state_v_first;
