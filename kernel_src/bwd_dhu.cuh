@@ -621,18 +621,27 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     /* dH accumulators: acc[mt][4n + 0..1] = (d = drow(mt)+gq,   v = 8n+2tq, +1)
      *                  acc[mt][4n + 2..3] = (d = drow(mt)+gq+8, v = 8n+2tq, +1) */
     float acc[MT][NA];
+    /* the masked path moves the fp32 state tile [K][BV] through the start of
+     * the shared window (free before the prologue's copies and after the
+     * loop): element-wise global accesses in a loop, register moves by LDS/STS */
+    float *const sst = reinterpret_cast<float *>(smem);
+    static_assert(K * BV * 4 <= Tr::kStageBytes, "state tile in one stage");
     if (gen) {
         const float *src = p.dht;
+#pragma unroll 1
+        for (int e = tid; e < K * BV; e += Tr::kThreads) {
+            const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
+            sst[d * BV + v] = src != nullptr && d < Kr && v0 + v < V ? src[(size_t)bh * Kr * V + sidx(d, v0 + v)] : 0.f;
+        }
+        __syncthreads();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int n = 0; n < NB; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int d = drow(mt) + gq + 8 * (e >> 1), vg = v0 + 8 * n + 2 * tq + (e & 1);
-                    acc[mt][4 * n + e] =
-                        src != nullptr && d < Kr && vg < V ? src[(size_t)bh * Kr * V + sidx(d, vg)] : 0.f;
-                }
+                for (int e = 0; e < 4; ++e)
+                    acc[mt][4 * n + e] = sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)];
+        __syncthreads();   /* before the prologue's copies into stage 0 */
     } else if (p.dht != nullptr) {
         const float *src = p.dht + (size_t)bh * K * V + v0;
 #pragma unroll
@@ -887,16 +896,22 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     }
 
     if (gen) {
-        if (p.dh0 != nullptr)
+        if (p.dh0 != nullptr) {
+            __syncthreads();   /* every warp is done with the stages (no copy is in flight) */
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int n = 0; n < NB; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int d = drow(mt) + gq + 8 * (e >> 1), vg = v0 + 8 * n + 2 * tq + (e & 1);
-                        if (d < Kr && vg < V) p.dh0[(size_t)bh * Kr * V + sidx(d, vg)] = acc[mt][4 * n + e];
-                    }
+                    for (int e = 0; e < 4; ++e)
+                        sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)] = acc[mt][4 * n + e];
+            __syncthreads();
+#pragma unroll 1
+            for (int e = tid; e < K * BV; e += Tr::kThreads) {
+                const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
+                if (d < Kr && v0 + v < V) p.dh0[(size_t)bh * Kr * V + sidx(d, v0 + v)] = sst[d * BV + v];
+            }
+        }
     } else if (p.dh0 != nullptr) {
         float *dst = p.dh0 + (size_t)bh * K * V + v0;
 #pragma unroll
