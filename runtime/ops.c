@@ -415,7 +415,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "qg is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
-    if (V > 512) return check_value_dim(rt, V);
+    if (V < 1 || V > 512) return check_value_dim(rt, V);
     if (B < 1 || T < 1 || HV < 1 || V < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
                           (long long)T, (long long)HV, (long long)V);
@@ -502,10 +502,9 @@ int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, 
     if (!v_tile) return kdart__err(rt, KDART_ENULL, "v_tile must not be NULL");
     int sms, rc;
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
-    if (B < 1 || HV < 1 || V < 1)
-        return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld V=%lld: need B, HV, V >= 1", (long long)B, (long long)HV,
-                          (long long)V);
     if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
+    if (B < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld: need B, HV >= 1", (long long)B, (long long)HV);
     if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
     *v_tile = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
     return KDART_OK;

@@ -507,6 +507,10 @@ START_TEST(head_dims_and_gate) {
     EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, "K=0");
     dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 0, V, 0);
     EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "K=0");
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 0, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
+    int bv0 = -1;
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 0, &bv0), KDART_EUNSUPPORTED, "V=0");
     for (int open = 0; open < 2; open++) {
         if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
