@@ -72,11 +72,11 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_kernel_count(), 3);
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
-    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 32);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 24);
-    ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 2);
+    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 48);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 36);
+    ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
-    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128} varlen={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -114,6 +114,15 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 132), 16);    /* tiny: narrowest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 1), 64);      /* one SM: widest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 0), 64);      /* no SM count: as one */
+    /* issue 15: the K tile 256 has no BV 64; a partial last V tile counts as a CTA */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 256, 1), 32);
+    ck_assert_int_eq(kdart__dhu_pick_bv(16, 16, 256, 200, 132), 32);
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 100, 100, 1), 64);     /* 2 CTAs of 64 on one SM */
+    ck_assert_int_eq(kdart__k_tile(1), 64);
+    ck_assert_int_eq(kdart__k_tile(65), 128);
+    ck_assert_int_eq(kdart__k_tile(129), 256);
+    ck_assert_int_eq(kdart__k_tile(257), -1);
+    ck_assert_int_eq(kdart__dhu_max_bv(256), 32);
     ck_assert_int_eq(kdart__dhu_bv_index(32), 1);
     ck_assert_int_eq(kdart__dhu_bv_index(48), -1);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=96", buf, sizeof buf), KDART_ESPEC);
@@ -122,7 +131,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64,K=128", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
-    ck_assert_int_eq(kdart_spec_at("bwd_intra", 32, buf, sizeof buf), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 48, buf, sizeof buf), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
 }
 END_TEST

@@ -63,10 +63,17 @@ typedef struct kc_dhu_case {
     int graph;
     int v_tile;  /* 0: kdart picks; 16, 32, 64: that BV specialization */
     kc_seqs seqs;
+    int state_v_first; /* dh, dht, dh0 in the V-first layout ([.., V, K]); the harness transposes
+                          to and from the reference's K-first one */
 } kc_dhu_case;
 
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
+/* The K tile of a spec text ("K=256" -> 256), 0 if none. */
+int kc_spec_k(const char *spec);
+/* Whether a bwd_dhu spec is one kdart launches (the K tile 256 has no BV 64:
+ * that specialization is a stub). */
+int kc_dhu_spec_launchable(const char *spec);
 
 typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */
@@ -97,7 +104,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
  * real device buffers whose outputs hold a sentinel pattern; returns the
  * status and sets *untouched to whether every output still holds the
  * pattern afterwards.  which: 0 valid (sanity), 1 misaligned dq, 2 wrong
- * dtype g, 3 shape mismatch dAkk, 4 K=96, 5 T=100, 6 HV not multiple of H,
+ * dtype g, 3 shape mismatch dAkk, 4 K=257, 5 T=100, 6 HV not multiple of H,
  * 7 emit with HV>H, 8 transposed strides q, 9 host tensor, 10 null dk. */
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n);
 #define KC_NBAD 11

@@ -47,13 +47,15 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra(B=2), cu_seqlens=cu) == "cu_seqlens not on q's device or B != 1"
     assert kf.intra_refusal(*_intra(), cu_seqlens=torch.tensor([0, 128])) == "cu_seqlens not on q's device or B != 1"
     assert kf.intra_refusal(*_intra(), chunk_indices=cu) == "chunk_indices without cu_seqlens"
-    assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96"
+    assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96 (not yet verified on a GPU)"
+    assert kf.intra_refusal(*_intra(K=257)) == "head dim K=257"
     assert kf.intra_refusal(*_intra(), chunk_size=32) == "chunk_size=32"
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "V=96 (V % 64 != 0)"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == \
+        "V=96 (V % 64 != 0, not yet verified on a GPU)"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first (not yet verified on a GPU)"
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
     q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -61,6 +63,24 @@ def test_refusal_reasons():
     assert kf.dhu_refusal(q100, q100, q100, do64, do64, gk=gk, cu_seqlens=cu) == "not a CUDA tensor"
     assert kf.dhu_refusal(q100, q100, q100, do64, do64, gk=gk, chunk_offsets=cu) == \
         "chunk_indices/chunk_offsets without cu_seqlens"
+
+
+@pytest.mark.parametrize("D", [60, 100, 256])
+def test_head_dims_behind_the_gate(monkeypatch, D):
+    """Issue 15: D = 60, 100, 256, V % 64 != 0 and state_v_first fall back (not yet verified on a GPU)
+    unless KDART_EXPERIMENTAL=1, then pass every Python check (meta tensors: the device check)."""
+    q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
+    gk = torch.empty(1, 128, 2, D, device="meta")
+    do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
+    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
+    assert kf.intra_refusal(*_intra(K=D)) == f"head dim K={D} (not yet verified on a GPU)"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == f"head dim K={D} (not yet verified on a GPU)"
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == "not a CUDA tensor"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == "not a CUDA tensor"
+    big = torch.empty(1, 128, 2, 513, dtype=torch.bfloat16, device="meta")
+    assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
 
 
 def test_wrappers_route_fold_and_fall_back(monkeypatch):

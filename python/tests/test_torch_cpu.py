@@ -47,8 +47,10 @@ def test_intra_wrong_shape(which, shape):
 def test_intra_unsupported():
     with pytest.raises(ValueError, match="EDEVICE"):  # any T passes the Python checks (CPU tensors: EDEVICE)
         kt.bwd_intra(*intra_args(T=100))
-    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+    with pytest.raises(ValueError, match="not yet verified on a GPU"):
         kt.bwd_intra(*intra_args(K=96))
+    with pytest.raises(ValueError, match="K must be 1..256"):
+        kt.bwd_intra(*intra_args(K=257))
     with pytest.raises(ValueError, match="EUNSUPPORTED"):
         kt.bwd_intra(*intra_args(), emit_bf16=True)  # HV != H
 
@@ -71,8 +73,12 @@ def test_noncontiguous_refused():
 
 def test_dhu_checks():
     a, h0, dht = dhu_args()
-    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+    with pytest.raises(ValueError, match="not yet verified on a GPU"):
         kt.bwd_dhu(*dhu_args(V=96)[0])
+    with pytest.raises(ValueError, match="V must be 1..512"):
+        kt.bwd_dhu(*dhu_args(V=513)[0])
+    with pytest.raises(ValueError, match="state_v_first is not yet verified"):
+        kt.bwd_dhu(*a, state_v_first=True)
     bad = list(a)
     bad[5] = bad[5].to(BF)
     with pytest.raises(ValueError, match="EDTYPE"):
@@ -213,3 +219,30 @@ def test_opcheck_meta_varlen():
     h3 = torch.randn(3, 4, 64, 128, device="meta")
     torch.library.opcheck(torch.ops.kdart.bwd_dhu.default, (*d, h3, h3, 0.125, cu, ci, None),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 192), (256, 512), (192, 16)])
+def test_head_dims_behind_the_gate(monkeypatch, K, V):
+    """Issue 15: past the gate, any K in 1..256 and V in 1..512 reaches kdart (CPU tensors: EDEVICE) and
+    the fakes give fla's shapes, K-first or V-first; without it, the gate's EUNSUPPORTED."""
+    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
+    with pytest.raises(ValueError, match="not yet verified on a GPU"):
+        kt.bwd_dhu(*dhu_args(K=K, V=V)[0])
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_intra(*intra_args(K=K))
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_dhu(*dhu_args(K=K, V=V)[0])
+    a = [t.to("meta") for t in intra_args(B=2, T=100, K=K)]
+    dq, dk, db, dg = torch.ops.kdart.bwd_intra(*a, False, False)
+    assert dq.shape == (2, 100, 4, K) and dg.shape == (2, 100, 4, K)
+    for svf in (False, True):
+        a, _, _ = dhu_args(B=2, T=130, HV=4, K=K, V=V, h0=False, dht=False)
+        a = [t.to("meta") for t in a]
+        S = (V, K) if svf else (K, V)
+        h0 = torch.empty((2, 4) + S, device="meta")
+        dh, dh0, dv2 = kt.bwd_dhu(*a, h0=h0, dht=h0, state_v_first=svf)
+        assert dh.shape == (2, 3, 4) + S and dh0.shape == (2, 4) + S and dv2.shape == (2, 130, 4, V)
+        if K != V:
+            with pytest.raises(ValueError, match="ESHAPE"):  # the other layout's state
+                kt.bwd_dhu(*a, h0=h0, state_v_first=not svf)

@@ -109,8 +109,8 @@ START_TEST(intra_every_spec) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0, {0}};
-        c.K = strstr(spec, "K=64") ? 64 : 128;
-        c.T = c.K == 128 ? 1024 : 512;
+        c.K = kc_spec_k(spec);
+        c.T = c.K >= 128 ? 1024 : 512;
         c.io = strstr(spec, "io=fp16") != NULL;
         c.fold_dg = strstr(spec, "fold_dg=1") != NULL;
         c.emit_bf16 = strstr(spec, "emit_bf16=1") != NULL;
@@ -157,8 +157,9 @@ END_TEST
 static void check_dhu(const kc_dhu_case *c) {
     kc_report r;
     char what[256];
-    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d", c->io ? "fp16" : "bf16", c->K,
-             c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0);
+    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d%s", c->io ? "fp16" : "bf16",
+             c->K, c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0,
+             c->state_v_first ? " v-first" : "");
     seqs_label(&c->seqs, what + strlen(what), sizeof what - strlen(what));
     ck_assert_int_eq(kc_run_dhu(rt, c, &r), 0);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
@@ -180,10 +181,11 @@ START_TEST(dhu_every_spec) {
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
+        if (!kc_dhu_spec_launchable(spec)) continue; /* K=256 has no BV 64 */
         for (int variant = 0; variant < 2; variant++) {
-            kc_dhu_case c = {2, 1024, 3, strstr(spec, "K=64") ? 64 : 128, vs[(s + variant) % 3],
+            kc_dhu_case c = {2, 1024, 3, kc_spec_k(spec), vs[(s + variant) % 3],
                              strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
-                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}};
+                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}, 0};
             if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s + variant);
             check_dhu(&c);
         }
@@ -192,9 +194,9 @@ START_TEST(dhu_every_spec) {
 END_TEST
 
 START_TEST(dhu_graph_capture_and_mixed) {
-    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0, {0}}; /* dht, no dh0; kdart picks BV */
+    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0, {0}, 0}; /* dht, no dh0; kdart picks BV */
     check_dhu(&c);
-    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32, {0}}; /* no dht, dh0; BV 32 */
+    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32, {0}, 0}; /* no dht, dh0; BV 32 */
     check_dhu(&d);
 }
 END_TEST
@@ -236,7 +238,7 @@ END_TEST
 START_TEST(dhu_fixed_any_t) {
     for (int i = 0; i < NPARTIAL; i++) {
         kc_dhu_case c = {2, partial_ts[i], 3, i & 1 ? 64 : 128, 128, i & 1, i & 1, !(i & 2), seed + 5100 + (uint64_t)i,
-                         0, 0, 0, {0}};
+                         0, 0, 0, {0}, 0};
         check_dhu(&c);
     }
 }
@@ -274,7 +276,7 @@ START_TEST(dhu_varlen_lists) {
         for (int v = 0; v < 4; v++) {
             kc_dhu_case c = {1, cu_lists[i].T, 4, v & 1 ? 64 : 128, v & 2 ? 64 : 128, (i + v) & 1, v != 1, v != 2,
                              seed + 6100 + (uint64_t)(i * 4 + v), 0, v == 3, v == 0 ? 0 : 16 << (v - 1),
-                             list_seqs(i, v)};
+                             list_seqs(i, v), 0};
             check_dhu(&c);
         }
 }
@@ -286,7 +288,7 @@ START_TEST(varlen_thousand_sequences) {
     kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q};
     check_intra(&a);
     q.cu32 = 1;
-    kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q};
+    kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q, 0};
     check_dhu(&b);
 }
 END_TEST
@@ -311,7 +313,7 @@ START_TEST(varlen_garbage_writes_nothing) {
     ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
     for (int gk = 1; gk <= 4; gk++) {
         kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0};
-        kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q};
+        kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q, 0};
         kc_report r;
         expect_garbage("dhu", gk, kc_run_dhu(rt, &d, &r), &r, bits[gk]);
         if (gk == 4) break; /* bwd_intra has no dh */
@@ -351,7 +353,7 @@ START_TEST(small_for_sanitizers) {
     for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
-        kc_intra_case c = {1, 128, 1, 2, strstr(spec, "K=64") ? 64 : 128, strstr(spec, "io=fp16") != NULL,
+        kc_intra_case c = {1, 128, 1, 2, kc_spec_k(spec), strstr(spec, "io=fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL, KREF_GATE_FUSED,
                            seed + (uint64_t)s, 0, 0, {0}};
         if (c.emit_bf16 || !(s & 1)) c.H = c.HV; /* every other spec with H == HV = 2 */
@@ -361,9 +363,62 @@ START_TEST(small_for_sanitizers) {
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
-        kc_dhu_case c = {1, 128, 2, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "io=fp16") != NULL, s & 1,
-                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec), {0}};
+        if (!kc_dhu_spec_launchable(spec)) continue;
+        kc_dhu_case c = {1, 128, 2, kc_spec_k(spec), 128, strstr(spec, "io=fp16") != NULL, s & 1,
+                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec), {0}, 0};
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
+        check_dhu(&c);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------ head dims (issue 15) */
+
+/* Head dims of the masked path and the K tile 256 (behind KDART_EXPERIMENTAL,
+ * which main sets): outputs NaN-poisoned, against the float64 reference,
+ * twice for determinism. */
+static const int head_ks[] = {1, 16, 60, 64, 100, 128, 192, 256};
+static const int head_vs[] = {1, 16, 60, 64, 100, 128, 192, 256, 512};
+#define NHK ((int)(sizeof head_ks / sizeof head_ks[0]))
+#define NHV ((int)(sizeof head_vs / sizeof head_vs[0]))
+
+START_TEST(intra_head_dims) {
+    /* every K, fixed length and packed sequences, bf16 and fp16, HV = 2H */
+    for (int i = 0; i < NHK; i++)
+        for (int v = 0; v < 2; v++) {
+            kc_intra_case c = {2, 200, 2, 4, head_ks[i], (i + v) & 1, v, 0, KREF_GATE_FUSED,
+                               seed + 9000 + (uint64_t)(2 * i + v), 0, 0, {0}};
+            if (v) {
+                kc_seqs q = {3, NULL, 1, 150, 1, i & 1, 1, 1, 0, 0.0};
+                c.seqs = q, c.B = 1, c.T = 0;
+            }
+            check_intra(&c);
+        }
+}
+END_TEST
+
+START_TEST(dhu_head_dims) {
+    /* every (K, V) pair once, rotating fixed / packed, bf16 / fp16, dht / dh0,
+     * K-first / V-first state, auto / explicit BV */
+    int n = 0;
+    for (int i = 0; i < NHK; i++)
+        for (int j = 0; j < NHV; j++, n++) {
+            const int K = head_ks[i], V = head_vs[j];
+            static const int bvs[4] = {0, 16, 32, 64};
+            int bv = bvs[n % 4];
+            if (K > 128 && bv == 64) bv = 32;
+            kc_dhu_case c = {2, 130, 2, K, V, n & 1, (n >> 1) & 1 || !(n & 1), !((n >> 1) & 1) || (n & 1),
+                             seed + 9100 + (uint64_t)n, 0, 0, bv, {0}, (n / 3) & 1};
+            if (n % 3 == 2) {
+                kc_seqs q = {3, NULL, 1, 150, n & 1, n & 1, 1, 1, 0, 0.0};
+                c.seqs = q, c.B = 1, c.T = 0;
+            }
+            check_dhu(&c);
+        }
+    /* the native shapes with the V-first state (the masked path at K = 64, 128) */
+    for (int v = 0; v < 4; v++) {
+        kc_dhu_case c = {2, 256, 3, v & 1 ? 64 : 128, 128, v >> 1, 1, 1, seed + 9300 + (uint64_t)v, 0, v == 0, 0, {0},
+                         1};
         check_dhu(&c);
     }
 }
@@ -377,6 +432,8 @@ int main(void) {
         return TEST_SKIP;
     }
     seed = kref_pick_seed();
+    /* the head dims and layouts not yet verified on a GPU are what this suite verifies */
+    setenv("KDART_EXPERIMENTAL", "1", 1);
     printf("test_gpu: seed %llu (set KREF_SEED to replay)\n", (unsigned long long)seed);
     if (kdart_open(&rt, NULL) != KDART_OK) {
         printf("test_gpu: kdart_open failed\n");
@@ -404,6 +461,8 @@ int main(void) {
     tcase_add_test(tc, dhu_varlen_lists);
     tcase_add_test(tc, varlen_thousand_sequences);
     tcase_add_test(tc, varlen_garbage_writes_nothing);
+    tcase_add_test(tc, intra_head_dims);
+    tcase_add_test(tc, dhu_head_dims);
 run:
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
