@@ -48,6 +48,9 @@ typedef struct kdart_bwd_intra_params {
     int N;                  /* sequences (B when cu_seqlens is NULL) */
     int NT;                 /* grid chunks: upper bound of the total chunk count */
     int cu_is64;            /* cu_seqlens holds int64 */
+    /* Head dim (issue 15): the kernel's K template argument is the K tile; Kr is the real
+     * head dim, 1 <= Kr <= K tile (columns >= Kr are neither read nor written). */
+    int Kr;
 } kdart_bwd_intra_params;
 
 /* bwd_dhu: one serial reverse scan per (batch, value head, V tile). */

@@ -97,7 +97,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 }
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
-#define K_PARAM {"K", 2, {"64", "128"}, {"64", "128"}, 1}
+#define K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 

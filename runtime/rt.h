@@ -23,7 +23,7 @@
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
 #define KDART__MAX_PARAMS 5
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 32      /* largest spec_count of any kernel */
+#define KDART__MAX_SPECS 48      /* largest spec_count of any kernel */
 #define KDART__MAX_CTX 8         /* CUDA contexts one unit remembers */
 
 /* ------------------------------------------------------------- registry */
