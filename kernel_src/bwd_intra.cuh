@@ -427,6 +427,14 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
     /* VARLEN: the chunk's valid row count (1..64) in sRow[3]'s low word, written by the
      * locating pass before a barrier and read back (like sRow) where a phase needs it */
     const int *sNv = reinterpret_cast<const int *>(sRow) + 6;
+    /* TAIL: Kr + the opaque zero (volatile shared load), re-read in every phase as the
+     * native body re-reads tid: else ptxas computes the Kr-derived strides once and holds
+     * them across phase C (spills on sm_90a).  The zero is written before the first
+     * barrier (locating pass) */
+    auto kso = [&]() {
+        if constexpr (TAIL) return p.Kr + reinterpret_cast<const volatile int *>(sRow)[4];
+        else return K;
+    };
     const long long strideQ = (long long)H * KS; /* elements between tokens */
     const long long strideV = (long long)HV * KS;
     const long long strideA = (long long)HV * 64;
@@ -496,6 +504,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
                 sRow[0] = t0 * H + hq;
                 sRow[1] = t0 * HV + hv;
                 sLoc[6] = min(64, T - 64 * c);
+                if constexpr (TAIL) sRow[2] = 0; /* (kso) */
             }
             __syncthreads();
         } else {
@@ -508,6 +517,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
                 if (ld_cu(p.cu_seqlens, p.cu_is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
                 sLoc[7] = f;
                 sLoc[6] = 0;
+                if constexpr (TAIL) sRow[2] = 0; /* (kso) */
             }
             int bad = 0;        /* this thread saw cu[j + 1] < cu[j] */
             unsigned carry = 0; /* chunks of the sequences before this block */
@@ -616,6 +626,9 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
         /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
         /* (the previous pass's last readers of sG, its phase D, end with a barrier) */
         {
+            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
+            const int KS = kso();
+            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             long long rowQ0, rowV0;
             row0(rowQ0, rowV0);
             const int tid = vtid();
@@ -686,6 +699,9 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
 
         /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
         {
+            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
+            const int KS = kso();
+            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             const int tid = vtid();
             /* this pass's dq_in/dk_in/dg_in lines into L2 while phases B and C run, so
              * that phase D's loads hit L2 (3 x 64 rows x 2 lines of 128 B = 48 KB per
@@ -870,7 +886,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
             for (int j = 0; j < 4; ++j) {
                 const bool ok = 16 * j + rr < nv;
                 if constexpr (TAIL) { /* (col: the thread's first global column) */
-                    const int n = ok ? ncols(KS, col, 4) : 0;
+                    const int n = ok ? ncols(kso(), col, 4) : 0;
                     xq[j] = ldg4m(p.dq_in + gb + j * s16, n);
                     xk[j] = ldg4m(p.dk_in + gb + j * s16, n);
                     if (!FOLD_DG) xg[j] = ldg4m(p.dg_in + gb + j * s16, n);
@@ -883,6 +899,9 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
         };
         /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
         {
+            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
+            const int KS = kso();
+            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             const int tid = vtid();
             const int i = tid / KH;     /* diagonal block, warp-uniform */
             const int d = tid - i * KH; /* column within the pass */
@@ -998,6 +1017,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
              * tid-derived of phase D is computed before phase C ends */
             const int z = reinterpret_cast<const int *>(sRow)[4];
             const int tid = vtid() + z;
+            const int KS = kso();
             /* (the strides too: else the loop-invariant 16 * strideV is hoisted out of the
              * pass loop and held across phase C) */
             const long long strideV = (long long)(HV + z) * KS;
@@ -1140,12 +1160,19 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
  * FixedParams, has no Kr; the host launches the VARLEN specialization, cu_seqlens = NULL,
  * for any other Kr).  VARLEN = true: a block-uniform branch on Kr picks the unchanged
  * body (Kr == K) or the column-tail body. */
+/* The column-tail body as a call of its own: ptxas then allocates its registers apart
+ * from the native body's, which keeps the native body's code (and no spills in either;
+ * inlined into one function, the two bodies spilled up to 92 bytes on sm_90a) */
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K>
+__device__ __noinline__ void kdart_bwd_intra_tail(const kdart_bwd_intra_params p) {
+    kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, true, true>(p);
+}
 template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN>
 __global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     if constexpr (VARLEN) {
         if (p.Kr == K) kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, true, false>(p);
-        else kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, true, true>(p);
+        else kdart_bwd_intra_tail<IO, FOLD_DG, EMIT_IO, K>(p);
     } else {
         kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, false, false>(p);
     }
