@@ -187,11 +187,13 @@ static int sql_err(kdart__store *st, int src, const char *fmt, ...) {
     return kstatus_of(src);
 }
 
+static int is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
 /* Keys are lowercase hex SHA-256 digests: 64 characters. */
 static int is_full_key(const char *key) {
     size_t n = 0;
     for (; key[n]; n++)
-        if (n >= 64 || !((key[n] >= '0' && key[n] <= '9') || (key[n] >= 'a' && key[n] <= 'f'))) return 0;
+        if (n >= 64 || !is_hex_lower(key[n])) return 0;
     return n == 64;
 }
 
@@ -1074,7 +1076,7 @@ int kdart__store_resolve(kdart__store *st, const char *prefix, char key[65]) {
     for (; prefix[n]; n++) {
         char c = prefix[n];
         if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
-        if (n >= 64 || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+        if (n >= 64 || !is_hex_lower(c))
             return set_err(st, KDART_EINVAL, "'%.80s' is not a hexadecimal key prefix", prefix);
         lo[n] = c;
     }
