@@ -11,7 +11,6 @@ Needs torch, fla-core 0.6.0 and the kdart package (pip install ./python, or PYTH
 KDART_LIBRARY=build/libkdart.so).  `--help` works without torch.
 """
 import argparse
-import ctypes
 import os
 import statistics
 import sys
