@@ -11,7 +11,6 @@ Needs torch, fla-core 0.6.0 and the kdart package (pip install ./python, or PYTH
 KDART_LIBRARY=build/libkdart.so).  `--help` works without torch.
 """
 import argparse
-import ctypes
 import os
 import statistics
 import sys
@@ -93,7 +92,7 @@ def overhead(row):
     res = {}
     for name, call, key in (("bwd_intra", lambda: kt.bwd_intra(*a), "intra"),
                             ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
-        plan = next(p for kk, p in kt._thread_plans().items() if kk[-1] == key and kk[0] == (a[0] if key == "intra"
+        plan = next(p for kk, p in kt._thread_plans().items() if kk[-2] == key and kk[0] == (a[0] if key == "intra"
                                                                                   else d[0]).shape)
         st = kt._fast()
         fn, h, addr = st[key], st["handle"], plan.addr

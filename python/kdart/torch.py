@@ -71,7 +71,7 @@ def _want(name, t, shape, dtype):
         raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
-def _dims(q, g, K_ok=True):
+def _dims(q, g):
     if q.dim() != 4 or g.dim() != 4:
         raise _bad("ESHAPE: q must be [B,T,H,K] and g [B,T,HV,K]")
     B, T, H, K = q.shape
@@ -380,8 +380,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
     key = (q.shape, k.shape, w.shape, do.shape, dv.shape, gk.shape,
-           None if h0 is None else (h0.shape, h0.dtype, h0.get_device()),
-           None if dht is None else (dht.shape, dht.dtype, dht.get_device()),
+           _idx_key(h0), _idx_key(dht),
            q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
            q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
