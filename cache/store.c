@@ -122,6 +122,7 @@ struct kdart__store {
     int64_t max_bytes;  /* <= 0: no budget */
     int last_src;       /* raw SQLite code of the last failure, 0 if none */
     int healing;        /* salvage in progress: damage met is expected, not flagged */
+    int counters_ready; /* the counters table exists on this connection's file */
     char err[1024];     /* last failure, or the warning of a successful open */
 };
 
@@ -435,6 +436,7 @@ static int db_connect(kdart__store *st, const char *name, int flags) {
     }
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    st->counters_ready = 0; /* a new file (or a healed one) may lack it */
     return KDART_OK;
 }
 
@@ -1809,9 +1811,13 @@ int kdart__store_count(kdart__store *st, const char *name, int64_t delta) {
     if (!st || !name) return KDART_EINVAL;
     clear_err(st);
     if (!writable(st)) return KDART_OK; /* a read-only cache counts nothing */
-    int rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    int rc;
+    if (!st->counters_ready) { /* once per connection, not once per miss */
+        rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
                       "creating the counters table");
-    if (rc) return rc;
+        if (rc) return rc;
+        st->counters_ready = 1;
+    }
     sqlite3_stmt *up;
     if ((rc = prepare(st,
                       "INSERT INTO counters(name, value) VALUES (?1, ?2) "
