@@ -254,8 +254,9 @@ def _launch(fn_name, plan, idx):
     plan.warm = True
 
 
-def _prepare_plan(kernel, plan, spec, dev):
+def _prepare_plan(kernel, plan, dev):
     """Prepares the plan's specialization in the device's context (not inside a capture)."""
+    spec = plan.spec
     if plan.warm or dev.type != "cuda":
         return
     done = (dev.index, kernel, spec)
@@ -273,7 +274,7 @@ def _prepare_plan(kernel, plan, spec, dev):
     plan.warm = True
 
 
-def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
+def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
                 chunk_indices=None):
     outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
     dev = _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
@@ -308,7 +309,7 @@ def _get_plan(key, build, *a):
     plans = _thread_plans()
     plan = plans.get(key)
     if plan is None:
-        plan = plans[key] = build(key, *a)
+        plan = plans[key] = build(*a)
     return plan
 
 
@@ -333,7 +334,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     ob = torch.empty(s2, dtype=t2, device=dev)
     og = torch.empty(s3, dtype=t3, device=dev)
     if not plan.warm:
-        _prepare_plan("bwd_intra", plan, plan.spec, dev)
+        _prepare_plan("bwd_intra", plan, dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
     d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
     d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
@@ -346,7 +347,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     return oq, ok, ob, og
 
 
-def _dhu_plan(key, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
               nt=None):
     outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt)
     rows = outs[0][0][1]
@@ -397,7 +398,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     dv2 = torch.empty(s2, dtype=t2, device=dev)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
-        _prepare_plan("bwd_dhu", plan, plan.spec, dev)
+        _prepare_plan("bwd_dhu", plan, dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_dhu_args order (dht 6, dh0 9 stay NULL if absent)
     d[0], d[6], d[12], d[18], d[24], d[30] = (q.data_ptr(), k.data_ptr(), w.data_ptr(), gk.data_ptr(),
                                               do.data_ptr(), dv.data_ptr())
@@ -508,6 +509,6 @@ def prepare_for(op, *args, **kwargs):
     a = dict(defaults)
     a.update(zip(names, args))
     a.update(kwargs)
-    plan = build(None, *(a[n] for n in names))
-    _prepare_plan(kernel, plan, plan.spec, plan.dev)
+    plan = build(*(a[n] for n in names))
+    _prepare_plan(kernel, plan, plan.dev)
     return plan.spec
