@@ -11,7 +11,6 @@ Needs torch, fla-core 0.6.0 and the kdart package (pip install ./python, or PYTH
 KDART_LIBRARY=build/libkdart.so).  `--help` works without torch.
 """
 import argparse
-import ctypes
 import os
 import statistics
 import sys
@@ -93,7 +92,7 @@ def overhead(row):
     res = {}
     for name, call, key in (("bwd_intra", lambda: kt.bwd_intra(*a), "intra"),
                             ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
-        plan = next(p for kk, p in kt._thread_plans().items() if kk[-1] == key and kk[0] == (a[0] if key == "intra"
+        plan = next(p for kk, p in kt._thread_plans().items() if kk[-2] == key and kk[0] == (a[0] if key == "intra"
                                                                                   else d[0]).shape)
         st = kt._fast()
         fn, h, addr = st[key], st["handle"], plan.addr
@@ -111,17 +110,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of: " + ", ".join(SHAPES))
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warm-only", action="store_true",
+                    help="one forward+backward per shape each way at T <= 1024 (the same Triton specializations), "
+                         "no timing: the workload of tools/triton_warm.py")
     args = ap.parse_args()
     import torch
     import kdart.fla as kf
+    if args.warm_only:
+        for name in args.shapes.split(","):
+            B, T, H, HV, K, V = SHAPES[name]
+            leaves, do, dht = inputs(B, min(T, 1024), H, HV, K, V)
+            backward_ms(leaves, do, dht, 1)
+            with kf.enabled():
+                backward_ms(leaves, do, dht, 1)
+        return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
     print(f"{'shape':24s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
     for name in args.shapes.split(","):
         row = SHAPES[name]
         leaves, do, dht = inputs(*row)
+        t0 = time.time()
         backward_ms(leaves, do, dht, 1)  # warm fla (autotune)
+        t1 = time.time()
         with kf.enabled():
             backward_ms(leaves, do, dht, 1)  # warm kdart (prepare) and fla's other stages
+        print(f"  ({name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart {time.time() - t1:.1f} s)",
+              flush=True)
         base = backward_ms(leaves, do, dht, args.iters)
         kf.reset_stats()
         with kf.enabled():

@@ -122,6 +122,7 @@ struct kdart__store {
     int64_t max_bytes;  /* <= 0: no budget */
     int last_src;       /* raw SQLite code of the last failure, 0 if none */
     int healing;        /* salvage in progress: damage met is expected, not flagged */
+    int counters_ready; /* the counters table exists on this connection's file */
     char err[1024];     /* last failure, or the warning of a successful open */
 };
 
@@ -187,11 +188,13 @@ static int sql_err(kdart__store *st, int src, const char *fmt, ...) {
     return kstatus_of(src);
 }
 
+static int is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
 /* Keys are lowercase hex SHA-256 digests: 64 characters. */
 static int is_full_key(const char *key) {
     size_t n = 0;
     for (; key[n]; n++)
-        if (n >= 64 || !((key[n] >= '0' && key[n] <= '9') || (key[n] >= 'a' && key[n] <= 'f'))) return 0;
+        if (n >= 64 || !is_hex_lower(key[n])) return 0;
     return n == 64;
 }
 
@@ -433,6 +436,7 @@ static int db_connect(kdart__store *st, const char *name, int flags) {
     }
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    st->counters_ready = 0; /* a new file (or a healed one) may lack it */
     return KDART_OK;
 }
 
@@ -1074,7 +1078,7 @@ int kdart__store_resolve(kdart__store *st, const char *prefix, char key[65]) {
     for (; prefix[n]; n++) {
         char c = prefix[n];
         if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
-        if (n >= 64 || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+        if (n >= 64 || !is_hex_lower(c))
             return set_err(st, KDART_EINVAL, "'%.80s' is not a hexadecimal key prefix", prefix);
         lo[n] = c;
     }
@@ -1807,9 +1811,13 @@ int kdart__store_count(kdart__store *st, const char *name, int64_t delta) {
     if (!st || !name) return KDART_EINVAL;
     clear_err(st);
     if (!writable(st)) return KDART_OK; /* a read-only cache counts nothing */
-    int rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    int rc;
+    if (!st->counters_ready) { /* once per connection, not once per miss */
+        rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
                       "creating the counters table");
-    if (rc) return rc;
+        if (rc) return rc;
+        st->counters_ready = 1;
+    }
     sqlite3_stmt *up;
     if ((rc = prepare(st,
                       "INSERT INTO counters(name, value) VALUES (?1, ?2) "

@@ -29,7 +29,7 @@
 
 #include "rt.h"
 
-static int is_dir(const char *path) {
+int kdart__is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
@@ -83,19 +83,19 @@ char *kdart__default_kernel_dir(void) {
     /* The build folder itself (the CLI, libkdart.so) or one below it (tests/). */
     snprintf(cand, sizeof cand, "%s/..", dir);
     if (kdart_build_tree(dir, src, sizeof src) || kdart_build_tree(cand, src, sizeof src)) {
-        if (is_dir(KDART_SOURCE_KERNEL_DIR)) return kdart__strdup(KDART_SOURCE_KERNEL_DIR);
+        if (kdart__is_dir(KDART_SOURCE_KERNEL_DIR)) return kdart__strdup(KDART_SOURCE_KERNEL_DIR);
         snprintf(cand, sizeof cand, "%s/kernel_src", src);
-        if (src[0] && is_dir(cand)) return kdart__strdup(cand);
+        if (src[0] && kdart__is_dir(cand)) return kdart__strdup(cand);
         snprintf(cand, sizeof cand, "%s/../kernel_src", dir);
-        if (is_dir(cand)) return kdart__strdup(cand);
+        if (kdart__is_dir(cand)) return kdart__strdup(cand);
     }
     const char *rel[] = {KDART_KERNELS_FROM_LIBDIR, KDART_KERNELS_FROM_BINDIR};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(cand, sizeof cand, "%s/%s", dir, rel[i]);
         char real[PATH_MAX];
-        if (is_dir(cand) && realpath(cand, real)) return kdart__strdup(real);
+        if (kdart__is_dir(cand) && realpath(cand, real)) return kdart__strdup(real);
     }
-    if (is_dir(KDART_INSTALL_KERNEL_DIR)) return kdart__strdup(KDART_INSTALL_KERNEL_DIR);
+    if (kdart__is_dir(KDART_INSTALL_KERNEL_DIR)) return kdart__strdup(KDART_INSTALL_KERNEL_DIR);
     snprintf(cand, sizeof cand, "%s/%s", dir, rel[0]);
     return kdart__strdup(cand);
 }

@@ -356,13 +356,14 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     if (a->emit_bf16 && HV != H)
         return kdart__err(rt, KDART_EUNSUPPORTED,
                           "emit_bf16 needs HV == H (grouped value heads are summed in fp32 by the caller)");
-    /* varlen=1 indexes with 64-bit offsets; its grid is (chunks, HV) */
+    /* Both bodies index with 64-bit offsets (problems past 2^32 elements need
+     * nothing else).  The fixed-length grid is (T/64, B*HV); past the grid's
+     * 65535 in y the varlen body takes the batch, with its grid (B*chunks, HV):
+     * the same results, and the common case keeps its kernel. */
+    if (!sq.varlen && B * HV > 65535) sq.varlen = 1;
     const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
     const int64_t grid_x = !sq.varlen ? T / KDART_CHUNK : sq.cu ? T / KDART_CHUNK + sq.N : B * NTC;
-    if (!sq.varlen && (B * T * HV * K > INT32_MAX || B * HV > 65535))
-        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for 32-bit indexing (B*T*HV*K=%lld)",
-                          (long long)(B * T * HV * K));
-    if (sq.varlen && (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX))
+    if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
                           (long long)HV, (long long)grid_x);
     int odt = a->emit_bf16 ? -1 : 32;
@@ -452,10 +453,9 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
                               (long long)(sq.ci_rows > 1 ? sq.ci_rows : 1),
                               sq.ci_rows > 1 ? "the rows of chunk_indices" : "one");
     }
-    if (!sq.varlen && (B * NT * HV * K * V > INT32_MAX * (int64_t)64 || B * T * HV * V > INT32_MAX || B * HV > 65535))
-        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large for the kernel's indexing");
-    /* varlen=1 indexes with 64-bit offsets; its grid is (V/BV, N*HV) */
-    if (sq.varlen && (T > INT32_MAX || NT > INT32_MAX || N * HV > 65535))
+    /* Both bodies index with 64-bit offsets; the grid is (V/BV, N*HV), one
+     * serial scan per sequence, value head and V tile */
+    if (T > INT32_MAX || NT > INT32_MAX || N * HV > 65535)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large: N*HV=%lld scans (at most 65535)",
                           (long long)(N * HV));
     /* the state's two trailing dims: [K, V], or [V, K] with state_v_first */

@@ -108,6 +108,8 @@ int kdart__read_file_default(const char *path, char **text, size_t *size);
  * install's share/kdart/kernel_src found relative to the library's (or the
  * program's) own file (locate.c).  Allocated; NULL on OOM. */
 char *kdart__default_kernel_dir(void);
+/* 1 if path names a directory (stat follows links); locate.c. */
+int kdart__is_dir(const char *path);
 
 /* Loads the kernel's source and, transitively, every quoted #include. */
 int kdart__sources_load(kdart_rt *rt, const char *source, kdart__sources *out);

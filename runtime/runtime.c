@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rt.h"
@@ -50,11 +49,6 @@ static const char *env(const kdart_rt *rt, const char *name) {
     if (rt->flags & KDART_OPEN_NO_ENV) return NULL;
     const char *v = getenv(name);
     return v && v[0] ? v : NULL;
-}
-
-static int dir_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 /* Default cache file: KDART_CACHE_DIR, XDG_CACHE_HOME/kdart, ~/.cache/kdart. */
@@ -192,7 +186,7 @@ int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
     rt->tiers = kdart__calloc(1 + rt->n_ro, sizeof *rt->tiers);
     if (!rt->tiers) goto fail_strings;
     if ((rc = kdart__toolchain_versions(rt)) != KDART_OK) goto fail_strings;
-    if (!dir_exists(rt->kernel_dir))
+    if (!kdart__is_dir(rt->kernel_dir))
         kdart__log(rt, KDART_LOG_WARN, "kernel source directory %s not found; only cached kernels can be used",
                    rt->kernel_dir);
 

@@ -389,34 +389,22 @@ START_TEST(test_usage_errors) {
     EXPECT_IN(r.err, "--max-bytes");
     run_free(&r);
 
-    RUN(&r, "gc", "--max-bytes", "12Q");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "gc", "--max-bytes", "12Q");
 
-    RUN(&r, "show");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "show");
 
     RUN(&r, "export", "abcdef");
     EXPECT_STATUS(&r, 2);
     EXPECT_IN(r.err, "-o");
     run_free(&r);
 
-    RUN(&r, "prewarm", "--jobs", "0");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "prewarm", "--jobs", "0");
 
-    RUN(&r, "prewarm", "--arch", "hopper");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "prewarm", "--arch", "hopper");
 
-    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=96", "--arch", "sm_90a");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=96", "--arch", "sm_90a");
 
-    RUN(&r, "--cache");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "--cache");
 }
 END_TEST
 
@@ -459,9 +447,7 @@ START_TEST(test_unknown_kernel) {
     EXPECT_IN(r.err, "chunk_rcumsum"); /* lists the registered kernels */
     run_free(&r);
 
-    RUN(&r, "why", "no_such_kernel", "K=64", "--arch", "sm_90a");
-    EXPECT_STATUS(&r, 4);
-    run_free(&r);
+    RUN_STATUS(4, "why", "no_such_kernel", "K=64", "--arch", "sm_90a");
 }
 END_TEST
 
@@ -762,9 +748,7 @@ START_TEST(test_show) {
     if (common > 0) {
         char amb[65];
         snprintf(amb, sizeof amb, "%.*s", (int)common, key1);
-        RUN(&r, "show", amb);
-        EXPECT_STATUS(&r, 5);
-        run_free(&r);
+        RUN_STATUS(5, "show", amb);
     }
 }
 END_TEST
@@ -777,10 +761,7 @@ START_TEST(test_export) {
     snprintf(prefix, sizeof prefix, "%.12s", key);
     snprintf(file, sizeof file, "%s/out.cubin", test_dir);
 
-    run_result r;
-    RUN(&r, "export", prefix, "-o", file);
-    EXPECT_STATUS(&r, 0);
-    run_free(&r);
+    RUN_STATUS(0, "export", prefix, "-o", file);
     size_t n;
     char *data = slurp(file, &n);
     ck_assert_ptr_nonnull(data);
@@ -792,9 +773,7 @@ START_TEST(test_export) {
                   "exported file is not ELF");
     free(data);
 
-    RUN(&r, "export", "deadbeefdeadbeef", "-o", file);
-    EXPECT_STATUS(&r, 4);
-    run_free(&r);
+    RUN_STATUS(4, "export", "deadbeefdeadbeef", "-o", file);
 }
 END_TEST
 
@@ -832,9 +811,7 @@ START_TEST(test_sass) {
     }
     run_free(&r);
 
-    RUN(&r, "sass", "deadbeefdeadbeef");
-    EXPECT_STATUS(&r, 4);
-    run_free(&r);
+    RUN_STATUS(4, "sass", "deadbeefdeadbeef");
 }
 END_TEST
 
@@ -871,9 +848,7 @@ START_TEST(test_verify) {
 
     /* Damaged rows were quarantined: a second pass finds the cache clean,
      * and stats counts them. */
-    RUN(&r, "verify");
-    EXPECT_STATUS(&r, 0);
-    run_free(&r);
+    RUN_STATUS(0, "verify");
     RUN(&r, "stats");
     EXPECT_STATUS(&r, 0);
     EXPECT_IN(r.out, "3 quarantined");
@@ -922,9 +897,7 @@ START_TEST(test_why) {
     EXPECT_IN(r.out, "hit");
     run_free(&r);
 
-    RUN(&r, "why", "chunk_rcumsum", "K=96", "--arch", "sm_90a");
-    EXPECT_STATUS(&r, 2);
-    run_free(&r);
+    RUN_STATUS(2, "why", "chunk_rcumsum", "K=96", "--arch", "sm_90a");
 }
 END_TEST
 

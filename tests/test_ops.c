@@ -385,6 +385,27 @@ START_TEST(dhu_varlen_validation) {
 }
 END_TEST
 
+/* Past 32-bit indexing (issue 14): more than 2^32 elements in one tensor
+ * passes every check (both kernels index with 64-bit offsets), and so does a
+ * bwd_intra batch past the grid's 65535 rows in y (the varlen body takes it);
+ * only bwd_dhu's one scan per (sequence, value head) stays bounded by the grid. */
+START_TEST(beyond_32bit_indexing) {
+    intra_set s;
+    intra_make_bt(&s, 64, 1, (int64_t)1048576 + 256); /* q, g: 4.3e9 elements */
+    ck_assert(s.g.shape[1] * s.g.shape[2] * s.g.shape[3] > ((int64_t)1 << 32));
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    intra_make_bt(&s, 32, 2049, 64); /* B*HV = 65568 */
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_set d;
+    const int64_t t = ((int64_t)1 << 23) + 64; /* dh, do: 4.3e9 elements */
+    dhu_make_v(&d, kDLBfloat, 1, t, 1, t / 64);
+    ck_assert(d.dh.shape[1] * HV * K * V > ((int64_t)1 << 32));
+    EXPECT(kdart_kda_bwd_dhu(rt, &d.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_make_v(&d, kDLBfloat, 16384, 64, 16384, 1); /* B*HV = 65536 scans */
+    EXPECT(kdart_kda_bwd_dhu(rt, &d.a, NULL), KDART_EUNSUPPORTED, "N*HV");
+}
+END_TEST
+
 /* Callers built against 0.2's struct (no varlen fields) keep working: the
  * fields past their struct_size are never read. */
 START_TEST(old_struct_size) {
@@ -584,6 +605,7 @@ int main(void) {
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);
     tcase_add_test(tc, old_struct_size);
+    tcase_add_test(tc, beyond_32bit_indexing);
     tcase_add_test(tc, intra_varlen_validation);
     tcase_add_test(tc, device_status_and_check);
     tcase_add_test(tc, head_dims_and_gate);

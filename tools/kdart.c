@@ -1146,11 +1146,15 @@ static int parse_no_args(cli *c, const command *self, int argc, char **argv, int
     return EXIT_OK;
 }
 
-static int cmd_verify(cli *c, const command *self, int argc, char **argv) {
+/* parse_no_args, then cli_open: -1 after --help, else an exit status. */
+static int open_no_args(cli *c, const command *self, int argc, char **argv) {
     int rc = parse_no_args(c, self, argc, argv, NULL);
-    if (rc < 0) return EXIT_OK;
-    if (rc != EXIT_OK) return rc;
-    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    return rc != EXIT_OK ? rc : cli_open(c, 0);
+}
+
+static int cmd_verify(cli *c, const command *self, int argc, char **argv) {
+    int rc = open_no_args(c, self, argc, argv);
+    if (rc != EXIT_OK) return rc < 0 ? EXIT_OK : rc;
     int64_t checked = 0, damaged = 0;
     int st = kdart_cache_verify(c->rt, &checked, &damaged);
     if (st != KDART_OK && st != KDART_ECORRUPT) return fail_status(c, st, "verify failed");
@@ -1216,10 +1220,8 @@ static int cmd_rm(cli *c, const command *self, int argc, char **argv) {
 }
 
 static int cmd_clear(cli *c, const command *self, int argc, char **argv) {
-    int rc = parse_no_args(c, self, argc, argv, NULL);
-    if (rc < 0) return EXIT_OK;
-    if (rc != EXIT_OK) return rc;
-    if ((rc = cli_open(c, 0)) != EXIT_OK) return rc;
+    int rc = open_no_args(c, self, argc, argv);
+    if (rc != EXIT_OK) return rc < 0 ? EXIT_OK : rc;
     int64_t removed = 0;
     int st = kdart_cache_clear(c->rt, &removed);
     if (st != KDART_OK) return fail_status(c, st, "clear failed");

@@ -77,7 +77,7 @@ def _gate(what):
                                                      "set KDART_EXPERIMENTAL=1 to use it")
 
 
-def _dims(q, g, K_ok=True):
+def _dims(q, g):
     if q.dim() != 4 or g.dim() != 4:
         raise _bad("ESHAPE: q must be [B,T,H,K] and g [B,T,HV,K]")
     B, T, H, K = q.shape
@@ -270,8 +270,9 @@ def _launch(fn_name, plan, idx):
     plan.warm = True
 
 
-def _prepare_plan(kernel, plan, spec, dev):
+def _prepare_plan(kernel, plan, dev):
     """Prepares the plan's specialization in the device's context (not inside a capture)."""
+    spec = plan.spec
     if plan.warm or dev.type != "cuda":
         return
     done = (dev.index, kernel, spec)
@@ -289,7 +290,7 @@ def _prepare_plan(kernel, plan, spec, dev):
     plan.warm = True
 
 
-def _intra_plan(key, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
+def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
                 chunk_indices=None):
     outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
     dev = _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
@@ -324,7 +325,7 @@ def _get_plan(key, build, *a):
     plans = _thread_plans()
     plan = plans.get(key)
     if plan is None:
-        plan = plans[key] = build(key, *a)
+        plan = plans[key] = build(*a)
     return plan
 
 
@@ -349,7 +350,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     ob = torch.empty(s2, dtype=t2, device=dev)
     og = torch.empty(s3, dtype=t3, device=dev)
     if not plan.warm:
-        _prepare_plan("bwd_intra", plan, plan.spec, dev)
+        _prepare_plan("bwd_intra", plan, dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
     d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
     d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
@@ -362,7 +363,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     return oq, ok, ob, og
 
 
-def _dhu_plan(key, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
               nt=None, state_v_first=False):
     outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
     rows = outs[0][0][1]
@@ -397,8 +398,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
     key = (q.shape, k.shape, w.shape, do.shape, dv.shape, gk.shape,
-           None if h0 is None else (h0.shape, h0.dtype, h0.get_device()),
-           None if dht is None else (dht.shape, dht.dtype, dht.get_device()),
+           _idx_key(h0), _idx_key(dht),
            q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
            q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
@@ -415,7 +415,7 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     dv2 = torch.empty(s2, dtype=t2, device=dev)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
-        _prepare_plan("bwd_dhu", plan, plan.spec, dev)
+        _prepare_plan("bwd_dhu", plan, dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_dhu_args order (dht 6, dh0 9 stay NULL if absent)
     d[0], d[6], d[12], d[18], d[24], d[30] = (q.data_ptr(), k.data_ptr(), w.data_ptr(), gk.data_ptr(),
                                               do.data_ptr(), dv.data_ptr())
@@ -531,6 +531,6 @@ def prepare_for(op, *args, **kwargs):
     a = dict(defaults)
     a.update(zip(names, args))
     a.update(kwargs)
-    plan = build(None, *(a[n] for n in names))
-    _prepare_plan(kernel, plan, plan.spec, plan.dev)
+    plan = build(*(a[n] for n in names))
+    _prepare_plan(kernel, plan, plan.dev)
     return plan.spec

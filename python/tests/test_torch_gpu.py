@@ -229,3 +229,99 @@ def test_bwd_dhu_head_dims_vs_float64(monkeypatch, K, V, state_v_first):
     dh, dh0, dv2 = kt.bwd_dhu(*a, h0=tr(h0), dht=tr(dht), scale=K ** -0.5, state_v_first=state_v_first)
     assert dh.shape == tr(rdh).shape and dh0.shape == tr(rdh0).shape
     assert rel_rms(tr(dh), rdh) < 1e-2 and rel_rms(dv2, rdv2) < 1e-2 and rel_rms(tr(dh0), rdh0) < 1e-2
+
+
+# ------------------------------------------------------------- past 32-bit indexing
+
+BIG_T = (1 << 20) + 256  # H = HV = 32, K = V = 128: 4.3e9 elements per [1,T,HV,K] tensor
+BIG_TAIL = 256           # the last 256 tokens start at element 2^32 exactly
+BIG_BYTES = 80 << 30
+
+
+def _poisoned_pool(nbytes):
+    """NaN-fill nbytes of the caching allocator's memory and give it back, so that the outputs the ops
+    allocate next start as NaN (kdart.torch allocates its outputs itself)."""
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").fill_(float("nan"))
+    del x
+
+
+def _chunk_gate_(g, step=1 << 16):
+    """g [1,T,HV,K] fp32 in place: per-chunk cumsum of logsigmoid gates (kda_ref.gate), in token slices."""
+    for t0 in range(0, g.shape[1], step):
+        s = g[:, t0:t0 + step]
+        a = torch.nn.functional.logsigmoid(torch.randn(s.shape, device="cuda") * 1.5 + 2.0)
+        s.copy_((a.view(1, -1, 64, *s.shape[2:]).cumsum(2) * 1.4426950216).view(s.shape))
+
+
+@pytest.mark.skipif(torch.cuda.get_device_properties(0).total_memory < BIG_BYTES + (20 << 30),
+                    reason="needs about 100 GB of GPU memory")
+def test_beyond_32bit_indexing():
+    """Issue 14: one [1,T,32,128] tensor of 4.3e9 elements, fixed length and varlen, both ops.  bwd_intra is
+    chunk-local and bwd_dhu's scan of the last tokens needs only those tokens, so the outputs past element
+    2^32 (and bwd_intra's first tokens) must equal, bitwise, those of a small call on a copy of the same
+    tokens, which is itself checked against float64.  Inputs are aliased (q = k, g = dq = dk = dg;
+    the dhu operands all q) to fit the device."""
+    torch.manual_seed(20)
+    T, HV, K, tail = BIG_T, 32, 128, BIG_TAIL
+    q = torch.empty(1, T, HV, K, dtype=torch.bfloat16, device="cuda")
+    for t0 in range(0, T, 1 << 16):
+        q[:, t0:t0 + (1 << 16)] = torch.nn.functional.normalize(
+            torch.randn(1, min(1 << 16, T - t0), HV, K, device="cuda"), dim=-1)
+    g = torch.empty(1, T, HV, K, dtype=torch.float32, device="cuda")
+    _chunk_gate_(g)
+    ar = torch.arange(64, device="cuda")
+    dAqk, dAkk = (torch.empty(1, T, HV, 64, dtype=torch.float32, device="cuda").normal_(0, 0.1) for _ in range(2))
+    dAqk.view(1, T // 64, 64, HV, 64).mul_((ar[:, None] >= ar[None, :]).float()[:, None, :])  # lower, diagonal
+    dAkk.view(1, T // 64, 64, HV, 64).mul_((ar[:, None] > ar[None, :]).float()[:, None, :])   # strictly lower
+    beta = torch.rand(1, T, HV, device="cuda").to(torch.bfloat16)
+    db = torch.randn(1, T, HV, device="cuda")
+    assert (T - tail) * HV * K == 1 << 32
+
+    def intra(args, **kw):
+        q_, g_, aq_, ak_, b_, db_ = args
+        return kt.bwd_intra(q_, q_, g_, b_, aq_, ak_, g_, g_, db_, g_, emit_bf16=True, **kw)
+
+    def part(s):
+        return [t[:, s].contiguous() for t in (q, g, dAqk, dAkk, beta, db)]
+
+    heads, tails = part(slice(0, tail)), part(slice(T - tail, T))
+    cu_big = torch.tensor([0, T - tail, T], dtype=torch.int64, device="cuda")
+    cu_small = torch.tensor([0, tail], dtype=torch.int64, device="cuda")
+    for kw, small_kw in (({}, {}), ({"cu_seqlens": cu_big}, {"cu_seqlens": cu_small})):
+        _poisoned_pool(BIG_BYTES // 2)
+        big = intra((q, g, dAqk, dAkk, beta, db), **kw)  # dq, dk (bf16), db, dg
+        small_t = intra(tails, **small_kw)
+        for o, s in zip(big, small_t):
+            assert torch.equal(o[:, T - tail:], s), kw
+        tq_, tg_, taq_, tak_, tb_, tdb_ = tails
+        ref = bwd_intra_ref(tq_, tq_, tg_, tb_, taq_, tak_, tg_, tg_, tdb_, tg_)
+        assert all(rel_rms(o, r) < 1e-2 for o, r in zip(small_t, ref)), kw
+        if not kw:  # fixed length: the first tokens too, and every token written
+            small_h = intra(heads)
+            assert all(torch.equal(o[:, :tail], s) for o, s in zip(big, small_h))
+            assert all(bool(torch.isfinite(o).all()) for o in big)
+        del big
+    torch.cuda.empty_cache()
+
+    # bwd_dhu: qg = kg = w = do = dv = q (K = V = 128), gk = g; dh is [1, T/64, 32, 128, 128] (8.6e9 elements)
+    dht = torch.randn(1, HV, K, K, device="cuda")
+    h0 = torch.randn(1, HV, K, K, device="cuda")
+    # (varlen: the small call keeps N = 2 with an empty first sequence, so that kdart picks the same V tile)
+    cu_small2 = torch.tensor([0, 0, tail], dtype=torch.int64, device="cuda")
+    for kw, small_kw in (({}, {}), ({"cu_seqlens": cu_big}, {"cu_seqlens": cu_small2})):
+        _poisoned_pool(BIG_BYTES // 3)
+        n = 2 if kw else 1
+        dht_n, h0_n = dht.expand(n, -1, -1, -1).contiguous(), h0.expand(n, -1, -1, -1).contiguous()
+        dh, dh0, dv2 = kt.bwd_dhu(q, q, q, q, q, g, h0=h0_n, dht=dht_n, scale=0.088, **kw)
+        tq, tg = tails[0], tails[1]
+        sdh, sdh0, sdv2 = kt.bwd_dhu(tq, tq, tq, tq, tq, tg, h0=h0_n, dht=dht_n, scale=0.088, **small_kw)
+        rows = tail // 64
+        assert dh.shape[1] == T // 64 and sdh.shape[1] == rows
+        assert torch.equal(dh[:, T // 64 - rows:], sdh) and torch.equal(dv2[:, T - tail:], sdv2), kw
+        if kw:  # the tail is sequence 1: its dh0 too
+            assert torch.equal(dh0[1:], sdh0[1:])
+        assert bool(torch.isfinite(dh).all()) and bool(torch.isfinite(dh0).all())
+        rdh, rdh0, rdv2 = bwd_dhu_ref(tq, tq, tq, tq, tq, tg, h0=h0, dht=dht, scale=0.088)
+        assert rel_rms(sdh, rdh) < 1e-2 and rel_rms(sdv2, rdv2) < 1e-2 and rel_rms(sdh0[n - 1:], rdh0) < 1e-2
+        del dh, dh0, dv2
+    torch.cuda.empty_cache()

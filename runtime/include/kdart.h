@@ -364,6 +364,11 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * nothing and sets KDART_DEVERR_* bits (kda_params.h) in the context's
  * device status word, which kdart_device_status reads.
  *
+ * Sizes: any tensor size (offsets are 64-bit; a tensor of more than 2^32
+ * elements is fine), T <= 2^31 - 1; bwd_intra takes any batch (past
+ * B*HV = 65535 it runs its variable-length body, same results), bwd_dhu at
+ * most 65535 serial scans N*HV (EUNSUPPORTED beyond).
+ *
  * The launch path allocates nothing and synchronizes nothing, so it may be
  * captured in a CUDA graph, variable-length launches included (with a fixed
  * capacity: the tensors' T and dh's rows; cu_seqlens is read by the kernels).  The specialization is prepared on first use
