@@ -23,17 +23,20 @@
  * writes nothing).  A zero-length sequence writes only dh0 = dht (or 0).
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
- *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN>, IO in {kdart::bf16, kdart::fp16},
+ *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, MASKED>, IO in {kdart::bf16, kdart::fp16},
  *              K (the K tile) in {64, 128, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
- *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}
+ *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}, MASKED (the
+ *              registry's tail parameter) in {false, true}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
  *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
- *              1 <= V.  p.Kr == K, V % BV == 0 and !p.state_v_first run the native path; anything
- *              else the masked one (see scan: the same GEMMs, element-wise global accesses).
+ *              1 <= V.  MASKED = false (the native path) needs p.Kr == K, V % BV == 0 and
+ *              !p.state_v_first; MASKED = true takes anything else (see the masked path: the same GEMMs,
+ *              element-wise global accesses).  The host picks MASKED from the shapes, so the
+ *              native specializations carry none of the masked path's code.
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime
  *   takes the widest BV whose grid still covers 7/8 of the SMs).
@@ -433,12 +436,16 @@ __device__ __forceinline__ bool varlen_locate(const void *cu, int is64, int N, i
 } /* namespace dhu */
 } /* namespace kdart */
 
-namespace kdart {
-namespace dhu {
-/* The scan of one CTA (the kernel's body; see kdart_bwd_dhu below). */
-template <typename IO, int K, int BV, bool VARLEN>
-__device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
+/* The scan of one CTA, for the (K, BV) pairs with a real kernel (kValid); the
+ * others are the trap stub below.  (The body stays the __global__ function
+ * itself: moved into a __forceinline__ function, the native specializations'
+ * SASS changed.) */
+template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+__global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(BwdDhuTraits<K, BV>::kThreads,
+                                                                             BwdDhuTraits<K, BV>::kMinBlocks)
+kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
+    using namespace kdart::dhu;
     using Tr = BwdDhuTraits<K, BV>;
     constexpr int CPR = K / 8;          /* 16-byte units per K-side row */
     constexpr int UV = Tr::kUV;
@@ -459,17 +466,19 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned sbase = kdart::smem_u32(smem);
 
-    /* Masked (generic) path, chosen at run time for the whole CTA: a head dim
-     * Kr below the K tile, a V that the tiles do not divide (the last tile
-     * partial; rows of HV*V elements need not be 16-byte aligned either) or
-     * the V-first state layout.  Only the global loads and stores change: they
-     * go element by element, rows d >= Kr and columns v >= V are zero in shared
-     * memory (so they add nothing to any GEMM and dH stays zero there) and are
-     * never read or written in global memory.  The shared-memory GEMMs are the
-     * native ones. */
-    const int Kr = p.Kr;
-    const bool gen = Kr != K || p.V % BV != 0 || p.state_v_first != 0;
-    const bool svf = p.state_v_first != 0;
+    /* Masked (generic) path, a specialization of its own (MASKED, chosen by
+     * the host): a head dim Kr below the K tile, a V that the tiles do not
+     * divide (the last tile partial; rows of HV*V elements need not be 16-byte
+     * aligned either) or the V-first state layout.  Only the global loads and
+     * stores change: they go element by element, rows d >= Kr and columns
+     * v >= V are zero in shared memory (so they add nothing to any GEMM and dH
+     * stays zero there) and are never read or written in global memory.  The
+     * shared-memory GEMMs are the native ones.  As a compile-time constant,
+     * gen removes every masked branch from the native specializations (their
+     * code is the one verified before head dims existed). */
+    constexpr bool gen = MASKED;
+    const int Kr = MASKED ? p.Kr : K;
+    const bool svf = MASKED && p.state_v_first != 0;
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -495,7 +504,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
                     const int d = e / BV, vg = v0 + e % BV;
                     if (gen && (d >= Kr || vg >= V)) continue;
                     const size_t o = gen ? (size_t)bh * Kr * V + (svf ? (size_t)vg * Kr + d : (size_t)d * V + vg)
-                                         : (size_t)bh * K * V + (size_t)d * V + vg;
+                                         : (size_t)bh * K * V + (size_t)(e / BV) * V + v0 + e % BV;
                     p.dh0[o] = p.dht != nullptr ? p.dht[o] : 0.f;
                 }
             return;
@@ -569,7 +578,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
      * first chunk (the sequence's last) can be partial, so the loop's copies
      * pass nv = 64 and compile to the unmasked form */
     auto load_stage = [&](int c, int s, int nv) {
-        if (gen) {
+        if constexpr (gen) {
             load_stage_gen(c, s, nv);
             return;
         }
@@ -626,7 +635,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
      * loop): element-wise global accesses in a loop, register moves by LDS/STS */
     float *const sst = reinterpret_cast<float *>(smem);
     static_assert(K * BV * 4 <= Tr::kStageBytes, "state tile in one stage");
-    if (gen) {
+    if constexpr (gen) {
         const float *src = p.dht;
 #pragma unroll 1
         for (int e = tid; e < K * BV; e += Tr::kThreads) {
@@ -697,7 +706,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
         IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
         constexpr int UNITS = 16 * UV;
         const int nvw = nvalid(c) - 16 * warp;   /* VARLEN: this warp's valid rows */
-        if (gen) {
+        if constexpr (gen) {
             unsigned short *gd = reinterpret_cast<unsigned short *>(dst);
 #pragma unroll 1
             for (int e = lane; e < 16 * BV; e += 32) {
@@ -721,7 +730,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     };
     /* the checkpoint of chunk c from S_H (this warp's rows) to global memory */
     auto flush_h = [&](int c, unsigned sH) {
-        if (gen) {
+        if constexpr (gen) {
             unsigned short *gd = static_cast<unsigned short *>(p.dh) +
                                  ((VARLEN ? (size_t)co * HV + hv : (size_t)b * NT * HV + hv) + (size_t)c * HV) * Kr * V;
 #pragma unroll 1
@@ -764,9 +773,12 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     if ((sbase & 1023u) != 0) __trap();
     load_stage(NT - 1, 0, nvalid(NT - 1));
     cp_async_commit();
-#pragma unroll
-    for (int j = 1; j <= NS - 2; ++j) {   /* the stages ahead: one with three stages, none with two */
-        if (NT > j) load_stage(NT - 1 - j, j, Tr::kBT);
+    /* the stage ahead: one with three stages, none with two (K = 256).  (Written
+     * as before K = 256 existed: as a loop over NS - 2 stages, ptxas scheduled the
+     * native kernels differently.) */
+    static_assert(NS == 2 || NS == 3, "bwd_dhu: two or three stages");
+    if constexpr (NS == 3) {
+        if (NT >= 2) load_stage(NT - 2, 1, Tr::kBT);
         cp_async_commit();
     }
     write_h(NT - 1, sbase + Tr::kOffH);
@@ -895,7 +907,7 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
         sl = sl == NS - 1 ? 0 : sl + 1;
     }
 
-    if (gen) {
+    if constexpr (gen) {
         if (p.dh0 != nullptr) {
             __syncthreads();   /* every warp is done with the stages (no copy is in flight) */
 #pragma unroll
@@ -927,17 +939,10 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params &p)
     }
 }
 
-} /* namespace dhu */
-} /* namespace kdart */
-
-template <typename IO, int K, int BV, bool VARLEN>
-__global__ void __launch_bounds__(BwdDhuTraits<K, BV>::kThreads, BwdDhuTraits<K, BV>::kMinBlocks)
-kdart_bwd_dhu(const kdart_bwd_dhu_params p)
+template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+__global__ kdart::enable_if_t<!BwdDhuTraits<K, BV>::kValid> kdart_bwd_dhu(const kdart_bwd_dhu_params)
 {
-    if constexpr (BwdDhuTraits<K, BV>::kValid)
-        kdart::dhu::scan<IO, K, BV, VARLEN>(p);
-    else
-        __trap();   /* never launched (see BwdDhuTraits::kValid) */
+    __trap();   /* never launched (see BwdDhuTraits::kValid) */
 }
 
 #endif /* KDART_BWD_DHU_CUH */

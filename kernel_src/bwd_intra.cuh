@@ -10,9 +10,12 @@
  *   dg = dg_in + q*Aq + (beta*Ak - Ct)*k      (suffix-summed per chunk if FOLD_DG)
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see BwdIntraTraits below):
- *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN>, IO in {kdart::bf16,
- *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params
- *            (VARLEN = false: its fixed-length prefix, see FixedParams).
+ *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN, TAIL>, IO in {kdart::bf16,
+ *            kdart::fp16}, K (the K tile) in {64, 128, 256}, TAIL (the registry's tail
+ *            parameter) in {false, true}; only parameter kdart_bwd_intra_params
+ *            (VARLEN = false: its fixed-length prefix, see FixedParams).  TAIL = true
+ *            needs VARLEN (<.., false, true> is a trap stub that is never launched);
+ *            see "HEAD DIM" below.
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
  *            VARLEN: (NT, HV, 1): blockIdx.x = global chunk i of all sequences
  *            (p.NT >= the total), blockIdx.y = hv; see "VARLEN" below.
@@ -141,6 +144,19 @@
  *   - no store (and no L2 prefetch) of a row >= valid; tokens outside the
  *     sequences are never touched.
  *   Offsets are 64-bit in both paths (token bases and strides are long long).
+ *
+ * HEAD DIM (issue 15): K is the K tile (64-column passes: 1, 2 or 4); the head dim
+ * Kr = p.Kr may be anything in 1..K.  Kr == K runs the TAIL = false bodies, which
+ * are the kernels as they were before head dims existed; any other Kr runs the
+ * TAIL = true specialization (VARLEN only: FixedParams has no Kr, so the host
+ * launches it with cu_seqlens = NULL for fixed-length batches too).  The tail
+ * body's token rows are Kr elements long (not 16-byte aligned in general), so its
+ * global loads and stores go element by element: columns >= Kr read as 0 (q, k, g,
+ * dq_in, dk_in, dg_in) and are never written; passes wholly past Kr are skipped.
+ * Zero columns add nothing to any sum over d (db) and have no effect on the other
+ * columns, whose terms never mix columns (dg's suffix sum runs down a column).  The
+ * tail is a specialization of its own rather than a branch of the native kernel,
+ * so that the native kernels keep their registers and their code.
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -348,11 +364,16 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
 } /* namespace intra */
 } /* namespace kdart */
 
-/* The whole kernel, inlined into kdart_bwd_intra (below) once per body: TAIL = false is
- * the kernel as it was (Kr == K), TAIL = true the column-tail body (VARLEN only). */
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, typename P>
-__device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
-    static_assert(VARLEN || !TAIL, "column tails: VARLEN specializations only (FixedParams has no Kr)");
+/* One kernel per specialization (see "HEAD DIM"): TAIL = false is the native body
+ * (Kr == K), TAIL = true the column-tail body, which needs VARLEN's parameter (Kr);
+ * <VARLEN = false, TAIL = true> is the stub below, which the host never launches (ops.c
+ * picks varlen = 1 with the tail).  (The body is the __global__ function itself: as a
+ * __forceinline__ function called from a wrapper kernel, the native specializations'
+ * SASS changed on sm_100a.) */
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+__global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<K>::kThreads,
+                                                                BwdIntraTraits<K>::kMinBlocks)
+kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     using Tr = BwdIntraTraits<K>;
     using namespace kdart::intra;
     constexpr int KH = Tr::kKH;
@@ -427,14 +448,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
     /* VARLEN: the chunk's valid row count (1..64) in sRow[3]'s low word, written by the
      * locating pass before a barrier and read back (like sRow) where a phase needs it */
     const int *sNv = reinterpret_cast<const int *>(sRow) + 6;
-    /* TAIL: Kr + the opaque zero (volatile shared load), re-read in every phase as the
-     * native body re-reads tid: else ptxas computes the Kr-derived strides once and holds
-     * them across phase C (spills on sm_90a).  The zero is written before the first
-     * barrier (locating pass) */
-    auto kso = [&]() {
-        if constexpr (TAIL) return p.Kr + reinterpret_cast<const volatile int *>(sRow)[4];
-        else return K;
-    };
     const long long strideQ = (long long)H * KS; /* elements between tokens */
     const long long strideV = (long long)HV * KS;
     const long long strideA = (long long)HV * 64;
@@ -447,15 +460,18 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
         const unsigned short *gq = static_cast<const unsigned short *>(p.q);
         const unsigned short *gk = static_cast<const unsigned short *>(p.k);
         const int r0 = t / VPR, c = (t % VPR) * 8;
-        const long long go = rowQ0 * KS + r0 * strideQ + cn + c;
+        /* (K, not KS, outside the TAIL branch: a lambda that names KS captures it by
+         * reference, and the native kernels' code changed with that capture on sm_100a) */
+        const long long go = rowQ0 * K + r0 * strideQ + cn + c;
         const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
         const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
         if constexpr (TAIL) { /* element loads, columns >= Kr and rows past the end zeros */
             const int nv = *sNv, n = ncols(KS, cn + c, 8);
+            const long long gt = rowQ0 * KS + r0 * strideQ + cn + c;
 #pragma unroll
             for (int j = 0; j < 64 * VPR / NTH; ++j) {
                 const int r = r0 + j * (NTH / VPR);
-                const long long o = go + j * (NTH / VPR) * strideQ;
+                const long long o = gt + j * (NTH / VPR) * strideQ;
                 *reinterpret_cast<uint4 *>(sQ + r * KP + c) = ldg8m_io(gq + o, r < nv ? n : 0);
                 *reinterpret_cast<uint4 *>(sK + r * KP + c) = ldg8m_io(gk + o, r < nv ? n : 0);
             }
@@ -466,7 +482,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
 #pragma unroll
             for (int j = 0; j < 64 * VPR / NTH; ++j) {
                 const bool ok = r0 + j * (NTH / VPR) < nv;
-                const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * KS + cn + c;
+                const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * K + cn + c;
                 cp16z(so + j * (NTH / VPR) * KP * 2, gq + o, ok);
                 cp16z(sko + j * (NTH / VPR) * KP * 2, gk + o, ok);
             }
@@ -504,7 +520,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
                 sRow[0] = t0 * H + hq;
                 sRow[1] = t0 * HV + hv;
                 sLoc[6] = min(64, T - 64 * c);
-                if constexpr (TAIL) sRow[2] = 0; /* (kso) */
             }
             __syncthreads();
         } else {
@@ -517,7 +532,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
                 if (ld_cu(p.cu_seqlens, p.cu_is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
                 sLoc[7] = f;
                 sLoc[6] = 0;
-                if constexpr (TAIL) sRow[2] = 0; /* (kso) */
             }
             int bad = 0;        /* this thread saw cu[j + 1] < cu[j] */
             unsigned carry = 0; /* chunks of the sequences before this block */
@@ -626,9 +640,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
         /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
         /* (the previous pass's last readers of sG, its phase D, end with a barrier) */
         {
-            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
-            const int KS = kso();
-            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             long long rowQ0, rowV0;
             row0(rowQ0, rowV0);
             const int tid = vtid();
@@ -699,9 +710,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
 
         /* ---------------- phase B: cross-block terms, tf32 mma.sync ---------------- */
         {
-            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
-            const int KS = kso();
-            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             const int tid = vtid();
             /* this pass's dq_in/dk_in/dg_in lines into L2 while phases B and C run, so
              * that phase D's loads hit L2 (3 x 64 rows x 2 lines of 128 B = 48 KB per
@@ -886,7 +894,7 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
             for (int j = 0; j < 4; ++j) {
                 const bool ok = 16 * j + rr < nv;
                 if constexpr (TAIL) { /* (col: the thread's first global column) */
-                    const int n = ok ? ncols(kso(), col, 4) : 0;
+                    const int n = ok ? ncols(KS, col, 4) : 0;
                     xq[j] = ldg4m(p.dq_in + gb + j * s16, n);
                     xk[j] = ldg4m(p.dk_in + gb + j * s16, n);
                     if (!FOLD_DG) xg[j] = ldg4m(p.dg_in + gb + j * s16, n);
@@ -899,9 +907,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
         };
         /* ---------------- phase C: diagonal blocks + per-row outputs ---------------- */
         {
-            /* (TAIL: Kr re-read, see kso; the native body's values are the same) */
-            const int KS = kso();
-            const long long strideV = (long long)HV * KS, strideQ = (long long)H * KS;
             const int tid = vtid();
             const int i = tid / KH;     /* diagonal block, warp-uniform */
             const int d = tid - i * KH; /* column within the pass */
@@ -1017,7 +1022,6 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
              * tid-derived of phase D is computed before phase C ends */
             const int z = reinterpret_cast<const int *>(sRow)[4];
             const int tid = vtid() + z;
-            const int KS = kso();
             /* (the strides too: else the loop-invariant 16 * strideV is hoisted out of the
              * pass loop and held across phase C) */
             const long long strideV = (long long)(HV + z) * KS;
@@ -1156,26 +1160,9 @@ __device__ __forceinline__ void kdart_bwd_intra_body(const P &p) {
     }
 }
 
-/* One kernel per specialization.  VARLEN = false: the Kr == K kernel only (its parameter,
- * FixedParams, has no Kr; the host launches the VARLEN specialization, cu_seqlens = NULL,
- * for any other Kr).  VARLEN = true: a block-uniform branch on Kr picks the unchanged
- * body (Kr == K) or the column-tail body. */
-/* The column-tail body as a call of its own: ptxas then allocates its registers apart
- * from the native body's, which keeps the native body's code (and no spills in either;
- * inlined into one function, the two bodies spilled up to 92 bytes on sm_90a) */
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K>
-__device__ __noinline__ void kdart_bwd_intra_tail(const kdart_bwd_intra_params p) {
-    kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, true, true>(p);
-}
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN>
-__global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
-kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
-    if constexpr (VARLEN) {
-        if (p.Kr == K) kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, true, false>(p);
-        else kdart_bwd_intra_tail<IO, FOLD_DG, EMIT_IO, K>(p);
-    } else {
-        kdart_bwd_intra_body<IO, FOLD_DG, EMIT_IO, K, false, false>(p);
-    }
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+__global__ kdart::enable_if_t<!VARLEN && TAIL> kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type) {
+    __trap(); /* never launched */
 }
 
 #endif /* KDART_BWD_INTRA_CUH */

@@ -361,6 +361,11 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
      * 65535 in y the varlen body takes the batch, with its grid (B*chunks, HV):
      * the same results, and the common case keeps its kernel. */
     if (!sq.varlen && B * HV > 65535) sq.varlen = 1;
+    /* A head dim below its K tile runs the tail specialization, which exists
+     * for the varlen body only (its params carry Kr); cu_seqlens stays NULL, so
+     * it takes the batch as B rows of T tokens.  Native K keeps its kernel. */
+    const int tail = K != kdart__k_tile(K);
+    if (tail) sq.varlen = 1;
     const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
     const int64_t grid_x = !sq.varlen ? T / KDART_CHUNK : sq.cu ? T / KDART_CHUNK + sq.N : B * NTC;
     if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX)
@@ -384,7 +389,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
-    int vals[5] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen};
+    int vals[6] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail};
     kdart__unit *u;
     void *fn;
     int *status = NULL;
@@ -483,7 +488,10 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
     }
-    int vals[4] = {io, kdart__k_index(kt), kdart__dhu_bv_index(bv), sq.varlen};
+    /* the masked specialization for what the native tiles cannot take: a head
+     * dim below its K tile, a partial last V tile, the V-first state */
+    const int tail = K != kt || V % bv != 0 || svf;
+    int vals[5] = {io, kdart__k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
     kdart__unit *u;
     void *fn;
     int *status = NULL;

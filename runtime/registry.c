@@ -123,20 +123,51 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
                           {K_PARAM}, rcumsum_shape},
-    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 5,
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 6,
                             {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM,
-                             FLAG_PARAM("varlen")},
+                             FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
                             bwd_intra_shape},
-    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 4,
-                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen")}, bwd_dhu_shape},
+    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
+                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
+                          bwd_dhu_shape},
 };
 
-/* varlen is the last parameter of the kernels that have it (the contract's
- * template order), so its value is the spec index's lowest digit. */
+/* The varlen specializations (those that take a device status word): the
+ * varlen parameter, wherever the kernel lists it, is 1. */
 int kdart__spec_is_varlen(int kernel, int spec) {
     const kdart__kernel *k = &kdart__kernels[kernel];
-    const kdart__param *last = &k->params[k->nparams - 1];
-    return strcmp(last->name, "varlen") == 0 && spec % last->nvalues == 1;
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, spec, vals);
+    for (int i = 0; i < k->nparams; i++)
+        if (strcmp(k->params[i].name, "varlen") == 0) return vals[i] == 1;
+    return 0;
+}
+
+/* Stubs: specializations that compile to a trap and are never launched
+ * (bwd_intra's tail without varlen: FixedParams has no Kr; bwd_dhu's K tile
+ * 256 with BV 64, see KDART__DHU_MAX_BV). */
+static int spec_is_stub(int kernel, const int *vals) {
+    if (kernel == KDART__K_BWD_INTRA) return vals[5] == 1 && vals[4] == 0;
+    if (kernel == KDART__K_BWD_DHU) return dhu_bvs[vals[2]] > KDART__DHU_MAX_BV(k_tiles[vals[1]]);
+    return 0;
+}
+
+/* The default prewarm set.  Every native specialization (the tail
+ * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
+ * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
+ * 192) and bf16 bwd_dhu at the K tile 128 (head dim 100, partial V tiles, the
+ * V-first state of K = 128 models).  The other tail specializations compile
+ * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
+ * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
+ * static.txt).  Stubs are never prewarmed. */
+int kdart__spec_prewarmed(int kernel, int spec) {
+    const kdart__kernel *k = &kdart__kernels[kernel];
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, spec, vals);
+    if (spec_is_stub(kernel, vals)) return 0;
+    if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
+    if (kernel == KDART__K_BWD_DHU && vals[4] == 1) return vals[0] == 0 && k_tiles[vals[1]] == 128;
+    return 1;
 }
 
 const kdart__kernel *kdart__kernel_find(const char *name) {
@@ -340,6 +371,13 @@ int kdart_spec_count(const char *kernel) {
     int n = 1;
     for (int i = 0; i < k->nparams; i++) n *= k->params[i].nvalues;
     return n;
+}
+
+int kdart_spec_prewarmed(const char *kernel, int index) {
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return KDART_EKERNEL;
+    if (index < 0 || index >= kdart_spec_count(kernel)) return KDART_EINVAL;
+    return kdart__spec_prewarmed((int)(k - kdart__kernels), index);
 }
 
 int kdart_spec_at(const char *kernel, int index, char *buf, size_t n) {

@@ -21,9 +21,9 @@
 #define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
 #define KDART__ERRMSG_MAX 4096
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
-#define KDART__MAX_PARAMS 5
+#define KDART__MAX_PARAMS 6
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 48      /* largest spec_count of any kernel */
+#define KDART__MAX_SPECS 96      /* largest spec_count of any kernel */
 #define KDART__MAX_CTX 8         /* CUDA contexts one unit remembers */
 
 /* ------------------------------------------------------------- registry */
@@ -77,6 +77,8 @@ int kdart__dhu_max_bv(int k_tile);
 /* 1 if spec index `spec` of kernel is a varlen=1 specialization (its units
  * take the context's device status word, see kdart__status_word). */
 int kdart__spec_is_varlen(int kernel, int spec);
+/* 1 if spec is in the default prewarm set (kdart_spec_prewarmed) */
+int kdart__spec_prewarmed(int kernel, int spec);
 /* Checks "sm_<digits>[a|f]", sm_90 or newer, without asking NVRTC (option
  * parsing); returns KDART_OK or KDART_EARCH. */
 int kdart__arch_check(const char *arch);

@@ -72,11 +72,12 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_kernel_count(), 3);
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
-    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 48);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 36);
+    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 96);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 72);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
-    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,256} BV={16,32,64} varlen={0,1} tail={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -89,19 +90,46 @@ START_TEST(registry_specs) {
         }
     }
     ck_assert_int_gt(kdart_spec_canonical("bwd_intra", " K=64 , io=fp16", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0");
+    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0,tail=0");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_intra", "tail=1,varlen=1,K=256", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=256,varlen=1,tail=1");
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "tail=2", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0");
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0,tail=0");
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "BV=16,K=64", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,BV=16,varlen=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=16,varlen=0,tail=0");
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "varlen=1", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1");
-    /* varlen is the last parameter: its value is the spec index's lowest digit */
-    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
-        ck_assert_int_gt(kdart_spec_at("bwd_dhu", i, buf, sizeof buf), 0);
-        ck_assert_int_eq(kdart__spec_is_varlen(KDART__K_BWD_DHU, i), strstr(buf, "varlen=1") != NULL);
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1,tail=0");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "tail=1", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0,tail=1");
+    /* the varlen specializations (a status word each), wherever varlen sits */
+    for (int k = 0; k < kdart_kernel_count(); k++)
+        for (int i = 0; i < kdart_spec_count(kdart_kernel_name(k)); i++) {
+            ck_assert_int_gt(kdart_spec_at(kdart_kernel_name(k), i, buf, sizeof buf), 0);
+            ck_assert_int_eq(kdart__spec_is_varlen(k, i), strstr(buf, "varlen=1") != NULL);
+        }
+    /* the default prewarm set: natives, bf16 fold_dg=1 emit_bf16=0 intra tails (varlen), bf16 K=128 dhu
+     * tails; no stubs */
+    int n_intra = 0, n_dhu = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
+        kdart_spec_at("bwd_intra", i, buf, sizeof buf);
+        int want = strstr(buf, "tail=0") ||
+                   (strstr(buf, "io=bf16,fold_dg=1,emit_bf16=0,") && strstr(buf, "varlen=1,tail=1"));
+        ck_assert_int_eq(kdart_spec_prewarmed("bwd_intra", i), want);
+        n_intra += want;
     }
-    ck_assert_int_eq(kdart__spec_is_varlen(KDART__K_RCUMSUM, 1), 0);
+    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
+        kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
+        int stub = strstr(buf, "K=256,BV=64") != NULL;
+        int want = !stub && (strstr(buf, "tail=0") || strstr(buf, "io=bf16,K=128,"));
+        ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", i), want);
+        n_dhu += want;
+    }
+    ck_assert_int_eq(n_intra, 51);
+    ck_assert_int_eq(n_dhu, 38);
+    ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
+    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 72), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);
     ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
     /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
      * row of docs/perf.md's table */
@@ -131,7 +159,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64,K=128", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
-    ck_assert_int_eq(kdart_spec_at("bwd_intra", 48, buf, sizeof buf), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 96, buf, sizeof buf), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
 }
 END_TEST

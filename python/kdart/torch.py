@@ -305,8 +305,11 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
+    # the spec that ops.c launches: a head dim below its K tile runs the tail body, a varlen one
+    K = q.shape[3]
+    tail = int(K != _lib.k_tile(K))
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={_lib.k_tile(q.shape[3])},varlen={_varlen(q.shape[1], cu_seqlens)}")
+                 f"K={_lib.k_tile(K)},varlen={_varlen(q.shape[1], cu_seqlens) | tail},tail={tail}")
     return plan
 
 
@@ -388,7 +391,9 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    plan.spec = f"io={_IO[q.dtype]},K={_lib.k_tile(K)},BV={v_tile},varlen={_varlen(T, cu_seqlens)}"
+    # the masked specialization (ops.c's choice): K below its tile, a partial V tile, the V-first state
+    tail = int(K != _lib.k_tile(K) or (v_tile > 0 and V % v_tile != 0) or bool(state_v_first))
+    plan.spec = f"io={_IO[q.dtype]},K={_lib.k_tile(K)},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
     plan.no_rows = rows == 0
     return plan
 

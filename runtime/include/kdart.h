@@ -214,6 +214,15 @@ KDART_EXTERN int kdart_spec_count(const char *kernel);
  * or a negative status; writes at most n bytes including the terminator. */
 KDART_EXTERN int kdart_spec_at(const char *kernel, int index, char *buf, size_t n);
 KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n);
+/* 1 if the index-th specialization is in the default prewarm set ('kdart
+ * prewarm' without --all, and the compile service's prewarm without a spec),
+ * 0 if it compiles on first use only, a negative status for an unknown
+ * kernel (EKERNEL) or index (EINVAL).  The set: every native specialization
+ * (tail=0) and the tail ones most calls need (bf16 bwd_intra with fold_dg=1,
+ * emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128); never the stubs that the
+ * runtime does not launch (bwd_intra tail=1 with varlen=0, bwd_dhu K=256 with
+ * BV=64).  The rest compile on first use, 0.5-1.5 s each. */
+KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
 
 /* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
  * with an optional "a" or "f" suffix, sm_90 or newer (the kernels use
