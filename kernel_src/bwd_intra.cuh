@@ -156,7 +156,10 @@
  * Zero columns add nothing to any sum over d (db) and have no effect on the other
  * columns, whose terms never mix columns (dg's suffix sum runs down a column).  The
  * tail is a specialization of its own rather than a branch of the native kernel,
- * so that the native kernels keep their registers and their code.
+ * so that the native kernels keep their registers and their code.  The tail bodies fit
+ * the same 128 registers without spills on sm_90a and sm_100a; on sm_90a that took
+ * two things (see opaque_ptr and MULTI_TAIL): element addresses that NVVM cannot
+ * hoist as loop-invariant pointers, and pass tests against the parameter Kr itself.
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -326,7 +329,17 @@ __device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
  * the group's elements are columns < Kr (of a valid row; <= 0: none); the rest read as
  * 0 and are not written. */
 __device__ __forceinline__ int ncols(int kr, int col, int w) { return min(kr - col, w); }
+/* The element address g + e is formed from g after this empty asm, which NVVM cannot see
+ * through: without it NVVM reassociates (base + row offset) + e into (base + e) + row
+ * offset and hoists the three or seven base + e pointers out of the pass loop, 64-bit
+ * registers held across phase C, which spilled on sm_90a. */
+template <typename T>
+__device__ __forceinline__ T *opaque_ptr(T *g) {
+    asm("" : "+l"(g));
+    return g;
+}
 __device__ __forceinline__ float4 ldg4m(const float *g, int n) {
+    g = opaque_ptr(g);
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (n > 0) v.x = __ldg(g);
     if (n > 1) v.y = __ldg(g + 1);
@@ -336,6 +349,7 @@ __device__ __forceinline__ float4 ldg4m(const float *g, int n) {
 }
 /* eight io values (raw bits) as one 16-byte shared-memory row chunk */
 __device__ __forceinline__ uint4 ldg8m_io(const unsigned short *g, int n) {
+    g = opaque_ptr(g);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int e = 0; e < 8; ++e)
@@ -346,6 +360,7 @@ __device__ __forceinline__ void st_out1(float *a, float v) {
     asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(a), "f"(v) : "memory");
 }
 __device__ __forceinline__ void st_out4m(float *a, float4 v, int n) {
+    a = opaque_ptr(a);
     if (n > 0) st_out1(a, v.x);
     if (n > 1) st_out1(a + 1, v.y);
     if (n > 2) st_out1(a + 2, v.z);
@@ -356,6 +371,7 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
     const unsigned lo = kdart::pack2<IO>(v.x, v.y), hi = kdart::pack2<IO>(v.z, v.w);
     const unsigned short h[4] = {(unsigned short)lo, (unsigned short)(lo >> 16), (unsigned short)hi,
                                  (unsigned short)(hi >> 16)};
+    a = opaque_ptr(a);
 #pragma unroll
     for (int e = 0; e < 4; ++e)
         if (e < n) asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a + e), "h"(h[e]) : "memory");
@@ -415,7 +431,15 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
      * have columns < KS (the last one may be partial, later ones are skipped) */
     int KS = K;
     if constexpr (TAIL) KS = p.Kr;
-    const int NP = TAIL ? (KS + Tr::kKH - 1) / Tr::kKH : Tr::kPasses;
+    /* Tail bodies of a multi-pass tile (MULTI_TAIL) test "pass c0 has columns < Kr" as
+     * c0 < KS and c0 + KH < KS, a compare with the parameter itself, instead of holding
+     * NP and pass + 1 in registers across phase C (with those, and the pointers that
+     * opaque_ptr keeps in the loop, the K = 128 tails spilled 24..48 bytes on sm_90a).
+     * One-pass tiles have NP = 1 as a constant, since Kr <= K, so that the K = 64 tail
+     * body has no pass loop either: with a run-time trip count it kept loop state and the
+     * never taken next-pass copies across phase C and spilled up to 104 bytes. */
+    constexpr bool MULTI_TAIL = TAIL && Tr::kPasses > 1;
+    const int NP = MULTI_TAIL ? (KS + Tr::kKH - 1) / Tr::kKH : Tr::kPasses;
     /* row (token) base indices: [B,T,H] row of t0 (rowQ0) and [B,T,HV] row of t0 (rowV0),
      * computed from %ctaid where the one-time loads and phase A need them.  The reads
      * are volatile (for K=64 too), so that nothing is computed once and held in
@@ -634,7 +658,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     }
 
 #pragma unroll 1
-    for (int pass = 0; pass < NP; ++pass) {
+    for (int pass = 0; MULTI_TAIL ? pass * KH < KS : pass < NP; ++pass) {
         const int c0 = pass * KH; /* first global column of this pass */
 
         /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
@@ -679,7 +703,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                 }
             }
             /* and the next pass's g (its phase A copies it after this pass's phase D) */
-            if (pass + 1 < NP && tid < 128 && (!VARLEN || (tid >> 1) < *sNv) &&
+            if ((MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) && tid < 128 && (!VARLEN || (tid >> 1) < *sNv) &&
                 (!TAIL || c0 + KH + (tid & 1) * 32 < KS))
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * KS + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
             cp_wait_all(); /* (first pass: also the dAqk/dAkk copies) */
@@ -750,7 +774,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                 }
             }
             /* pull the next pass's q, k, g lines into L2 (its phase A reads them) */
-            if (pass + 1 < NP) {
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) {
                 long long rowQ0, rowV0;
                 row0s(rowQ0, rowV0);
                 const int cn = c0 + KH;
@@ -1054,7 +1078,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             }
             /* sQ/sK are free since the barrier after phase C (phase D does not read
              * them): start the next pass's q, k copies now; its phase A waits for them */
-            if (pass + 1 < NP) copy_qk(tid, rowQ0, strideQ, c0 + KH);
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) copy_qk(tid, rowQ0, strideQ, c0 + KH);
             if (FOLD_DG) {
                 float *slot = (i < 3) ? (sXc + 16 * i * KP + d) : (sXq + 32 * KP + d);
                 float acc = 0.f;
@@ -1102,7 +1126,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             /* the next pass's g straight into the sG slots this thread has just consumed
              * (its dq' slots: rows 16j + rr, columns cc..cc+3; no other thread reads
              * them), so that the next phase A has nothing left to issue */
-            if (pass + 1 < NP) {
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) {
                 const float *ag = p.g + gb + KH;
                 const unsigned sg = kdart::smem_u32(sG + rr * KP + cc);
                 if constexpr (TAIL) { /* element loads, as in phase A */

@@ -92,16 +92,13 @@ START_TEST(every_spec_compiles) {
     }
     printf("prewarm of %d entries on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
     ck_assert_int_eq(j.total, 184);
-    /* No specialization spills (the ptxas report is in each entry), but for
-     * bwd_intra's tail bodies on sm_90a: 8..104 bytes, an open item of issue 15
-     * (wip/issue15/README.md), printed here and not asserted until it is fixed. */
+    /* No specialization spills (the ptxas report is in each entry); the bwd_intra tail
+     * bodies on sm_90a included since session 8b (they spilled 8..104 bytes before). */
     for (int i = 0; i < j.total; i++) {
         kdart_entry *ent;
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);
         int clean = strstr(ent->report, "spill_store_bytes=0\n") && strstr(ent->report, "spill_load_bytes=0\n");
-        int known = strcmp(j.kernel[i], "bwd_intra") == 0 && strstr(j.spec[i], "tail=1") && strcmp(j.arch[i], "sm_90a") == 0;
-        if (!clean && known) printf("spills (known, issue 15): %s %s %s\n", j.kernel[i], j.spec[i], j.arch[i]);
-        ck_assert_msg(clean || known, "%s %s %s spills:\n%s", j.kernel[i], j.spec[i], j.arch[i], ent->report);
+        ck_assert_msg(clean, "%s %s %s spills:\n%s", j.kernel[i], j.spec[i], j.arch[i], ent->report);
         kdart_entry_free(ent);
     }
     kdart_cache_stats st;
