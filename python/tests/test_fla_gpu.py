@@ -143,6 +143,18 @@ def test_refused_input_falls_back():
 def test_chunk_kda_varlen_with_kdart(cu, D):
     """fla's varlen recipe (tests/ops/test_kda.py::test_chunk_varlen): packed sequences against the naive
     recurrence run per sequence; kdart serves both stages and the folded cumsum."""
+    _varlen_recipe(cu, D)
+
+
+def test_chunk_kda_use_graph_with_kdart():
+    """fla's use_graph mode, eager (the step a user warms up before capture): cu_seqlens padded with two
+    zero-length sequences to max_num_seqs, static chunk indices with sentinel rows; kdart serves both stages
+    and the folded cumsum, and every gradient matches the naive recurrence per sequence (a padding
+    sequence's final state is its initial state, so its dh0 is its dht)."""
+    _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True)
+
+
+def _varlen_recipe(cu, D, use_graph=False):
     torch.manual_seed(43)
     H, dtype = 2, torch.bfloat16
     T, N = cu[-1], len(cu) - 1
@@ -158,6 +170,9 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     refs, hts = [], []
     for n in range(N):
         s = slice(cu[n], cu[n + 1])
+        if cu[n] == cu[n + 1]:  # a zero-length (padding) sequence: no output, the state passes through
+            hts.append(d64[5][n:n + 1])
+            continue
         o, ht = naive_recurrent_kda(F.normalize(d64[0][:, s], p=2, dim=-1), F.normalize(d64[1][:, s], p=2, dim=-1),
                                     d64[2][:, s], d64[3][:, s], d64[4][:, s], scale=0.1,
                                     initial_state=d64[5][n:n + 1], output_final_state=True)
@@ -166,9 +181,10 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     ref, ref_ht = torch.cat(refs, 1), torch.cat(hts, 0)
     ((ref * do.double()).sum() + (ref_ht * dht.double()).sum()).backward()
     kf.reset_stats()
+    extra = dict(use_graph=True, max_num_seqs=N) if use_graph else {}
     with kf.enabled():
         tri, tri_ht = chunk_kda(F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1), v, g, beta, scale=0.1,
-                                initial_state=h0, output_final_state=True, cu_seqlens=cu_t)
+                                initial_state=h0, output_final_state=True, cu_seqlens=cu_t, **extra)
         ((tri * do).sum() + (tri_ht * dht).sum()).backward()
         st = kf.stats()
     assert_close("o", ref, tri, 0.005)

@@ -205,6 +205,49 @@ def test_varlen_cuda_graph_bitwise():
     assert torch.equal(eager[2][:, :n], outs[2][:, :n])
 
 
+
+def test_varlen_graph_capacity_replay():
+    """fla's use_graph contract (issue 14): both ops captured once for a fixed capacity (N = 6 sequences of
+    T = 1200 tokens, dh rows nt_max = ceil(T/64) + N - 1, chunk_indices never read), then replayed after
+    cu_seqlens's contents change in place: the replay equals eager calls on the new contents, bitwise, on
+    every token, dh row and state the new batch owns."""
+    torch.manual_seed(15)
+    T, N = 1200, 6
+    cu_a, cu_b = [0, 100, 300, 700, 1000, 1000, 1000], [0, 15, 400, 401, 900, 1100, 1200]
+    nt_max = -(-T // 64) + N - 1
+    cu = _cu(cu_a, torch.int64)
+    ci = torch.zeros(nt_max, 2, dtype=torch.int64, device="cuda")
+    a = varlen_intra_inputs(_cu(cu_b, torch.int64), T, 2, 4, 64, torch.bfloat16, "cuda")  # inputs for batch b
+    d, h0, dht = varlen_dhu_inputs(_cu(cu_b, torch.int64), T, 4, 128, 128, torch.bfloat16, "cuda")
+
+    def both():
+        return (kt.bwd_intra(*a, fold_dg=True, cu_seqlens=cu, chunk_indices=ci)
+                + kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.125, cu_seqlens=cu, chunk_indices=ci))
+    both()  # prepares both specializations (batch a)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        both()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = both()
+    cu.copy_(_cu(cu_b, torch.int64))
+    kt.device_status(clear=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = both()  # cu holds batch b now
+    n, rows = cu_b[-1], chunk_offsets(cu_b)[-1]
+    for i, (x, y) in enumerate(zip(eager, outs)):  # dq dk db dg (tokens), dh (rows), dh0, dv2 (tokens)
+        if i == 4:
+            x, y = x[:, :rows], y[:, :rows]
+        elif i != 5:
+            x, y = x[:, :n], y[:, :n]
+        assert torch.equal(x, y), i
+    rdh, rdh0, rdv2 = bwd_dhu_ref_varlen(*d, _cu(cu_b, torch.int64), h0=h0, dht=dht, scale=0.125)
+    assert rel_rms(outs[4][:, :rows], rdh) < 1e-2 and rel_rms(outs[5], rdh0) < 1e-2
+    assert kt.device_status() == 0
+
 # ------------------------------------------------------------- past 32-bit indexing
 
 BIG_T = (1 << 20) + 256  # H = HV = 32, K = V = 128: 4.3e9 elements per [1,T,HV,K] tensor
