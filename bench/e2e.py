@@ -95,8 +95,7 @@ def overhead(row):
     res = {}
     for name, call, key in (("bwd_intra", lambda: kt.bwd_intra(*a), "intra"),
                             ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
-        plan = next(p for kk, p in kt._thread_plans().items() if kk[-2] == key and kk[0] == (a[0] if key == "intra"
-                                                                                  else d[0]).shape)
+        plan = [p for kk, p in kt._thread_plans().items() if kk[-2] == key][-1]  # the newest: these shapes
         st = kt._fast()
         fn, h, addr = st[key], st["handle"], plan.addr
         stream = torch.cuda.current_stream().cuda_stream
@@ -116,9 +115,13 @@ def main():
     ap.add_argument("--warm-only", action="store_true",
                     help="one forward+backward per shape each way at T <= 1024 (the same Triton specializations), "
                          "no timing: the workload of tools/triton_warm.py")
+    ap.add_argument("--overhead-only", action="store_true", help="only the Python call overhead (no fla needed)")
     args = ap.parse_args()
     import torch
-    import kdart.fla as kf
+    if args.overhead_only:
+        args.shapes = ""
+    else:
+        import kdart.fla as kf
     if args.warm_only:
         for name in args.shapes.split(","):
             B, T, H, HV, K, V = SHAPES[name]
@@ -129,7 +132,7 @@ def main():
         return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
     print(f"{'shape':24s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
-    for name in args.shapes.split(","):
+    for name in filter(None, args.shapes.split(",")):
         row = SHAPES[name]
         leaves, do, dht = inputs(*row)
         t0 = time.time()

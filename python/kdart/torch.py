@@ -37,6 +37,7 @@ Per call, a cached plan per signature (shapes, dtypes, devices, flags) and
 thread holds the ctypes argument struct; a call only writes the data pointers.
 """
 import ctypes
+import operator
 import threading
 
 import torch
@@ -294,8 +295,14 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     return plan
 
 
+# A tensor's part of a plan's key, and the contiguity test, as C-level calls over a tuple of tensors
+# (map of an attrgetter: no bytecode per attribute; the hot path is a few microseconds of such calls).
+_SIG = operator.attrgetter("shape", "dtype", "device")
+_CONTIG = operator.methodcaller("is_contiguous")
+
+
 def _idx_key(t):
-    return None if t is None else (t.shape, t.dtype, t.get_device())
+    return None if t is None else _SIG(t)
 
 
 def _thread_plans():
@@ -315,26 +322,21 @@ def _get_plan(key, build, *a):
 
 def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
                     chunk_indices=None):
-    key = (q.shape, k.shape, g.shape, beta.shape, dAqk.shape, dAkk.shape, dq.shape, dk.shape, db.shape, dg.shape,
-           q.dtype, k.dtype, g.dtype, beta.dtype, dAqk.dtype, dAkk.dtype, dq.dtype, dk.dtype, db.dtype, dg.dtype,
-           q.get_device(), k.get_device(), g.get_device(), beta.get_device(), dAqk.get_device(),
-           dAkk.get_device(), dq.get_device(), dk.get_device(), db.get_device(), dg.get_device(),
-           bool(fold_dg), bool(emit_bf16), "intra",
+    ts = (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg)
+    key = (tuple(map(_SIG, ts)), bool(fold_dg), bool(emit_bf16), "intra",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
     plan = _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
-                                          emit_bf16, cu_seqlens, chunk_indices)
-    if not (q.is_contiguous() and k.is_contiguous() and g.is_contiguous() and beta.is_contiguous()
-            and dAqk.is_contiguous() and dAkk.is_contiguous() and dq.is_contiguous() and dk.is_contiguous()
-            and db.is_contiguous() and dg.is_contiguous()):
-        _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg))
-    dev = plan.dev
-    (s0, t0), (s1, t1), (s2, t2), (s3, t3) = plan.outs
-    oq = torch.empty(s0, dtype=t0, device=dev)
-    ok = torch.empty(s1, dtype=t1, device=dev)
-    ob = torch.empty(s2, dtype=t2, device=dev)
-    og = torch.empty(s3, dtype=t3, device=dev)
+                     emit_bf16, cu_seqlens, chunk_indices)
+    if not all(map(_CONTIG, ts)):
+        _check_layout(ts)
+    # the outputs have the shapes of dq, dk, db, dg (checked): empty_like parses no shape (a third cheaper)
+    if emit_bf16:
+        oq, ok = torch.empty_like(dq, dtype=q.dtype), torch.empty_like(dk, dtype=q.dtype)
+    else:
+        oq, ok = torch.empty_like(dq), torch.empty_like(dk)
+    ob, og = torch.empty_like(db), torch.empty_like(dg)
     if not plan.warm:
-        _prepare_plan("bwd_intra", plan, dev)
+        _prepare_plan("bwd_intra", plan, plan.dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
     d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
     d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
@@ -380,22 +382,19 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
                   chunk_offsets=None):
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
-    key = (q.shape, k.shape, w.shape, do.shape, dv.shape, gk.shape,
-           _idx_key(h0), _idx_key(dht),
-           q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
-           q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu",
+    ts = (q, k, w, do, dv, gk)
+    key = (tuple(map(_SIG, ts)), _idx_key(h0), _idx_key(dht), "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
                                             nt))
     plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
                      nt)
-    if not (q.is_contiguous() and k.is_contiguous() and w.is_contiguous() and do.is_contiguous()
-            and dv.is_contiguous() and gk.is_contiguous() and (dht is None or dht.is_contiguous())):
+    if not (all(map(_CONTIG, ts)) and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
     dev = plan.dev
-    (s0, t0), (s1, t1), (s2, t2) = plan.outs
+    (s0, t0), (s1, t1), _ = plan.outs
     dh = torch.empty(s0, dtype=t0, device=dev)
-    dh0 = torch.empty(s1, dtype=t1, device=dev)
-    dv2 = torch.empty(s2, dtype=t2, device=dev)
+    dh0 = torch.empty_like(h0) if h0 is not None else torch.empty(s1, dtype=t1, device=dev)  # h0 is fp32
+    dv2 = torch.empty_like(dv)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, dev)
