@@ -93,13 +93,17 @@ def overhead(row):
     kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1)
     torch.cuda.synchronize()
     res = {}
-    for name, call, key in (("bwd_intra", lambda: kt.bwd_intra(*a), "intra"),
-                            ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
+    for name, call, py_call, key in (
+            ("bwd_intra", lambda: kt.bwd_intra(*a), lambda: kt._bwd_intra_impl(*a), "intra"),
+            ("bwd_dhu", lambda: kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.1),
+             lambda: kt._bwd_dhu_impl(*d, h0=h0, dht=dht, scale=0.1), "dhu")):
+        # the Python path's plan holds the prebuilt struct of the raw calls; its last call's outputs, kept
+        # alive here, are what the struct points at while the raw calls write them
+        keep = py_call()
         plan = [p for kk, p in kt._thread_plans().items() if kk[-2] == key][-1]  # the newest: these shapes
         st = kt._fast()
         fn, h, addr = st[key], st["handle"], plan.addr
         stream = torch.cuda.current_stream().cuda_stream
-        keep = call()  # the struct now points at these outputs, kept alive while the raw calls write them
         raw = host_us(lambda: fn(h, addr, stream))
         op = host_us(call)
         alloc = host_us(lambda: [torch.empty(sh, dtype=dt, device="cuda") for sh, dt in plan.outs])
@@ -151,8 +155,10 @@ def main():
               flush=True)
         del leaves, do, dht
         torch.cuda.empty_cache()
-    print("\nPython call overhead (host us per call; op allocates its outputs, raw = ctypes call of the C "
-          "function with a prebuilt struct)")
+    import kdart.torch as kt
+    path = "the C++ fast path (kdart.torch_ext)" if kt._EXT is not None else "the Python path (no kdart.torch_ext)"
+    print(f"\nPython call overhead through {path} (host us per call; op allocates its outputs, raw = ctypes call "
+          "of the C function with a prebuilt struct)")
     for name, (op, raw, alloc) in overhead(SHAPES["b2_t8192_h32"]).items():
         print(f"  {name}: kdart.torch {op:.2f} us, raw C {raw:.2f} us, overhead {op - raw:.2f} us "
               f"(of which torch.empty of the outputs {alloc:.2f} us)")

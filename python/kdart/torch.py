@@ -38,7 +38,9 @@ thread holds the ctypes argument struct; a call only writes the data pointers.
 """
 import ctypes
 import operator
+import os
 import threading
+import warnings
 
 import torch
 
@@ -209,8 +211,62 @@ def _fast():
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
         for f in (fi, fd):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd)
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd,
+                  intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
     return st
+
+
+# ------------------------------------------------------------- the C++ fast path (kdart.torch_ext)
+
+def _load_ext():
+    mode = os.environ.get("KDART_TORCH_EXT", "")
+    if mode == "0":
+        return None
+    from . import torch_ext
+    try:
+        ext = torch_ext.load()
+        if ext is None and mode == "1":
+            ext = torch_ext.build()
+        if ext is not None:  # built against the kdart.h of the library that is loaded (struct layouts)
+            major, minor, patch = (int(x) for x in _lib.version().split(".")[:3])
+            if ext.ABI != major * 10000 + minor * 100 + patch:
+                raise RuntimeError(f"built for another kdart ({ext.ABI}, library {_lib.version()})")
+    except Exception as e:  # a stale or foreign build: the Python path serves, and says why once
+        warnings.warn(f"kdart.torch: the C++ fast path is not used ({e})", RuntimeWarning, stacklevel=2)
+        return None
+    return ext
+
+
+_EXT = _load_ext()
+
+
+def _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices):
+    """The outputs, or None when the Python path must take the call (another current device, or kdart
+    refused: the Python path then raises with fla's argument names)."""
+    st = _rt_state if _rt_state else _fast()
+    idx = q.get_device()
+    if idx != torch._C._cuda_getDevice():
+        return None
+    r = _EXT.intra(st["handle"], st["intra_addr"], _stream(idx), q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
+                   bool(fold_dg), bool(emit_bf16), cu_seqlens, chunk_indices)
+    return None if type(r) is int else r
+
+
+def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets):
+    st = _rt_state if _rt_state else _fast()
+    idx = q.get_device()
+    if idx != torch._C._cuda_getDevice() or q.dim() != 4:
+        return None
+    if cu_seqlens is None:
+        nt = -(-q.shape[1] // CHUNK)
+    else:
+        nt = chunk_indices.shape[0] if chunk_indices is not None else _chunk_count(cu_seqlens)
+    r = _EXT.dhu(st["handle"], st["dhu_addr"], _stream(idx), q, k, w, do, dv, gk, h0, dht,
+                 float("nan") if scale is None else float(scale), max(nt, 1), cu_seqlens, chunk_indices,
+                 chunk_offsets)
+    if type(r) is int:
+        return None
+    return (r[0][:, :0], r[1], r[2]) if nt == 0 else r
 
 
 def _check_layout(tensors):
@@ -463,6 +519,10 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
     fold_dg: dg comes back reverse-cumsummed within each chunk (fla's following
     chunk_local_cumsum(dg, 64, reverse=True)); emit_bf16: dq, dk in the io dtype (HV == H)."""
     if _eager(q):
+        if _EXT is not None:
+            r = _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
+            if r is not None:
+                return r
         return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
                                chunk_indices)
     return torch.ops.kdart.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
@@ -474,8 +534,12 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
     -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization)."""
+    r = None
     if _eager(q):
-        dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
+        if _EXT is not None:
+            r = _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
+        dh, dh0, dv2 = r if r is not None else _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens,
+                                                           chunk_indices, chunk_offsets)
     else:
         dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices,
                                                chunk_offsets)
