@@ -35,6 +35,11 @@ prepares it, or call prepare_for(bwd_intra, ...) with the same arguments.
 
 Per call, a cached plan per signature (shapes, dtypes, devices, flags) and
 thread holds the ctypes argument struct; a call only writes the data pointers.
+Where kdart.torch_ext is built (python -m kdart.torch_ext), eager calls take
+its C++ fast path instead: one call that builds the descriptors from the
+tensors, allocates the outputs and calls kdart's C function (which validates
+everything); a call it cannot take (another current device) or that kdart
+refuses comes back to the Python path, which raises with fla's argument names.
 """
 import ctypes
 import operator
