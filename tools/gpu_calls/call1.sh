@@ -16,4 +16,4 @@ GPU_CHECK_PARTS=python PYTEST_LOG=pytest_big PYTEST_TIMEOUT=120 PYTEST_ARGS="pyt
 GPU_CHECK_PARTS=bench tools/gpu_check.sh build $O; echo "t=$(( $(date +%s) - t0 ))"
 tail -n 4 $O/bench.txt; nvidia-smi --query-gpu=memory.used --format=csv
 # at most 8 files come back from $OUT, the first 8 by name: this bundle of all of them sorts first
-(cd $O \&\& tar czf 0logs.tgz --exclude=0logs.tgz .)
+(cd $O && tar czf 0logs.tgz --exclude=0logs.tgz .)

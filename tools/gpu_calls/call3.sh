@@ -13,4 +13,4 @@ GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch PYTEST_TIMEOUT=200 PYTEST_ARGS="p
 GPU_CHECK_PARTS=e2e E2E_ARGS=--overhead-only E2E_TIMEOUT=120 tools/gpu_check.sh build $O; cat $O/e2e.txt
 grep -E "error ratio|^FAILED|passed|failed" $O/pytest_fla.txt | tail -20
 # at most 8 files come back from $OUT, the first 8 by name: this bundle of all of them sorts first
-(cd $O \&\& tar czf 0logs.tgz --exclude=0logs.tgz .)
+(cd $O && tar czf 0logs.tgz --exclude=0logs.tgz .)
