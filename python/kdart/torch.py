@@ -121,6 +121,16 @@ def _chunk_count(cu_seqlens):
     return int(((lens + CHUNK - 1) // CHUNK).sum().item())
 
 
+def _fla_nt(T, cu_seqlens, chunk_indices, nt=None):
+    """dh's chunk rows as fla sizes them: ceil(T/64) at fixed length, else len(chunk_indices), else nt (the
+    caller's count of cu_seqlens's chunks; counted here, a synchronization, when None)."""
+    if cu_seqlens is None:
+        return -(-T // CHUNK)
+    if chunk_indices is not None:
+        return chunk_indices.shape[0]
+    return _chunk_count(cu_seqlens) if nt is None else nt
+
+
 def _varlen(T, cu_seqlens):
     return int(cu_seqlens is not None or T % CHUNK != 0)
 
@@ -153,7 +163,7 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
     len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks)."""
     B, T, HV, K, _ = _dims(q, gk)
     N = _seqs(B, cu_seqlens, chunk_indices, chunk_offsets)
-    NT = -(-T // CHUNK) if cu_seqlens is None else chunk_indices.shape[0] if chunk_indices is not None else nt
+    NT = _fla_nt(T, cu_seqlens, chunk_indices, nt)
     if do.dim() != 4:
         raise _bad("ESHAPE: do must be [B,T,HV,V]")
     V = do.shape[3]
@@ -262,10 +272,7 @@ def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chu
     idx = q.get_device()
     if idx != torch._C._cuda_getDevice() or q.dim() != 4:
         return None
-    if cu_seqlens is None:
-        nt = -(-q.shape[1] // CHUNK)
-    else:
-        nt = chunk_indices.shape[0] if chunk_indices is not None else _chunk_count(cu_seqlens)
+    nt = _fla_nt(q.shape[1], cu_seqlens, chunk_indices)
     r = _EXT.dhu(st["handle"], st["dhu_addr"], _stream(idx), q, k, w, do, dv, gk, h0, dht,
                  float("nan") if scale is None else float(scale), max(nt, 1), cu_seqlens, chunk_indices,
                  chunk_offsets)

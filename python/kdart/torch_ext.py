@@ -13,6 +13,7 @@ overrides), keyed by the torch version, Python ABI and this source, so another t
 kdart.torch loads the build when it exists (load()); KDART_TORCH_EXT=0 keeps the Python path,
 KDART_TORCH_EXT=1 builds it on first import when missing.  Without it everything works, only slower.
 """
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -55,6 +56,7 @@ def _dlpack_shim():
     return shim
 
 
+@functools.cache  # read once per process: load() and build() ask for the folder several times
 def _key():
     import torch
     h = hashlib.sha256()

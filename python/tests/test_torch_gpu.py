@@ -7,7 +7,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import kdart.torch as kt  # noqa: E402
-from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen,  # noqa: E402
+from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen, gate,  # noqa: E402
                      chunk_indices, chunk_offsets, dhu_inputs, intra_inputs, rel_rms, varlen_dhu_inputs,
                      varlen_intra_inputs)
 
@@ -274,14 +274,6 @@ def _poisoned_pool(nbytes):
     del x
 
 
-def _chunk_gate_(g, step=1 << 16):
-    """g [1,T,HV,K] fp32 in place: per-chunk cumsum of logsigmoid gates (kda_ref.gate), in token slices."""
-    for t0 in range(0, g.shape[1], step):
-        s = g[:, t0:t0 + step]
-        a = torch.nn.functional.logsigmoid(torch.randn(s.shape, device="cuda") * 1.5 + 2.0)
-        s.copy_((a.view(1, -1, 64, *s.shape[2:]).cumsum(2) * 1.4426950216).view(s.shape))
-
-
 @pytest.mark.skipif(torch.cuda.get_device_properties(0).total_memory < BIG_BYTES + (20 << 30),
                     reason="needs about 100 GB of GPU memory")
 def test_beyond_32bit_indexing():
@@ -297,7 +289,8 @@ def test_beyond_32bit_indexing():
         q[:, t0:t0 + (1 << 16)] = torch.nn.functional.normalize(
             torch.randn(1, min(1 << 16, T - t0), HV, K, device="cuda"), dim=-1)
     g = torch.empty(1, T, HV, K, dtype=torch.float32, device="cuda")
-    _chunk_gate_(g)
+    for t0 in range(0, T, 1 << 16):  # kda_ref's gate, in slices (its temporaries would not fit at once)
+        g[:, t0:t0 + (1 << 16)] = gate(1, min(1 << 16, T - t0), HV, K, "cuda")
     ar = torch.arange(64, device="cuda")
     dAqk, dAkk = (torch.empty(1, T, HV, 64, dtype=torch.float32, device="cuda").normal_(0, 0.1) for _ in range(2))
     dAqk.view(1, T // 64, 64, HV, 64).mul_((ar[:, None] >= ar[None, :]).float()[:, None, :])  # lower, diagonal
