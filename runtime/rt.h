@@ -24,7 +24,7 @@
 #define KDART__MAX_PARAMS 6
 #define KDART__MAX_VALUES 4
 #define KDART__MAX_SPECS 96      /* largest spec_count of any kernel */
-#define KDART__MAX_CTX 8         /* CUDA contexts one unit remembers */
+#define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */
 

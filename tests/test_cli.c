@@ -147,6 +147,15 @@ static void run_in(run_result *r, const char *dir, const char *arg, ...) {
     ck_assert_msg((r)->status == (want), "exit status %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s", (r)->status, \
                   (want), (r)->out, (r)->err)
 #define EXPECT_IN(hay, needle) ck_assert_msg(strstr((hay), (needle)) != NULL, "'%s' not in:\n%s", (needle), (hay))
+/* Runs kdart and checks its exit status and that needle is in its stdout or stderr (which: out or err). */
+#define RUN_EXPECT(want, which, needle, ...)                                                                           \
+    do {                                                                                                               \
+        run_result re_;                                                                                                \
+        RUN(&re_, __VA_ARGS__);                                                                                        \
+        EXPECT_STATUS(&re_, want);                                                                                     \
+        EXPECT_IN(re_.which, needle);                                                                                  \
+        run_free(&re_);                                                                                                \
+    } while (0)
 /* Runs kdart and checks only its exit status. */
 #define RUN_STATUS(want, ...)                                                                                          \
     do {                                                                                                               \
@@ -345,10 +354,7 @@ START_TEST(test_top_help) {
     ck_assert_msg(strncmp(r.out, "kdart ", 6) == 0, "version output: %s", r.out);
     run_free(&r);
 
-    RUN(&r, "help", "gc");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "--max-bytes");
-    run_free(&r);
+    RUN_EXPECT(0, out, "--max-bytes", "help", "gc");
 }
 END_TEST
 
@@ -370,33 +376,21 @@ END_TEST
 
 START_TEST(test_usage_errors) {
     run_result r;
-    RUN(&r, "frobnicate");
-    EXPECT_STATUS(&r, 2);
-    EXPECT_IN(r.err, "unknown command");
-    run_free(&r);
+    RUN_EXPECT(2, err, "unknown command", "frobnicate");
 
-    RUN(&r, "ls", "--bogus");
-    EXPECT_STATUS(&r, 2);
-    EXPECT_IN(r.err, "--bogus");
-    run_free(&r);
+    RUN_EXPECT(2, err, "--bogus", "ls", "--bogus");
 
     run_in(&r, test_dir, (const char *)NULL); /* no command at all */
     EXPECT_STATUS(&r, 2);
     run_free(&r);
 
-    RUN(&r, "gc");
-    EXPECT_STATUS(&r, 2);
-    EXPECT_IN(r.err, "--max-bytes");
-    run_free(&r);
+    RUN_EXPECT(2, err, "--max-bytes", "gc");
 
     RUN_STATUS(2, "gc", "--max-bytes", "12Q");
 
     RUN_STATUS(2, "show");
 
-    RUN(&r, "export", "abcdef");
-    EXPECT_STATUS(&r, 2);
-    EXPECT_IN(r.err, "-o");
-    run_free(&r);
+    RUN_EXPECT(2, err, "-o", "export", "abcdef");
 
     RUN_STATUS(2, "prewarm", "--jobs", "0");
 
@@ -539,10 +533,7 @@ START_TEST(test_prewarm_then_hits) {
     run_free(&r);
 
     /* --force recompiles what the cache holds. */
-    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "3 compiled, 0 hits, 0 failed");
-    run_free(&r);
+    RUN_EXPECT(0, out, "3 compiled, 0 hits, 0 failed", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
 
     /* --quiet drops the progress lines but keeps the summary. */
     RUN(&r, "--quiet", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
@@ -651,10 +642,7 @@ START_TEST(test_compile_failure) {
         run_free(&r);
     }
 
-    RUN(&r, "ls");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "FAILED");
-    run_free(&r);
+    RUN_EXPECT(0, out, "FAILED", "ls");
 
     char key[65];
     keys_from_ls(key, NULL);
@@ -666,10 +654,7 @@ START_TEST(test_compile_failure) {
 
     char out[PATH_MAX + 16];
     snprintf(out, sizeof out, "%s/failed.cubin", test_dir);
-    RUN(&r, "export", key, "-o", out);
-    EXPECT_STATUS(&r, 1);
-    EXPECT_IN(r.err, "no cubin");
-    run_free(&r);
+    RUN_EXPECT(1, err, "no cubin", "export", key, "-o", out);
 }
 END_TEST
 
@@ -737,10 +722,7 @@ START_TEST(test_show) {
     EXPECT_IN(r.out, "\"log\": ");
     run_free(&r);
 
-    RUN(&r, "show", "deadbeefdeadbeefdeadbeef");
-    EXPECT_STATUS(&r, 4);
-    EXPECT_IN(r.err, "deadbeef");
-    run_free(&r);
+    RUN_EXPECT(4, err, "deadbeef", "show", "deadbeefdeadbeefdeadbeef");
 
     /* An ambiguous prefix: the two keys' common prefix, when they have one. */
     size_t common = 0;
@@ -834,40 +816,24 @@ static void corrupt_blobs(void) {
 
 START_TEST(test_verify) {
     use_seed();
-    run_result r;
-    RUN(&r, "verify");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "checked 3 entries, 0 damaged");
-    run_free(&r);
+    RUN_EXPECT(0, out, "checked 3 entries, 0 damaged", "verify");
 
     corrupt_blobs();
-    RUN(&r, "verify");
-    EXPECT_STATUS(&r, 1);
-    EXPECT_IN(r.out, "3 damaged");
-    run_free(&r);
+    RUN_EXPECT(1, out, "3 damaged", "verify");
 
     /* Damaged rows were quarantined: a second pass finds the cache clean,
      * and stats counts them. */
     RUN_STATUS(0, "verify");
-    RUN(&r, "stats");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "3 quarantined");
-    run_free(&r);
+    RUN_EXPECT(0, out, "3 quarantined", "stats");
 }
 END_TEST
 
 START_TEST(test_gc) {
     use_seed();
     run_result r;
-    RUN(&r, "gc", "--max-bytes", "1G");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "evicted 0 entries");
-    run_free(&r);
+    RUN_EXPECT(0, out, "evicted 0 entries", "gc", "--max-bytes", "1G");
 
-    RUN(&r, "gc", "--max-bytes=0");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "evicted 3 entries");
-    run_free(&r);
+    RUN_EXPECT(0, out, "evicted 3 entries", "gc", "--max-bytes=0");
 
     RUN(&r, "ls");
     EXPECT_STATUS(&r, 0);
@@ -892,10 +858,7 @@ START_TEST(test_why) {
     EXPECT_IN(r.out, "arch: entry has sm_90a, request needs sm_100a");
     run_free(&r);
 
-    RUN(&r, "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "hit");
-    run_free(&r);
+    RUN_EXPECT(0, out, "hit", "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a");
 
     RUN_STATUS(2, "why", "chunk_rcumsum", "K=96", "--arch", "sm_90a");
 }
@@ -941,10 +904,7 @@ START_TEST(test_ls_filters) {
     ck_assert_int_eq(count_substr(r.out, "\"key\": "), 0);
     run_free(&r);
 
-    RUN(&r, "ls", "--kernel", "no_such_kernel");
-    EXPECT_STATUS(&r, 4);
-    EXPECT_IN(r.err, "unknown kernel");
-    run_free(&r);
+    RUN_EXPECT(4, err, "unknown kernel", "ls", "--kernel", "no_such_kernel");
     RUN_STATUS(2, "ls", "--arch", "x86");
     RUN_STATUS(2, "ls", "--kernel");
 }
@@ -979,36 +939,20 @@ START_TEST(test_rm) {
     char seed_db[PATH_MAX + 16], empty_db[PATH_MAX + 16];
     snprintf(seed_db, sizeof seed_db, "%s/kdart.db", test_dir);
     snprintf(empty_db, sizeof empty_db, "%s/empty.db", test_dir);
-    RUN(&r, "--cache", empty_db, "--ro-cache", seed_db, "rm", key2);
-    EXPECT_STATUS(&r, 4);
-    EXPECT_IN(r.err, "writable cache");
-    run_free(&r);
+    RUN_EXPECT(4, err, "writable cache", "--cache", empty_db, "--ro-cache", seed_db, "rm", key2);
     RUN_STATUS(0, "show", key2);
 
     /* The removed specialization compiles again on the next prewarm. */
-    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "1 compiled, 2 hits");
-    run_free(&r);
+    RUN_EXPECT(0, out, "1 compiled, 2 hits", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
 }
 END_TEST
 
 START_TEST(test_clear) {
     use_seed();
-    run_result r;
     RUN_STATUS(2, "clear", "extra");
-    RUN(&r, "clear");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "removed 3 entries");
-    run_free(&r);
-    RUN(&r, "stats");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "entries          0 ");
-    run_free(&r);
-    RUN(&r, "clear");
-    EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "removed 0 entries");
-    run_free(&r);
+    RUN_EXPECT(0, out, "removed 3 entries", "clear");
+    RUN_EXPECT(0, out, "entries          0 ", "stats");
+    RUN_EXPECT(0, out, "removed 0 entries", "clear");
     RUN_STATUS(1, "--cache", ":memory:", "clear");
 }
 END_TEST

@@ -7,7 +7,10 @@
  * `serve --stop`, the socket file's fate, exit codes).  Every test has its
  * own mkdtemp directory holding the cache and the socket; every inherited
  * KDART_* variable is dropped.  chunk_rcumsum, the cheapest kernel, for
- * sm_90a is the only thing ever compiled.  No GPU is needed.
+ * sm_90a is the only thing compiled, except in the two-rank tests: two
+ * processes sharing one cache, with and without the service, prepare a
+ * few small specializations of all three kernels for sm_100a (issue 17).
+ * No GPU is needed.
  *
  * Each test prints one "test_service: ..." line with its figures.
  */
@@ -1358,6 +1361,291 @@ START_TEST(test_junk_arch) {
 }
 END_TEST
 
+/* ------------------------------------------- two ranks of one node (#17)
+ *
+ * Two processes, as two ranks of a training job, share one cache
+ * directory and prepare the same specializations for sm_100a at the same
+ * moment: first each compiling in-process (the compile leases of
+ * runtime/prepare.c), then both as clients of one `kdart serve`.  Every
+ * key must be compiled once on the node, and both ranks must end with
+ * every cubin: the same key, an entry whose cubin kdart_cache_get reads
+ * back (checksummed) as an ELF, and `kdart verify` clean.  The ranks are
+ * forked children using the public API only, started together on a pipe
+ * (no sleeps), one walking the list forwards and one backwards, so that
+ * they compile different keys at first and then meet on keys the other
+ * is compiling or has published.  Three kernels, small specializations:
+ * about 2 s of compiling per test. */
+
+#define NODE_ARCH "sm_100a"
+#define NODE_KEYS 5
+
+static const struct {
+    const char *kernel, *spec;
+} node_specs[NODE_KEYS] = {
+    {"chunk_rcumsum", "K=64"},
+    {"chunk_rcumsum", "K=128"},
+    {"bwd_dhu", "io=bf16,K=64,BV=16,varlen=0"},
+    {"bwd_dhu", "io=bf16,K=64,BV=32,varlen=1"},
+    {"bwd_intra", "io=bf16,fold_dg=1,emit_bf16=0,K=64,varlen=0"},
+};
+
+/* What a rank sends back: one write, under PIPE_BUF, so it is atomic. */
+typedef struct rank_result {
+    int open_rc;
+    int rc[NODE_KEYS], source[NODE_KEYS], cubin_ok[NODE_KEYS];
+    char key[NODE_KEYS][65];
+    int warnings, waits;
+    char err[512], last_warn[512];
+} rank_result;
+_Static_assert(sizeof(rank_result) <= 4096, "a rank's result is one atomic pipe write");
+
+typedef struct rank_log {
+    atomic_int warnings, waits;
+    pthread_mutex_t mu;
+    char last_warn[512];
+} rank_log;
+
+/* Counts warnings (a fallback from the service is one) and lease waits;
+ * called from the rank's threads and its lease heartbeat. */
+static void rank_log_fn(void *user, int level, const char *msg) {
+    rank_log *l = user;
+    if (level <= KDART_LOG_WARN) {
+        atomic_fetch_add(&l->warnings, 1);
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->last_warn, sizeof l->last_warn, "%s", msg);
+        pthread_mutex_unlock(&l->mu);
+    }
+    if (strstr(msg, "waiting for process")) atomic_fetch_add(&l->waits, 1);
+}
+
+/* The rank itself (a forked child: no Check calls, it reports and exits).
+ * The cache and kernels come from KDART_CACHE_DIR and KDART_KERNEL_DIR,
+ * as for a real rank; KDART_OPEN_NO_CUDA because sm_100a is never loaded
+ * here, so the ranks behave the same with or without a GPU. */
+static void rank_main(int rank, const char *service, int ready_fd, int gate_fd, int out_fd) {
+    if (service) setenv("KDART_SERVICE", service, 1);
+    static rank_result r;
+    static rank_log lg;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&lg.mu, NULL);
+    kdart_options o;
+    kdart_options_init(&o);
+    o.flags = KDART_OPEN_NO_CUDA;
+    o.log = rank_log_fn;
+    o.log_user = &lg;
+    o.log_level = KDART_LOG_INFO;
+    kdart_rt *rt = NULL;
+    r.open_rc = kdart_open(&rt, &o);
+    (void)!write(ready_fd, "r", 1);
+    char c;
+    while (read(gate_fd, &c, 1) < 0 && errno == EINTR) { /* EOF: the parent closed the gate */
+    }
+    for (int i = 0; rt && i < NODE_KEYS; i++) {
+        int j = rank ? NODE_KEYS - 1 - i : i;
+        kdart_prepared p;
+        r.rc[j] = kdart_prepare(rt, node_specs[j].kernel, node_specs[j].spec, NODE_ARCH, 0, &p);
+        r.source[j] = p.source;
+        memcpy(r.key[j], p.key, sizeof r.key[j]);
+        if (r.rc[j] && !r.err[0])
+            snprintf(r.err, sizeof r.err, "%s %s: %s", node_specs[j].kernel, node_specs[j].spec, kdart_last_error(rt));
+    }
+    for (int j = 0; rt && j < NODE_KEYS; j++) {
+        kdart_entry *e = NULL;
+        if (r.rc[j] || kdart_cache_get(rt, r.key[j], &e) != KDART_OK) continue;
+        r.cubin_ok[j] = !e->failed && strcmp(e->key, r.key[j]) == 0 && e->cubin_size > 4 &&
+                        memcmp(e->cubin, "\x7f" "ELF", 4) == 0;
+        kdart_entry_free(e);
+    }
+    kdart_close(rt);
+    r.warnings = atomic_load(&lg.warnings);
+    r.waits = atomic_load(&lg.waits);
+    snprintf(r.last_warn, sizeof r.last_warn, "%s", lg.last_warn);
+    ssize_t n = write(out_fd, &r, sizeof r);
+    _exit(n == (ssize_t)sizeof r ? 0 : 3);
+}
+
+/* Reads n bytes from fd within timeout_ms; the number read. */
+static size_t read_within(int fd, void *buf, size_t n, int timeout_ms) {
+    size_t got = 0;
+    double t0 = now_ms();
+    while (got < n) {
+        int left = timeout_ms - (int)(now_ms() - t0);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    return got;
+}
+
+/* Runs two ranks on the test's cache directory (as clients of service
+ * when it is not NULL), released together once both have opened the
+ * runtime, and checks what each reports: every prepare succeeded without
+ * a warning, both ranks got the same key per specialization, and both
+ * read every cubin back.  Returns the wall time of the race. */
+static double run_two_ranks(const char *service, rank_result res[2]) {
+    char kdir[512];
+    snprintf(kdir, sizeof kdir, "%s/kernel_src", KDART_TEST_SOURCE_DIR);
+    setenv("KDART_CACHE_DIR", dir, 1);
+    setenv("KDART_KERNEL_DIR", kdir, 1);
+    int ready[2], gate[2], out[2][2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(gate), 0);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(pipe(out[r]), 0);
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) {
+            close(ready[0]);
+            close(gate[1]);
+            close(out[r][0]);
+            rank_main(r, service, ready[1], gate[0], out[r][1]);
+        }
+        close(out[r][1]);
+    }
+    close(ready[1]);
+    close(gate[0]);
+    char rr[2];
+    ck_assert_msg(read_within(ready[0], rr, 2, 60000) == 2, "a rank did not open the runtime");
+    close(ready[0]);
+    double t0 = now_ms();
+    close(gate[1]); /* both start now */
+    size_t got[2];
+    for (int r = 0; r < 2; r++) {
+        memset(&res[r], 0, sizeof res[r]);
+        got[r] = read_within(out[r][0], &res[r], sizeof res[r], 300000);
+        close(out[r][0]);
+    }
+    double wall = now_ms() - t0;
+    for (int r = 0; r < 2; r++) {
+        int code = wait_exit(pid[r], 60000);
+        if (code < 0) {
+            kill(pid[r], SIGKILL);
+            waitpid(pid[r], NULL, 0);
+        }
+        ck_assert_msg(code == 0 && got[r] == sizeof res[r], "rank %d exited %d, sent %zu bytes", r, code, got[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(res[r].open_rc == KDART_OK, "rank %d: kdart_open %s", r, kdart_errname(res[r].open_rc));
+        ck_assert_msg(res[r].warnings == 0, "rank %d: %d warnings, last: %s", r, res[r].warnings, res[r].last_warn);
+        for (int j = 0; j < NODE_KEYS; j++) {
+            ck_assert_msg(res[r].rc[j] == KDART_OK, "rank %d: %s", r, res[r].err);
+            ck_assert_msg(res[r].cubin_ok[j], "rank %d: no cubin for %s %s", r, node_specs[j].kernel, node_specs[j].spec);
+        }
+    }
+    for (int j = 0; j < NODE_KEYS; j++) ck_assert_str_eq(res[0].key[j], res[1].key[j]);
+    return wall;
+}
+
+typedef struct node_entries {
+    const rank_result *res;
+    int entries, bad_hits, foreign;
+    int64_t want_hits;
+} node_entries;
+
+static int node_entry(void *user, const kdart_entry *e) {
+    node_entries *n = user;
+    int mine = 0;
+    for (int j = 0; j < NODE_KEYS; j++) mine |= strcmp(e->key, n->res[0].key[j]) == 0;
+    n->entries++;
+    n->foreign += !mine || e->failed || strcmp(e->arch, NODE_ARCH) != 0;
+    n->bad_hits += e->hits != n->want_hits;
+    return 0;
+}
+
+/* What the shared cache says afterwards: exactly the NODE_KEYS entries,
+ * each hit want_hits times (a prepare that did not compile a key read it
+ * from the cache: one hit; the compiler publishes without a hit), misses
+ * within [lo, hi]; then `kdart verify` on it is clean.  *misses: the
+ * count, for the report. */
+static void check_node_cache(const rank_result res[2], int64_t want_hits, int64_t lo, int64_t hi, int64_t *misses) {
+    char db[512];
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    ck_assert_ptr_nonnull(rt);
+    kdart_cache_stats s;
+    ck_assert_int_eq(kdart_cache_stats_get(rt, &s), KDART_OK);
+    node_entries n = {res, 0, 0, 0, want_hits};
+    ck_assert_int_eq(kdart_cache_list(rt, node_entry, &n), KDART_OK);
+    kdart_close(rt);
+    ck_assert_int_eq(n.entries, NODE_KEYS);
+    ck_assert_int_eq(n.foreign, 0);
+    ck_assert_msg(n.bad_hits == 0, "%d entries not hit %lld times", n.bad_hits, (long long)want_hits);
+    ck_assert_int_eq(s.entries, NODE_KEYS);
+    ck_assert_int_eq(s.failed_entries, 0);
+    ck_assert_int_eq(s.hits, want_hits * NODE_KEYS);
+    ck_assert_msg(s.misses >= lo && s.misses <= hi, "misses %lld outside [%lld, %lld]", (long long)s.misses,
+                  (long long)lo, (long long)hi);
+    *misses = s.misses;
+    const char *verify[] = {"verify", NULL};
+    int code = run_cli("verify", verify);
+    char *vo = slurp("verify", "out");
+    char want[64];
+    snprintf(want, sizeof want, "checked %d entries, 0 damaged", NODE_KEYS);
+    ck_assert_msg(code == 0 && strstr(vo, want), "kdart verify exited %d:\n%s", code, vo);
+    free(vo);
+}
+
+/* In-process: each rank compiles what it misses, under the key's lease.
+ * Each key: one rank reports KDART_FROM_COMPILE, the other
+ * KDART_FROM_CACHE (after waiting on the lease, or finding the entry). */
+START_TEST(test_two_ranks_shared_cache) {
+    rank_result res[2];
+    double wall = run_two_ranks(NULL, res);
+    int compiled[2] = {0, 0};
+    for (int j = 0; j < NODE_KEYS; j++) {
+        int c = 0;
+        for (int r = 0; r < 2; r++) {
+            if (res[r].source[j] == KDART_FROM_COMPILE) c++, compiled[r]++;
+            else ck_assert_int_eq(res[r].source[j], KDART_FROM_CACHE);
+        }
+        ck_assert_msg(c == 1, "%s %s compiled by %d ranks", node_specs[j].kernel, node_specs[j].spec, c);
+    }
+    int64_t misses;
+    check_node_cache(res, 1, NODE_KEYS, 2 * NODE_KEYS, &misses);
+    printf("test_service: 2 ranks, one cache, no service: %d keys for %s, compiled %d + %d (1 per key), "
+           "%d + %d lease waits, cache: %d entries hit once each, %lld misses; both ranks read every cubin, "
+           "kdart verify clean; %.0f ms\n",
+           NODE_KEYS, NODE_ARCH, compiled[0], compiled[1], res[0].waits, res[1].waits, NODE_KEYS, (long long)misses,
+           wall);
+}
+END_TEST
+
+/* Through `kdart serve` (the CLI, a third process): the ranks compile
+ * nothing themselves (every source KDART_FROM_CACHE, no fallback
+ * warning), the service compiled each key once, and each entry has one
+ * hit per rank. */
+START_TEST(test_two_ranks_one_service) {
+    const char *args[] = {"serve", "--socket", sock_path, "--jobs", "2", NULL};
+    pid_t svc = spawn_cli("serve", args);
+    wait_ready(svc);
+    rank_result res[2];
+    double wall = run_two_ranks(sock_path, res);
+    for (int j = 0; j < NODE_KEYS; j++)
+        for (int r = 0; r < 2; r++) ck_assert_int_eq(res[r].source[j], KDART_FROM_CACHE);
+    long compiled = stat_field("compiled"), failed = stat_field("failed"), coalesced = stat_field("coalesced"),
+         prepares = stat_field("prepares");
+    ck_assert_int_eq(compiled, NODE_KEYS);
+    ck_assert_int_eq(failed, 0);
+    int64_t misses;
+    /* The service misses each key once, and at least one rank did before asking it. */
+    check_node_cache(res, 2, 2 * NODE_KEYS, 3 * NODE_KEYS, &misses);
+    ck_assert_int_eq(kdart_serve_stop_request(sock_path, 60000), KDART_OK);
+    int code = wait_exit(svc, 30000);
+    ck_assert_msg(code == 0, "kdart serve exited %d:\n%s", code, slurp("serve", "err"));
+    printf("test_service: 2 ranks, one cache, one kdart serve: %d keys for %s, %ld compiled by the service, 0 by "
+           "the ranks (0 warnings), %ld prepare requests (%ld joined a compile in flight); cache: %d entries hit "
+           "twice each, %lld misses; kdart verify clean; %.0f ms\n",
+           NODE_KEYS, NODE_ARCH, compiled, prepares, coalesced, NODE_KEYS, (long long)misses, wall);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("service");
     TCase *t = tcase_create("service");
@@ -1378,6 +1666,8 @@ int main(void) {
     tcase_add_test(t, test_cli_full_or_absent);
     tcase_add_test(t, test_cli_transport_reason);
     tcase_add_test(t, test_junk_arch);
+    tcase_add_test(t, test_two_ranks_shared_cache);
+    tcase_add_test(t, test_two_ranks_one_service);
     suite_add_tcase(s, t);
     return test_run(s);
 }

@@ -37,6 +37,13 @@
 
 static struct kdart__cuda cu;
 static int cu_ready;
+/* Device 0's primary context (kc_init), and the two entry points of
+ * kc_ctx_create, resolved apart from the table: the runtime never creates
+ * contexts, and a driver without them only loses that one test. */
+static CUcontext primary_ctx;
+static CUdevice dev0;
+static CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice);
+static CUresult (*ctx_destroy)(CUcontext);
 
 int kc_init(char *why, size_t n) {
     if (cu_ready) return 0;
@@ -69,8 +76,43 @@ int kc_init(char *why, size_t n) {
         snprintf(why, n, "cannot make device 0's primary context current");
         return 77;
     }
+    primary_ctx = ctx;
+    dev0 = dev;
+    *(void **)&ctx_create = dlsym(lib, "cuCtxCreate_v4");
+    *(void **)&ctx_destroy = dlsym(lib, "cuCtxDestroy_v2");
     cu_ready = 1;
     return 0;
+}
+
+int kc_ctx_create(void **ctx, char *why, size_t n) {
+    *ctx = NULL;
+    if (!cu_ready) return snprintf(why, n, "kc_init not called"), -1;
+    if (!ctx_create || !ctx_destroy) return snprintf(why, n, "libcuda lacks cuCtxCreate_v4 (CUDA 12.5+)"), -1;
+    CUcontext c;
+    CUresult r = ctx_create(&c, NULL, 0, dev0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        cu.cuGetErrorName(r, &name);
+        return snprintf(why, n, "cuCtxCreate: %s", name), -1;
+    }
+    /* cuCtxCreate pushed it; make it current the way the others are set. */
+    if (cu.cuCtxSetCurrent(c) != CUDA_SUCCESS) {
+        ctx_destroy(c);
+        cu.cuCtxSetCurrent(primary_ctx);
+        return snprintf(why, n, "cuCtxSetCurrent on the new context failed"), -1;
+    }
+    *ctx = c;
+    return 0;
+}
+
+int kc_ctx_use(void *ctx) {
+    return cu_ready && cu.cuCtxSetCurrent(ctx ? (CUcontext)ctx : primary_ctx) == CUDA_SUCCESS ? 0 : -1;
+}
+
+void kc_ctx_destroy(void *ctx) {
+    if (!cu_ready) return;
+    if (ctx && ctx_destroy) ctx_destroy((CUcontext)ctx);
+    cu.cuCtxSetCurrent(primary_ctx);
 }
 
 /* ------------------------------------------------------------- buffers */
@@ -285,6 +327,14 @@ static double time_launches(kdart_rt *rt, launch_fn fn, const void *args, CUstre
     return med;
 }
 
+/* FNV-1a, 64 bits: a digest of an output's bytes (kc_report.digest). */
+static unsigned long long fnv1a(const void *p, size_t n) {
+    const unsigned char *b = p;
+    unsigned long long h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* Runs the checked launch, the determinism launch, the graph launch and
  * the timing; fills the raw outputs of the first launch into raw. */
 static int run_all(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, int nout, void **raw, int graph,
@@ -292,6 +342,8 @@ static int run_all(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, in
     CUstream s;
     if (cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return fail(r, "cuStreamCreate");
     int rc = run_once(rt, fn, args, s, outs, nout, raw, 0, r);
+    if (rc == 0 && r->status == KDART_OK)
+        for (int i = 0; i < nout; i++) r->digest[i] = outs[i] ? fnv1a(raw[i], outs[i]->bytes) : 0;
     void *again[4] = {0};
     r->deterministic = 0;
     r->graph_equal = -1;
@@ -441,14 +493,14 @@ static int poison_intact(const dbuf *b, const void *raw, size_t from, size_t to)
     return ok;
 }
 
-/* After a garbage-cu launch: the status bits (read and cleared), and every
- * output element still poison. */
-static void garbage_verdict(kdart_rt *rt, dbuf **outs, void **raw, int nout, kc_report *r) {
+/* After a garbage-cu launch: the status bits (read, and cleared unless
+ * keep_status), and every output element still poison. */
+static void garbage_verdict(kdart_rt *rt, const kc_seqs *s, dbuf **outs, void **raw, int nout, kc_report *r) {
     r->untouched = 1;
     for (int i = 0; i < nout; i++)
         if (outs[i]) r->untouched &= poison_intact(outs[i], raw[i], 0, nelem(outs[i]));
     int bits = 0;
-    if (kdart_device_status(rt, &bits, 1) != KDART_OK) bits = -1;
+    if (kdart_device_status(rt, &bits, !s->keep_status) != KDART_OK) bits = -1;
     r->devstatus = bits;
 }
 
@@ -529,7 +581,7 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
         goto out;
     }
     if (c->seqs.garbage) {
-        garbage_verdict(rt, outs, raw, 4, r);
+        garbage_verdict(rt, &c->seqs, outs, raw, 4, r);
         rc = 0;
         goto out;
     }
@@ -725,7 +777,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         goto out;
     }
     if (c->seqs.garbage) {
-        garbage_verdict(rt, outs, raw, 3, r);
+        garbage_verdict(rt, &c->seqs, outs, raw, 3, r);
         rc = 0;
         goto out;
     }
@@ -828,7 +880,7 @@ out:
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
  * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512. */
 #define SELFTEST_SEQS(spec) \
-    (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0} : (kc_seqs){0})
+    (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})
 
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];

@@ -41,6 +41,8 @@ typedef struct kc_seqs {
                               chunk_indices): expect the launch to succeed, write nothing, and
                               set the device status bits (kc_report.devstatus) */
     double hard_gates;     /* fraction of gate entries set to -1000 before the cumsum */
+    int keep_status;       /* with garbage: read the device status word without clearing it, so
+                              the bits stay for the next reader (the multi-context test) */
 } kc_seqs;
 
 typedef struct kc_intra_case {
@@ -93,12 +95,26 @@ typedef struct kc_report {
                               every output element) */
     int devstatus;         /* kdart_device_status bits read (and cleared) after the launch */
     int nseq, tokens;      /* the sequences and cu[N] the case ran */
+    unsigned long long digest[4]; /* FNV-1a 64 of each output's bytes after the checked launch:
+                                     equal digests of two runs of one case (same seed) mean
+                                     bitwise-equal outputs, up to a 2^-64 collision */
 } kc_report;
 
 /* Runs one case.  Returns 0 when the case ran (see report.status and the
  * errors), or -1 on a harness failure (message says why). */
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r);
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
+
+/* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
+ * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes
+ * it current on the calling thread (0, or -1 with why: the driver lacks
+ * cuCtxCreate_v4, CUDA 12.5+, or creation failed); kc_ctx_use makes ctx
+ * current (NULL: device 0's primary context, as after kc_init); and
+ * kc_ctx_destroy destroys it and makes the primary current.  The kc_run_*
+ * calls allocate their tensors in whichever context is current. */
+int kc_ctx_create(void **ctx, char *why, size_t n);
+int kc_ctx_use(void *ctx);
+void kc_ctx_destroy(void *ctx);
 
 /* Calls bwd_intra with one argument broken in the way `which` names, on
  * real device buffers whose outputs hold a sentinel pattern; returns the

@@ -391,6 +391,7 @@ class Runtime:
 
 _rt_lock = threading.Lock()
 _rt = None
+_rt_flags = 0  # the process-wide runtime's open flags (tests set OPEN_NO_CUDA; KDART_DISABLE_CUDA is per process)
 
 
 def runtime():
@@ -401,7 +402,7 @@ def runtime():
         return r
     with _rt_lock:
         if _rt is None:
-            _rt = Runtime()
+            _rt = Runtime(flags=_rt_flags)
         return _rt
 
 

@@ -11,11 +11,17 @@ enable() replaces, in the fla module whose chunk_kda_bwd calls them
 chunk_gated_delta_rule_bwd_dhu by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
 before calling: K outside 1..256, V outside 1..512, chunk size != 64,
-a scalar gate g, use_graph, cu_seqlens off q's device or with
+a scalar gate g, cu_seqlens off q's device or with
 B != 1, dtypes other than kdart's, non-CUDA or non-contiguous tensors; and
 any call where kdart raises ValueError).  Any T and variable-length
 batches (cu_seqlens, with or without fla's chunk_indices / chunk_offsets)
-are served.  Head dims other than 64 and 128 (D = 60, 100, 256, ...),
+are served, and so is fla's use_graph mode (cu_seqlens padded with
+zero-length sequences to a fixed capacity, chunk_indices of nt_max rows with
+sentinel rows: kdart never reads chunk_indices, derives the chunks from
+cu_seqlens on the device and sizes its grids from T and the capacity, so
+the captured launches replay for any cu_seqlens contents; its outputs come
+from torch's allocator, the graph's pool under capture, not fla's static
+buffers).  Head dims other than 64 and 128 (D = 60, 100, 256, ...),
 V % 64 != 0 and state_v_first are served only with KDART_EXPERIMENTAL=1
 (until a GPU run verifies them; else the reason is "head dim K=...
 (not yet verified on a GPU)").  Each new fallback reason is warned about
@@ -152,13 +158,11 @@ def _io_reason(torch, q, others_io, others_f32):
     return None
 
 
-def _common_reason(chunk_size, use_graph, q, other, cu_seqlens):
+def _common_reason(chunk_size, q, other, cu_seqlens):
     """The checks both stages share (q [B,T,*,K], other a second 4-d tensor).  Any T and variable
-    length (cu_seqlens, B = 1, on q's device) are kdart's since issue 14."""
+    length (cu_seqlens, B = 1, on q's device) are kdart's since issue 14, fla's use_graph mode with them."""
     if chunk_size != 64:
         return f"chunk_size={chunk_size}"
-    if use_graph:
-        return "use_graph"
     if q.dim() != 4 or other.dim() != 4:
         return "shape"
     K = q.shape[3]
@@ -176,7 +180,7 @@ def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
     """None when kdart takes this chunk_kda_bwd_intra call, else the reason it does not."""
     if chunk_indices is not None and cu_seqlens is None:
         return "chunk_indices without cu_seqlens"
-    r = _common_reason(chunk_size, use_graph, q, g, cu_seqlens)
+    r = _common_reason(chunk_size, q, g, cu_seqlens)
     if r:
         return r
     if g.shape[2] % q.shape[2]:
@@ -195,7 +199,7 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
         return "scalar gate g"
     if gk is None:
         return "no gk"
-    r = _common_reason(chunk_size, use_graph, q, do, cu_seqlens)
+    r = _common_reason(chunk_size, q, do, cu_seqlens)
     if r:
         return r
     if q.shape[2] != do.shape[2]:
@@ -266,7 +270,7 @@ def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, o
         ref, folded_cu = folded
         torch = _torch()
         if (ref() is g and reverse and chunk_size == 64 and scale is None and cu_seqlens is folded_cu
-                and (chunk_indices is None or cu_seqlens is not None) and not use_graph and not kwargs
+                and (chunk_indices is None or cu_seqlens is not None) and not kwargs
                 and (output_dtype is _DEFAULT or output_dtype in (None, torch.float32))):
             _count_served("dg_cumsum_folded")
             return g  # bwd_intra already returned it reverse-cumsummed within each chunk (fold_dg)

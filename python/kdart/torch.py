@@ -36,9 +36,17 @@ prepares it, or call prepare_for(bwd_intra, ...) with the same arguments.
 
 Per call, a cached plan per signature (shapes, dtypes, devices, flags) and
 thread holds the ctypes argument struct; a call only writes the data pointers.
+Where kdart.torch_ext is built (python -m kdart.torch_ext), eager calls take
+its C++ fast path instead: one call that builds the descriptors from the
+tensors, allocates the outputs and calls kdart's C function (which validates
+everything); a call it cannot take (another current device) or that kdart
+refuses comes back to the Python path, which raises with fla's argument names.
 """
 import ctypes
+import operator
+import os
 import threading
+import warnings
 
 import torch
 
@@ -122,6 +130,16 @@ def _chunk_count(cu_seqlens):
     return int(((lens + CHUNK - 1) // CHUNK).sum().item())
 
 
+def _fla_nt(T, cu_seqlens, chunk_indices, nt=None):
+    """dh's chunk rows as fla sizes them: ceil(T/64) at fixed length, else len(chunk_indices), else nt (the
+    caller's count of cu_seqlens's chunks; counted here, a synchronization, when None)."""
+    if cu_seqlens is None:
+        return -(-T // CHUNK)
+    if chunk_indices is not None:
+        return chunk_indices.shape[0]
+    return _chunk_count(cu_seqlens) if nt is None else nt
+
+
 def _varlen(T, cu_seqlens):
     return int(cu_seqlens is not None or T % CHUNK != 0)
 
@@ -155,7 +173,7 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
     state's last two dims are [V, K] (dh, h0, dht, dh0), else [K, V]."""
     B, T, HV, K, _ = _dims(q, gk)
     N = _seqs(B, cu_seqlens, chunk_indices, chunk_offsets)
-    NT = -(-T // CHUNK) if cu_seqlens is None else chunk_indices.shape[0] if chunk_indices is not None else nt
+    NT = _fla_nt(T, cu_seqlens, chunk_indices, nt)
     if do.dim() != 4:
         raise _bad("ESHAPE: do must be [B,T,HV,V]")
     V = do.shape[3]
@@ -224,8 +242,61 @@ def _fast():
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
         for f in (fi, fd):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd)
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd,
+                  intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
     return st
+
+
+# ------------------------------------------------------------- the C++ fast path (kdart.torch_ext)
+
+def _load_ext():
+    mode = os.environ.get("KDART_TORCH_EXT", "")
+    if mode == "0":
+        return None
+    from . import torch_ext
+    try:
+        ext = torch_ext.load()
+        if ext is None and mode == "1":
+            ext = torch_ext.build()
+        if ext is not None:  # built against the kdart.h of the library that is loaded (struct layouts)
+            major, minor, patch = (int(x) for x in _lib.version().split(".")[:3])
+            if ext.ABI != major * 10000 + minor * 100 + patch:
+                raise RuntimeError(f"built for another kdart ({ext.ABI}, library {_lib.version()})")
+    except Exception as e:  # a stale or foreign build: the Python path serves, and says why once
+        warnings.warn(f"kdart.torch: the C++ fast path is not used ({e})", RuntimeWarning, stacklevel=2)
+        return None
+    return ext
+
+
+_EXT = _load_ext()
+
+
+def _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices):
+    """The outputs, or None when the Python path must take the call (another current device, or kdart
+    refused: the Python path then raises with fla's argument names)."""
+    st = _rt_state if _rt_state else _fast()
+    idx = q.get_device()
+    if idx != torch._C._cuda_getDevice():
+        return None
+    r = _EXT.intra(st["handle"], st["intra_addr"], _stream(idx), q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
+                   bool(fold_dg), bool(emit_bf16), cu_seqlens, chunk_indices)
+    return None if type(r) is int else r
+
+
+def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first):
+    """As _ext_intra; kdart's C function picks the specialization (K tile, BV, varlen, tail) from the shapes
+    and state_v_first, as for the Python path's plan (whose spec only says what to prepare)."""
+    st = _rt_state if _rt_state else _fast()
+    idx = q.get_device()
+    if idx != torch._C._cuda_getDevice() or q.dim() != 4:
+        return None
+    nt = _fla_nt(q.shape[1], cu_seqlens, chunk_indices)
+    r = _EXT.dhu(st["handle"], st["dhu_addr"], _stream(idx), q, k, w, do, dv, gk, h0, dht,
+                 float("nan") if scale is None else float(scale), max(nt, 1), cu_seqlens, chunk_indices,
+                 chunk_offsets, bool(state_v_first))
+    if type(r) is int:
+        return None
+    return (r[0][:, :0], r[1], r[2]) if nt == 0 else r
 
 
 def _check_layout(tensors):
@@ -313,8 +384,14 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     return plan
 
 
+# A tensor's part of a plan's key, and the contiguity test, as C-level calls over a tuple of tensors
+# (map of an attrgetter: no bytecode per attribute; the hot path is a few microseconds of such calls).
+_SIG = operator.attrgetter("shape", "dtype", "device")
+_CONTIG = operator.methodcaller("is_contiguous")
+
+
 def _idx_key(t):
-    return None if t is None else (t.shape, t.dtype, t.get_device())
+    return None if t is None else _SIG(t)
 
 
 def _thread_plans():
@@ -334,26 +411,21 @@ def _get_plan(key, build, *a):
 
 def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
                     chunk_indices=None):
-    key = (q.shape, k.shape, g.shape, beta.shape, dAqk.shape, dAkk.shape, dq.shape, dk.shape, db.shape, dg.shape,
-           q.dtype, k.dtype, g.dtype, beta.dtype, dAqk.dtype, dAkk.dtype, dq.dtype, dk.dtype, db.dtype, dg.dtype,
-           q.get_device(), k.get_device(), g.get_device(), beta.get_device(), dAqk.get_device(),
-           dAkk.get_device(), dq.get_device(), dk.get_device(), db.get_device(), dg.get_device(),
-           bool(fold_dg), bool(emit_bf16), "intra",
+    ts = (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg)
+    key = (tuple(map(_SIG, ts)), bool(fold_dg), bool(emit_bf16), "intra",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
     plan = _get_plan(key, _intra_plan, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg,
-                                          emit_bf16, cu_seqlens, chunk_indices)
-    if not (q.is_contiguous() and k.is_contiguous() and g.is_contiguous() and beta.is_contiguous()
-            and dAqk.is_contiguous() and dAkk.is_contiguous() and dq.is_contiguous() and dk.is_contiguous()
-            and db.is_contiguous() and dg.is_contiguous()):
-        _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg))
-    dev = plan.dev
-    (s0, t0), (s1, t1), (s2, t2), (s3, t3) = plan.outs
-    oq = torch.empty(s0, dtype=t0, device=dev)
-    ok = torch.empty(s1, dtype=t1, device=dev)
-    ob = torch.empty(s2, dtype=t2, device=dev)
-    og = torch.empty(s3, dtype=t3, device=dev)
+                     emit_bf16, cu_seqlens, chunk_indices)
+    if not all(map(_CONTIG, ts)):
+        _check_layout(ts)
+    # the outputs have the shapes of dq, dk, db, dg (checked): empty_like parses no shape (a third cheaper)
+    if emit_bf16:
+        oq, ok = torch.empty_like(dq, dtype=q.dtype), torch.empty_like(dk, dtype=q.dtype)
+    else:
+        oq, ok = torch.empty_like(dq), torch.empty_like(dk)
+    ob, og = torch.empty_like(db), torch.empty_like(dg)
     if not plan.warm:
-        _prepare_plan("bwd_intra", plan, dev)
+        _prepare_plan("bwd_intra", plan, plan.dev)
     d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
     d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
     d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
@@ -402,22 +474,19 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
                   chunk_offsets=None, state_v_first=False):
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
-    key = (q.shape, k.shape, w.shape, do.shape, dv.shape, gk.shape,
-           _idx_key(h0), _idx_key(dht),
-           q.dtype, k.dtype, w.dtype, do.dtype, dv.dtype, gk.dtype,
-           q.get_device(), k.get_device(), w.get_device(), do.get_device(), dv.get_device(), gk.get_device(), "dhu",
+    ts = (q, k, w, do, dv, gk)
+    key = (tuple(map(_SIG, ts)), _idx_key(h0), _idx_key(dht), "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
                                             nt), bool(state_v_first))
     plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
                      nt, state_v_first)
-    if not (q.is_contiguous() and k.is_contiguous() and w.is_contiguous() and do.is_contiguous()
-            and dv.is_contiguous() and gk.is_contiguous() and (dht is None or dht.is_contiguous())):
+    if not (all(map(_CONTIG, ts)) and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
     dev = plan.dev
-    (s0, t0), (s1, t1), (s2, t2) = plan.outs
+    (s0, t0), (s1, t1), _ = plan.outs
     dh = torch.empty(s0, dtype=t0, device=dev)
-    dh0 = torch.empty(s1, dtype=t1, device=dev)
-    dv2 = torch.empty(s2, dtype=t2, device=dev)
+    dh0 = torch.empty_like(h0) if h0 is not None else torch.empty(s1, dtype=t1, device=dev)  # h0 is fp32
+    dv2 = torch.empty_like(dv)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, dev)
@@ -487,6 +556,10 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
     fold_dg: dg comes back reverse-cumsummed within each chunk (fla's following
     chunk_local_cumsum(dg, 64, reverse=True)); emit_bf16: dq, dk in the io dtype (HV == H)."""
     if _eager(q):
+        if _EXT is not None:
+            r = _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
+            if r is not None:
+                return r
         return _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
                                chunk_indices)
     return torch.ops.kdart.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
@@ -500,9 +573,13 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
     state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K] (behind
     KDART_EXPERIMENTAL=1 until verified on a GPU, as K not in {64, 128} and V % 64 != 0)."""
+    r = None
     if _eager(q):
-        dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
-                                     state_v_first)
+        if _EXT is not None:
+            r = _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                         state_v_first)
+        dh, dh0, dv2 = r if r is not None else _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens,
+                                                           chunk_indices, chunk_offsets, state_v_first)
     else:
         dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices,
                                                chunk_offsets, bool(state_v_first))

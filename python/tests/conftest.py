@@ -28,3 +28,28 @@ def has_cuda():
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+@pytest.fixture
+def private_shared_runtime():
+    """A process-wide runtime (kdart.runtime(), and kdart.torch's handle on it) of this test alone, opened
+    without CUDA (the OPEN_NO_CUDA flag) when first used.  Not KDART_DISABLE_CUDA: the first attempt to load
+    libcuda decides for the whole process, so a CPU test that made it under that variable would leave every
+    later GPU test in the process without CUDA."""
+    import sys as _sys
+    from kdart import _lib
+    kt = _sys.modules.get("kdart.torch")
+    saved_rt, saved_flags, saved_state = _lib._rt, _lib._rt_flags, dict(kt._rt_state) if kt else None
+    _lib._rt, _lib._rt_flags = None, _lib.OPEN_NO_CUDA
+    if kt:
+        kt._rt_state.clear()
+    yield
+    mine = _lib._rt
+    _lib._rt, _lib._rt_flags = saved_rt, saved_flags
+    kt = _sys.modules.get("kdart.torch")
+    if kt:
+        kt._rt_state.clear()
+        if saved_state:
+            kt._rt_state.update(saved_state)
+    if mine is not None and mine is not saved_rt:
+        mine.close()

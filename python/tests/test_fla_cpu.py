@@ -50,6 +50,10 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96 (not yet verified on a GPU)"
     assert kf.intra_refusal(*_intra(K=257)) == "head dim K=257"
     assert kf.intra_refusal(*_intra(), chunk_size=32) == "chunk_size=32"
+    # fla's use_graph mode is served (the meta tensors stop at the device check, not at use_graph)
+    assert kf.intra_refusal(*_intra(), cu_seqlens=cu, chunk_indices=torch.empty(5, 2, dtype=torch.int64,
+                                                                                device="meta"),
+                            use_graph=True) == "not a CUDA tensor"
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
@@ -118,6 +122,12 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
             assert calls[n:] == [("kdart varlen", True)]
             assert chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=cu) is dg
             assert calls[n:] == [("kdart varlen", True)]
+            # fla's use_graph mode: folded just the same (running fla's cumsum on it would sum twice)
+            ci = torch.empty(4, 2, dtype=torch.int64)
+            dg = chunk_bwd.chunk_kda_bwd_intra(*a, cu_seqlens=cu, chunk_indices=ci, chunk_size=64, use_graph=True)[3]
+            assert chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=cu, chunk_indices=ci,
+                                                use_graph=True) is dg
+            assert calls[n:] == [("kdart varlen", True)] * 2
             dg = chunk_bwd.chunk_kda_bwd_intra(*a, cu_seqlens=cu, chunk_size=64)[3]
             chunk_bwd.chunk_local_cumsum(dg, chunk_size=64, reverse=True, cu_seqlens=other)  # not that fold
             assert calls[-1][0] == "cumsum" and calls[-1][1]["cu_seqlens"] is other
@@ -132,7 +142,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
         finally:
             orig.update(saved)
         st = kf.stats()
-    assert st["served"] == {"bwd_intra": 3, "bwd_dhu": 0, "dg_cumsum_folded": 2}
+    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 1}
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 

@@ -83,11 +83,21 @@ def run(B, T, H, HV, D, scale, norm, dtype, gate_in_kernel, safe_gate, disable_r
     return ref, ref_ht, ref_grads, tri, tri_ht, [x.grad for x in leaves]
 
 
-def check(ref, ref_ht, ref_grads, tri, tri_ht, grads):
+GRAD_TOLS = (("dq", 0.008), ("dk", 0.008), ("dv", 0.008), ("dg", 0.02), ("db", 0.02), ("dh0", 0.008),
+             ("dA", 0.001), ("dbias", 0.001))
+
+
+def check(ref, ref_ht, ref_grads, tri, tri_ht, grads, fla_grads=None):
+    """fla's tolerances against the float64 recurrence.  Where fla itself, on the same inputs, misses a
+    tolerance (the gate-in-kernel parameter grads dA, dbias: fla's CI only warns there, below a 0.01 ratio
+    or 0.3 absolute), kdart must be no worse than 1.5 times fla's own error ratio."""
     assert_close("o", ref, tri, 0.005)
     assert_close("ht", ref_ht, tri_ht, 0.005)
-    for name, r, t, tol in zip(("dq", "dk", "dv", "dg", "db", "dh0", "dA", "dbias"), ref_grads, grads,
-                               (0.008, 0.008, 0.008, 0.02, 0.02, 0.008, 0.001, 0.001)):
+    for i, ((name, tol), r, t) in enumerate(zip(GRAD_TOLS, ref_grads, grads)):
+        if r is None or t is None:
+            continue
+        if fla_grads is not None:
+            tol = max(tol, 1.5 * get_err_ratio(r, fla_grads[i]))
         assert_close(name, r, t, tol)
 
 
@@ -98,16 +108,16 @@ def test_chunk_kda_with_kdart(case):
     with kf.enabled():
         out = run(*case)
         st = kf.stats()
-    check(*out)
-    assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1, st
-    assert st["served"]["dg_cumsum_folded"] == 1 and not st["fallbacks"], st
     # The same inputs through fla alone: each gradient's error ratio against the float64
     # recurrence, kdart's next to fla's own (printed for the record; -s or -rP shows it).
     fla_out = run(*case)
-    names = ("dq", "dk", "dv", "dg", "db", "dh0", "dA", "dbias")
     line = " ".join(f"{n} {get_err_ratio(r, t):.2e}/{get_err_ratio(r, f):.2e}"
-                    for n, r, t, f in zip(names, out[2], out[5], fla_out[5]) if r is not None and t is not None)
+                    for (n, _), r, t, f in zip(GRAD_TOLS, out[2], out[5], fla_out[5])
+                    if r is not None and t is not None)
     print(f"\nerror ratio vs float64 (kdart/fla): {line}")
+    check(*out, fla_grads=fla_out[5])
+    assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1, st
+    assert st["served"]["dg_cumsum_folded"] == 1 and not st["fallbacks"], st
 
 
 def test_t1000_served():
@@ -143,6 +153,18 @@ def test_refused_input_falls_back():
 def test_chunk_kda_varlen_with_kdart(cu, D):
     """fla's varlen recipe (tests/ops/test_kda.py::test_chunk_varlen): packed sequences against the naive
     recurrence run per sequence; kdart serves both stages and the folded cumsum."""
+    _varlen_recipe(cu, D)
+
+
+def test_chunk_kda_use_graph_with_kdart():
+    """fla's use_graph mode, eager (the step a user warms up before capture): cu_seqlens padded with two
+    zero-length sequences to max_num_seqs, static chunk indices with sentinel rows; kdart serves both stages
+    and the folded cumsum, and every gradient matches the naive recurrence per sequence (a padding
+    sequence's final state is its initial state, so its dh0 is its dht)."""
+    _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True)
+
+
+def _varlen_recipe(cu, D, use_graph=False):
     torch.manual_seed(43)
     H, dtype = 2, torch.bfloat16
     T, N = cu[-1], len(cu) - 1
@@ -158,6 +180,9 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     refs, hts = [], []
     for n in range(N):
         s = slice(cu[n], cu[n + 1])
+        if cu[n] == cu[n + 1]:  # a zero-length (padding) sequence: no output, the state passes through
+            hts.append(d64[5][n:n + 1])
+            continue
         o, ht = naive_recurrent_kda(F.normalize(d64[0][:, s], p=2, dim=-1), F.normalize(d64[1][:, s], p=2, dim=-1),
                                     d64[2][:, s], d64[3][:, s], d64[4][:, s], scale=0.1,
                                     initial_state=d64[5][n:n + 1], output_final_state=True)
@@ -166,15 +191,15 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     ref, ref_ht = torch.cat(refs, 1), torch.cat(hts, 0)
     ((ref * do.double()).sum() + (ref_ht * dht.double()).sum()).backward()
     kf.reset_stats()
+    extra = dict(use_graph=True, max_num_seqs=N) if use_graph else {}
     with kf.enabled():
         tri, tri_ht = chunk_kda(F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1), v, g, beta, scale=0.1,
-                                initial_state=h0, output_final_state=True, cu_seqlens=cu_t)
+                                initial_state=h0, output_final_state=True, cu_seqlens=cu_t, **extra)
         ((tri * do).sum() + (tri_ht * dht).sum()).backward()
         st = kf.stats()
     assert_close("o", ref, tri, 0.005)
     assert_close("ht", ref_ht, tri_ht, 0.005)
-    for name, x, t, tol in zip(("dq", "dk", "dv", "dg", "db", "dh0"), d64, leaves,
-                               (0.008, 0.008, 0.008, 0.02, 0.02, 0.008)):
+    for (name, tol), x, t in zip(GRAD_TOLS, d64, leaves):  # the six leaves: dq .. dh0
         assert_close(name, x.grad, t.grad, tol)
     assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1 and not st["fallbacks"], st
     assert st["served"]["dg_cumsum_folded"] == 1

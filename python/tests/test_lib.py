@@ -64,8 +64,7 @@ def test_runtime_error_mapping():
     assert isinstance(e, ValueError) and e.name == "ESHAPE" and "ESHAPE" in str(e)
 
 
-def test_process_runtime_is_shared(monkeypatch, tmp_path):
-    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
+def test_process_runtime_is_shared(monkeypatch, tmp_path, private_shared_runtime):
     monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
     import threading
     got = []
@@ -93,8 +92,7 @@ def test_missing_library_message(monkeypatch, tmp_path):
 
 def test_kernel_dir_env_passed(monkeypatch, tmp_path):
     """KDART_KERNEL_DIR is honoured (passed as kdart_options.kernel_dir)."""
-    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
     monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("KDART_KERNEL_DIR", str(tmp_path))
-    with kdart.Runtime() as rt:
+    with kdart.Runtime(flags=_lib.OPEN_NO_CUDA) as rt:
         assert rt.kernel_dir == str(tmp_path) and rt.info()["kernel_dir"] == str(tmp_path)

@@ -21,9 +21,8 @@ def dhu_args(B=1, T=128, HV=4, K=64, V=128, io=BF, device="cpu", h0=True, dht=Tr
 
 
 @pytest.fixture(autouse=True)
-def _no_cuda(monkeypatch, tmp_path):
-    monkeypatch.setenv("KDART_DISABLE_CUDA", "1")
-    monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
+def _no_cuda(monkeypatch, tmp_path, private_shared_runtime):
+    monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))  # read when the test's runtime opens, on first use
 
 
 @pytest.mark.parametrize("which,bad", [(2, F32), (0, torch.float32), (3, F32), (4, BF)])

@@ -7,7 +7,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import kdart.torch as kt  # noqa: E402
-from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen,  # noqa: E402
+from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen, gate,  # noqa: E402
                      chunk_indices, chunk_offsets, dhu_inputs, intra_inputs, rel_rms, varlen_dhu_inputs,
                      varlen_intra_inputs)
 
@@ -205,6 +205,61 @@ def test_varlen_cuda_graph_bitwise():
     assert torch.equal(eager[2][:, :n], outs[2][:, :n])
 
 
+def test_varlen_graph_capacity_replay():
+    """fla's use_graph contract (issue 14): both ops captured once for a fixed capacity (N = 6 sequences of
+    T = 1200 tokens, dh rows nt_max = ceil(T/64) + N - 1, chunk_indices never read), then replayed after
+    cu_seqlens's contents change in place: the replay equals eager calls on the new contents, bitwise, on
+    every token, dh row and state the new batch owns."""
+    torch.manual_seed(15)
+    T, N = 1200, 6
+    cu_a, cu_b = [0, 100, 300, 700, 1000, 1000, 1000], [0, 15, 400, 401, 900, 1100, 1200]
+    nt_max = -(-T // 64) + N - 1
+    cu = _cu(cu_a, torch.int64)
+    ci = torch.zeros(nt_max, 2, dtype=torch.int64, device="cuda")
+    a = varlen_intra_inputs(_cu(cu_b, torch.int64), T, 2, 4, 64, torch.bfloat16, "cuda")  # inputs for batch b
+    d, h0, dht = varlen_dhu_inputs(_cu(cu_b, torch.int64), T, 4, 128, 128, torch.bfloat16, "cuda")
+
+    def both():
+        return (kt.bwd_intra(*a, fold_dg=True, cu_seqlens=cu, chunk_indices=ci)
+                + kt.bwd_dhu(*d, h0=h0, dht=dht, scale=0.125, cu_seqlens=cu, chunk_indices=ci))
+    both()  # prepares both specializations (batch a)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        both()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = both()
+    cu.copy_(_cu(cu_b, torch.int64))
+    kt.device_status(clear=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = both()  # cu holds batch b now
+    n, rows = cu_b[-1], chunk_offsets(cu_b)[-1]
+    for i, (x, y) in enumerate(zip(eager, outs)):  # dq dk db dg (tokens), dh (rows), dh0, dv2 (tokens)
+        if i == 4:
+            x, y = x[:, :rows], y[:, :rows]
+        elif i != 5:
+            x, y = x[:, :n], y[:, :n]
+        assert torch.equal(x, y), i
+    rdh, rdh0, rdv2 = bwd_dhu_ref_varlen(*d, _cu(cu_b, torch.int64), h0=h0, dht=dht, scale=0.125)
+    assert rel_rms(outs[4][:, :rows], rdh) < 1e-2 and rel_rms(outs[5], rdh0) < 1e-2
+    assert kt.device_status() == 0
+
+
+def test_bwd_intra_batch_past_grid_y():
+    """B*HV = 65600 > 65535 (the fixed-length grid's y limit): kdart runs the varlen body with B rows; the
+    first and last batch rows against float64."""
+    torch.manual_seed(16)
+    a = intra_inputs(1025, 64, 64, 64, 64, torch.bfloat16, "cuda")
+    out = kt.bwd_intra(*a, fold_dg=True)
+    for rows in (slice(0, 2), slice(1023, 1025)):
+        ref = bwd_intra_ref(*[t[rows] for t in a], fold_dg=True)
+        for name, o, r in zip(("dq", "dk", "db", "dg"), out, ref):
+            assert rel_rms(o[rows], r) < 2e-3, (name, rows)
+
+
 # ---------------------------------------------- head dims (issue 15, behind KDART_EXPERIMENTAL)
 
 @pytest.mark.parametrize("K", [1, 16, 60, 100, 192, 256])
@@ -245,14 +300,6 @@ def _poisoned_pool(nbytes):
     del x
 
 
-def _chunk_gate_(g, step=1 << 16):
-    """g [1,T,HV,K] fp32 in place: per-chunk cumsum of logsigmoid gates (kda_ref.gate), in token slices."""
-    for t0 in range(0, g.shape[1], step):
-        s = g[:, t0:t0 + step]
-        a = torch.nn.functional.logsigmoid(torch.randn(s.shape, device="cuda") * 1.5 + 2.0)
-        s.copy_((a.view(1, -1, 64, *s.shape[2:]).cumsum(2) * 1.4426950216).view(s.shape))
-
-
 @pytest.mark.skipif(torch.cuda.get_device_properties(0).total_memory < BIG_BYTES + (20 << 30),
                     reason="needs about 100 GB of GPU memory")
 def test_beyond_32bit_indexing():
@@ -268,7 +315,8 @@ def test_beyond_32bit_indexing():
         q[:, t0:t0 + (1 << 16)] = torch.nn.functional.normalize(
             torch.randn(1, min(1 << 16, T - t0), HV, K, device="cuda"), dim=-1)
     g = torch.empty(1, T, HV, K, dtype=torch.float32, device="cuda")
-    _chunk_gate_(g)
+    for t0 in range(0, T, 1 << 16):  # kda_ref's gate, in slices (its temporaries would not fit at once)
+        g[:, t0:t0 + (1 << 16)] = gate(1, min(1 << 16, T - t0), HV, K, "cuda")
     ar = torch.arange(64, device="cuda")
     dAqk, dAkk = (torch.empty(1, T, HV, 64, dtype=torch.float32, device="cuda").normal_(0, 0.1) for _ in range(2))
     dAqk.view(1, T // 64, 64, HV, 64).mul_((ar[:, None] >= ar[None, :]).float()[:, None, :])  # lower, diagonal

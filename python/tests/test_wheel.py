@@ -47,9 +47,12 @@ def test_wheel_contents(wheel):
     assert libs == ["kdart/lib/libkdart.so"], libs  # one file: a wheel cannot hold the SONAME links
     for want in ("kdart/lib/libsqlite3.so.0", "kdart/lib/libuv.so.1", "kdart/__init__.py", "kdart/torch.py",
                  "kdart/fla.py", "kdart/share/kdart/kernel_src/bwd_intra.cuh",
-                 "kdart/share/kdart/kernel_src/bwd_dhu.cuh", "kdart/share/kdart/kernel_src/kda_params.h"):
+                 "kdart/share/kdart/kernel_src/bwd_dhu.cuh", "kdart/share/kdart/kernel_src/kda_params.h",
+                 # what `python -m kdart.torch_ext` builds from
+                 "kdart/torch_ext.py", "kdart/_torch_ext.cpp", "kdart/include/kdart.h", "kdart/include/dlpack/dlpack.h"):
         assert want in names, want
     assert not [n for n in names if n.endswith((".a", ".pc", ".cmake"))]
+    assert not [n for n in names if n.endswith(".cpp") and n != "kdart/_torch_ext.cpp"]
     # No path of this checkout in the package's text files.
     z = zipfile.ZipFile(wheel)
     for n in names:

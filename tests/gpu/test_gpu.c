@@ -61,14 +61,14 @@ static void seqs_label(const kc_seqs *q, char *buf, size_t n) {
  * drawn sequences of 1..300 tokens (one zero-length every third spec), the
  * dtype and fla's index tensors alternating. */
 static void every_spec_seqs(kc_seqs *q, int *B, int *T, int s) {
-    kc_seqs v = {4, NULL, 1, 300, s % 3 == 0, s & 1, (s >> 1) & 1, 2, 0, 0.0};
+    kc_seqs v = {4, NULL, 1, 300, s % 3 == 0, s & 1, (s >> 1) & 1, 2, 0, 0.0, 0};
     *q = v;
     *B = 1, *T = 0;
 }
 /* The sanitizer's: 3 short sequences, and every other spec a fixed-length
  * partial chunk instead (T = 65, no cu_seqlens). */
 static void small_seqs(kc_seqs *q, int *B, int *T, int s) {
-    kc_seqs v = {3, NULL, 1, 100, 1, s & 1, 1, 1, 0, 0.0};
+    kc_seqs v = {3, NULL, 1, 100, 1, s & 1, 1, 1, 0, 0.0, 0};
     if (s & 2) {
         *T = 65;
         return;
@@ -77,7 +77,9 @@ static void small_seqs(kc_seqs *q, int *B, int *T, int s) {
     *B = 1, *T = 0;
 }
 
-static void check_intra(const kc_intra_case *c) {
+/* Runs c on handle h (in the current context) and checks it against the
+ * reference; the report in *out. */
+static void check_intra_on(kdart_rt *h, const kc_intra_case *c, kc_report *out) {
     kc_report r;
     char what[256];
     char spec[128];
@@ -87,7 +89,7 @@ static void check_intra(const kc_intra_case *c) {
     seqs_label(&c->seqs, sq, sizeof sq);
     snprintf(what, sizeof what, "intra %s %s B%d T%d H%d HV%d%s", spec, kref_gate_name((kref_gate_family)c->gate),
              c->B, c->T, c->H, c->HV, sq);
-    ck_assert_int_eq(kc_run_intra(rt, c, &r), 0);
+    ck_assert_int_eq(kc_run_intra(h, c, &r), 0);
     /* EUNSUPPORTED counts as a failure: a varlen build without the bwd_intra
      * VARLEN body must not pass silently */
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
@@ -100,7 +102,10 @@ static void check_intra(const kc_intra_case *c) {
     }
     ck_assert_msg(r.deterministic, "%s: two launches differ", what);
     if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+    if (out) *out = r;
 }
+
+static void check_intra(const kc_intra_case *c) { check_intra_on(rt, c, NULL); }
 
 START_TEST(intra_every_spec) {
     /* Every specialization; gate families rotate; T=1024 for K=128. */
@@ -154,14 +159,14 @@ START_TEST(intra_graph_capture) {
 }
 END_TEST
 
-static void check_dhu(const kc_dhu_case *c) {
+static void check_dhu_on(kdart_rt *h, const kc_dhu_case *c, kc_report *out) {
     kc_report r;
     char what[256];
     snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d%s", c->io ? "fp16" : "bf16",
              c->K, c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0,
              c->state_v_first ? " v-first" : "");
     seqs_label(&c->seqs, what + strlen(what), sizeof what - strlen(what));
-    ck_assert_int_eq(kc_run_dhu(rt, c, &r), 0);
+    ck_assert_int_eq(kc_run_dhu(h, c, &r), 0);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
     ck_assert_msg(r.untouched, "%s: a dh row past the chunk count or a dv2 token past cu[N] was written", what);
@@ -174,7 +179,10 @@ static void check_dhu(const kc_dhu_case *c) {
     }
     ck_assert_msg(r.deterministic, "%s: two launches differ", what);
     if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+    if (out) *out = r;
 }
+
+static void check_dhu(const kc_dhu_case *c) { check_dhu_on(rt, c, NULL); }
 
 START_TEST(dhu_every_spec) {
     static const int vs[3] = {64, 128, 256};
@@ -256,7 +264,7 @@ static const struct {
 /* Variant v of list i: dtype of cu_seqlens, fla's indices, -1000 gates,
  * dht/dh0 and the io dtype rotate. */
 static kc_seqs list_seqs(int i, int v) {
-    kc_seqs q = {cu_lists[i].n, cu_lists[i].cu, 0, 0, 0, v & 1, (v >> 1) & 1, 3, 0, (v & 2) ? 0.1 : 0.0};
+    kc_seqs q = {cu_lists[i].n, cu_lists[i].cu, 0, 0, 0, v & 1, (v >> 1) & 1, 3, 0, (v & 2) ? 0.1 : 0.0, 0};
     return q;
 }
 
@@ -284,7 +292,7 @@ END_TEST
 
 /* 1000 sequences of 1..200 tokens (K = V = 64 keeps the float64 scan short). */
 START_TEST(varlen_thousand_sequences) {
-    kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05};
+    kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05, 0};
     kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q};
     check_intra(&a);
     q.cu32 = 1;
@@ -312,7 +320,7 @@ START_TEST(varlen_garbage_writes_nothing) {
     int before = -1;
     ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
     for (int gk = 1; gk <= 4; gk++) {
-        kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0};
+        kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0, 0};
         kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q, 0};
         kc_report r;
         expect_garbage("dhu", gk, kc_run_dhu(rt, &d, &r), &r, bits[gk]);
@@ -323,6 +331,116 @@ START_TEST(varlen_garbage_writes_nothing) {
     int after = -1;
     ck_assert_int_eq(kdart_device_status(rt, &after, 0), KDART_OK);
     ck_assert_int_eq(after, 0); /* each verdict cleared the word */
+}
+END_TEST
+
+/* ------------------------------------------ a second context (issue 17)
+ *
+ * kdart binds each cubin per CUDA context and launches in the calling
+ * thread's current one.  A second, non-primary context on device 0
+ * (cuCtxCreate) stands in for a second device on a one-GPU machine: the
+ * same cases launched while it is current get functions of their own
+ * (bound once per context), give outputs bitwise equal to the primary
+ * context's, and a device-side error (garbage cu_seqlens) in one context
+ * sets only that context's status word.  The test uses a handle of its
+ * own, closed before the context is destroyed: kdart keys its per-context
+ * state by the CUcontext handle, which the driver may hand to a later
+ * context. */
+
+static const char *const ctx_specs[4][2] = {
+    {"bwd_intra", "io=bf16,fold_dg=1,emit_bf16=0,K=128,varlen=1"},
+    {"bwd_intra", "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0"},
+    {"bwd_dhu", "io=bf16,K=128,BV=32,varlen=1"},
+    {"bwd_dhu", "io=fp16,K=64,BV=64,varlen=0"},
+};
+
+/* Both kernels, variable and fixed length (the specs above), on h in the
+ * current context: each checked against the reference, its output digests
+ * in dig[case], the function kdart launched in fn[case]. */
+static void ctx_cases(kdart_rt *h, unsigned long long dig[4][4], void *fn[4]) {
+    const kc_seqs q = {3, cu_b, 0, 0, 0, 0, 1, 2, 0, 0.0, 0};
+    const kc_intra_case a = {1, 1000, 2, 4, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 9000, 0, 0, q};
+    const kc_intra_case b = {2, 512, 2, 4, 64, 1, 0, 0, KREF_GATE_STRONG, seed + 9001, 0, 0, {0}};
+    const kc_dhu_case c = {1, 1000, 2, 128, 128, 0, 1, 1, seed + 9002, 0, 0, 32, q, 0};
+    const kc_dhu_case d = {2, 1024, 2, 64, 64, 1, 1, 1, seed + 9003, 0, 0, 64, {0}, 0};
+    kc_report r[4];
+    check_intra_on(h, &a, &r[0]);
+    check_intra_on(h, &b, &r[1]);
+    check_dhu_on(h, &c, &r[2]);
+    check_dhu_on(h, &d, &r[3]);
+    for (int i = 0; i < 4; i++) {
+        memcpy(dig[i], r[i].digest, sizeof r[i].digest);
+        kdart_launch_info li;
+        ck_assert_int_eq(kdart_get_function(h, ctx_specs[i][0], ctx_specs[i][1], &li), KDART_OK);
+        fn[i] = li.function;
+    }
+}
+
+static void expect_same(const char *when, unsigned long long want[4][4], unsigned long long got[4][4]) {
+    for (int i = 0; i < 4; i++)
+        for (int o = 0; o < 4; o++)
+            ck_assert_msg(got[i][o] == want[i][o], "%s: %s %s output %d differs from the primary context's", when,
+                          ctx_specs[i][0], ctx_specs[i][1], o);
+}
+
+START_TEST(second_context) {
+    kdart_rt *h;
+    ck_assert_int_eq(kdart_open(&h, NULL), KDART_OK);
+    unsigned long long d0[4][4], d1[4][4], again[4][4];
+    void *f0[4], *f1[4], *f[4];
+    ck_assert_int_eq(kc_ctx_use(NULL), 0);
+    ctx_cases(h, d0, f0);
+    void *ctx2;
+    char why[256];
+    ck_assert_msg(kc_ctx_create(&ctx2, why, sizeof why) == 0, "%s", why);
+    ctx_cases(h, d1, f1);
+    expect_same("second context", d0, d1);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(f1[i] && f1[i] != f0[i], "%s %s: the second context launched the primary context's function",
+                      ctx_specs[i][0], ctx_specs[i][1]);
+
+    /* An error in the primary context, left in its word (keep_status), then
+     * one of another kind in the second: each word holds its own bits. */
+    const kc_seqs past_t = {5, cu_c, 0, 0, 0, 0, 1, 2, 2, 0.0, 1};   /* cu[N] > T */
+    const kc_seqs decreasing = {5, cu_c, 0, 0, 0, 1, 1, 2, 1, 0.0, 0}; /* cu decreasing */
+    int bits = -1;
+    kc_report r;
+    ck_assert_int_eq(kc_ctx_use(NULL), 0);
+    ck_assert_int_eq(kdart_device_status(h, &bits, 1), KDART_OK);
+    ck_assert_int_eq(bits, 0);
+    const kc_intra_case gi = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 9100, 0, 0, past_t};
+    expect_garbage("intra, primary context,", 2, kc_run_intra(h, &gi, &r), &r, KDART_DEVERR_CU_RANGE);
+    const int primary_bits = r.devstatus;
+    ck_assert_int_eq(primary_bits & KDART_DEVERR_CU_ORDER, 0);
+    ck_assert_int_eq(kc_ctx_use(ctx2), 0);
+    const kc_dhu_case gd = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 9101, 0, 0, 0, decreasing, 0};
+    expect_garbage("dhu, second context,", 1, kc_run_dhu(h, &gd, &r), &r, KDART_DEVERR_CU_ORDER);
+    const int second_bits = r.devstatus;
+    ck_assert_msg((second_bits & KDART_DEVERR_CU_RANGE) == 0,
+                  "the primary context's error shows in the second context's status (%d)", second_bits);
+    ck_assert_int_eq(kdart_device_status(h, &bits, 0), KDART_OK);
+    ck_assert_int_eq(bits, 0); /* the verdict cleared it */
+    ck_assert_int_eq(kc_ctx_use(NULL), 0);
+    ck_assert_int_eq(kdart_device_status(h, &bits, 1), KDART_OK);
+    ck_assert_msg(bits == primary_bits, "primary context status %d after the second's error, want its own %d", bits,
+                  primary_bits);
+
+    /* After the errors, interleaved: the same outputs, the same functions
+     * (each context bound once). */
+    ctx_cases(h, again, f);
+    expect_same("primary context after the errors", d0, again);
+    for (int i = 0; i < 4; i++) ck_assert_ptr_eq(f[i], f0[i]);
+    ck_assert_int_eq(kc_ctx_use(ctx2), 0);
+    ctx_cases(h, again, f);
+    expect_same("second context after the errors", d0, again);
+    for (int i = 0; i < 4; i++) ck_assert_ptr_eq(f[i], f1[i]);
+    ck_assert_int_eq(kc_ctx_use(NULL), 0);
+    kdart_close(h);
+    kc_ctx_destroy(ctx2);
+    printf("second context on device 0: 4 cases (both kernels, fixed and varlen) bitwise equal to the primary "
+           "context's, own functions in each context (bound once); device status: primary %d, second %d, "
+           "neither saw the other's\n",
+           primary_bits, second_bits);
 }
 END_TEST
 
@@ -389,7 +507,7 @@ START_TEST(intra_head_dims) {
             kc_intra_case c = {2, 200, 2, 4, head_ks[i], (i + v) & 1, v, 0, KREF_GATE_FUSED,
                                seed + 9000 + (uint64_t)(2 * i + v), 0, 0, {0}};
             if (v) {
-                kc_seqs q = {3, NULL, 1, 150, 1, i & 1, 1, 1, 0, 0.0};
+                kc_seqs q = {3, NULL, 1, 150, 1, i & 1, 1, 1, 0, 0.0, 0};
                 c.seqs = q, c.B = 1, c.T = 0;
             }
             check_intra(&c);
@@ -410,7 +528,7 @@ START_TEST(dhu_head_dims) {
             kc_dhu_case c = {2, 130, 2, K, V, n & 1, (n >> 1) & 1 || !(n & 1), !((n >> 1) & 1) || (n & 1),
                              seed + 9100 + (uint64_t)n, 0, 0, bv, {0}, (n / 3) & 1};
             if (n % 3 == 2) {
-                kc_seqs q = {3, NULL, 1, 150, n & 1, n & 1, 1, 1, 0, 0.0};
+                kc_seqs q = {3, NULL, 1, 150, n & 1, n & 1, 1, 1, 0, 0.0, 0};
                 c.seqs = q, c.B = 1, c.T = 0;
             }
             check_dhu(&c);
@@ -461,6 +579,7 @@ int main(void) {
     tcase_add_test(tc, dhu_varlen_lists);
     tcase_add_test(tc, varlen_thousand_sequences);
     tcase_add_test(tc, varlen_garbage_writes_nothing);
+    tcase_add_test(tc, second_context);
     tcase_add_test(tc, intra_head_dims);
     tcase_add_test(tc, dhu_head_dims);
 run:

@@ -15,3 +15,5 @@ wait $wp; cat $O/warm_log.txt; echo "t=$(( $(date +%s) - t0 ))"
 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_big PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py::test_beyond_32bit_indexing" tools/gpu_check.sh build $O; echo "t=$(( $(date +%s) - t0 ))"
 GPU_CHECK_PARTS=bench tools/gpu_check.sh build $O; echo "t=$(( $(date +%s) - t0 ))"
 tail -n 4 $O/bench.txt; nvidia-smi --query-gpu=memory.used --format=csv
+# at most 8 files come back from $OUT, the first 8 by name: this bundle of all of them sorts first
+(cd $O && tar czf 0logs.tgz --exclude=0logs.tgz .)

@@ -1,0 +1,135 @@
+"""kdart.torch_ext: builds and loads kdart.torch's C++ fast path (_torch_ext.cpp) against the installed torch.
+
+    python -m kdart.torch_ext        # build once (about a minute: torch's headers), then every process uses it
+
+One eager kdart.torch call from Python costs, on the path written in Python, a few microseconds per tensor
+argument (each attribute read and each torch.empty goes through torch's Python bindings); the C++ path
+hands the tensors to kdart's C function in one call (kdart validates every argument there, as for any C
+caller) and allocates the outputs with at::empty_like.  It is a torch extension, so it is built on the
+user's machine, for the torch it runs with, by torch.utils.cpp_extension (a C++ compiler and torch's
+headers; no CUDA toolkit).  The build lives in ~/.cache/kdart/torch_ext/<key> (KDART_TORCH_EXT_DIR
+overrides), keyed by the torch version, Python ABI and this source, so another torch gets its own build.
+
+kdart.torch loads the build when it exists (load()); KDART_TORCH_EXT=0 keeps the Python path,
+KDART_TORCH_EXT=1 builds it on first import when missing.  Without it everything works, only slower.
+"""
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "_torch_ext.cpp")
+
+
+def _kdart_include():
+    """Where kdart.h is: the installed package's include/ (dlpack/dlpack.h beside it), else the checkout's."""
+    pkg = os.path.join(HERE, "include")
+    if os.path.exists(os.path.join(pkg, "kdart.h")):
+        return pkg
+    return os.path.join(os.path.dirname(os.path.dirname(HERE)), "runtime", "include")
+
+
+def _include_dirs():
+    """kdart.h and dlpack/dlpack.h (from the package, the system, or a shim over torch's copy of it)."""
+    dirs = [_kdart_include()]
+    if os.path.exists(os.path.join(dirs[0], "dlpack", "dlpack.h")):
+        return dirs
+    if not any(os.path.exists(os.path.join(d, "dlpack", "dlpack.h")) for d in ("/usr/include", "/usr/local/include")):
+        dirs.append(_dlpack_shim())
+    return dirs
+
+
+def _dlpack_shim():
+    import torch
+    shim = os.path.join(build_dir(), "shim")
+    os.makedirs(os.path.join(shim, "dlpack"), exist_ok=True)
+    src = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "dlpack.h")
+    dst = os.path.join(shim, "dlpack", "dlpack.h")
+    if not os.path.exists(dst):
+        with open(src, "rb") as f, open(dst + ".tmp", "wb") as g:
+            g.write(f.read())
+        os.replace(dst + ".tmp", dst)
+    return shim
+
+
+@functools.cache  # read once per process: load() and build() ask for the folder several times
+def _key():
+    import torch
+    h = hashlib.sha256()
+    for path in (SOURCE, os.path.join(_kdart_include(), "kdart.h")):
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(f.read())
+    h.update(f"{torch.__version__}|{sys.version_info[:2]}|{sysconfig.get_config_var('SOABI')}".encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir():
+    root = os.environ.get("KDART_TORCH_EXT_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kdart", "torch_ext")
+    return os.path.join(root, _key())
+
+
+NAME = "kdart_torch_ext"
+
+
+def _so_path():
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return os.path.join(build_dir(), NAME + suffix), os.path.join(build_dir(), NAME + ".so")
+
+
+def load():
+    """The built module, or None when it has not been built for this torch (never builds)."""
+    for p in _so_path():
+        if os.path.exists(p):
+            import torch  # noqa: F401  (the extension links against the loaded torch)
+            spec = importlib.util.spec_from_file_location(NAME, p)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod
+    return None
+
+
+def build(verbose=False):
+    """Compiles the extension for this torch (c++ and torch's headers; about a minute) and returns it."""
+    import subprocess
+    import tempfile
+
+    import torch
+    from torch.utils import cpp_extension as ce
+    d = build_dir()
+    os.makedirs(d, exist_ok=True)
+    so = _so_path()[0]
+    incs = ce.include_paths() + _include_dirs() + [sysconfig.get_paths()["include"]]
+    libs = ce.library_paths()
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
+    os.close(fd)
+    cmd = ([os.environ.get("CXX", "c++"), "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
+            f"-DTORCH_EXTENSION_NAME={NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            SOURCE, "-o", tmp] + [f"-I{i}" for i in incs] + [f"-L{i}" for i in libs]
+           + ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"] + [f"-Wl,-rpath,{i}" for i in libs])
+    if verbose:
+        print(" ".join(cmd))
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise RuntimeError(f"kdart.torch_ext: the build failed ({cmd[0]} exit {r.returncode}):\n{r.stderr[-4000:]}")
+    os.replace(tmp, so)  # atomic: a process loading it never sees half a file
+    return load()
+
+
+def main():
+    import time
+    t0 = time.time()
+    build(verbose="-v" in sys.argv)
+    print(f"kdart.torch_ext: built in {time.time() - t0:.0f} s into {build_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
