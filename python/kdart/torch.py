@@ -376,11 +376,13 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    # the spec that ops.c launches: a head dim below its K tile runs the tail body, a varlen one
-    K = q.shape[3]
+    # the spec that ops.c launches: a head dim below its K tile runs the tail body, a varlen one; past
+    # the fixed-length grid's 65535 in y (B*HV) the varlen body takes the batch
+    B, T, _, K = q.shape
     tail = int(K != _lib.k_tile(K))
+    varlen = _varlen(T, cu_seqlens) | tail | int(B * g.shape[2] > 65535)
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={_lib.k_tile(K)},varlen={_varlen(q.shape[1], cu_seqlens) | tail},tail={tail}")
+                 f"K={_lib.k_tile(K)},varlen={varlen},tail={tail}")
     return plan
 
 

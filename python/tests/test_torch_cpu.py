@@ -245,3 +245,33 @@ def test_head_dims_behind_the_gate(monkeypatch, K, V):
         if K != V:
             with pytest.raises(ValueError, match="ESHAPE"):  # the other layout's state
                 kt.bwd_dhu(*a, h0=h0, state_v_first=not svf)
+
+
+@pytest.mark.parametrize("K,B,T,HV,cu,want", [
+    (64, 2, 128, 4, None, "K=64,varlen=0,tail=0"),    # native, fixed length
+    (128, 2, 100, 4, None, "K=128,varlen=1,tail=0"),  # T % 64 != 0: the varlen body
+    (64, 1, 128, 4, [0, 50, 128], "K=64,varlen=1,tail=0"),
+    (60, 2, 128, 4, None, "K=64,varlen=1,tail=1"),    # below the tile: the tail body (varlen only)
+    (100, 2, 128, 4, None, "K=128,varlen=1,tail=1"),
+    (192, 1, 128, 4, [0, 50, 128], "K=256,varlen=1,tail=1"),
+    (256, 2, 128, 4, None, "K=256,varlen=0,tail=0"),
+    (64, 1025, 64, 64, None, "K=64,varlen=1,tail=0"),  # B*HV > 65535: the varlen body takes the batch
+])
+def test_plan_specs_are_ops_c_choices(monkeypatch, K, B, T, HV, cu, want):
+    """The spec a plan prepares (prepare_for, and the check before a capture) is the one ops.c launches for
+    the shapes: K tile, varlen (T % 64, cu_seqlens, K below its tile, B*HV past the grid's y) and tail."""
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    a = intra_args(B=B, T=T, H=HV // 2, HV=HV, K=K, device="meta")  # metadata only
+    cus = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="meta")
+    plan = kt._intra_plan(*a, True, False, cus)
+    assert plan.spec == f"io=bf16,fold_dg=1,emit_bf16=0,{want}"
+
+
+@pytest.mark.parametrize("K,svf,tail", [(64, False, 0), (128, False, 0), (60, False, 1), (200, False, 1),
+                                        (256, False, 0), (64, True, 1)])
+def test_dhu_plan_tail(monkeypatch, K, svf, tail):
+    """bwd_dhu's tail: K below its tile or the V-first state (the partial V tile needs the device's BV)."""
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    d, _, _ = dhu_args(B=1, T=128, HV=2, K=K, V=128, device="meta", h0=False, dht=False)
+    plan = kt._dhu_plan(*d, None, None, None, None, None, None, None, svf)
+    assert plan.spec.startswith(f"io=bf16,K={kt._lib.k_tile(K)},") and plan.spec.endswith(f",tail={tail}")
