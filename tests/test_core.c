@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kda_check.h"
 #include "rt.h"
 #include "testlib.h"
 
@@ -161,6 +162,46 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 96, buf, sizeof buf), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
+}
+END_TEST
+
+/* kda_check's every-spec shapes (selftest, test_gpu's every-spec and
+ * sanitizer loops): for each spec, the head dim (and for bwd_dhu V and the
+ * layout) it derives are ones for which ops.c's rules (K tile; bwd_intra
+ * tail = K below the tile, then varlen = 1; bwd_dhu tail = K below the tile,
+ * V % BV != 0 or state_v_first) pick that very spec; the stubs are skipped. */
+START_TEST(check_spec_shapes) {
+    char buf[128];
+    int launched = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
+        kdart_spec_at("bwd_intra", i, buf, sizeof buf);
+        const int tail = strstr(buf, "tail=1") != NULL, varlen = strstr(buf, "varlen=1") != NULL;
+        ck_assert_int_eq(kc_spec_tail(buf), tail);
+        ck_assert_int_eq(kc_intra_spec_launchable(buf), !(tail && !varlen));
+        if (!kc_intra_spec_launchable(buf)) continue;
+        const int K = kc_intra_spec_k(buf);
+        ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
+        ck_assert_int_eq(K != kdart__k_tile(K), tail);
+        launched++;
+    }
+    ck_assert_int_eq(launched, 72); /* 96 less the 24 varlen=0,tail=1 stubs */
+    launched = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
+        kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
+        if (!kc_dhu_spec_launchable(buf)) continue;
+        const int tail = strstr(buf, "tail=1") != NULL, bv = kc_spec_bv(buf);
+        ck_assert_int_le(bv, kdart__dhu_max_bv(kc_spec_k(buf)));
+        for (int variant = 0; variant < 3; variant++)
+            for (int v0 = 64; v0 <= 512; v0 += 64) {
+                int K, V = v0, svf;
+                kc_dhu_spec_dims(buf, variant, &K, &V, &svf);
+                ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
+                ck_assert(V >= 1 && V <= 512);
+                ck_assert_int_eq(K != kdart__k_tile(K) || V % bv != 0 || svf, tail);
+            }
+        launched++;
+    }
+    ck_assert_int_eq(launched, 64); /* 72 less K=256 x BV=64 */
 }
 END_TEST
 
@@ -531,6 +572,7 @@ int main(void) {
     tcase_add_test(tc, status_table);
     tcase_add_test(tc, sha256_vectors);
     tcase_add_test(tc, registry_specs);
+    tcase_add_test(tc, check_spec_shapes);
     tcase_add_test(tc, arch_strings);
     tcase_add_test(tc, open_options);
     tcase_add_test(tc, env_overrides);

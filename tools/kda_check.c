@@ -677,6 +677,27 @@ int kc_spec_k(const char *spec) {
 
 int kc_dhu_spec_launchable(const char *spec) { return !(kc_spec_k(spec) == 256 && kc_spec_bv(spec) == 64); }
 
+int kc_spec_tail(const char *spec) { return spec && strstr(spec, "tail=1") != NULL; }
+
+int kc_intra_spec_launchable(const char *spec) { return !(kc_spec_tail(spec) && strstr(spec, "varlen=0")); }
+
+int kc_intra_spec_k(const char *spec) { return kc_spec_k(spec) - (kc_spec_tail(spec) ? 4 : 0); }
+
+void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
+    *K = kc_spec_k(spec);
+    *svf = 0;
+    if (!kc_spec_tail(spec)) return;
+    switch (variant % 3) {
+    case 0: *K -= 4; break;
+    case 1: *V -= 4; break; /* BV >= 16 divides V: V - 4 leaves a partial last tile */
+    default: *svf = 1;
+    }
+}
+
+int kc_gated(const kc_report *r) {
+    return r->status == KDART_EUNSUPPORTED && strstr(r->message, "not yet verified on a GPU") != NULL;
+}
+
 /* state_v_first: nblk blocks of [R][C] (src) as [C][R] (dst) */
 static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
     const size_t bs = (size_t)R * C;
@@ -878,9 +899,19 @@ out:
 /* ------------------------------------------------------------ selftest */
 
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
- * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512. */
+ * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512;
+ * every other tail=1 bwd_intra spec runs the fixed-length rows too (ops.c
+ * sends a head dim below its tile to the varlen body at fixed length). */
 #define SELFTEST_SEQS(spec) \
     (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})
+
+/* A spec whose shapes kdart's gate refuses (KDART_EXPERIMENTAL unset: the
+ * K tile 256, the tail=1 shapes): a skip, not a failure. */
+static int selftest_gated(FILE *out, const char *kernel, const char *spec, const char *shape, const kc_report *r) {
+    if (!kc_gated(r)) return 0;
+    fprintf(out, "%-10s %-36s %-28s skipped: behind KDART_EXPERIMENTAL=1\n", kernel, spec, shape);
+    return 1;
+}
 
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];
@@ -888,7 +919,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         fprintf(out, "selftest: %s\n", why);
         return -1;
     }
-    int failures = 0;
+    int failures = 0, gated = 0;
     uint64_t seed = kref_pick_seed();
     fprintf(out, "kdart selftest (seed %llu): error vs the float64 reference (rel RMS), time per call\n",
             (unsigned long long)seed);
@@ -896,16 +927,23 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
     for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
-        kc_intra_case c = {2, 512, 2, 4, kc_spec_k(spec), strstr(spec, "fp16") != NULL,
+        if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a stub */
+        kc_intra_case c = {2, 512, 2, 4, kc_intra_spec_k(spec), strstr(spec, "fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL,
                            KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+        if (kc_spec_tail(spec) && ((s >> 2) & 1)) c.seqs.nseq = 0; /* fixed length */
         if (c.emit_bf16) c.HV = c.H;
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
         snprintf(shape, sizeof shape, "%s%d T%d H%d HV%d K%d", c.seqs.nseq ? "N" : "B", c.seqs.nseq ? c.seqs.nseq : c.B,
                  c.T, c.H, c.HV, c.K);
-        if (kc_run_intra(rt, &c, &r) != 0 || r.status != KDART_OK) {
+        int ran = kc_run_intra(rt, &c, &r) == 0;
+        if (ran && selftest_gated(out, "bwd_intra", spec, shape, &r)) {
+            gated++;
+            continue;
+        }
+        if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
             failures++;
             continue;
@@ -923,14 +961,21 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         if (!kc_dhu_spec_launchable(spec)) continue;
-        kc_dhu_case c = {2, 512, 4, kc_spec_k(spec), 128, strstr(spec, "fp16") != NULL, 1, 1,
-                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), 0};
+        int K, V = 128, svf;
+        kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf); /* tail=1: K, V or the layout selects it, rotating */
+        kc_dhu_case c = {2, 512, 4, K, V, strstr(spec, "fp16") != NULL, 1, 1,
+                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), svf};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
-        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
-                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
-        if (kc_run_dhu(rt, &c, &r) != 0 || r.status != KDART_OK) {
+        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d%s", c.seqs.nseq ? "N" : "B",
+                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V, svf ? " Vfirst" : "");
+        int ran = kc_run_dhu(rt, &c, &r) == 0;
+        if (ran && selftest_gated(out, "bwd_dhu", spec, shape, &r)) {
+            gated++;
+            continue;
+        }
+        if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
             failures++;
             continue;
@@ -943,8 +988,11 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         }
         fprintf(out, "%-10s %-36s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
     }
-    fprintf(out, "selftest: %d failure(s)%s\n", failures,
-            failures ? " (! marks an error above its tolerance)" : "");
+    fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
+    if (gated)
+        fprintf(out, "; %d skipped (the K tile 256 and the tail specializations are behind KDART_EXPERIMENTAL=1)",
+                gated);
+    fprintf(out, "\n");
     return failures;
 }
 

@@ -113,16 +113,19 @@ START_TEST(intra_every_spec) {
     for (int s = 0; s < n; s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
+        if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a trap stub, never launched */
         kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0, {0}};
-        c.K = kc_spec_k(spec);
-        c.T = c.K >= 128 ? 1024 : 512;
+        c.K = kc_intra_spec_k(spec); /* tail=1: 4 below the tile, so that the tail body runs */
+        c.T = kc_spec_k(spec) >= 128 ? 1024 : 512;
         c.io = strstr(spec, "io=fp16") != NULL;
         c.fold_dg = strstr(spec, "fold_dg=1") != NULL;
         c.emit_bf16 = strstr(spec, "emit_bf16=1") != NULL;
         if (c.emit_bf16) c.HV = c.H; /* emit needs HV == H */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
-        if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s);
+        /* every other tail spec at fixed length (ops.c sends it to the varlen body with B rows) */
+        if (strstr(spec, "varlen=1") && !(kc_spec_tail(spec) && ((s >> 2) & 1)))
+            every_spec_seqs(&c.seqs, &c.B, &c.T, s);
         check_intra(&c);
     }
 }
@@ -191,9 +194,11 @@ START_TEST(dhu_every_spec) {
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         if (!kc_dhu_spec_launchable(spec)) continue; /* K=256 has no BV 64 */
         for (int variant = 0; variant < 2; variant++) {
-            kc_dhu_case c = {2, 1024, 3, kc_spec_k(spec), vs[(s + variant) % 3],
-                             strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
-                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}, 0};
+            /* tail=1: K below the tile, a partial V tile or the V-first state (two of them per spec) */
+            int K, V = vs[(s + variant) % 3], svf;
+            kc_dhu_spec_dims(spec, (s >> 1) + variant, &K, &V, &svf);
+            kc_dhu_case c = {2, 1024, 3, K, V, strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
+                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}, svf};
             if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s + variant);
             check_dhu(&c);
         }
@@ -471,19 +476,22 @@ START_TEST(small_for_sanitizers) {
     for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
-        kc_intra_case c = {1, 128, 1, 2, kc_spec_k(spec), strstr(spec, "io=fp16") != NULL,
+        if (!kc_intra_spec_launchable(spec)) continue;
+        kc_intra_case c = {1, 128, 1, 2, kc_intra_spec_k(spec), strstr(spec, "io=fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL, KREF_GATE_FUSED,
                            seed + (uint64_t)s, 0, 0, {0}};
         if (c.emit_bf16 || !(s & 1)) c.H = c.HV; /* every other spec with H == HV = 2 */
-        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
-        check_intra(&c);
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, kc_spec_tail(spec) ? s >> 1 : s);
+        check_intra(&c); /* tail specs: packed and fixed length (T = 65) in turn */
     }
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         if (!kc_dhu_spec_launchable(spec)) continue;
-        kc_dhu_case c = {1, 128, 2, kc_spec_k(spec), 128, strstr(spec, "io=fp16") != NULL, s & 1,
-                         !(s & 1), seed + 50 + (uint64_t)s, 0, 0, kc_spec_bv(spec), {0}, 0};
+        int K, V = 128, svf;
+        kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf);
+        kc_dhu_case c = {1, 128, 2, K, V, strstr(spec, "io=fp16") != NULL, s & 1, !(s & 1), seed + 50 + (uint64_t)s,
+                         0, 0, kc_spec_bv(spec), {0}, svf};
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_dhu(&c);
     }
@@ -542,6 +550,109 @@ START_TEST(dhu_head_dims) {
 }
 END_TEST
 
+/* ------------------------------------ the specialization ops.c picks (issue 15)
+ *
+ * Each case runs (checked against the reference) on a handle of its own over
+ * a fresh cache file, which then holds exactly what the call compiled: one
+ * entry of the kernel, whose spec must be the expected one (the K tile,
+ * varlen from T % 64 / cu_seqlens / a head dim below its tile, BV, tail). */
+
+typedef struct spec_list {
+    const char *kernel;
+    int n;          /* entries of kernel in the writable cache */
+    char spec[128]; /* the first one's spec */
+} spec_list;
+
+static int collect_spec(void *user, const kdart_entry *e) {
+    spec_list *l = user;
+    if (e->tier == 0 && !e->failed && strcmp(e->kernel, l->kernel) == 0 && l->n++ == 0)
+        snprintf(l->spec, sizeof l->spec, "%s", e->spec);
+    return 0;
+}
+
+/* A handle on a fresh cache in a directory of its own (env rules as rt's:
+ * KDART_EXPERIMENTAL=1 is set). */
+static kdart_rt *fresh_handle(char *dir, size_t n) {
+    test_tmpdir(dir, n);
+    char path[512];
+    snprintf(path, sizeof path, "%s/kdart.db", dir);
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = path;
+    kdart_rt *h = NULL;
+    ck_assert_int_eq(kdart_open(&h, &o), KDART_OK);
+    return h;
+}
+
+static void expect_launched(kdart_rt *h, char *dir, const char *kernel, const char *want, const char *what) {
+    char canon[128];
+    ck_assert_int_gt(kdart_spec_canonical(kernel, want, canon, sizeof canon), 0);
+    spec_list l = {kernel, 0, ""};
+    ck_assert_int_eq(kdart_cache_list(h, collect_spec, &l), KDART_OK);
+    kdart_close(h);
+    test_rmtree(dir);
+    ck_assert_msg(l.n == 1, "%s: %d %s entries compiled, want 1 (%s)", what, l.n, kernel, canon);
+    ck_assert_msg(strcmp(l.spec, canon) == 0, "%s: ops.c launched %s [%s], want [%s]", what, kernel, l.spec, canon);
+    printf("%-40s -> %s [%s]\n", what, kernel, l.spec);
+}
+
+START_TEST(spec_choice) {
+    const kc_seqs packed = {3, NULL, 1, 150, 1, 0, 1, 1, 0, 0.0, 0};
+    static const struct {
+        int B, T, K, io, packed;
+        const char *want, *what;
+    } intra[] = {
+        {2, 512, 64, 0, 0, "io=bf16,fold_dg=1,K=64,varlen=0,tail=0", "intra K=64 T=512"},
+        {2, 200, 128, 1, 0, "io=fp16,fold_dg=1,K=128,varlen=1,tail=0", "intra K=128 T=200 (T % 64)"},
+        {1, 0, 64, 0, 1, "io=bf16,fold_dg=1,K=64,varlen=1,tail=0", "intra K=64 packed"},
+        {2, 256, 256, 0, 0, "io=bf16,fold_dg=1,K=256,varlen=0,tail=0", "intra K=256 T=256"},
+        {2, 256, 60, 0, 0, "io=bf16,fold_dg=1,K=64,varlen=1,tail=1", "intra K=60 T=256 (fixed, below the tile)"},
+        {1, 0, 100, 1, 1, "io=fp16,fold_dg=1,K=128,varlen=1,tail=1", "intra K=100 packed"},
+        {2, 130, 252, 0, 0, "io=bf16,fold_dg=1,K=256,varlen=1,tail=1", "intra K=252 T=130"},
+    };
+    for (int i = 0; i < (int)(sizeof intra / sizeof intra[0]); i++) {
+        char dir[256];
+        kdart_rt *h = fresh_handle(dir, sizeof dir);
+        kc_intra_case c = {intra[i].B, intra[i].T, 2, 4, intra[i].K, intra[i].io, 1, 0, KREF_GATE_FUSED,
+                           seed + 9500 + (uint64_t)i, 0, 0, {0}};
+        if (intra[i].packed) c.seqs = packed;
+        check_intra_on(h, &c, NULL);
+        expect_launched(h, dir, "bwd_intra", intra[i].want, intra[i].what);
+    }
+    /* bwd_dhu, BV given (0: kdart's choice, kdart_dhu_v_tile's, with tail when V % BV != 0) */
+    static const struct {
+        int B, T, K, V, bv, svf, packed;
+        const char *what;
+    } dhu[] = {
+        {2, 256, 128, 128, 32, 0, 0, "dhu K=128 V=128 BV=32"},
+        {2, 256, 124, 128, 32, 0, 0, "dhu K=124 (below the tile)"},
+        {2, 256, 128, 100, 32, 0, 0, "dhu V=100 BV=32 (partial V tile)"},
+        {2, 256, 128, 96, 32, 0, 0, "dhu V=96 BV=32 (whole tiles: native)"},
+        {2, 256, 128, 128, 32, 1, 0, "dhu K=V=128 V-first"},
+        {1, 0, 64, 128, 64, 0, 1, "dhu K=64 V=128 packed"},
+        {2, 256, 200, 256, 16, 0, 0, "dhu K=200 V=256 BV=16"},
+        {2, 256, 64, 192, 0, 0, 0, "dhu K=64 V=192 BV auto"},
+        {2, 256, 100, 100, 0, 0, 1, "dhu K=V=100 packed BV auto"},
+    };
+    for (int i = 0; i < (int)(sizeof dhu / sizeof dhu[0]); i++) {
+        char dir[256];
+        kdart_rt *h = fresh_handle(dir, sizeof dir);
+        kc_dhu_case c = {dhu[i].B, dhu[i].T, 2, dhu[i].K, dhu[i].V, 0, 1, 1, seed + 9600 + (uint64_t)i, 0, 0,
+                         dhu[i].bv, {0}, dhu[i].svf};
+        if (dhu[i].packed) c.seqs = packed;
+        int bv = dhu[i].bv;
+        if (!bv) ck_assert_int_eq(kdart_dhu_v_tile(h, dhu[i].packed ? packed.nseq : dhu[i].B, 2, dhu[i].K, dhu[i].V,
+                                                   &bv), KDART_OK);
+        const int kt = dhu[i].K <= 64 ? 64 : dhu[i].K <= 128 ? 128 : 256;
+        const int tail = dhu[i].K != kt || dhu[i].V % bv != 0 || dhu[i].svf;
+        char want[128];
+        snprintf(want, sizeof want, "io=bf16,K=%d,BV=%d,varlen=%d,tail=%d", kt, bv, dhu[i].packed, tail);
+        check_dhu_on(h, &c, NULL);
+        expect_launched(h, dir, "bwd_dhu", want, dhu[i].what);
+    }
+}
+END_TEST
+
 int main(void) {
     char why[256];
     int rc = kc_init(why, sizeof why);
@@ -582,6 +693,7 @@ int main(void) {
     tcase_add_test(tc, second_context);
     tcase_add_test(tc, intra_head_dims);
     tcase_add_test(tc, dhu_head_dims);
+    tcase_add_test(tc, spec_choice);
 run:
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
