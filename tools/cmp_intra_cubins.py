@@ -4,6 +4,10 @@ varlen parameter existed) against a newer cache's varlen=0 entries, matched by (
 whole nvdisasm listing (mangled kernel name normalized), ELF sections that differ, and the
 ptxas report (registers / spill store / spill load / stack bytes) and SASS instruction
 counts of both and of the matching varlen=1 entry.  nvdisasm must be on PATH.
+A reference cache that has varlen entries itself (a build of main, say) is matched spec for
+spec instead: its varlen=0 entries against the new varlen=0 ones (SASS identity, as above),
+its varlen=1 entries against the new varlen=1 ones (ptxas report and SASS counts of both,
+with the counts of a few opcode classes).
 usage: cmp_intra_cubins.py KDART_REF CACHE_REF KDART_NEW CACHE_NEW OUTDIR"""
 import json, subprocess, sys, os, re, struct
 km, cm, kh, ch, out = sys.argv[1:6]
@@ -43,6 +47,37 @@ def norm(s):  # the mangled name differs by the extra template argument
     return s
 M = {(e['spec'], e['arch']): e['key'] for e in ls(km, cm)}
 H = {(e['spec'], e['arch']): e['key'] for e in ls(kh, ch)}
+if any('varlen=' in spec for spec, _ in M):  # both caches have varlen entries
+    OPS = ('HMMA', 'MUFU', 'LDGSTS', 'LDG', 'STG', 'LDS', 'STS', 'BAR', 'BRA', 'BSSY', 'SHFL')
+    def opcount(lines):
+        n = dict.fromkeys(OPS, 0)
+        for l in lines:
+            op = re.sub(r'^@!?U?P\w+\s+', '', l).split(' ')[0].split('.')[0]
+            if op in n: n[op] += 1
+        return n
+    ok_all = True
+    v1 = []
+    print('%-40s %-8s %-6s %-9s %7s %7s  %-16s %-16s' % ('spec', 'arch', 'bytes=', 'SASS=', 'n_ref', 'n_new', 'ref r/ss/sl/stk', 'new r/ss/sl/stk'))
+    for (spec, arch), keym in sorted(M.items()):
+        keyh = H[(spec, arch)]
+        tag = (spec + '_' + arch).replace('=', '').replace(',', '_')
+        fm, fh = (os.path.join(out, tag + x + '.cubin') for x in ('.ref', '.new'))
+        bm, bh = export(km, cm, keym, fm), export(kh, ch, keyh, fh)
+        sm, lm = sass(fm); sh, lh = sass(fh)
+        r0, r1 = show(km, cm, keym), show(kh, ch, keyh)
+        f = lambda r: '%d/%d/%d/%d' % r
+        if spec.endswith('varlen=0'):
+            ss = norm(sm) == norm(sh) and lm == lh
+            ok_all &= ss
+            print('%-40s %-8s %-6s %-9s %7d %7d  %-16s %-16s' % (spec, arch, bm == bh, ss, len(lm), len(lh), f(r0), f(r1)))
+        else:
+            v1.append((spec, arch, len(lm), len(lh), f(r0), f(r1), opcount(lm), opcount(lh)))
+    print('varlen=1: reference -> new (static SASS instructions, ptxas report, opcode classes ref/new)')
+    for spec, arch, nm, nh, a, b, om, oh in v1:
+        print('%-40s %-8s n %5d -> %5d (%+5d)  r/ss/sl/stk %s -> %s  ' % (spec, arch, nm, nh, nh - nm, a, b) +
+              ' '.join('%s %d/%d' % (o, om[o], oh[o]) for o in OPS))
+    print('ALL varlen=0 SASS IDENTICAL' if ok_all else 'varlen=0 SASS DIFFERS')
+    sys.exit(0 if ok_all else 1)
 ok_all = True
 rows = []
 secdiff = []

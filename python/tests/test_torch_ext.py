@@ -31,3 +31,27 @@ def test_refusals_are_kdart_statuses(private_shared_runtime):
     d, h0, dht = dhu_inputs(1, 64, 2, 64, 64, torch.bfloat16, "cpu")
     assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, h0, dht, float("nan"), 1, None, None, None) == -23
     assert ext.dhu(st["handle"], st["dhu_addr"], 0, d[0][0], *d[1:], h0, dht, 0.1, 1, None, None, None) < 0
+
+
+def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runtime):
+    """intra_fast / dhu_fast (built with c10::cuda) answer None for what they do not take: CPU tensors,
+    a non-tensor argument, the wrong argument count, a varlen dh without chunk_indices; nothing written."""
+    if not hasattr(ext, "intra_fast"):
+        pytest.skip("built without the CUDA runtime's headers: no direct entries")
+    kt._fast()  # binds them
+    assert kt._XI is ext.intra_fast and kt._XD is ext.dhu_fast
+    a = intra_inputs(1, 64, 2, 2, 64, torch.bfloat16, "cpu")
+    before = [t.clone() for t in a]
+    assert ext.intra_fast(*a, True, False, None, None) is None
+    assert ext.intra_fast(*a, True, False) is None
+    assert ext.intra_fast(*a[:-1], 3, True, False, None, None) is None
+    assert all(torch.equal(x, y) for x, y in zip(a, before))
+    d, h0, dht = dhu_inputs(1, 64, 2, 64, 64, torch.bfloat16, "cpu")
+    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None) is None
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    assert ext.dhu_fast(*d, h0, dht, "x", cu, None, None) is None
+    with pytest.raises(TypeError):
+        ext.bind(1, 2)
+    # through kdart.torch, a CPU call still raises kdart's EDEVICE from the Python path
+    with pytest.raises(ValueError, match="CUDA"):
+        kt.bwd_intra(*a, fold_dg=True)
