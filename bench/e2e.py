@@ -107,7 +107,16 @@ def overhead(row):
         raw = host_us(lambda: fn(h, addr, stream))
         op = host_us(call)
         alloc = host_us(lambda: [torch.empty(sh, dtype=dt, device="cuda") for sh, dt in plan.outs])
-        res[name] = (op, raw, alloc)
+        # the direct entry's own cost without kdart's call or the outputs: the same arguments with the last
+        # tensor replaced by an int, which it refuses (None) after unpacking all the others
+        direct = kt._XI if key == "intra" else kt._XD
+        if direct is not None:
+            args = list(a) + [False, False, None, None] if key == "intra" else list(d) + [h0, dht, 0.1, None, None, None, False]
+            args[9 if key == "intra" else 5] = 3
+            entry = host_us(lambda: direct(*args))
+        else:
+            entry = float("nan")
+        res[name] = (op, raw, alloc, entry)
         del keep
     return res
 
@@ -159,9 +168,10 @@ def main():
     path = "the C++ fast path (kdart.torch_ext)" if kt._EXT is not None else "the Python path (no kdart.torch_ext)"
     print(f"\nPython call overhead through {path} (host us per call; op allocates its outputs, raw = ctypes call "
           "of the C function with a prebuilt struct)")
-    for name, (op, raw, alloc) in overhead(SHAPES["b2_t8192_h32"]).items():
+    for name, (op, raw, alloc, entry) in overhead(SHAPES["b2_t8192_h32"]).items():
         print(f"  {name}: kdart.torch {op:.2f} us, raw C {raw:.2f} us, overhead {op - raw:.2f} us "
-              f"(of which torch.empty of the outputs {alloc:.2f} us)")
+              f"(Python's torch.empty of the outputs alone: {alloc:.2f} us; the direct entry refusing after "
+              f"unpacking its arguments: {entry:.2f} us)")
 
 
 if __name__ == "__main__":

@@ -244,6 +244,7 @@ def _fast():
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
         st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
+        _bind_direct(st)
     return st
 
 
@@ -269,6 +270,16 @@ def _load_ext():
 
 
 _EXT = _load_ext()
+# the extension's direct entries (built with c10::cuda), bound to the runtime by _fast(): bwd_intra and
+# bwd_dhu hand them their positional arguments and take the Python path when they answer None
+_XI = _XD = None
+
+
+def _bind_direct(st):
+    global _XI, _XD
+    if _EXT is not None and hasattr(_EXT, "intra_fast"):
+        _EXT.bind(st["handle"], st["intra_addr"], st["dhu_addr"])
+        _XI, _XD = _EXT.intra_fast, _EXT.dhu_fast
 
 
 def _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices):
@@ -548,6 +559,10 @@ def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+
+
 def _eager(t):
     return type(t) is torch.Tensor and t.is_cuda and not torch.compiler.is_compiling()
 
@@ -557,6 +572,12 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
     """fla's chunk_kda_bwd_intra (chunk 64; any T, or packed sequences per cu_seqlens) -> (dq, dk, db, dg).
     fold_dg: dg comes back reverse-cumsummed within each chunk (fla's following
     chunk_local_cumsum(dg, 64, reverse=True)); emit_bf16: dq, dk in the io dtype (HV == H)."""
+    # is_compiling first: under torch.compile it is a constant True, so Dynamo never looks at _XI (a C
+    # function it cannot trace) and goes on to the custom op below
+    if not _is_compiling() and _XI is not None and type(q) is _Tensor:
+        r = _XI(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
+        if r is not None:
+            return r
     if _eager(q):
         if _EXT is not None:
             r = _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
@@ -575,6 +596,10 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
     state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K] (behind
     KDART_EXPERIMENTAL=1 until verified on a GPU, as K not in {64, 128} and V % 64 != 0)."""
+    if not _is_compiling() and _XD is not None and type(q) is _Tensor:
+        r = _XD(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first)
+        if r is not None:
+            return r
     r = None
     if _eager(q):
         if _EXT is not None:

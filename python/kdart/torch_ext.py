@@ -5,10 +5,14 @@
 One eager kdart.torch call from Python costs, on the path written in Python, a few microseconds per tensor
 argument (each attribute read and each torch.empty goes through torch's Python bindings); the C++ path
 hands the tensors to kdart's C function in one call (kdart validates every argument there, as for any C
-caller) and allocates the outputs with at::empty_like.  It is a torch extension, so it is built on the
-user's machine, for the torch it runs with, by torch.utils.cpp_extension (a C++ compiler and torch's
-headers; no CUDA toolkit).  The build lives in ~/.cache/kdart/torch_ext/<key> (KDART_TORCH_EXT_DIR
-overrides), keyed by the torch version, Python ABI and this source, so another torch gets its own build.
+caller) and allocates the outputs in C++.  With a CUDA build of torch and the CUDA runtime's headers (the
+toolkit, or the nvidia-cuda-runtime wheel torch depends on) it has direct entries (intra_fast, dhu_fast)
+that take the device, the current stream and the outputs' memory from c10::cuda, so the only Python left
+on a call is kdart.torch's own function frame; without those headers only the pybind entries (intra, dhu)
+are built, and Python passes the stream.  It is a torch extension, built on the user's machine for the
+torch it runs with by a C++ compiler against torch's headers.  The build lives in
+~/.cache/kdart/torch_ext/<key> (KDART_TORCH_EXT_DIR overrides), keyed by the torch version, Python ABI and
+this source, so another torch gets its own build.
 
 kdart.torch loads the build when it exists (load()); KDART_TORCH_EXT=0 keeps the Python path,
 KDART_TORCH_EXT=1 builds it on first import when missing.  Without it everything works, only slower.
@@ -94,6 +98,24 @@ def load():
     return None
 
 
+def _cuda_include():
+    """A folder with cuda_runtime_api.h for c10/cuda's headers (the direct entries), or None: the CUDA
+    toolkit torch found (CUDA_HOME), else the nvidia-cuda-runtime wheel's headers beside torch."""
+    import torch
+    from torch.utils import cpp_extension as ce
+    if not torch.version.cuda:
+        return None
+    cands = [os.path.join(ce.CUDA_HOME, "include")] if ce.CUDA_HOME else []
+    import glob
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    cands += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "include"))) + [
+        os.path.join(site, "nvidia", "cuda_runtime", "include")]
+    for c in cands:
+        if os.path.exists(os.path.join(c, "cuda_runtime_api.h")):
+            return c
+    return None
+
+
 def build(verbose=False):
     """Compiles the extension for this torch (c++ and torch's headers; about a minute) and returns it."""
     import subprocess
@@ -107,12 +129,17 @@ def build(verbose=False):
     incs = ce.include_paths() + _include_dirs() + [sysconfig.get_paths()["include"]]
     libs = ce.library_paths()
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    # with a CUDA torch and the CUDA runtime's headers: the direct entries (c10::cuda for the device, the
+    # stream and the allocator); otherwise only the pybind entries, which take the stream from Python
+    cuda_inc = _cuda_include()
+    cuda = [f"-I{cuda_inc}", "-DKDART_EXT_CUDA"] if cuda_inc else []
+    cuda_lib = ["-lc10_cuda"] if cuda_inc else []
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
     os.close(fd)
     cmd = ([os.environ.get("CXX", "c++"), "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
             f"-DTORCH_EXTENSION_NAME={NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            SOURCE, "-o", tmp] + [f"-I{i}" for i in incs] + [f"-L{i}" for i in libs]
-           + ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"] + [f"-Wl,-rpath,{i}" for i in libs])
+            SOURCE, "-o", tmp] + [f"-I{i}" for i in incs] + cuda + [f"-L{i}" for i in libs]
+           + ["-lc10"] + cuda_lib + ["-ltorch", "-ltorch_cpu", "-ltorch_python"] + [f"-Wl,-rpath,{i}" for i in libs])
     if verbose:
         print(" ".join(cmd))
     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -44,3 +44,28 @@ def test_dhu_passes_state_v_first(private_shared_runtime, monkeypatch):
     assert "state_v_first" in st["rt"].lib.kdart_last_error(st["handle"]).decode()
     monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
     assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, *vf, float("nan"), 1, None, None, None, True) == -23
+
+
+def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runtime):
+    """intra_fast / dhu_fast (built with c10::cuda) answer None for what they do not take: CPU tensors,
+    a non-tensor argument, the wrong argument count, a varlen dh without chunk_indices; nothing written."""
+    if not hasattr(ext, "intra_fast"):
+        pytest.skip("built without the CUDA runtime's headers: no direct entries")
+    kt._fast()  # binds them
+    assert kt._XI is ext.intra_fast and kt._XD is ext.dhu_fast
+    a = intra_inputs(1, 64, 2, 2, 64, torch.bfloat16, "cpu")
+    before = [t.clone() for t in a]
+    assert ext.intra_fast(*a, True, False, None, None) is None
+    assert ext.intra_fast(*a, True, False) is None
+    assert ext.intra_fast(*a[:-1], 3, True, False, None, None) is None
+    assert all(torch.equal(x, y) for x, y in zip(a, before))
+    d, h0, dht = dhu_inputs(1, 64, 2, 64, 64, torch.bfloat16, "cpu")
+    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None, False) is None
+    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None) is None  # 12 arguments: not its arity
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    assert ext.dhu_fast(*d, h0, dht, "x", cu, None, None, False) is None
+    with pytest.raises(TypeError):
+        ext.bind(1, 2)
+    # through kdart.torch, a CPU call still raises kdart's EDEVICE from the Python path
+    with pytest.raises(ValueError, match="CUDA"):
+        kt.bwd_intra(*a, fold_dg=True)

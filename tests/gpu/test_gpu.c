@@ -306,6 +306,21 @@ START_TEST(varlen_thousand_sequences) {
 }
 END_TEST
 
+/* 600 sequences of 1..17 tokens: nearly every chunk is one 16-row block (17: two),
+ * so bwd_intra's VARLEN body skips the work of the three or two dead blocks of almost
+ * every CTA (phases A-D); both K, fold_dg, emit_bf16 and the io dtype rotate, -1000
+ * gates in two of the four, one zero-length sequence in every other. */
+START_TEST(intra_varlen_short_sequences) {
+    for (int v = 0; v < 4; v++) {
+        kc_seqs q = {600, NULL, 1, 17, !(v & 1), v & 1, (v >> 1) & 1, 1, 0, v & 2 ? 0.05 : 0.0, 0};
+        kc_intra_case c = {1, 0, 2, 4, v & 1 ? 64 : 128, (v >> 1) & 1, v == 1 || v == 2, v >= 2,
+                           v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED, seed + 7100 + (uint64_t)v, 0, v == 0, q};
+        if (c.emit_bf16) c.HV = c.H;
+        check_intra(&c);
+    }
+}
+END_TEST
+
 /* A garbage case's verdict: the launch succeeded, wrote nothing, set bit. */
 static void expect_garbage(const char *what, int gk, int ran, const kc_report *r, int bit) {
     ck_assert_int_eq(ran, 0);
@@ -689,6 +704,7 @@ int main(void) {
     tcase_add_test(tc, intra_varlen_lists);
     tcase_add_test(tc, dhu_varlen_lists);
     tcase_add_test(tc, varlen_thousand_sequences);
+    tcase_add_test(tc, intra_varlen_short_sequences);
     tcase_add_test(tc, varlen_garbage_writes_nothing);
     tcase_add_test(tc, second_context);
     tcase_add_test(tc, intra_head_dims);
