@@ -668,6 +668,19 @@ START_TEST(spec_choice) {
 }
 END_TEST
 
+/* name is one of the comma-separated entries of list */
+static int name_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(void) {
     char why[256];
     int rc = kc_init(why, sizeof why);
@@ -691,25 +704,13 @@ int main(void) {
         tcase_add_test(tc, small_for_sanitizers);
         goto run;
     }
-    tcase_add_test(tc, warm_load_times);
-    tcase_add_test(tc, intra_every_spec);
-    tcase_add_test(tc, intra_gate_families);
-    tcase_add_test(tc, intra_k64_equal_heads);
-    tcase_add_test(tc, intra_graph_capture);
-    tcase_add_test(tc, dhu_every_spec);
-    tcase_add_test(tc, dhu_graph_capture_and_mixed);
-    tcase_add_test(tc, bad_arguments_write_nothing);
-    tcase_add_test(tc, intra_fixed_any_t);
-    tcase_add_test(tc, dhu_fixed_any_t);
-    tcase_add_test(tc, intra_varlen_lists);
-    tcase_add_test(tc, dhu_varlen_lists);
-    tcase_add_test(tc, varlen_thousand_sequences);
-    tcase_add_test(tc, intra_varlen_short_sequences);
-    tcase_add_test(tc, varlen_garbage_writes_nothing);
-    tcase_add_test(tc, second_context);
-    tcase_add_test(tc, intra_head_dims);
-    tcase_add_test(tc, dhu_head_dims);
-    tcase_add_test(tc, spec_choice);
+    {
+        /* KDART_GPU_TESTS=name,name,...: only those tests (a lent GPU's time split over processes) */
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const char *only = getenv("KDART_GPU_TESTS");
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (!only || !only[0] || name_listed(only, all[i]->name)) tcase_add_test(tc, all[i]);
+    }
 run:
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
