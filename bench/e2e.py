@@ -111,7 +111,7 @@ def overhead(row):
         # tensor replaced by an int, which it refuses (None) after unpacking all the others
         direct = kt._XI if key == "intra" else kt._XD
         if direct is not None:
-            args = list(a) + [False, False, None, None] if key == "intra" else list(d) + [h0, dht, 0.1, None, None, None]
+            args = list(a) + [False, False, None, None] if key == "intra" else list(d) + [h0, dht, 0.1, None, None, None, False]
             args[9 if key == "intra" else 5] = 3
             entry = host_us(lambda: direct(*args))
         else:

@@ -58,6 +58,10 @@ ROWS = [
     Row("b2_t4096_h32_k64", 2, 4096, 32, 32, 64, 64),
     Row("prod8192_fold_emit", 16, 8192, 16, 16, 128, 256, fold_emit=True,
         note="bwd_intra fold_dg=1 emit_bf16=1; fla = intra + chunk_local_cumsum(dg, reverse)"),
+    # issue 15's head dims: the K tile 256, and two head dims served in the next tile up with masked tails
+    Row("b2_t8192_h16_k256", 2, 8192, 16, 16, 256, 256, note="K = V = 256 (the K tile 256)"),
+    Row("b2_t8192_h16_d100", 2, 8192, 16, 16, 100, 100, note="K = V = 100 (K tile 128, masked tail)"),
+    Row("b2_t8192_h16_d60", 2, 8192, 16, 16, 60, 60, note="K = V = 60 (K tile 64, masked tail)"),
 ]
 QUICK = ["b1_t8192_h32", "b2_t4096_h32_k64"]
 

@@ -74,14 +74,15 @@ class VRow(sbs.Row):
         return f"{s},N{len(self.lens)}"
 
 
-def fixed(name, B, T, H, HV):
-    return VRow(name, B, T, H, HV, 128, 128)
+def fixed(name, B, T, H, HV, K=128, V=128):
+    return VRow(name, B, T, H, HV, K, V)
 
 
 def make_rows():
     docs = doc_lengths(65536, 1024, seed=35)  # 63 documents, mean 1040
     seq8 = split_lengths(32768, 8, seed=2)
     short = uniform_lengths(1000, 1, 200, seed=3)
+    docs256 = doc_lengths(32768, 1024, seed=36)
     return [
         VRow("docs_t65536_hk16_hv32", 1, 65536, 16, 32, 128, 128, lens=docs,
              ref=fixed("fixed_t65536_hk16_hv32", 1, 65536, 16, 32),
@@ -95,6 +96,10 @@ def make_rows():
              note="fixed length, partial last chunk (63 rows); reference T8192 (per token)"),
         VRow("b2_t4160_h16", 2, 4160, 16, 16, 128, 128,
              note="fixed length T = 65 x 64 (no power of two; no reference row)"),
+        VRow("docs_t32768_h16_k256", 1, 32768, 16, 16, 256, 256, lens=docs256,
+             ref=fixed("fixed_t32768_h16_k256", 1, 32768, 16, 16, 256, 256),
+             note=f"issue 15: K = V = 256, documents of mean ~1K (seed 36): {len(docs256)} of "
+                  f"{min(docs256)}..{max(docs256)}"),
     ]
 
 
@@ -433,7 +438,7 @@ def main(argv=None):
                       sbs.fmt(pt, ".3f"), verdict(pt, PER_TOKEN_TARGET, False), sbs.fmt(worst, ".1e"),
                       ",".join(res["flags"])))
     sbs.print_table(hdr, lines)
-    print(f"\nbf16 io, K = V = 128, cu_seqlens {args.idx_dtype} with fla's chunk_indices/offsets passed to both; "
+    print(f"\nbf16 io, K = V = 128 (the last row 256), cu_seqlens {args.idx_dtype} with fla's chunk_indices/offsets passed to both; "
           f"median of {args.iters} CUDA-event timings after warm-up; 'bwd_intra fold': kdart fold_dg=1 vs fla intra + "
           f"chunk_local_cumsum(dg, reverse, cu_seqlens); per token vs fixed: (kdart ms / tokens) over the same for "
           f"the fixed-length row (B1 without cu_seqlens, same tokens; T8191: B2 T8192); {elapsed:.0f} s")

@@ -23,14 +23,20 @@
  * writes nothing).  A zero-length sequence writes only dh0 = dht (or 0).
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
- *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN>, IO in {kdart::bf16, kdart::fp16},
- *              K in {64, 128}, BV (V tile width) in {16, 32, 64}, VARLEN in {false, true}
+ *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, MASKED>, IO in {kdart::bf16, kdart::fp16},
+ *              K (the K tile) in {64, 128, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
+ *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}, MASKED (the
+ *              registry's tail parameter) in {false, true}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
- *   grid     : (V / BV, B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
- *              (VARLEN: (V / BV, N * HV, 1), blockIdx.y = n * HV + hv)
+ *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
+ *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
- *   requires : T % 64 == 0 (VARLEN = 0), V % BV == 0, 16-byte aligned tensor base pointers.
+ *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
+ *              1 <= V.  MASKED = false (the native path) needs p.Kr == K, V % BV == 0 and
+ *              !p.state_v_first; MASKED = true takes anything else (see the masked path: the same GEMMs,
+ *              element-wise global accesses).  The host picks MASKED from the shapes, so the
+ *              native specializations carry none of the masked path's code.
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime
  *   takes the widest BV whose grid still covers 7/8 of the SMs).
@@ -107,7 +113,8 @@ struct BwdDhuTraits {
     static constexpr int K = K_;
     static constexpr int kBV = BV_;
     static constexpr int kBT = KDART_CHUNK;         /* 64 rows per chunk */
-    static constexpr int kStages = 3;               /* cp.async ring depth */
+    /* cp.async ring depth: three stages; two at K = 256 (a stage is 100 KB there) */
+    static constexpr int kStages = K == 256 ? 2 : 3;
     static constexpr int kWarps = 4;                /* one warpgroup */
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kMT = K / 64;              /* 64-row blocks of dH; warp w owns rows 64 mt + 16 w + [0, 16) */
@@ -137,13 +144,18 @@ struct BwdDhuTraits {
     static constexpr unsigned kSwzV = kBV == 64 ? 1u : kBV == 32 ? 2u : 3u;
     /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4");
      * at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
-    static constexpr bool kWG = KDART_DHU_WG && K == 128;
+    static constexpr bool kWG = KDART_DHU_WG && (K == 128 || K == 256);
+    /* (K, BV) pairs with a real kernel: at K = 256, dH and the qg^T do sum take
+     * 2 BV fp32 registers per thread each, so BV 64 would spill (and its stages
+     * would not fit); the registry's BV 64 x K 256 specialization is a stub that
+     * the runtime never launches (kdart__dhu_max_bv) */
+    static constexpr bool kValid = K < 256 || kBV <= 32;
 
-    static_assert(K == 64 || K == 128, "bwd_dhu: K must be 64 or 128");
+    static_assert(K == 64 || K == 128 || K == 256, "bwd_dhu: K must be 64, 128 or 256");
     static_assert(kBV == 16 || kBV == 32 || kBV == 64, "bwd_dhu: BV must be 16, 32 or 64");
     static_assert(kNB % 2 == 0, "bwd_dhu: n8 tiles in pairs");
     static_assert(kTileK % 1024 == 0 && kTileV % 512 == 0 && kStageBytes % 1024 == 0, "bwd_dhu: swizzle alignment");
-    static_assert(kSmemBytes <= 227 * 1024, "bwd_dhu: dynamic smem over the 227 KB opt-in limit");
+    static_assert(!kValid || kSmemBytes <= 227 * 1024, "bwd_dhu: dynamic smem over the 227 KB opt-in limit");
     /* 16-byte unit of a V-side row after the XOR swizzle (wgmma's swizzle of
      * the row width, so the 8 rows of one ldmatrix land in 8 bank groups) */
     static __device__ __forceinline__ int swzV(int row, int u) {
@@ -159,6 +171,8 @@ static_assert(BwdDhuTraits<128, 64>::kSmemBytes == 216064 && BwdDhuTraits<128, 3
               BwdDhuTraits<128, 16>::kSmemBytes == 166912, "contract K=128");
 static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 134144 && BwdDhuTraits<64, 32>::kSmemBytes == 105472 &&
               BwdDhuTraits<64, 16>::kSmemBytes == 91136, "contract K=64");
+static_assert(BwdDhuTraits<256, 32>::kSmemBytes == 231424 && BwdDhuTraits<256, 16>::kSmemBytes == 215040 &&
+              !BwdDhuTraits<256, 64>::kValid, "contract K=256");
 
 namespace kdart {
 namespace dhu {
@@ -208,6 +222,18 @@ __device__ __forceinline__ void lds128(unsigned addr, unsigned (&r)[4]) {
 __device__ __forceinline__ void stg128(void *p, const unsigned (&r)[4]) {
     asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};"
                  :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+/* 16-bit and fp32 shared-memory accesses of the masked (generic) path */
+__device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
+    asm volatile("st.shared.u16 [%0], %1;" :: "r"(addr), "h"(v) : "memory");
+}
+__device__ __forceinline__ unsigned short lds16(unsigned addr) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts32f(unsigned addr, float v) {
+    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
 __device__ __forceinline__ float ex2(float x) {
     float y;
@@ -410,8 +436,13 @@ __device__ __forceinline__ bool varlen_locate(const void *cu, int is64, int N, i
 } /* namespace dhu */
 } /* namespace kdart */
 
-template <typename IO, int K, int BV, bool VARLEN>
-__global__ void __launch_bounds__(BwdDhuTraits<K, BV>::kThreads, BwdDhuTraits<K, BV>::kMinBlocks)
+/* The scan of one CTA, for the (K, BV) pairs with a real kernel (kValid); the
+ * others are the trap stub below.  (The body stays the __global__ function
+ * itself: moved into a __forceinline__ function, the native specializations'
+ * SASS changed.) */
+template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+__global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(BwdDhuTraits<K, BV>::kThreads,
+                                                                             BwdDhuTraits<K, BV>::kMinBlocks)
 kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
     using namespace kdart::dhu;
@@ -435,6 +466,20 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned sbase = kdart::smem_u32(smem);
 
+    /* Masked (generic) path, a specialization of its own (MASKED, chosen by
+     * the host): a head dim Kr below the K tile, a V that the tiles do not
+     * divide (the last tile partial; rows of HV*V elements need not be 16-byte
+     * aligned either) or the V-first state layout.  Only the global loads and
+     * stores change: they go element by element, rows d >= Kr and columns
+     * v >= V are zero in shared memory (so they add nothing to any GEMM and dH
+     * stays zero there) and are never read or written in global memory.  The
+     * shared-memory GEMMs are the native ones.  As a compile-time constant,
+     * gen removes every masked branch from the native specializations (their
+     * code is the one verified before head dims existed). */
+    constexpr bool gen = MASKED;
+    const int Kr = MASKED ? p.Kr : K;
+    const bool svf = MASKED && p.state_v_first != 0;
+
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     const int gq = lane >> 2, tq = lane & 3;      /* mma fragment row group / thread-in-group */
@@ -456,7 +501,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         if (len == 0) {   /* zero-length sequence: dh0 = dht (or 0), nothing else */
             if (p.dh0 != nullptr)
                 for (int e = tid; e < K * BV; e += Tr::kThreads) {
-                    const size_t o = (size_t)bh * K * V + (size_t)(e / BV) * V + v0 + e % BV;
+                    const int d = e / BV, vg = v0 + e % BV;
+                    if (gen && (d >= Kr || vg >= V)) continue;
+                    const size_t o = gen ? (size_t)bh * Kr * V + (svf ? (size_t)vg * Kr + d : (size_t)d * V + vg)
+                                         : (size_t)bh * K * V + (size_t)(e / BV) * V + v0 + e % BV;
                     p.dh0[o] = p.dht != nullptr ? p.dht[o] : 0.f;
                 }
             return;
@@ -477,6 +525,47 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     const float *gp = p.g + baseK;
     const IO *dop = static_cast<const IO *>(p.dout) + baseV + v0;
     const IO *dvp = static_cast<const IO *>(p.dv) + baseV + v0;
+    /* the masked path's bases: rows of HV*Kr elements */
+    const size_t growK = (size_t)HV * Kr;
+    const size_t gbaseK = (VARLEN ? (size_t)bos * HV + hv : (size_t)b * T * HV + hv) * Kr;
+    /* offset of state element (d, column vg) in a [K][V] or (svf) [V][K] block */
+    auto sidx = [&](int d, int vg) { return svf ? (size_t)vg * Kr + d : (size_t)d * V + vg; };
+    auto load_stage_gen = [&](int c, int s, int nv) {
+        const unsigned st = sbase + s * Tr::kStageBytes;
+        const size_t t0 = (size_t)c * Tr::kBT;
+        const unsigned short *gk = static_cast<const unsigned short *>(p.kg) + gbaseK;
+        const unsigned short *gqq = static_cast<const unsigned short *>(p.qg) + gbaseK;
+        const unsigned short *gw = static_cast<const unsigned short *>(p.w) + gbaseK;
+#pragma unroll 1
+        for (int e = tid; e < Tr::kBT * K; e += Tr::kThreads) {
+            const int r = e / K, d = e % K;
+            unsigned short xk = 0, xq = 0, xw = 0;
+            if (r < nv && d < Kr) {
+                const size_t o = (t0 + r) * growK + d;
+                xk = gk[o], xq = gqq[o], xw = gw[o];
+            }
+            const unsigned so = Tr::offK(r, d >> 3) + (d & 7) * 2;
+            sts16(st + Tr::kOffKg + so, xk);
+            sts16(st + Tr::kOffQg + so, xq);
+            sts16(st + Tr::kOffW + so, xw);
+        }
+        const unsigned short *go = static_cast<const unsigned short *>(p.dout) + baseV;
+        const unsigned short *gv = static_cast<const unsigned short *>(p.dv) + baseV;
+#pragma unroll 1
+        for (int e = tid; e < Tr::kBT * BV; e += Tr::kThreads) {
+            const int r = e / BV, v = e % BV;
+            unsigned short xo = 0, xv = 0;
+            if (r < nv && v0 + v < V) {
+                const size_t o = (t0 + r) * rowV + v0 + v;
+                xo = go[o], xv = gv[o];
+            }
+            const unsigned so = (unsigned)(r * UV + Tr::swzV(r, v >> 3)) * 16u + (v & 7) * 2;
+            sts16(st + Tr::kOffDo + so, xo);
+            sts16(st + Tr::kOffDv + so, xv);
+        }
+        for (int d = tid; d < K; d += Tr::kThreads)   /* the decay row (1 past Kr: those rows stay 0) */
+            sts32f(st + Tr::kOffG + d * 4, d < Kr ? p.g[gbaseK + (t0 + nv - 1) * growK + d] : 0.f);
+    };
 
     /* cp.async of chunk c into stage s.  Each thread's column unit is fixed and
      * its rows advance by a constant step. */
@@ -489,6 +578,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
      * first chunk (the sequence's last) can be partial, so the loop's copies
      * pass nv = 64 and compile to the unmasked form */
     auto load_stage = [&](int c, int s, int nv) {
+        if constexpr (gen) {
+            load_stage_gen(c, s, nv);
+            return;
+        }
         const unsigned st = sbase + s * Tr::kStageBytes;
         const size_t t0 = (size_t)c * Tr::kBT;
         {
@@ -537,7 +630,28 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     /* dH accumulators: acc[mt][4n + 0..1] = (d = drow(mt)+gq,   v = 8n+2tq, +1)
      *                  acc[mt][4n + 2..3] = (d = drow(mt)+gq+8, v = 8n+2tq, +1) */
     float acc[MT][NA];
-    if (p.dht != nullptr) {
+    /* the masked path moves the fp32 state tile [K][BV] through the start of
+     * the shared window (free before the prologue's copies and after the
+     * loop): element-wise global accesses in a loop, register moves by LDS/STS */
+    float *const sst = reinterpret_cast<float *>(smem);
+    static_assert(K * BV * 4 <= Tr::kStageBytes, "state tile in one stage");
+    if constexpr (gen) {
+        const float *src = p.dht;
+#pragma unroll 1
+        for (int e = tid; e < K * BV; e += Tr::kThreads) {
+            const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
+            sst[d * BV + v] = src != nullptr && d < Kr && v0 + v < V ? src[(size_t)bh * Kr * V + sidx(d, v0 + v)] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < NB; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[mt][4 * n + e] = sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)];
+        __syncthreads();   /* before the prologue's copies into stage 0 */
+    } else if (p.dht != nullptr) {
         const float *src = p.dht + (size_t)bh * K * V + v0;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -592,6 +706,17 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
         constexpr int UNITS = 16 * UV;
         const int nvw = nvalid(c) - 16 * warp;   /* VARLEN: this warp's valid rows */
+        if constexpr (gen) {
+            unsigned short *gd = reinterpret_cast<unsigned short *>(dst);
+#pragma unroll 1
+            for (int e = lane; e < 16 * BV; e += 32) {
+                const int row = e / BV, v = e % BV;
+                if (row < nvw && v0 + v < V)
+                    gd[(size_t)row * rowV + v] =
+                        lds16(st + Tr::kOffDv + offV(16 * warp + row, v >> 3) + (v & 7) * 2);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < (UNITS + 31) / 32; ++j) {
             const int q = 32 * j + lane;
@@ -605,6 +730,16 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     };
     /* the checkpoint of chunk c from S_H (this warp's rows) to global memory */
     auto flush_h = [&](int c, unsigned sH) {
+        if constexpr (gen) {
+            unsigned short *gd = static_cast<unsigned short *>(p.dh) +
+                                 ((VARLEN ? (size_t)co * HV + hv : (size_t)b * NT * HV + hv) + (size_t)c * HV) * Kr * V;
+#pragma unroll 1
+            for (int e = lane; e < DW * BV; e += 32) {
+                const int row = drow(e / (16 * BV)) + (e % (16 * BV)) / BV, v = e % BV;
+                if (row < Kr && v0 + v < V) gd[sidx(row, v0 + v)] = lds16(sH + offV(row, v >> 3) + (v & 7) * 2);
+            }
+            return;
+        }
         IO *dst = dhbase + (size_t)c * ckStep;
         constexpr int UNITS = DW * UV;
 #pragma unroll
@@ -638,8 +773,14 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     if ((sbase & 1023u) != 0) __trap();
     load_stage(NT - 1, 0, nvalid(NT - 1));
     cp_async_commit();
-    if (NT >= 2) load_stage(NT - 2, 1, Tr::kBT);
-    cp_async_commit();
+    /* the stage ahead: one with three stages, none with two (K = 256).  (Written
+     * as before K = 256 existed: as a loop over NS - 2 stages, ptxas scheduled the
+     * native kernels differently.) */
+    static_assert(NS == 2 || NS == 3, "bwd_dhu: two or three stages");
+    if constexpr (NS == 3) {
+        if (NT >= 2) load_stage(NT - 2, 1, Tr::kBT);
+        cp_async_commit();
+    }
     write_h(NT - 1, sbase + Tr::kOffH);
 
     /* the copies of chunk c-(NS-1) into stage sl, as one commit group (an empty
@@ -766,7 +907,24 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
         sl = sl == NS - 1 ? 0 : sl + 1;
     }
 
-    if (p.dh0 != nullptr) {
+    if constexpr (gen) {
+        if (p.dh0 != nullptr) {
+            __syncthreads();   /* every warp is done with the stages (no copy is in flight) */
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int n = 0; n < NB; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)] = acc[mt][4 * n + e];
+            __syncthreads();
+#pragma unroll 1
+            for (int e = tid; e < K * BV; e += Tr::kThreads) {
+                const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
+                if (d < Kr && v0 + v < V) p.dh0[(size_t)bh * Kr * V + sidx(d, v0 + v)] = sst[d * BV + v];
+            }
+        }
+    } else if (p.dh0 != nullptr) {
         float *dst = p.dh0 + (size_t)bh * K * V + v0;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -779,6 +937,12 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                     make_float2(acc[mt][4 * n + 2], acc[mt][4 * n + 3]);
             }
     }
+}
+
+template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+__global__ kdart::enable_if_t<!BwdDhuTraits<K, BV>::kValid> kdart_bwd_dhu(const kdart_bwd_dhu_params)
+{
+    __trap();   /* never launched (see BwdDhuTraits::kValid) */
 }
 
 #endif /* KDART_BWD_DHU_CUH */

@@ -10,9 +10,12 @@
  *   dg = dg_in + q*Aq + (beta*Ak - Ct)*k      (suffix-summed per chunk if FOLD_DG)
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see BwdIntraTraits below):
- *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN>, IO in {kdart::bf16,
- *            kdart::fp16}, K in {64, 128}; only parameter kdart_bwd_intra_params
- *            (VARLEN = false: its fixed-length prefix, see FixedParams).
+ *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN, TAIL>, IO in {kdart::bf16,
+ *            kdart::fp16}, K (the K tile) in {64, 128, 256}, TAIL (the registry's tail
+ *            parameter) in {false, true}; only parameter kdart_bwd_intra_params
+ *            (VARLEN = false: its fixed-length prefix, see FixedParams).  TAIL = true
+ *            needs VARLEN (<.., false, true> is a trap stub that is never launched);
+ *            see "HEAD DIM" below.
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
  *            VARLEN: (NT, HV, 1): blockIdx.x = global chunk i of all sequences
  *            (p.NT >= the total), blockIdx.y = hv; see "VARLEN" below.
@@ -141,6 +144,22 @@
  *   - no store (and no L2 prefetch) of a row >= valid; tokens outside the
  *     sequences are never touched.
  *   Offsets are 64-bit in both paths (token bases and strides are long long).
+ *
+ * HEAD DIM (issue 15): K is the K tile (64-column passes: 1, 2 or 4); the head dim
+ * Kr = p.Kr may be anything in 1..K.  Kr == K runs the TAIL = false bodies, which
+ * are the kernels as they were before head dims existed; any other Kr runs the
+ * TAIL = true specialization (VARLEN only: FixedParams has no Kr, so the host
+ * launches it with cu_seqlens = NULL for fixed-length batches too).  The tail
+ * body's token rows are Kr elements long (not 16-byte aligned in general), so its
+ * global loads and stores go element by element: columns >= Kr read as 0 (q, k, g,
+ * dq_in, dk_in, dg_in) and are never written; passes wholly past Kr are skipped.
+ * Zero columns add nothing to any sum over d (db) and have no effect on the other
+ * columns, whose terms never mix columns (dg's suffix sum runs down a column).  The
+ * tail is a specialization of its own rather than a branch of the native kernel,
+ * so that the native kernels keep their registers and their code.  The tail bodies fit
+ * the same 128 registers without spills on sm_90a and sm_100a; on sm_90a that took
+ * two things (see opaque_ptr and MULTI_TAIL): element addresses that NVVM cannot
+ * hoist as loop-invariant pointers, and pass tests against the parameter Kr itself.
  * Outputs are stored with st.global.cs (evict-first).
  * Deterministic: no atomics; every reduction has a fixed order.
  */
@@ -151,11 +170,13 @@
 
 template <int K>
 struct BwdIntraTraits {
-    static_assert(K == 64 || K == 128, "bwd_intra supports K in {64, 128}");
+    /* K is the K tile; the real head dim Kr (1..K, run time) is served by the VARLEN
+     * specializations, see "HEAD DIM" in the header */
+    static_assert(K == 64 || K == 128 || K == 256, "bwd_intra supports K tiles {64, 128, 256}");
     static constexpr int kBT = 64;             /* chunk rows */
     static constexpr int kBC = 16;             /* diagonal block rows */
     static constexpr int kKH = 64;             /* columns per pass */
-    static constexpr int kPasses = K / kKH;    /* column passes per CTA (2 / 1) */
+    static constexpr int kPasses = K / kKH;    /* column passes per CTA (4 / 2 / 1) */
     static constexpr int kThreads = 4 * kKH;   /* (block i, column d) of one pass in phase C: 256 */
     static constexpr int kWarps = kThreads / 32;
     static_assert(kWarps * 8 == kKH, "phase B: one 8-column n-tile per warp");
@@ -196,6 +217,9 @@ static_assert(BwdIntraTraits<128>::kThreads == 256 && BwdIntraTraits<128>::kSmem
               "contract K=128");
 static_assert(BwdIntraTraits<64>::kThreads == 256 && BwdIntraTraits<64>::kSmemBytes == 112384,
               "contract K=64");
+/* K = 256: the K = 128 kernel with four passes; only the db partials grow (8 per row) */
+static_assert(BwdIntraTraits<256>::kThreads == 256 && BwdIntraTraits<256>::kSmemBytes == 113920,
+              "contract K=256");
 
 namespace kdart {
 namespace intra {
@@ -291,7 +315,7 @@ struct FixedParams {
     int B, T, H, HV;
 };
 /* (NVRTC has no offsetof: the sizes pin the layouts, the field list is kda_params.h's) */
-static_assert(sizeof(FixedParams) == 14 * 8 + 4 * 4 && sizeof(kdart_bwd_intra_params) == 14 * 8 + 4 * 4 + 2 * 8 + 3 * 4 + 4,
+static_assert(sizeof(FixedParams) == 14 * 8 + 4 * 4 && sizeof(kdart_bwd_intra_params) == 14 * 8 + 4 * 4 + 2 * 8 + 4 * 4,
               "FixedParams: the fixed-length prefix of kdart_bwd_intra_params");
 template <bool VARLEN> struct ParamsOf { using type = kdart_bwd_intra_params; };
 template <> struct ParamsOf<false> { using type = FixedParams; };
@@ -300,11 +324,71 @@ __device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
     return is64 ? __ldg(static_cast<const long long *>(cu) + j) : (long long)__ldg(static_cast<const int *>(cu) + j);
 }
 
+/* Column tails (TAIL bodies only, see "HEAD DIM"): with Kr not a multiple of 8 the
+ * token rows are not 16-byte aligned, so these move single elements.  n = how many of
+ * the group's elements are columns < Kr (of a valid row; <= 0: none); the rest read as
+ * 0 and are not written. */
+__device__ __forceinline__ int ncols(int kr, int col, int w) { return min(kr - col, w); }
+/* The element address g + e is formed from g after this empty asm, which NVVM cannot see
+ * through: without it NVVM reassociates (base + row offset) + e into (base + e) + row
+ * offset and hoists the three or seven base + e pointers out of the pass loop, 64-bit
+ * registers held across phase C, which spilled on sm_90a. */
+template <typename T>
+__device__ __forceinline__ T *opaque_ptr(T *g) {
+    asm("" : "+l"(g));
+    return g;
+}
+__device__ __forceinline__ float4 ldg4m(const float *g, int n) {
+    g = opaque_ptr(g);
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (n > 0) v.x = __ldg(g);
+    if (n > 1) v.y = __ldg(g + 1);
+    if (n > 2) v.z = __ldg(g + 2);
+    if (n > 3) v.w = __ldg(g + 3);
+    return v;
+}
+/* eight io values (raw bits) as one 16-byte shared-memory row chunk */
+__device__ __forceinline__ uint4 ldg8m_io(const unsigned short *g, int n) {
+    g = opaque_ptr(g);
+    unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+        if (e < n) w[e >> 1] |= (unsigned)__ldg(g + e) << (16 * (e & 1));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void st_out1(float *a, float v) {
+    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(a), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_out4m(float *a, float4 v, int n) {
+    a = opaque_ptr(a);
+    if (n > 0) st_out1(a, v.x);
+    if (n > 1) st_out1(a + 1, v.y);
+    if (n > 2) st_out1(a + 2, v.z);
+    if (n > 3) st_out1(a + 3, v.w);
+}
+template <typename IO>
+__device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) {
+    const unsigned lo = kdart::pack2<IO>(v.x, v.y), hi = kdart::pack2<IO>(v.z, v.w);
+    const unsigned short h[4] = {(unsigned short)lo, (unsigned short)(lo >> 16), (unsigned short)hi,
+                                 (unsigned short)(hi >> 16)};
+    a = opaque_ptr(a);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+        if (e < n) asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a + e), "h"(h[e]) : "memory");
+}
+
 } /* namespace intra */
 } /* namespace kdart */
 
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN>
-__global__ void __launch_bounds__(BwdIntraTraits<K>::kThreads, BwdIntraTraits<K>::kMinBlocks)
+/* One kernel per specialization (see "HEAD DIM"): TAIL = false is the native body
+ * (Kr == K), TAIL = true the column-tail body, which needs VARLEN's parameter (Kr);
+ * <VARLEN = false, TAIL = true> is the stub below, which the host never launches (ops.c
+ * picks varlen = 1 with the tail).  (The body is the __global__ function itself: as a
+ * __forceinline__ function called from a wrapper kernel, the native specializations'
+ * SASS changed on sm_100a.) */
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+__global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<K>::kThreads,
+                                                                BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     using Tr = BwdIntraTraits<K>;
     using namespace kdart::intra;
@@ -343,6 +427,19 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     };
     const int tid = vtid();
     const int T = p.T, H = p.H, HV = p.HV;
+    /* KS: the token rows' length (elements; K, or Kr in a TAIL body), NP: the passes that
+     * have columns < KS (the last one may be partial, later ones are skipped) */
+    int KS = K;
+    if constexpr (TAIL) KS = p.Kr;
+    /* Tail bodies of a multi-pass tile (MULTI_TAIL) test "pass c0 has columns < Kr" as
+     * c0 < KS and c0 + KH < KS, a compare with the parameter itself, instead of holding
+     * NP and pass + 1 in registers across phase C (with those, and the pointers that
+     * opaque_ptr keeps in the loop, the K = 128 tails spilled 24..48 bytes on sm_90a).
+     * One-pass tiles have NP = 1 as a constant, since Kr <= K, so that the K = 64 tail
+     * body has no pass loop either: with a run-time trip count it kept loop state and the
+     * never taken next-pass copies across phase C and spilled up to 104 bytes. */
+    constexpr bool MULTI_TAIL = TAIL && Tr::kPasses > 1;
+    const int NP = MULTI_TAIL ? (KS + Tr::kKH - 1) / Tr::kKH : Tr::kPasses;
     /* row (token) base indices: [B,T,H] row of t0 (rowQ0) and [B,T,HV] row of t0 (rowV0),
      * computed from %ctaid where the one-time loads and phase A need them.  The reads
      * are volatile (for K=64 too), so that nothing is computed once and held in
@@ -375,8 +472,8 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     /* VARLEN: the chunk's valid row count (1..64) in sRow[3]'s low word, written by the
      * locating pass before a barrier and read back (like sRow) where a phase needs it */
     const int *sNv = reinterpret_cast<const int *>(sRow) + 6;
-    const long long strideQ = (long long)H * K; /* elements between tokens */
-    const long long strideV = (long long)HV * K;
+    const long long strideQ = (long long)H * KS; /* elements between tokens */
+    const long long strideV = (long long)HV * KS;
     const long long strideA = (long long)HV * 64;
     /* q, k columns cn..cn+KH-1 -> sQ, sK (phase A of the first pass; phase D for the
      * next pass): thread t copies 16-byte chunk t % VPR of rows t / VPR + j NTH / VPR,
@@ -387,9 +484,23 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
         const unsigned short *gq = static_cast<const unsigned short *>(p.q);
         const unsigned short *gk = static_cast<const unsigned short *>(p.k);
         const int r0 = t / VPR, c = (t % VPR) * 8;
+        /* (K, not KS, outside the TAIL branch: a lambda that names KS captures it by
+         * reference, and the native kernels' code changed with that capture on sm_100a) */
         const long long go = rowQ0 * K + r0 * strideQ + cn + c;
         const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
         const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
+        if constexpr (TAIL) { /* element loads, columns >= Kr and rows past the end zeros */
+            const int nv = *sNv, n = ncols(KS, cn + c, 8);
+            const long long gt = rowQ0 * KS + r0 * strideQ + cn + c;
+#pragma unroll
+            for (int j = 0; j < 64 * VPR / NTH; ++j) {
+                const int r = r0 + j * (NTH / VPR);
+                const long long o = gt + j * (NTH / VPR) * strideQ;
+                *reinterpret_cast<uint4 *>(sQ + r * KP + c) = ldg8m_io(gq + o, r < nv ? n : 0);
+                *reinterpret_cast<uint4 *>(sK + r * KP + c) = ldg8m_io(gk + o, r < nv ? n : 0);
+            }
+            return;
+        }
         if constexpr (VARLEN) { /* rows past the end: zeros (address: the chunk's row 0) */
             const int nv = *sNv;
 #pragma unroll
@@ -547,7 +658,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     }
 
 #pragma unroll 1
-    for (int pass = 0; pass < Tr::kPasses; ++pass) {
+    for (int pass = 0; MULTI_TAIL ? pass * KH < KS : pass < NP; ++pass) {
         const int c0 = pass * KH; /* first global column of this pass */
 
         /* ---------------- phase A: this pass's columns of q, k, g -> shared memory ---------------- */
@@ -565,9 +676,17 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             /* (a later pass's g was issued at the end of the previous phase D) */
             if (!(pass > 0)) {
                 const int r0 = tid / FPR, c = (tid % FPR) * 4;
-                const float *ag = p.g + rowV0 * K + r0 * strideV + c0 + c;
+                const float *ag = p.g + rowV0 * KS + r0 * strideV + c0 + c;
                 const unsigned so = kdart::smem_u32(sG + r0 * KP + c);
-                if constexpr (VARLEN) {
+                if constexpr (TAIL) { /* element loads; columns >= Kr are 0 (see HEAD DIM) */
+                    const int last = *sNv - 1, n = ncols(KS, c0 + c, 4);
+#pragma unroll
+                    for (int j = 0; j < 64 * FPR / NTH; ++j) {
+                        const int r = r0 + j * (NTH / FPR);
+                        *reinterpret_cast<float4 *>(sG + r * KP + c) =
+                            ldg4m(p.g + rowV0 * KS + min(r, last) * strideV + c0 + c, n);
+                    }
+                } else if constexpr (VARLEN) {
                     /* rows past the end get a copy of the last valid row's gates: g stays
                      * non-increasing down the chunk, so every exp2 argument of the kernel
                      * stays <= 0 (zeros there would give exp2(0 - g_s) = inf for a valid
@@ -576,7 +695,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
 #pragma unroll
                     for (int j = 0; j < 64 * FPR / NTH; ++j)
                         cp16s(so + j * (NTH / FPR) * KP * 4,
-                              p.g + rowV0 * K + min(r0 + j * (NTH / FPR), last) * strideV + c0 + c);
+                              p.g + rowV0 * KS + min(r0 + j * (NTH / FPR), last) * strideV + c0 + c);
                 } else {
 #pragma unroll
                     for (int j = 0; j < 64 * FPR / NTH; ++j)
@@ -584,8 +703,9 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                 }
             }
             /* and the next pass's g (its phase A copies it after this pass's phase D) */
-            if (pass + 1 < Tr::kPasses && tid < 128 && (!VARLEN || (tid >> 1) < *sNv))
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * K + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
+            if ((MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) && tid < 128 && (!VARLEN || (tid >> 1) < *sNv) &&
+                (!TAIL || c0 + KH + (tid & 1) * 32 < KS))
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p.g + rowV0 * KS + (tid >> 1) * strideV + c0 + KH + (tid & 1) * 32));
             cp_wait_all(); /* (first pass: also the dAqk/dAkk copies) */
             if (pass == 0) {
                 /* Round the off-diagonal blocks of dAqk/dAkk to tf32 once, in place:
@@ -637,36 +757,37 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                         const int v = tid + j * NTH;
                         const int arr = v >> 7, w = v & 127;
                         const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
-                        if (v < 64 * 2 * 3 && (w >> 1) < nv)
-                            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32));
+                        if (v < 64 * 2 * 3 && (w >> 1) < nv && (!TAIL || c0 + (w & 1) * 32 < KS))
+                            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + rowV0 * KS + (w >> 1) * strideV + c0 + (w & 1) * 32));
                     }
                 } else if constexpr (Tr::kPasses == 1) {
                     for (int v = tid; v < 64 * 2 * 3; v += NTH) {
                         const int arr = v >> 7, w = v & 127;
                         const float *base = arr == 0 ? p.dq_in : arr == 1 ? p.dk_in : p.dg_in;
-                        const float *a = base + rowV0 * K + (w >> 1) * strideV + c0 + (w & 1) * 32;
+                        const float *a = base + rowV0 * KS + (w >> 1) * strideV + c0 + (w & 1) * 32;
                         asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
                     }
                 } else {
-                    const long long o = rowV0 * K + (tid & 127) / 2 * strideV + c0 + (tid & 1) * 32;
+                    const long long o = rowV0 * KS + (tid & 127) / 2 * strideV + c0 + (tid & 1) * 32;
                     asm volatile("prefetch.global.L2 [%0];" ::"l"((tid < 128 ? p.dq_in : p.dk_in) + o));
                     if (tid < 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p.dg_in + o));
                 }
             }
             /* pull the next pass's q, k, g lines into L2 (its phase A reads them) */
-            if (pass + 1 < Tr::kPasses) {
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) {
                 long long rowQ0, rowV0;
                 row0s(rowQ0, rowV0);
                 const int cn = c0 + KH;
                 const void *a;
                 if (tid < 64)
-                    a = static_cast<const unsigned short *>(p.q) + rowQ0 * K + tid * strideQ + cn;
+                    a = static_cast<const unsigned short *>(p.q) + rowQ0 * KS + tid * strideQ + cn;
                 else if (tid < 128)
-                    a = static_cast<const unsigned short *>(p.k) + rowQ0 * K + (tid - 64) * strideQ + cn;
+                    a = static_cast<const unsigned short *>(p.k) + rowQ0 * KS + (tid - 64) * strideQ + cn;
                 else
-                    a = p.g + rowV0 * K + ((tid - 128) >> 1) * strideV + cn + (tid & 1) * 32;
+                    a = p.g + rowV0 * KS + ((tid - 128) >> 1) * strideV + cn + (tid & 1) * 32;
                 /* (VARLEN: rows past the end left out) */
-                if (!VARLEN || (tid < 128 ? tid & 63 : (tid - 128) >> 1) < *sNv)
+                if ((!VARLEN || (tid < 128 ? tid & 63 : (tid - 128) >> 1) < *sNv) &&
+                    (!TAIL || tid < 128 || cn + (tid & 1) * 32 < KS))
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
             }
             const int warp = tid >> 5, lane = tid & 31;
@@ -790,12 +911,19 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             }
         };
         /* VARLEN: the same loads of rows 16j + rr < valid, zeros for the rest */
-        auto load_in_v = [&](long long gb, long long s16, int rr) {
+        auto load_in_v = [&](long long gb, long long s16, int rr, int col) {
             const int nv = *sNv;
             const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const bool ok = 16 * j + rr < nv;
+                if constexpr (TAIL) { /* (col: the thread's first global column) */
+                    const int n = ok ? ncols(KS, col, 4) : 0;
+                    xq[j] = ldg4m(p.dq_in + gb + j * s16, n);
+                    xk[j] = ldg4m(p.dk_in + gb + j * s16, n);
+                    if (!FOLD_DG) xg[j] = ldg4m(p.dg_in + gb + j * s16, n);
+                    continue;
+                }
                 xq[j] = ok ? ldg4(p.dq_in + gb + j * s16) : z4;
                 xk[j] = ok ? ldg4(p.dk_in + gb + j * s16) : z4;
                 if (!FOLD_DG) xg[j] = ok ? ldg4(p.dg_in + gb + j * s16) : z4;
@@ -905,8 +1033,8 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                  * overlaps their latency */
                 /* (phase D's gb, written out: through a shared lambda ptxas schedules
                  * the K = 64 kernel differently) */
-                const long long gb = rowV0 * K + (long long)(tid >> 4) * strideV + c0 + (tid & 15) * 4;
-                if constexpr (VARLEN) load_in_v(gb, 16 * strideV, tid >> 4);
+                const long long gb = rowV0 * KS + (long long)(tid >> 4) * strideV + c0 + (tid & 15) * 4;
+                if constexpr (VARLEN) load_in_v(gb, 16 * strideV, tid >> 4, c0 + (tid & 15) * 4);
                 else load_in(gb, 16 * strideV);
             }
         }
@@ -920,37 +1048,37 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             const int tid = vtid() + z;
             /* (the strides too: else the loop-invariant 16 * strideV is hoisted out of the
              * pass loop and held across phase C) */
-            const long long strideV = (long long)(HV + z) * K;
-            const long long strideQ = (long long)(H + z) * K;
+            const long long strideV = (long long)(HV + z) * KS;
+            const long long strideQ = (long long)(H + z) * KS;
             long long rowQ0, rowV0;
             row0s(rowQ0, rowV0);
             /* streaming map: thread owns rows 16j + rr (j = 0..3), pass columns cc..cc+3 */
             const int rr = tid >> 4;
             const int cc = (tid & 15) * 4;
-            const long long gb = rowV0 * K + (long long)rr * strideV + c0 + cc;
+            const long long gb = rowV0 * KS + (long long)rr * strideV + c0 + cc;
             const long long s16 = 16 * strideV;
             /* fold_dg: thread (block i, column d) also suffix-sums its block's column */
             const int i = tid / KH;
             const int d = tid - i * KH;
             float ng[FOLD_DG ? 16 : 1];
             if (FOLD_DG) {
-                const long long o = rowV0 * K + (long long)(16 * i) * strideV + c0 + d;
+                const long long o = rowV0 * KS + (long long)(16 * i) * strideV + c0 + d;
 #pragma unroll
                 for (int s = 0; s < 16; ++s) {
                     if constexpr (VARLEN) /* rows past the end add 0 to the suffix sums */
-                        ng[s] = 16 * i + s < *sNv ? __ldg(p.dg_in + o + s * strideV) : 0.f;
+                        ng[s] = 16 * i + s < *sNv && (!TAIL || c0 + d < KS) ? __ldg(p.dg_in + o + s * strideV) : 0.f;
                     else
                         ng[s] = __ldg(p.dg_in + o + s * strideV);
                 }
             }
             /* every load of the thread is issued before any use */
             if constexpr (Tr::kPasses > 1) {
-                if constexpr (VARLEN) load_in_v(gb, s16, rr);
+                if constexpr (VARLEN) load_in_v(gb, s16, rr, c0 + cc);
                 else load_in(gb, s16);
             }
             /* sQ/sK are free since the barrier after phase C (phase D does not read
              * them): start the next pass's q, k copies now; its phase A waits for them */
-            if (pass + 1 < Tr::kPasses) copy_qk(tid, rowQ0, strideQ, c0 + KH);
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) copy_qk(tid, rowQ0, strideQ, c0 + KH);
             if (FOLD_DG) {
                 float *slot = (i < 3) ? (sXc + 16 * i * KP + d) : (sXq + 32 * KP + d);
                 float acc = 0.f;
@@ -968,6 +1096,21 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                 const long long go = gb + j * s16;
                 const float4 vq = add4(xq[j], lds4(sG + R * KP + cc));
                 const float4 vk = add4(xk[j], lds4(sDk + R * KP + cc));
+                if constexpr (TAIL) { /* columns >= Kr are not written */
+                    const int n = ncols(KS, c0 + cc, 4);
+                    if (EMIT_IO) {
+                        st_out4io_m<IO>(static_cast<unsigned short *>(p.dq) + go, vq, n);
+                        st_out4io_m<IO>(static_cast<unsigned short *>(p.dk) + go, vk, n);
+                    } else {
+                        st_out4m(static_cast<float *>(p.dq) + go, vq, n);
+                        st_out4m(static_cast<float *>(p.dk) + go, vk, n);
+                    }
+                    if (!FOLD_DG) {
+                        const float *sl = (j < 3) ? (sXc + R * KP) : (sXq + (R - 16) * KP);
+                        st_out4m(p.dg + go, add4(xg[j], lds4(sl + cc)), n);
+                    }
+                    continue;
+                }
                 if (EMIT_IO) {
                     st_out4io<IO>(static_cast<unsigned short *>(p.dq) + go, vq);
                     st_out4io<IO>(static_cast<unsigned short *>(p.dk) + go, vk);
@@ -983,15 +1126,21 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             /* the next pass's g straight into the sG slots this thread has just consumed
              * (its dq' slots: rows 16j + rr, columns cc..cc+3; no other thread reads
              * them), so that the next phase A has nothing left to issue */
-            if (pass + 1 < Tr::kPasses) {
+            if (MULTI_TAIL ? c0 + KH < KS : pass + 1 < NP) {
                 const float *ag = p.g + gb + KH;
                 const unsigned sg = kdart::smem_u32(sG + rr * KP + cc);
-                if constexpr (VARLEN) { /* past the end: the last valid row, as in phase A */
+                if constexpr (TAIL) { /* element loads, as in phase A */
+                    const int last = *sNv - 1, n = ncols(KS, c0 + KH + cc, 4);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        *reinterpret_cast<float4 *>(sG + (16 * j + rr) * KP + cc) =
+                            ldg4m(p.g + rowV0 * KS + min(16 * j + rr, last) * strideV + c0 + KH + cc, n);
+                } else if constexpr (VARLEN) { /* past the end: the last valid row, as in phase A */
                     const int last = *sNv - 1;
 #pragma unroll
                     for (int j = 0; j < 4; ++j)
                         cp16s(sg + j * 16 * KP * 4,
-                              p.g + rowV0 * K + min(16 * j + rr, last) * strideV + c0 + KH + cc);
+                              p.g + rowV0 * KS + min(16 * j + rr, last) * strideV + c0 + KH + cc);
                 } else {
 #pragma unroll
                     for (int j = 0; j < 4; ++j) cp16s(sg + j * 16 * KP * 4, ag + j * s16);
@@ -1013,7 +1162,8 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                     if (j == 1) v = add4(v, l1);
                     if (j == 2) v = add4(v, l2);
                     if (VARLEN && R >= *sNv) continue; /* rows past the end: not written */
-                    st_out4(p.dg + gb + j * s16, v);
+                    if constexpr (TAIL) st_out4m(p.dg + gb + j * s16, v, ncols(KS, c0 + cc, 4));
+                    else st_out4(p.dg + gb + j * s16, v);
                 }
             }
         }
@@ -1028,9 +1178,15 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
         row0s(rowQ0, rowV0);
         float acc = p.db_in[rowV0 + (long long)tid * HV];
 #pragma unroll
-        for (int w = 0; w < NDB; ++w) acc += sDbp[tid * NDB + w];
+        for (int w = 0; w < NDB; ++w) /* (TAIL: the skipped passes' slots were not written) */
+            if (!TAIL || w < NP * Tr::kWPB) acc += sDbp[tid * NDB + w];
         p.db[rowV0 + (long long)tid * HV] = acc;
     }
+}
+
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+__global__ kdart::enable_if_t<!VARLEN && TAIL> kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type) {
+    __trap(); /* never launched */
 }
 
 #endif /* KDART_BWD_INTRA_CUH */

@@ -20,7 +20,7 @@ template <int K>
 struct RcumsumTraits {
     static constexpr int kThreads = K;
     static constexpr int kSmemBytes = 0;
-    static_assert(K == 64 || K == 128, "chunk_rcumsum supports K in {64, 128}");
+    static_assert(K == 64 || K == 128 || K == 256, "chunk_rcumsum supports K in {64, 128, 256}");
 };
 
 template <int K>

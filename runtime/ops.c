@@ -20,6 +20,7 @@
  * params struct on the stack and calls cuLaunchKernel.  It can therefore
  * be captured in a CUDA graph once the specialization is prepared.
  */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,10 +146,38 @@ static int check_cu_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out,
     return KDART_OK;
 }
 
-/* The head dims the kernels are built for (their K template values). */
+/* The gate of the cases that no GPU run has verified yet (issue 15: head
+ * dims other than 64 and 128, the K tile 256, bwd_dhu's V % 64 != 0 and
+ * state_v_first): refused unless the environment (through the handle's env
+ * rules) has KDART_EXPERIMENTAL=1.  The existing cases never come here. */
+__attribute__((format(printf, 2, 3))) static int experimental(kdart_rt *rt, const char *what, ...) {
+    int64_t on = 0;
+    if (kdart__env_number(rt, "KDART_EXPERIMENTAL", 0, 1, &on) && on) return KDART_OK;
+    char w[96];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(w, sizeof w, what, ap);
+    va_end(ap);
+    return kdart__err(rt, KDART_EUNSUPPORTED, "%s is not yet verified on a GPU; set KDART_EXPERIMENTAL=1 to use it",
+                      w);
+}
+
+/* Head dims: any K in 1..256, served by the K tile above it (64, 128, 256)
+ * with masked loads and stores; K other than 64 and 128 is behind the gate. */
 static int check_head_dim(kdart_rt *rt, int64_t K) {
+    if (K < 1 || K > 256)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 1..256)", (long long)K);
     if (K == 64 || K == 128) return KDART_OK;
-    return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 64 or 128)", (long long)K);
+    return experimental(rt, "head dim K=%lld", (long long)K);
+}
+
+/* bwd_dhu's value dim: any V in 1..512 (the last V tile masked); V % 64 != 0
+ * is behind the gate. */
+static int check_value_dim(kdart_rt *rt, int64_t V) {
+    if (V < 1 || V > 512)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "value dim V=%lld is not supported (V must be 1..512)", (long long)V);
+    if (V % 64 == 0) return KDART_OK;
+    return experimental(rt, "value dim V=%lld (not a multiple of 64)", (long long)V);
 }
 
 /* Checks that the current context is on the tensors' device (device_id
@@ -332,6 +361,11 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
      * 65535 in y the varlen body takes the batch, with its grid (B*chunks, HV):
      * the same results, and the common case keeps its kernel. */
     if (!sq.varlen && B * HV > 65535) sq.varlen = 1;
+    /* A head dim below its K tile runs the tail specialization, which exists
+     * for the varlen body only (its params carry Kr); cu_seqlens stays NULL, so
+     * it takes the batch as B rows of T tokens.  Native K keeps its kernel. */
+    const int tail = K != kdart__k_tile(K);
+    if (tail) sq.varlen = 1;
     const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
     const int64_t grid_x = !sq.varlen ? T / KDART_CHUNK : sq.cu ? T / KDART_CHUNK + sq.N : B * NTC;
     if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX)
@@ -355,7 +389,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
-    int vals[5] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, K == 64 ? 0 : 1, sq.varlen};
+    int vals[6] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail};
     kdart__unit *u;
     void *fn;
     int *status = NULL;
@@ -367,7 +401,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
         (const float *)addr(a->dq_in), (const float *)addr(a->dk_in), (const float *)addr(a->dg_in),
         (const float *)addr(a->db_in), (void *)addr(a->dq),           (void *)addr(a->dk),
         (float *)addr(a->dg),          (float *)addr(a->db),          (int)B, (int)T, (int)H, (int)HV,
-        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)sq.N, (int)grid_x, sq.is64,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)sq.N, (int)grid_x, sq.is64, (int)K,
     };
     return kdart__launch(rt, fn, (unsigned)grid_x, (unsigned)(sq.varlen ? HV : B * HV), 1, u->threads, u->smem,
                          stream, &p);
@@ -389,6 +423,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if (io != IO_BF16 && io != IO_FP16)
         return kdart__err(rt, KDART_EDTYPE, "qg is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
+    if (V < 1 || V > 512) return check_value_dim(rt, V);
     if (B < 1 || T < 1 || HV < 1 || V < 1)
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
                           (long long)T, (long long)HV, (long long)V);
@@ -398,11 +433,16 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
                          COVERS(a, kdart_bwd_dhu_args, chunk_offsets) ? a->chunk_offsets : NULL, B, T, &sq)) !=
         KDART_OK)
         return rc;
-    if (V % 64 != 0)
-        return kdart__err(rt, KDART_EUNSUPPORTED, "V=%lld is not a multiple of 64", (long long)V);
+    if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
+    const int svf = COVERS(a, kdart_bwd_dhu_args, state_v_first) && a->state_v_first;
+    if (svf && (rc = experimental(rt, "state_v_first")) != KDART_OK) return rc;
+    const int kt = kdart__k_tile(K);
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
+    if (a->v_tile > kdart__dhu_max_bv(kt))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported at K=%lld (the K tile %d takes at most %d)",
+                          a->v_tile, (long long)K, kt, kdart__dhu_max_bv(kt));
     const int64_t N = sq.N;
     /* dh's chunk rows: exactly ceil(T/64) per row at fixed length; varlen:
      * the total is known only on the device, so any NT >= 1 (>= the rows of
@@ -410,7 +450,8 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     int64_t NT = (T + KDART_CHUNK - 1) / KDART_CHUNK;
     if (sq.cu) {
         if (!a->dh || !a->dh->shape || a->dh->ndim != 5)
-            return kdart__err(rt, !a->dh ? KDART_ENULL : KDART_ESHAPE, "dh must be [1,NT,HV,K,V]");
+            return kdart__err(rt, !a->dh ? KDART_ENULL : KDART_ESHAPE,
+                              svf ? "dh must be [1,NT,HV,V,K]" : "dh must be [1,NT,HV,K,V]");
         NT = a->dh->shape[1];
         if (NT < 1 || NT < sq.ci_rows)
             return kdart__err(rt, KDART_ESHAPE, "dh has %lld chunk rows; needs at least %lld (%s)", (long long)NT,
@@ -422,12 +463,14 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if (T > INT32_MAX || NT > INT32_MAX || N * HV > 65535)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large: N*HV=%lld scans (at most 65535)",
                           (long long)(N * HV));
+    /* the state's two trailing dims: [K, V], or [V, K] with state_v_first */
+    const int64_t S1 = svf ? V : K, S2 = svf ? K : V;
     tcheck c[] = {
-        {"qg", a->qg, -1, 4, {B, T, HV, K}},   {"kg", a->kg, -1, 4, {B, T, HV, K}},
-        {"w", a->w, -1, 4, {B, T, HV, K}},     {"g", a->g, 32, 4, {B, T, HV, K}},
-        {"do", a->d_o, -1, 4, {B, T, HV, V}},  {"dv", a->dv, -1, 4, {B, T, HV, V}},
-        {"dht", a->dht, 32, 4, {N, HV, K, V}}, {"dh", a->dh, -1, 5, {B, NT, HV, K, V}},
-        {"dv2", a->dv2, -1, 4, {B, T, HV, V}}, {"dh0", a->dh0, 32, 4, {N, HV, K, V}},
+        {"qg", a->qg, -1, 4, {B, T, HV, K}},     {"kg", a->kg, -1, 4, {B, T, HV, K}},
+        {"w", a->w, -1, 4, {B, T, HV, K}},       {"g", a->g, 32, 4, {B, T, HV, K}},
+        {"do", a->d_o, -1, 4, {B, T, HV, V}},    {"dv", a->dv, -1, 4, {B, T, HV, V}},
+        {"dht", a->dht, 32, 4, {N, HV, S1, S2}}, {"dh", a->dh, -1, 5, {B, NT, HV, S1, S2}},
+        {"dv2", a->dv2, -1, 4, {B, T, HV, V}},   {"dh0", a->dh0, 32, 4, {N, HV, S1, S2}},
     };
     const int n = (int)(sizeof c / sizeof c[0]);
     int device_id = -1;
@@ -445,7 +488,10 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
     }
-    int vals[4] = {io, K == 64 ? 0 : 1, kdart__dhu_bv_index(bv), sq.varlen};
+    /* the masked specialization for what the native tiles cannot take: a head
+     * dim below its K tile, a partial last V tile, the V-first state */
+    const int tail = K != kt || V % bv != 0 || svf;
+    int vals[5] = {io, kdart__k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
     kdart__unit *u;
     void *fn;
     int *status = NULL;
@@ -457,9 +503,9 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         a->dht ? (const float *)addr(a->dht) : NULL,
         (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
         a->scale,                  (int)B, (int)T, (int)HV, (int)V,
-        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64, (int)K, svf,
     };
-    return kdart__launch(rt, fn, (unsigned)(V / bv), (unsigned)(N * HV), 1, u->threads, u->smem, stream, &p);
+    return kdart__launch(rt, fn, (unsigned)((V + bv - 1) / bv), (unsigned)(N * HV), 1, u->threads, u->smem, stream, &p);
 }
 
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {
@@ -467,9 +513,9 @@ int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, 
     if (!v_tile) return kdart__err(rt, KDART_ENULL, "v_tile must not be NULL");
     int sms, rc;
     if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
-    if (B < 1 || HV < 1 || V < 64 || V % 64 != 0)
-        return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld V=%lld: need B, HV >= 1 and V a multiple of 64",
-                          (long long)B, (long long)HV, (long long)V);
+    if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
+    if (B < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "B=%lld HV=%lld: need B, HV >= 1", (long long)B, (long long)HV);
     if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
     *v_tile = kdart__dhu_pick_bv(B, HV, V, (int)K, sms);
     return KDART_OK;

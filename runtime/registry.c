@@ -24,14 +24,21 @@
 #include "rt.h"
 
 /* Launch shapes of the two KDA kernels, from their traits structs. */
-#define KDART__INTRA_THREADS(K) 256                         /* BwdIntraTraits<K>::kThreads */
-#define KDART__INTRA_SMEM(K) ((K) == 128 ? 112896 : 112384) /* BwdIntraTraits<K>::kSmemBytes */
-#define KDART__DHU_THREADS 128                              /* BwdDhuTraits<K, BV>::kThreads */
-/* BwdDhuTraits<K, BV>::kSmemBytes: three cp.async stages of kg, qg, w ([64][K]
- * io), do, dv ([64][BV] io) and one fp32 g row, each stage rounded up to 1 KB
- * (where wgmma's swizzle patterns repeat), plus IO(dH) [K][BV] */
+#define KDART__INTRA_THREADS(K) 256 /* BwdIntraTraits<K>::kThreads */
+/* BwdIntraTraits<K>::kSmemBytes: 64-column passes; only the db partials
+ * ([64][2 * K/64] fp32) grow with the K tile */
+#define KDART__INTRA_SMEM(K) (111872 + 64 * 4 * 2 * ((K) / 64))
+#define KDART__DHU_THREADS 128 /* BwdDhuTraits<K, BV>::kThreads */
+/* BwdDhuTraits<K, BV>::kSmemBytes: cp.async stages (three; two at K = 256)
+ * of kg, qg, w ([64][K] io), do, dv ([64][BV] io) and one fp32 g row, each
+ * stage rounded up to 1 KB (where wgmma's swizzle patterns repeat), plus
+ * IO(dH) [K][BV] */
+#define KDART__DHU_STAGES(K) ((K) == 256 ? 2 : 3)
 #define KDART__DHU_STAGE(K, BV) ((3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4 + 1023) / 1024 * 1024)
-#define KDART__DHU_SMEM(K, BV) (3 * KDART__DHU_STAGE(K, BV) + (K) * (BV) * 2)
+#define KDART__DHU_SMEM(K, BV) (KDART__DHU_STAGES(K) * KDART__DHU_STAGE(K, BV) + (K) * (BV) * 2)
+/* The widest V tile a K tile supports (dH and the qg^T do sum in registers:
+ * 2 * BV floats per thread each at K = 256, so BV 64 would spill) */
+#define KDART__DHU_MAX_BV(K) ((K) == 256 ? 32 : 64)
 
 /* The V tiles of bwd_dhu, written once: the BV parameter's strings (below) and
  * the integers the tile rule works with both expand this list. */
@@ -41,26 +48,35 @@
 static const int dhu_bvs[] = {KDART__DHU_BVS(KDART__INT_)}; /* the BV parameter's values, in order */
 #define KDART__NBV ((int)(sizeof dhu_bvs / sizeof dhu_bvs[0]))
 
+/* The K tiles, in the K parameter's order. */
+static const int k_tiles[] = {64, 128, 256};
+
+int kdart__k_tile(int64_t K) { return K < 1 || K > 256 ? -1 : K <= 64 ? 64 : K <= 128 ? 128 : 256; }
+int kdart__k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : 2; }
+
 static void rcumsum_shape(const int *vals, int *threads, int *smem) {
-    *threads = vals[0] == 0 ? 64 : 128; /* one thread per channel */
+    *threads = k_tiles[vals[0]]; /* one thread per channel */
     *smem = 0;
 }
 
 /* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K, varlen
  * (the varlen specializations launch with the same shape). */
 static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
-    int K = vals[3] == 0 ? 64 : 128;
-    (void)K;
+    int K = k_tiles[vals[3]];
     *threads = KDART__INTRA_THREADS(K);
     *smem = KDART__INTRA_SMEM(K);
 }
 
-/* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV, varlen. */
+/* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV, varlen.
+ * (K, BV) past KDART__DHU_MAX_BV compiles to a stub that the runtime never
+ * launches: it takes no shared memory. */
 static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
-    int K = vals[1] == 0 ? 64 : 128;
+    int K = k_tiles[vals[1]], bv = dhu_bvs[vals[2]];
     *threads = KDART__DHU_THREADS;
-    *smem = KDART__DHU_SMEM(K, dhu_bvs[vals[2]]);
+    *smem = bv <= KDART__DHU_MAX_BV(K) ? KDART__DHU_SMEM(K, bv) : 0;
 }
+
+int kdart__dhu_max_bv(int k_tile) { return KDART__DHU_MAX_BV(k_tile); }
 
 int kdart__dhu_bv_index(int bv) {
     for (int i = 0; i < KDART__NBV; i++)
@@ -81,15 +97,18 @@ int kdart__dhu_bv_index(int bv) {
  * waves are paid for; ties go to the wider tile, which moves fewer K-side
  * bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
-    /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value */
+    /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value
+     * (K = 256: not measured yet, taken as K = 128's) */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
-    const int *rel = K == 64 ? rel64 : rel128;
+    const int kt = kdart__k_tile(K) > 0 ? kdart__k_tile(K) : 128;
+    const int *rel = kt == 64 ? rel64 : rel128;
     if (sms < 1) sms = 1;
-    int best = KDART__NBV - 1;
+    int best = -1;
     long long best_cost = -1;
     for (int i = KDART__NBV - 1; i >= 0; i--) {
-        long long ctas = B * HV * (V / dhu_bvs[i]);
+        if (dhu_bvs[i] > KDART__DHU_MAX_BV(kt)) continue;
+        long long ctas = B * HV * ((V + dhu_bvs[i] - 1) / dhu_bvs[i]);
         long long cost = (ctas + sms - 1) / sms * rel[i];
         if (best_cost < 0 || cost < best_cost) best = i, best_cost = cost;
     }
@@ -97,27 +116,58 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 }
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
-#define K_PARAM {"K", 2, {"64", "128"}, {"64", "128"}, 1}
+#define K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
                           {K_PARAM}, rcumsum_shape},
-    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 5,
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 6,
                             {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM,
-                             FLAG_PARAM("varlen")},
+                             FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
                             bwd_intra_shape},
-    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 4,
-                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen")}, bwd_dhu_shape},
+    [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
+                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
+                          bwd_dhu_shape},
 };
 
-/* varlen is the last parameter of the kernels that have it (the contract's
- * template order), so its value is the spec index's lowest digit. */
+/* The varlen specializations (those that take a device status word): the
+ * varlen parameter, wherever the kernel lists it, is 1. */
 int kdart__spec_is_varlen(int kernel, int spec) {
     const kdart__kernel *k = &kdart__kernels[kernel];
-    const kdart__param *last = &k->params[k->nparams - 1];
-    return strcmp(last->name, "varlen") == 0 && spec % last->nvalues == 1;
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, spec, vals);
+    for (int i = 0; i < k->nparams; i++)
+        if (strcmp(k->params[i].name, "varlen") == 0) return vals[i] == 1;
+    return 0;
+}
+
+/* Stubs: specializations that compile to a trap and are never launched
+ * (bwd_intra's tail without varlen: FixedParams has no Kr; bwd_dhu's K tile
+ * 256 with BV 64, see KDART__DHU_MAX_BV). */
+static int spec_is_stub(int kernel, const int *vals) {
+    if (kernel == KDART__K_BWD_INTRA) return vals[5] == 1 && vals[4] == 0;
+    if (kernel == KDART__K_BWD_DHU) return dhu_bvs[vals[2]] > KDART__DHU_MAX_BV(k_tiles[vals[1]]);
+    return 0;
+}
+
+/* The default prewarm set.  Every native specialization (the tail
+ * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
+ * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
+ * 192) and bf16 bwd_dhu at the K tile 128 (head dim 100, partial V tiles, the
+ * V-first state of K = 128 models).  The other tail specializations compile
+ * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
+ * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
+ * static.txt).  Stubs are never prewarmed. */
+int kdart__spec_prewarmed(int kernel, int spec) {
+    const kdart__kernel *k = &kdart__kernels[kernel];
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, spec, vals);
+    if (spec_is_stub(kernel, vals)) return 0;
+    if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
+    if (kernel == KDART__K_BWD_DHU && vals[4] == 1) return vals[0] == 0 && k_tiles[vals[1]] == 128;
+    return 1;
 }
 
 const kdart__kernel *kdart__kernel_find(const char *name) {
@@ -321,6 +371,13 @@ int kdart_spec_count(const char *kernel) {
     int n = 1;
     for (int i = 0; i < k->nparams; i++) n *= k->params[i].nvalues;
     return n;
+}
+
+int kdart_spec_prewarmed(const char *kernel, int index) {
+    const kdart__kernel *k = kdart__kernel_find(kernel);
+    if (!k) return KDART_EKERNEL;
+    if (index < 0 || index >= kdart_spec_count(kernel)) return KDART_EINVAL;
+    return kdart__spec_prewarmed((int)(k - kdart__kernels), index);
 }
 
 int kdart_spec_at(const char *kernel, int index, char *buf, size_t n) {

@@ -21,9 +21,9 @@
 #define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
 #define KDART__ERRMSG_MAX 4096
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
-#define KDART__MAX_PARAMS 5
+#define KDART__MAX_PARAMS 6
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 32      /* largest spec_count of any kernel */
+#define KDART__MAX_SPECS 96      /* largest spec_count of any kernel */
 #define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */
@@ -69,9 +69,16 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
  * B x HV scans of V columns at head dim K on a device with sms SMs. */
 int kdart__dhu_bv_index(int bv);
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
+/* K tile of a head dim (64, 128 or 256; -1 outside 1..256), the K parameter's
+ * value index of a tile, the widest BV a K tile's bwd_dhu supports. */
+int kdart__k_tile(int64_t K);
+int kdart__k_index(int k_tile);
+int kdart__dhu_max_bv(int k_tile);
 /* 1 if spec index `spec` of kernel is a varlen=1 specialization (its units
  * take the context's device status word, see kdart__status_word). */
 int kdart__spec_is_varlen(int kernel, int spec);
+/* 1 if spec is in the default prewarm set (kdart_spec_prewarmed) */
+int kdart__spec_prewarmed(int kernel, int spec);
 /* Checks "sm_<digits>[a|f]", sm_90 or newer, without asking NVRTC (option
  * parsing); returns KDART_OK or KDART_EARCH. */
 int kdart__arch_check(const char *arch);

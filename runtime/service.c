@@ -551,8 +551,8 @@ static int start_compile(conn *c) {
             char spec[256];
             if (req->op == KDART__OP_PREPARE || req->spec[0])
                 snprintf(spec, sizeof spec, "%s", canon);
-            else if (kdart_spec_at(name, s, spec, sizeof spec) < 0)
-                continue;
+            else if (kdart_spec_prewarmed(name, s) != 1 || kdart_spec_at(name, s, spec, sizeof spec) < 0)
+                continue; /* the default set only (as kdart prewarm without --all) */
             for (int a = 0; a < narch && rc == KDART_OK; a++) rc = job_want(svc, c, name, spec, arches[a], req->flags);
         }
     }

@@ -452,7 +452,7 @@ START_TEST(test_kernels) {
     EXPECT_IN(r.out, "chunk_rcumsum");
     EXPECT_IN(r.out, "bwd_intra");
     EXPECT_IN(r.out, "bwd_dhu");
-    EXPECT_IN(r.out, "K={64,128}");
+    EXPECT_IN(r.out, "K={64,128,256}");
     run_free(&r);
 }
 END_TEST
@@ -521,25 +521,25 @@ START_TEST(test_prewarm_then_hits) {
     RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
     EXPECT_STATUS(&r, 0);
     EXPECT_IN(r.err, "compiled");
-    EXPECT_IN(r.err, "[1/2");
+    EXPECT_IN(r.err, "[1/3");
     EXPECT_IN(r.err, "chunk_rcumsum K=64 sm_90a");
-    EXPECT_IN(r.out, "2 compiled, 0 hits, 0 failed");
+    EXPECT_IN(r.out, "3 compiled, 0 hits, 0 failed");
     run_free(&r);
 
     RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--jobs", "2");
     EXPECT_STATUS(&r, 0);
     EXPECT_IN(r.err, "hit");
-    EXPECT_IN(r.out, "0 compiled, 2 hits, 0 failed");
+    EXPECT_IN(r.out, "0 compiled, 3 hits, 0 failed");
     run_free(&r);
 
     /* --force recompiles what the cache holds. */
-    RUN_EXPECT(0, out, "2 compiled, 0 hits, 0 failed", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
+    RUN_EXPECT(0, out, "3 compiled, 0 hits, 0 failed", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
 
     /* --quiet drops the progress lines but keeps the summary. */
     RUN(&r, "--quiet", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
     EXPECT_STATUS(&r, 0);
     ck_assert_msg(strstr(r.err, "hit") == NULL, "--quiet still printed progress:\n%s", r.err);
-    EXPECT_IN(r.out, "2 hits");
+    EXPECT_IN(r.out, "3 hits");
     run_free(&r);
 }
 END_TEST
@@ -584,10 +584,10 @@ START_TEST(test_prewarm_not_stored) {
     snprintf(cmd, sizeof cmd, "chattr -i '%s'", test_dir);
     ck_assert_int_eq(system(cmd), 0);
     EXPECT_STATUS(&r, 6);
-    EXPECT_IN(r.out, "2 compiled");
+    EXPECT_IN(r.out, "3 compiled");
     run_free(&r);
-    ck_assert_msg(ls_status == 0 && count_substr(ls_out, "chunk_rcumsum") == 2, "ls %d:\n%s", ls_status, ls_out);
-    ck_assert_msg(hits_status == 0 && strstr(hits_out, "0 compiled, 2 hits"), "prewarm %d:\n%s", hits_status,
+    ck_assert_msg(ls_status == 0 && count_substr(ls_out, "chunk_rcumsum") == 3, "ls %d:\n%s", ls_status, ls_out);
+    ck_assert_msg(hits_status == 0 && strstr(hits_out, "0 compiled, 3 hits"), "prewarm %d:\n%s", hits_status,
                   hits_out);
     free(ls_out);
     free(hits_out);
@@ -669,13 +669,13 @@ START_TEST(test_ls) {
     EXPECT_IN(r.out, "sm_90a");
     EXPECT_IN(r.out, " ok ");
     EXPECT_IN(r.out, " rw");
-    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 2);
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 3);
     run_free(&r);
 
     RUN(&r, "ls", "--json");
     EXPECT_STATUS(&r, 0);
     ck_assert_msg(json_valid(r.out, '['), "ls --json is not a JSON array:\n%s", r.out);
-    ck_assert_int_eq(count_substr(r.out, "\"key\": "), 2);
+    ck_assert_int_eq(count_substr(r.out, "\"key\": "), 3);
     EXPECT_IN(r.out, "\"kernel\": \"chunk_rcumsum\"");
     EXPECT_IN(r.out, "\"spec\": \"K=64\"");
     EXPECT_IN(r.out, "\"arch\": \"sm_90a\"");
@@ -689,7 +689,7 @@ START_TEST(test_ls) {
     snprintf(empty_db, sizeof empty_db, "%s/empty.db", test_dir);
     RUN(&r, "--cache", empty_db, "--ro-cache", seed_db, "ls");
     EXPECT_STATUS(&r, 0);
-    ck_assert_int_eq(count_substr(r.out, " ro1"), 2);
+    ck_assert_int_eq(count_substr(r.out, " ro1"), 3);
     run_free(&r);
 }
 END_TEST
@@ -816,15 +816,15 @@ static void corrupt_blobs(void) {
 
 START_TEST(test_verify) {
     use_seed();
-    RUN_EXPECT(0, out, "checked 2 entries, 0 damaged", "verify");
+    RUN_EXPECT(0, out, "checked 3 entries, 0 damaged", "verify");
 
     corrupt_blobs();
-    RUN_EXPECT(1, out, "2 damaged", "verify");
+    RUN_EXPECT(1, out, "3 damaged", "verify");
 
     /* Damaged rows were quarantined: a second pass finds the cache clean,
      * and stats counts them. */
     RUN_STATUS(0, "verify");
-    RUN_EXPECT(0, out, "2 quarantined", "stats");
+    RUN_EXPECT(0, out, "3 quarantined", "stats");
 }
 END_TEST
 
@@ -833,7 +833,7 @@ START_TEST(test_gc) {
     run_result r;
     RUN_EXPECT(0, out, "evicted 0 entries", "gc", "--max-bytes", "1G");
 
-    RUN_EXPECT(0, out, "evicted 2 entries", "gc", "--max-bytes=0");
+    RUN_EXPECT(0, out, "evicted 3 entries", "gc", "--max-bytes=0");
 
     RUN(&r, "ls");
     EXPECT_STATUS(&r, 0);
@@ -889,7 +889,7 @@ START_TEST(test_ls_filters) {
     run_result r;
     RUN(&r, "ls", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
     EXPECT_STATUS(&r, 0);
-    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 2);
+    ck_assert_int_eq(count_substr(r.out, "chunk_rcumsum"), 3);
     run_free(&r);
 
     /* Filters that match nothing: exit 0, nothing listed, said on stderr. */
@@ -943,36 +943,36 @@ START_TEST(test_rm) {
     RUN_STATUS(0, "show", key2);
 
     /* The removed specialization compiles again on the next prewarm. */
-    RUN_EXPECT(0, out, "1 compiled, 1 hits", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    RUN_EXPECT(0, out, "1 compiled, 2 hits", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
 }
 END_TEST
 
 START_TEST(test_clear) {
     use_seed();
     RUN_STATUS(2, "clear", "extra");
-    RUN_EXPECT(0, out, "removed 2 entries", "clear");
+    RUN_EXPECT(0, out, "removed 3 entries", "clear");
     RUN_EXPECT(0, out, "entries          0 ", "stats");
     RUN_EXPECT(0, out, "removed 0 entries", "clear");
     RUN_STATUS(1, "--cache", ":memory:", "clear");
 }
 END_TEST
 
-/* The seed's prewarm missed twice; a second prewarm hits both. */
+/* The seed's prewarm missed three times (K = 64, 128, 256); a second prewarm hits all. */
 START_TEST(test_stats_hits_misses) {
     use_seed();
     run_result r;
     RUN_STATUS(0, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
     RUN(&r, "stats");
     EXPECT_STATUS(&r, 0);
-    EXPECT_IN(r.out, "hits             2\n");
-    EXPECT_IN(r.out, "misses           2 ");
+    EXPECT_IN(r.out, "hits             3\n");
+    EXPECT_IN(r.out, "misses           3 ");
     run_free(&r);
     RUN_STATUS(0, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
     RUN(&r, "stats", "--json");
     EXPECT_STATUS(&r, 0);
     ck_assert_msg(json_valid(r.out, '{'), "stats --json is not a JSON object:\n%s", r.out);
     EXPECT_IN(r.out, "\"hits\": 0,");   /* the rebuilt rows start afresh */
-    EXPECT_IN(r.out, "\"misses\": 2,"); /* a forced rebuild is no miss */
+    EXPECT_IN(r.out, "\"misses\": 3,"); /* a forced rebuild is no miss */
     run_free(&r);
 }
 END_TEST

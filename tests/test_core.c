@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kda_check.h"
 #include "rt.h"
 #include "testlib.h"
 
@@ -72,11 +73,12 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_kernel_count(), 3);
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
-    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 32);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 24);
-    ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 2);
+    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 96);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 72);
+    ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
-    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128} varlen={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,256} BV={16,32,64} varlen={0,1} tail={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -89,19 +91,46 @@ START_TEST(registry_specs) {
         }
     }
     ck_assert_int_gt(kdart_spec_canonical("bwd_intra", " K=64 , io=fp16", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0");
+    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0,tail=0");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_intra", "tail=1,varlen=1,K=256", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=256,varlen=1,tail=1");
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "tail=2", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0");
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0,tail=0");
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "BV=16,K=64", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,BV=16,varlen=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=16,varlen=0,tail=0");
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "varlen=1", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1");
-    /* varlen is the last parameter: its value is the spec index's lowest digit */
-    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
-        ck_assert_int_gt(kdart_spec_at("bwd_dhu", i, buf, sizeof buf), 0);
-        ck_assert_int_eq(kdart__spec_is_varlen(KDART__K_BWD_DHU, i), strstr(buf, "varlen=1") != NULL);
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1,tail=0");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "tail=1", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0,tail=1");
+    /* the varlen specializations (a status word each), wherever varlen sits */
+    for (int k = 0; k < kdart_kernel_count(); k++)
+        for (int i = 0; i < kdart_spec_count(kdart_kernel_name(k)); i++) {
+            ck_assert_int_gt(kdart_spec_at(kdart_kernel_name(k), i, buf, sizeof buf), 0);
+            ck_assert_int_eq(kdart__spec_is_varlen(k, i), strstr(buf, "varlen=1") != NULL);
+        }
+    /* the default prewarm set: natives, bf16 fold_dg=1 emit_bf16=0 intra tails (varlen), bf16 K=128 dhu
+     * tails; no stubs */
+    int n_intra = 0, n_dhu = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
+        kdart_spec_at("bwd_intra", i, buf, sizeof buf);
+        int want = strstr(buf, "tail=0") ||
+                   (strstr(buf, "io=bf16,fold_dg=1,emit_bf16=0,") && strstr(buf, "varlen=1,tail=1"));
+        ck_assert_int_eq(kdart_spec_prewarmed("bwd_intra", i), want);
+        n_intra += want;
     }
-    ck_assert_int_eq(kdart__spec_is_varlen(KDART__K_RCUMSUM, 1), 0);
+    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
+        kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
+        int stub = strstr(buf, "K=256,BV=64") != NULL;
+        int want = !stub && (strstr(buf, "tail=0") || strstr(buf, "io=bf16,K=128,"));
+        ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", i), want);
+        n_dhu += want;
+    }
+    ck_assert_int_eq(n_intra, 51);
+    ck_assert_int_eq(n_dhu, 38);
+    ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
+    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 72), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);
     ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
     /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
      * row of docs/perf.md's table */
@@ -114,6 +143,15 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 132), 16);    /* tiny: narrowest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 1), 64);      /* one SM: widest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 0), 64);      /* no SM count: as one */
+    /* issue 15: the K tile 256 has no BV 64; a partial last V tile counts as a CTA */
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 256, 1), 32);
+    ck_assert_int_eq(kdart__dhu_pick_bv(16, 16, 256, 200, 132), 32);
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 100, 100, 1), 64);     /* 2 CTAs of 64 on one SM */
+    ck_assert_int_eq(kdart__k_tile(1), 64);
+    ck_assert_int_eq(kdart__k_tile(65), 128);
+    ck_assert_int_eq(kdart__k_tile(129), 256);
+    ck_assert_int_eq(kdart__k_tile(257), -1);
+    ck_assert_int_eq(kdart__dhu_max_bv(256), 32);
     ck_assert_int_eq(kdart__dhu_bv_index(32), 1);
     ck_assert_int_eq(kdart__dhu_bv_index(48), -1);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=96", buf, sizeof buf), KDART_ESPEC);
@@ -122,8 +160,48 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64,K=128", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
-    ck_assert_int_eq(kdart_spec_at("bwd_intra", 32, buf, sizeof buf), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 96, buf, sizeof buf), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
+}
+END_TEST
+
+/* kda_check's every-spec shapes (selftest, test_gpu's every-spec and
+ * sanitizer loops): for each spec, the head dim (and for bwd_dhu V and the
+ * layout) it derives are ones for which ops.c's rules (K tile; bwd_intra
+ * tail = K below the tile, then varlen = 1; bwd_dhu tail = K below the tile,
+ * V % BV != 0 or state_v_first) pick that very spec; the stubs are skipped. */
+START_TEST(check_spec_shapes) {
+    char buf[128];
+    int launched = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
+        kdart_spec_at("bwd_intra", i, buf, sizeof buf);
+        const int tail = strstr(buf, "tail=1") != NULL, varlen = strstr(buf, "varlen=1") != NULL;
+        ck_assert_int_eq(kc_spec_tail(buf), tail);
+        ck_assert_int_eq(kc_intra_spec_launchable(buf), !(tail && !varlen));
+        if (!kc_intra_spec_launchable(buf)) continue;
+        const int K = kc_intra_spec_k(buf);
+        ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
+        ck_assert_int_eq(K != kdart__k_tile(K), tail);
+        launched++;
+    }
+    ck_assert_int_eq(launched, 72); /* 96 less the 24 varlen=0,tail=1 stubs */
+    launched = 0;
+    for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
+        kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
+        if (!kc_dhu_spec_launchable(buf)) continue;
+        const int tail = strstr(buf, "tail=1") != NULL, bv = kc_spec_bv(buf);
+        ck_assert_int_le(bv, kdart__dhu_max_bv(kc_spec_k(buf)));
+        for (int variant = 0; variant < 3; variant++)
+            for (int v0 = 64; v0 <= 512; v0 += 64) {
+                int K, V = v0, svf;
+                kc_dhu_spec_dims(buf, variant, &K, &V, &svf);
+                ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
+                ck_assert(V >= 1 && V <= 512);
+                ck_assert_int_eq(K != kdart__k_tile(K) || V % bv != 0 || svf, tail);
+            }
+        launched++;
+    }
+    ck_assert_int_eq(launched, 64); /* 72 less K=256 x BV=64 */
 }
 END_TEST
 
@@ -494,6 +572,7 @@ int main(void) {
     tcase_add_test(tc, status_table);
     tcase_add_test(tc, sha256_vectors);
     tcase_add_test(tc, registry_specs);
+    tcase_add_test(tc, check_spec_shapes);
     tcase_add_test(tc, arch_strings);
     tcase_add_test(tc, open_options);
     tcase_add_test(tc, env_overrides);

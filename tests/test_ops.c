@@ -46,16 +46,16 @@ typedef struct intra_set {
     kdart_bwd_intra_args a;
 } intra_set;
 
-/* b rows of t tokens */
-static void intra_make_bt(intra_set *s, int hv, int64_t b, int64_t t) {
-    mk(&s->q, kDLBfloat, 16, 4, b, t, H, K, 0);
-    mk(&s->k, kDLBfloat, 16, 4, b, t, H, K, 0);
-    mk(&s->g, kDLFloat, 32, 4, b, t, hv, K, 0);
+/* b rows of t tokens, head dim k */
+static void intra_make_btk(intra_set *s, int hv, int64_t b, int64_t t, int64_t k) {
+    mk(&s->q, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->k, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->g, kDLFloat, 32, 4, b, t, hv, k, 0);
     mk(&s->beta, kDLBfloat, 16, 3, b, t, hv, 0, 0);
     mk(&s->dAqk, kDLFloat, 32, 4, b, t, hv, 64, 0);
     mk(&s->dAkk, kDLFloat, 32, 4, b, t, hv, 64, 0);
     fake *f32[] = {&s->dq_in, &s->dk_in, &s->dg_in, &s->dq, &s->dk, &s->dg};
-    for (int i = 0; i < 6; i++) mk(f32[i], kDLFloat, 32, 4, b, t, hv, K, 0);
+    for (int i = 0; i < 6; i++) mk(f32[i], kDLFloat, 32, 4, b, t, hv, k, 0);
     mk(&s->db_in, kDLFloat, 32, 3, b, t, hv, 0, 0);
     mk(&s->db, kDLFloat, 32, 3, b, t, hv, 0, 0);
     kdart_bwd_intra_args a = {sizeof a,      &s->q.t,     &s->k.t,     &s->g.t,     &s->beta.t,
@@ -64,6 +64,7 @@ static void intra_make_bt(intra_set *s, int hv, int64_t b, int64_t t) {
                               0,             0,           NULL,        NULL};
     s->a = a;
 }
+static void intra_make_bt(intra_set *s, int hv, int64_t b, int64_t t) { intra_make_btk(s, hv, b, t, K); }
 static void intra_make(intra_set *s, int hv) { intra_make_bt(s, hv, B, T); }
 static void intra_make_t(intra_set *s, int hv, int64_t t) { intra_make_bt(s, hv, B, t); }
 
@@ -182,21 +183,27 @@ typedef struct dhu_set {
     kdart_bwd_dhu_args a;
 } dhu_set;
 
-/* b rows of t tokens, n sequences (dht, dh0), nt dh rows */
-static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n, int64_t nt) {
-    mk(&s->qg, io_code, 16, 4, b, t, HV, K, 0);
-    mk(&s->kg, io_code, 16, 4, b, t, HV, K, 0);
-    mk(&s->w, io_code, 16, 4, b, t, HV, K, 0);
-    mk(&s->g, kDLFloat, 32, 4, b, t, HV, K, 0);
-    mk(&s->d_o, io_code, 16, 4, b, t, HV, V, 0);
-    mk(&s->dv, io_code, 16, 4, b, t, HV, V, 0);
-    mk(&s->dht, kDLFloat, 32, 4, n, HV, K, V, 0);
-    mk(&s->dh, io_code, 16, 5, b, nt, HV, K, V);
-    mk(&s->dv2, io_code, 16, 4, b, t, HV, V, 0);
-    mk(&s->dh0, kDLFloat, 32, 4, n, HV, K, V, 0);
+/* b rows of t tokens, n sequences (dht, dh0), nt dh rows, head dims k, v,
+ * the state [k, v] or (svf) [v, k] */
+static void dhu_make_kv(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n, int64_t nt, int64_t k, int64_t v,
+                        int svf) {
+    const int64_t s1 = svf ? v : k, s2 = svf ? k : v;
+    mk(&s->qg, io_code, 16, 4, b, t, HV, k, 0);
+    mk(&s->kg, io_code, 16, 4, b, t, HV, k, 0);
+    mk(&s->w, io_code, 16, 4, b, t, HV, k, 0);
+    mk(&s->g, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->d_o, io_code, 16, 4, b, t, HV, v, 0);
+    mk(&s->dv, io_code, 16, 4, b, t, HV, v, 0);
+    mk(&s->dht, kDLFloat, 32, 4, n, HV, s1, s2, 0);
+    mk(&s->dh, io_code, 16, 5, b, nt, HV, s1, s2);
+    mk(&s->dv2, io_code, 16, 4, b, t, HV, v, 0);
+    mk(&s->dh0, kDLFloat, 32, 4, n, HV, s1, s2, 0);
     kdart_bwd_dhu_args a = {sizeof a, &s->qg.t, &s->kg.t, &s->w.t,   &s->g.t,   &s->d_o.t, &s->dv.t, &s->dht.t,
-                            &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f,  0,         NULL,      NULL,     NULL};
+                            &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f,  0,         NULL,      NULL,     NULL, svf};
     s->a = a;
+}
+static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n, int64_t nt) {
+    dhu_make_kv(s, io_code, b, t, n, nt, K, V, 0);
 }
 static void dhu_make(dhu_set *s, int io_code) { dhu_make_v(s, io_code, B, T, B, T / 64); }
 
@@ -245,7 +252,7 @@ START_TEST(dhu_validation) {
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     int bv = -1;
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, NULL), KDART_ENULL, "v_tile");
-    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 96, &bv), KDART_ESHAPE, "V=96");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 96, &bv), KDART_EUNSUPPORTED, "V=96");
     EXPECT(kdart_dhu_v_tile(rt, 0, 32, 128, 128, &bv), KDART_ESHAPE, "B=0");
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 256, 128, &bv), KDART_EUNSUPPORTED, "K=256");
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, &bv), KDART_ENOCUDA, NULL);
@@ -484,6 +491,110 @@ START_TEST(device_status_and_check) {
 }
 END_TEST
 
+/* Issue 15's head dims: K outside 1..256 and V outside 1..512 are refused
+ * with their limits; K other than 64 and 128, V % 64 != 0 and state_v_first
+ * are refused by the gate unless KDART_EXPERIMENTAL=1, then pass validation
+ * (ENOCUDA here); the native cases never consult the gate. */
+START_TEST(head_dims_and_gate) {
+    static const int64_t ks[] = {1, 16, 60, 64, 100, 128, 192, 256};
+    static const int64_t vs[] = {1, 16, 60, 64, 100, 128, 192, 256, 512};
+    unsetenv("KDART_EXPERIMENTAL");
+    /* a handle that reads the environment (the fixture's ignores it) */
+    kdart_rt *fixture = rt;
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.kernel_dir = TEST_KERNEL_DIR;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+    intra_set is;
+    dhu_set ds;
+    /* out of range, with or without the gate */
+    for (int open = 0; open < 2; open++) {
+        if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
+        intra_make_btk(&is, HV, B, T, 257);
+        EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, "K must be 1..256");
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 257, V, 0);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "K must be 1..256");
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 513, 0);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 513, 1);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
+        int bv = -1;
+        EXPECT(kdart_dhu_v_tile(rt, 1, 32, 0, 128, &bv), KDART_EUNSUPPORTED, "K must be 1..256");
+        EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 513, &bv), KDART_EUNSUPPORTED, "V must be 1..512");
+    }
+    unsetenv("KDART_EXPERIMENTAL");
+    intra_make_btk(&is, HV, B, T, 0);
+    EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, "K=0");
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 0, V, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "K=0");
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 0, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
+    int bv0 = -1;
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 0, &bv0), KDART_EUNSUPPORTED, "V=0");
+    for (int open = 0; open < 2; open++) {
+        if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+            const int native = ks[i] == 64 || ks[i] == 128;
+            const int want = native || open ? KDART_ENOCUDA : KDART_EUNSUPPORTED;
+            const char *word = native || open ? NULL : "not yet verified on a GPU; set KDART_EXPERIMENTAL=1";
+            intra_make_btk(&is, HV, B, T, ks[i]);
+            EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), want, word);
+            intra_make_btk(&is, HV, 1, 100, ks[i]); /* varlen=1 too */
+            EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), want, word);
+            dhu_make_kv(&ds, kDLFloat, B, T, B, T / 64, ks[i], V, 0);
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), want, word);
+            int bv = -1;
+            EXPECT(kdart_dhu_v_tile(rt, 2, HV, ks[i], V, &bv), want, word);
+        }
+        for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+            const int native = vs[i] % 64 == 0;
+            const int want = native || open ? KDART_ENOCUDA : KDART_EUNSUPPORTED;
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, vs[i], 0);
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), want, native || open ? NULL : "V=");
+            dhu_make_kv(&ds, kDLBfloat, 1, 100, 1, 2, 100, vs[i], 0); /* varlen=1, K tile 128 */
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED, NULL);
+        }
+        /* state_v_first: dh [B,NT,HV,V,K], dht/dh0 [N,HV,V,K] */
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED,
+               open ? NULL : "state_v_first is not yet verified");
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 60, 100, 1);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED, NULL);
+        if (open) {
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0); /* K-first shapes with the flag set */
+            ds.a.state_v_first = 1;
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1); /* V-first shapes without it */
+            ds.a.state_v_first = 0;
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
+            /* a 0.2 caller's struct_size does not cover state_v_first: read as 0 */
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0);
+            ds.a.state_v_first = 1;
+            ds.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, state_v_first);
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+            /* the K tile 256 has no BV 64 */
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 256, V, 0);
+            ds.a.v_tile = 64;
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "v_tile=64");
+            ds.a.v_tile = 32;
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+        }
+    }
+    /* the gate reads as 1 only: other values keep it shut */
+    setenv("KDART_EXPERIMENTAL", "0", 1);
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 100, V, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "KDART_EXPERIMENTAL=1");
+    unsetenv("KDART_EXPERIMENTAL");
+    /* a handle opened with KDART_OPEN_NO_ENV never opens the gate */
+    setenv("KDART_EXPERIMENTAL", "1", 1);
+    kdart_close(rt);
+    rt = fixture;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "not yet verified");
+    unsetenv("KDART_EXPERIMENTAL");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("validation");
@@ -497,6 +608,7 @@ int main(void) {
     tcase_add_test(tc, beyond_32bit_indexing);
     tcase_add_test(tc, intra_varlen_validation);
     tcase_add_test(tc, device_status_and_check);
+    tcase_add_test(tc, head_dims_and_gate);
     suite_add_tcase(s, tc);
     return test_run(s);
 }

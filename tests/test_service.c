@@ -289,13 +289,13 @@ START_TEST(test_concurrent_clients) {
         }
         ok++;
     }
-    /* prewarm through the protocol: both entries are there now. */
+    /* prewarm through the protocol: both entries are there now (K = 256 is compiled). */
     kdart_service_result pw;
     ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, ARCH, 0, 60000, &pw), KDART_OK);
     ck_assert_int_eq(pw.status, KDART_OK);
-    ck_assert_int_eq(pw.entries, 2);
+    ck_assert_int_eq(pw.entries, 3); /* K = 64, 128 (the clients') and 256 */
     ck_assert_int_eq(pw.hits, 2);
-    ck_assert_int_eq(pw.compiled, 0);
+    ck_assert_int_eq(pw.compiled, 1);
     ck_assert_int_eq(kdart_service_prewarm(sock_path, KERNEL, "sm_90a,vax", 0, 60000, &pw), KDART_OK);
     ck_assert_int_eq(pw.status, KDART_EARCH);
 
@@ -318,8 +318,8 @@ START_TEST(test_concurrent_clients) {
     }
 
     long compiled = stat_field("compiled"), coalesced = stat_field("coalesced"), conns = stat_field("connections");
-    ck_assert_int_eq(atomic_load(&compiles), 2); /* each key compiled exactly once */
-    ck_assert_int_eq(compiled, 2);
+    ck_assert_int_eq(atomic_load(&compiles), 3); /* each key compiled exactly once (the prewarm's K = 256 too) */
+    ck_assert_int_eq(compiled, 3);
     printf("test_service: %d concurrent clients served (%d pings + %d prepares, all correct) in %.0f ms; "
            "2 keys, %d compiles (1 per key), %ld requests joined an in-flight compile, %ld connections\n",
            ok, NCLIENTS, NCLIENTS, took, atomic_load(&compiles), coalesced, conns);
@@ -931,10 +931,10 @@ START_TEST(test_cli_serve_sigterm) {
     const char *pw[] = {"prewarm", "--service", sock_path, "--kernel", KERNEL, "--arch", ARCH, "-j2", NULL};
     ck_assert_int_eq(run_cli("prewarm1", pw), 0);
     char *o1 = slurp("prewarm1", "out");
-    ck_assert_msg(strstr(o1, "2 compiled, 0 hits, 0 failed"), "%s", o1);
+    ck_assert_msg(strstr(o1, "3 compiled, 0 hits, 0 failed"), "%s", o1);
     ck_assert_int_eq(run_cli("prewarm2", pw), 0);
     char *o2 = slurp("prewarm2", "out");
-    ck_assert_msg(strstr(o2, "0 compiled, 2 hits, 0 failed"), "%s", o2);
+    ck_assert_msg(strstr(o2, "0 compiled, 3 hits, 0 failed"), "%s", o2);
 
     /* A second service on the live socket is refused; the first is unharmed. */
     const char *again[] = {"serve", "--socket", sock_path, NULL};

@@ -670,6 +670,42 @@ int kc_spec_bv(const char *spec) {
     return p ? atoi(p + 3) : 0;
 }
 
+int kc_spec_k(const char *spec) {
+    const char *p = spec ? strstr(spec, ",K=") : NULL;
+    return p ? atoi(p + 3) : 0;
+}
+
+int kc_dhu_spec_launchable(const char *spec) { return !(kc_spec_k(spec) == 256 && kc_spec_bv(spec) == 64); }
+
+int kc_spec_tail(const char *spec) { return spec && strstr(spec, "tail=1") != NULL; }
+
+int kc_intra_spec_launchable(const char *spec) { return !(kc_spec_tail(spec) && strstr(spec, "varlen=0")); }
+
+int kc_intra_spec_k(const char *spec) { return kc_spec_k(spec) - (kc_spec_tail(spec) ? 4 : 0); }
+
+void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
+    *K = kc_spec_k(spec);
+    *svf = 0;
+    if (!kc_spec_tail(spec)) return;
+    switch (variant % 3) {
+    case 0: *K -= 4; break;
+    case 1: *V -= 4; break; /* BV >= 16 divides V: V - 4 leaves a partial last tile */
+    default: *svf = 1;
+    }
+}
+
+int kc_gated(const kc_report *r) {
+    return r->status == KDART_EUNSUPPORTED && strstr(r->message, "not yet verified on a GPU") != NULL;
+}
+
+/* state_v_first: nblk blocks of [R][C] (src) as [C][R] (dst) */
+static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
+    const size_t bs = (size_t)R * C;
+    for (size_t b = 0; b < nblk; b++)
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < C; j++) dst[b * bs + (size_t)j * R + i] = src[b * bs + (size_t)i * C + j];
+}
+
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     memset(r, 0, sizeof *r);
     if (!cu_ready) return fail(r, "kc_init not called");
@@ -692,6 +728,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
            *dht = dmalloc(ns), *edh = dmalloc(nh), *edv2 = dmalloc(nv), *edh0 = dmalloc(ns), *kdh = dmalloc(nh),
            *kdv2 = dmalloc(nv), *kdh0 = dmalloc(ns), *tdh = dmalloc(nh), *tdv2 = dmalloc(nv), *tdh0 = dmalloc(ns);
     void *raw[3] = {malloc(nh * 2 + 4), malloc(nv * 2 + 4), malloc(ns * 4 + 4)};
+    double *vf = NULL; /* V-first copies (state_v_first) */
     dbuf d[10];
     memset(d, 0, sizeof d);
     int rc = -1;
@@ -724,14 +761,22 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     const double scale = 1.0 / sqrt((double)K);
     const float scale_f = (float)scale;
 
-    int64_t sv[4] = {B, T, HV, V}, ss[4] = {N, HV, K, V}, sh[5] = {B, NT, HV, K, V};
+    const int svf = c->state_v_first;
+    const int64_t S1 = svf ? V : K, S2 = svf ? K : V;
+    int64_t sv[4] = {B, T, HV, V}, ss[4] = {N, HV, S1, S2}, sh[5] = {B, NT, HV, S1, S2};
+    vf = dmalloc(nh > ns ? nh : ns);
+    if (!vf) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    if (svf) swap_kv(dht, vf, ns / ((size_t)K * V), K, V);
     int ok = !dhu_alloc_inputs(d, B, T, HV, K, V, io) && !dalloc(&d[6], DT_F32, 4, ss) && !dalloc(&d[7], io, 5, sh) &&
              !dalloc(&d[8], io, 4, sv) && !dalloc(&d[9], DT_F32, 4, ss);
     if (!ok || layout_upload(&L, &c->seqs, r)) {
         if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
-    const double *host_in[7] = {qg, kg, w, g, dout, dv, dht};
+    const double *host_in[7] = {qg, kg, w, g, dout, dv, svf ? vf : dht};
     for (int i = 0; i < 7; i++)
         if (dput(&d[i], host_in[i])) {
             fail(r, "uploading inputs");
@@ -739,7 +784,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         }
     kdart_bwd_dhu_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
                                c->with_dht ? &d[6].t : NULL, &d[7].t, &d[8].t, c->with_dh0 ? &d[9].t : NULL,
-                               scale_f, c->v_tile, NULL, NULL, NULL};
+                               scale_f, c->v_tile, NULL, NULL, NULL, svf};
     if (L.packed) {
         args.cu_seqlens = &L.dcu.t;
         if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t, args.chunk_offsets = &L.dco.t;
@@ -764,6 +809,12 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     for (size_t i = 0; i < live_v; i++)
         kdv2[i] = io == 0 ? kref_from_bf16(((uint16_t *)raw[1])[i]) : kref_from_fp16(((uint16_t *)raw[1])[i]);
     for (size_t i = 0; i < ns; i++) kdh0[i] = ((float *)raw[2])[i];
+    if (svf) { /* back to the reference's K-first layout */
+        swap_kv(kdh, vf, live_h / ((size_t)K * V), V, K);
+        memcpy(kdh, vf, live_h * sizeof(double));
+        swap_kv(kdh0, vf, ns / ((size_t)K * V), V, K);
+        memcpy(kdh0, vf, ns * sizeof(double));
+    }
     const double *dht_used = c->with_dht ? dht : NULL;
     kref_bwd_dhu_varlen(P, HV, K, V, N, L.cu, qg, kg, w, g, dout, dv, dht_used, scale_f, -1, edh, edv2, edh0);
     dhu_teacher_forced(N, L.cu, L.co, HV, K, V, io, qg, kg, w, g, dout, dv, dht_used, scale_f, kdh, kdv2, tdh, tdv2,
@@ -792,6 +843,7 @@ out:
     double *all[] = {q, k, beta, a, g, w, kg, qg, dout, dv, dht, edh, edv2, edh0, kdh, kdv2, kdh0, tdh, tdv2, tdh0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 3; i++) free(raw[i]);
+    free(vf);
     return rc;
 }
 
@@ -820,7 +872,7 @@ int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t 
     case 1: d[10].t.byte_offset = 4; break;
     case 2: d[2].t.dtype.code = kDLBfloat, d[2].t.dtype.bits = 16; break;
     case 3: d[5].shape[1] = T - 64; break;
-    case 4: d[0].shape[3] = 96; break;
+    case 4: d[0].shape[3] = 257; break; /* K out of range (96 is served with KDART_EXPERIMENTAL=1) */
     case 5: d[0].shape[1] = 100; break;
     case 6: d[2].shape[2] = 3; break;
     case 7: a.emit_bf16 = 1; break;
@@ -847,9 +899,19 @@ out:
 /* ------------------------------------------------------------ selftest */
 
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
- * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512. */
+ * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512;
+ * every other tail=1 bwd_intra spec runs the fixed-length rows too (ops.c
+ * sends a head dim below its tile to the varlen body at fixed length). */
 #define SELFTEST_SEQS(spec) \
     (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})
+
+/* A spec whose shapes kdart's gate refuses (KDART_EXPERIMENTAL unset: the
+ * K tile 256, the tail=1 shapes): a skip, not a failure. */
+static int selftest_gated(FILE *out, const char *kernel, const char *spec, const char *shape, const kc_report *r) {
+    if (!kc_gated(r)) return 0;
+    fprintf(out, "%-10s %-36s %-28s skipped: behind KDART_EXPERIMENTAL=1\n", kernel, spec, shape);
+    return 1;
+}
 
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];
@@ -857,7 +919,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         fprintf(out, "selftest: %s\n", why);
         return -1;
     }
-    int failures = 0;
+    int failures = 0, gated = 0;
     uint64_t seed = kref_pick_seed();
     fprintf(out, "kdart selftest (seed %llu): error vs the float64 reference (rel RMS), time per call\n",
             (unsigned long long)seed);
@@ -865,16 +927,23 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
     for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
-        kc_intra_case c = {2, 512, 2, 4, strstr(spec, "K=64") ? 64 : 128, strstr(spec, "fp16") != NULL,
+        if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a stub */
+        kc_intra_case c = {2, 512, 2, 4, kc_intra_spec_k(spec), strstr(spec, "fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL,
                            KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+        if (kc_spec_tail(spec) && ((s >> 2) & 1)) c.seqs.nseq = 0; /* fixed length */
         if (c.emit_bf16) c.HV = c.H;
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
         snprintf(shape, sizeof shape, "%s%d T%d H%d HV%d K%d", c.seqs.nseq ? "N" : "B", c.seqs.nseq ? c.seqs.nseq : c.B,
                  c.T, c.H, c.HV, c.K);
-        if (kc_run_intra(rt, &c, &r) != 0 || r.status != KDART_OK) {
+        int ran = kc_run_intra(rt, &c, &r) == 0;
+        if (ran && selftest_gated(out, "bwd_intra", spec, shape, &r)) {
+            gated++;
+            continue;
+        }
+        if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
             failures++;
             continue;
@@ -891,14 +960,22 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
-        kc_dhu_case c = {2, 512, 4, strstr(spec, "K=64") ? 64 : 128, 128, strstr(spec, "fp16") != NULL, 1, 1,
-                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec)};
+        if (!kc_dhu_spec_launchable(spec)) continue;
+        int K, V = 128, svf;
+        kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf); /* tail=1: K, V or the layout selects it, rotating */
+        kc_dhu_case c = {2, 512, 4, K, V, strstr(spec, "fp16") != NULL, 1, 1,
+                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), svf};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], errs[128] = "";
-        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
-                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
-        if (kc_run_dhu(rt, &c, &r) != 0 || r.status != KDART_OK) {
+        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d%s", c.seqs.nseq ? "N" : "B",
+                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V, svf ? " Vfirst" : "");
+        int ran = kc_run_dhu(rt, &c, &r) == 0;
+        if (ran && selftest_gated(out, "bwd_dhu", spec, shape, &r)) {
+            gated++;
+            continue;
+        }
+        if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
             failures++;
             continue;
@@ -911,8 +988,11 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         }
         fprintf(out, "%-10s %-36s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
     }
-    fprintf(out, "selftest: %d failure(s)%s\n", failures,
-            failures ? " (! marks an error above its tolerance)" : "");
+    fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
+    if (gated)
+        fprintf(out, "; %d skipped (the K tile 256 and the tail specializations are behind KDART_EXPERIMENTAL=1)",
+                gated);
+    fprintf(out, "\n");
     return failures;
 }
 
@@ -1131,7 +1211,7 @@ static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double c
               !fill_tiled(&d[4], rows * HV * V * 4, 0, 0, 1, &rng) && !fill_tiled(&d[5], rows * HV * V * 4, 0, 0, 1, &rng);
         kdart_bwd_dhu_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
                                 NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0,
-                                NULL,     NULL,    NULL};
+                                NULL,     NULL,    NULL,    0};
         args[k] = a;
     }
     if (!ok) {
@@ -1182,7 +1262,7 @@ int kc_launch_overhead(kdart_rt *rt, double *kdart_us, double *raw_us) {
     kdart_bwd_intra_params p = {(void *)d[0].p,  (void *)d[1].p,  (float *)d[2].p, (void *)d[3].p,
                                 (float *)d[4].p, (float *)d[5].p, (float *)d[6].p, (float *)d[7].p,
                                 (float *)d[8].p, (float *)d[9].p, (void *)d[10].p, (void *)d[11].p,
-                                (float *)d[12].p, (float *)d[13].p, 1, 64, 1, 1, NULL, NULL, 1, 1, 0};
+                                (float *)d[12].p, (float *)d[13].p, 1, 64, 1, 1, NULL, NULL, 1, 1, 0, 64};
     void *params[] = {&p};
     CUstream st;
     cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);

@@ -65,10 +65,31 @@ typedef struct kc_dhu_case {
     int graph;
     int v_tile;  /* 0: kdart picks; 16, 32, 64: that BV specialization */
     kc_seqs seqs;
+    int state_v_first; /* dh, dht, dh0 in the V-first layout ([.., V, K]); the harness transposes
+                          to and from the reference's K-first one */
 } kc_dhu_case;
 
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
+/* The K tile of a spec text ("K=256" -> 256), 0 if none. */
+int kc_spec_k(const char *spec);
+/* Whether a bwd_dhu spec is one kdart launches (the K tile 256 has no BV 64:
+ * that specialization is a stub). */
+int kc_dhu_spec_launchable(const char *spec);
+/* Whether a spec is a tail=1 one (issue 15: the masked paths). */
+int kc_spec_tail(const char *spec);
+/* Whether a bwd_intra spec is one kdart launches: varlen=0,tail=1 is a trap
+ * stub (the tail body reads Kr from the varlen params; ops.c sends a head
+ * dim below its tile to varlen=1 at fixed length too). */
+int kc_intra_spec_launchable(const char *spec);
+/* The head dim K for which ops.c launches a bwd_intra spec: the K tile, or
+ * tile - 4 for a tail=1 spec (so that the tail body itself runs). */
+int kc_intra_spec_k(const char *spec);
+/* The shape for which ops.c launches a bwd_dhu spec with v_tile = the
+ * spec's BV: *K = the K tile, *V as given (a multiple of 64), *svf = 0 for
+ * tail=0; for tail=1, variant % 3 picks what selects the masked path:
+ * 0 K = tile - 4, 1 V - 4 (a partial last V tile), 2 the V-first state. */
+void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf);
 
 typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */
@@ -97,6 +118,9 @@ typedef struct kc_report {
  * errors), or -1 on a harness failure (message says why). */
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r);
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
+/* Whether a report's status is kdart's gate (KDART_EXPERIMENTAL unset):
+ * EUNSUPPORTED "... not yet verified on a GPU". */
+int kc_gated(const kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes
@@ -113,7 +137,7 @@ void kc_ctx_destroy(void *ctx);
  * real device buffers whose outputs hold a sentinel pattern; returns the
  * status and sets *untouched to whether every output still holds the
  * pattern afterwards.  which: 0 valid (sanity), 1 misaligned dq, 2 wrong
- * dtype g, 3 shape mismatch dAkk, 4 K=96, 5 T=100, 6 HV not multiple of H,
+ * dtype g, 3 shape mismatch dAkk, 4 K=257, 5 T=100, 6 HV not multiple of H,
  * 7 emit with HV>H, 8 transposed strides q, 9 host tensor, 10 null dk. */
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n);
 #define KC_NBAD 11

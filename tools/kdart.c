@@ -541,6 +541,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
     uint32_t flags = KDART_PREPARE_NO_LOAD;
     const char *service = NULL;
     int writable = 1;
+    int all = 0; /* --all: not only the default set (kdart_spec_prewarmed) */
 
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -569,6 +570,8 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
             service = v;
         } else if (strcmp(argv[i], "--force") == 0) {
             flags |= KDART_PREPARE_FORCE;
+        } else if (strcmp(argv[i], "--all") == 0) {
+            all = 1;
         } else if (strncmp(argv[i], "-j", 2) == 0 && argv[i][2]) {
             if (parse_int(argv[i] + 2, 1, 256, &jobs) != 0)
                 return usage_error(c, self, "--jobs wants 1..256, not '%s'", argv[i] + 2);
@@ -584,6 +587,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         }
     }
     if (nspecs > 0 && nkernels != 1) return usage_error(c, self, "--spec needs exactly one --kernel");
+    if (all && (nspecs > 0 || service)) return usage_error(c, self, "--all goes with neither --spec nor --service");
 
     /* The arch list: a private copy split in place at the commas. */
     char arch_buf[512];
@@ -656,7 +660,7 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
         const char *name = kdart_kernel_name(k);
         int wanted = nkernels == 0;
         for (int j = 0; j < nkernels; j++) wanted |= strcmp(kernels[j], name) == 0;
-        if (wanted) ntasks += (nspecs ? nspecs : kdart_spec_count(name)) * narches;
+        if (wanted) ntasks += (nspecs ? nspecs : kdart_spec_count(name)) * narches; /* (at most) */
     }
     prewarm_task *tasks = calloc(ntasks ? (size_t)ntasks : 1, sizeof *tasks);
     if (!tasks) {
@@ -674,6 +678,8 @@ static int cmd_prewarm(cli *c, const command *self, int argc, char **argv) {
             char spec[SPEC_MAX];
             if (nspecs)
                 snprintf(spec, sizeof spec, "%s", canon[s]);
+            else if (!all && kdart_spec_prewarmed(name, s) != 1)
+                continue; /* compiled on first use */
             else if (kdart_spec_at(name, s, spec, sizeof spec) < 0)
                 continue; /* cannot happen for s < kdart_spec_count */
             for (int a = 0; a < narches; a++) {
@@ -1550,12 +1556,14 @@ static int cmd_help(cli *c, const command *self, int argc, char **argv) {
 /* ------------------------------------------------------ the table */
 
 static const command commands[] = {
-    {"prewarm", cmd_prewarm, "compile every registered specialization into the cache",
-     "usage: kdart prewarm [--arch LIST] [--kernel NAME]... [--spec SPEC]... [--jobs N] [--force]\n"
-     "                     [--service SOCKET]\n"
+    {"prewarm", cmd_prewarm, "compile the registered specializations into the cache",
+     "usage: kdart prewarm [--arch LIST] [--kernel NAME]... [--spec SPEC]... [--all] [--jobs N]\n"
+     "                     [--force] [--service SOCKET]\n"
      "\n"
-     "Compiles (or finds in the cache) every specialization of every registered\n"
-     "kernel for each target architecture, without loading anything on a GPU.\n"
+     "Compiles (or finds in the cache) the default set of specializations of every\n"
+     "registered kernel for each target architecture, without loading anything on a\n"
+     "GPU: every native one (tail=0) and the most used tail ones (see kdart.h,\n"
+     "kdart_spec_prewarmed); the other tail specializations compile on first use.\n"
      "One progress line per entry goes to stderr; a summary goes to stdout.\n"
      "\n"
      "  --arch LIST     comma-separated targets, e.g. sm_90a,sm_100a (default: the\n"
@@ -1564,6 +1572,8 @@ static const command commands[] = {
      "  --spec SPEC     only this specialization of the one --kernel, e.g. K=64 or\n"
      "                  io=bf16,fold_dg=0,emit_bf16=0,K=128 (repeatable; omitted\n"
      "                  parameters take their defaults)\n"
+     "  --all           every specialization, the stubs that are never launched\n"
+     "                  included (not with --spec or --service)\n"
      "  --jobs N, -jN   compile with N threads (default 1)\n"
      "  --force         recompile even what the cache holds (including recorded\n"
      "                  failures) and replace the entries\n"
@@ -1711,7 +1721,11 @@ static const command commands[] = {
      "\n"
      "Runs every specialization of bwd_intra and bwd_dhu once on fresh random\n"
      "inputs and prints each output's error against the float64 reference and\n"
-     "the time per call.  Exit 0 when all pass, 1 otherwise, 3 without a GPU.\n"},
+     "the time per call.  A tail=1 specialization runs with the shape that\n"
+     "selects it (a head dim 4 below its K tile; bwd_dhu also a partial last V\n"
+     "tile or the V-first state); those and the K tile 256 are skipped unless\n"
+     "KDART_EXPERIMENTAL=1 (not yet verified on a GPU).  Exit 0 when all pass\n"
+     "(skips included), 1 otherwise, 3 without a GPU.\n"},
     {"bench", cmd_bench, "time the kernels: ms, GB/s and share of the copy ceiling (GPU)",
      "usage: kdart bench [--shape B,T,H,HV,K,V] [--io bf16|fp16] [--fold-dg] [--emit-bf16] [--reps N]\n"
      "  Without --shape: the standard table (fla's benchmark rows and prod8192).\n"

@@ -76,7 +76,8 @@ class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
 
 class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
     _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in DHU_TENSORS]
-                + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)] + [(n, _PT) for n in DHU_SEQS])
+                + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)] + [(n, _PT) for n in DHU_SEQS]
+                + [("state_v_first", ctypes.c_int)])  # added in 0.2 after DHU_SEQS (issue 15)
 
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
@@ -253,6 +254,17 @@ def load():
             fn.restype, fn.argtypes = res, args
         _loaded = _Loaded(lib, path, from_package, cuda_libs)
         return _loaded
+
+
+def experimental():
+    """KDART_EXPERIMENTAL=1: the runtime serves the cases no GPU run has verified yet (issue 15: head
+    dims other than 64 and 128, bwd_dhu's V % 64 != 0, state_v_first); the Python layers ask the same."""
+    return os.environ.get("KDART_EXPERIMENTAL", "") == "1"
+
+
+def k_tile(K):
+    """The K tile (the specs' K) that serves head dim K: 64, 128 or 256."""
+    return 64 if K <= 64 else 128 if K <= 128 else 256
 
 
 def lib():

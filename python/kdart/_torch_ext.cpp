@@ -76,10 +76,11 @@ int run_intra(kdart_rt *rt, IntraFn fn, void *stream, const at::Tensor *const in
     return fn(rt, &a, stream);
 }
 
-// kdart's bwd_dhu on in = (q, k, w, do, dv, gk) into dh, dh0 (nullptr without h0), dv2; scale NaN: K^-0.5.
+// kdart's bwd_dhu on in = (q, k, w, do, dv, gk) into dh, dh0 (nullptr without h0), dv2; scale NaN: K^-0.5;
+// state_v_first: dh, dht, dh0 (and h0) in fla's transposed [.., V, K] layout.
 int run_dhu(kdart_rt *rt, DhuFn fn, void *stream, const at::Tensor *const in[6], const at::Tensor *dht,
             const at::Tensor &dh, const at::Tensor *dh0, const at::Tensor &dv2, double scale, const at::Tensor *cu,
-            const at::Tensor *ci, const at::Tensor *co) {
+            const at::Tensor *ci, const at::Tensor *co, bool state_v_first) {
     DLTensor t[10] = {dl(*in[0]), dl(*in[1]), dl(*in[2]), dl(*in[5]), dl(*in[3]), dl(*in[4]), {}, dl(dh), dl(dv2), {}};
     DLTensor dcu, dci, dco;
     kdart_bwd_dhu_args a{};
@@ -90,7 +91,8 @@ int run_dhu(kdart_rt *rt, DhuFn fn, void *stream, const at::Tensor *const in[6],
     if (dh0) t[9] = dl(*dh0), a.dh0 = &t[9];
     const double K = static_cast<double>(in[0]->size(in[0]->dim() - 1));
     a.scale = std::isnan(scale) ? static_cast<float>(1.0 / std::sqrt(K)) : static_cast<float>(scale);
-    a.v_tile = 0; // kdart picks
+    a.v_tile = 0; // kdart picks (kdart_dhu_v_tile's choice, which the Python path asks for)
+    a.state_v_first = state_v_first ? 1 : 0;
     if (cu) dcu = dl(*cu), a.cu_seqlens = &dcu;
     if (ci) dci = dl(*ci), a.chunk_indices = &dci;
     if (co) dco = dl(*co), a.chunk_offsets = &dco;
@@ -117,21 +119,22 @@ py::object intra(uintptr_t handle, uintptr_t fn, uintptr_t stream, const at::Ten
 }
 
 // (dh, dh0, dv2), dh0 of shape (0,) without h0, or kdart's status.  nt: dh's chunk rows (fla's NT).
+// state_v_first: the state's last two dims are [V, K] (dh here; h0, dht and dh0 = empty_like(h0) as given).
 py::object dhu(uintptr_t handle, uintptr_t fn, uintptr_t stream, const at::Tensor &q, const at::Tensor &k,
                const at::Tensor &w, const at::Tensor &d_o, const at::Tensor &dv, const at::Tensor &gk,
                const c10::optional<at::Tensor> &h0, const c10::optional<at::Tensor> &dht, double scale, int64_t nt,
                const c10::optional<at::Tensor> &cu_seqlens, const c10::optional<at::Tensor> &chunk_indices,
-               const c10::optional<at::Tensor> &chunk_offsets) {
+               const c10::optional<at::Tensor> &chunk_offsets, bool state_v_first) {
     if (q.dim() != 4 || d_o.dim() != 4) return py::int_(static_cast<int>(KDART_ESHAPE)); // Python says why
     const int64_t B = q.size(0), HV = q.size(2), K = q.size(3), V = d_o.size(3);
     const bool has_h0 = h0.has_value() && h0->defined();
-    at::Tensor dh = at::empty({B, nt, HV, K, V}, q.options());
+    at::Tensor dh = state_v_first ? at::empty({B, nt, HV, V, K}, q.options()) : at::empty({B, nt, HV, K, V}, q.options());
     at::Tensor dh0 = has_h0 ? at::empty_like(*h0) : at::empty({0}, q.options().dtype(at::kFloat));
     at::Tensor dv2 = at::empty_like(dv);
     const at::Tensor *in[6] = {&q, &k, &w, &d_o, &dv, &gk};
     const int rc = run_dhu(reinterpret_cast<kdart_rt *>(handle), reinterpret_cast<DhuFn>(fn),
                            reinterpret_cast<void *>(stream), in, opt(dht), dh, has_h0 ? &dh0 : nullptr, dv2, scale,
-                           opt(cu_seqlens), opt(chunk_indices), opt(chunk_offsets));
+                           opt(cu_seqlens), opt(chunk_indices), opt(chunk_offsets), state_v_first);
     if (rc != 0) return py::int_(rc);
     return py::make_tuple(dh, dh0, dv2);
 }
@@ -224,9 +227,10 @@ PyObject *intra_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
     return r;
 }
 
-// (q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets) -> (dh, dh0 or None, dv2)
+// (q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first)
+// -> (dh, dh0 or None, dv2)
 PyObject *dhu_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
-    if (n != 12) Py_RETURN_NONE;
+    if (n != 13) Py_RETURN_NONE;
     const at::Tensor *t[6];
     for (int i = 0; i < 6; i++)
         if ((t[i] = tensor_arg(a[i])) == nullptr) Py_RETURN_NONE;
@@ -246,16 +250,21 @@ PyObject *dhu_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
             Py_RETURN_NONE;
         }
     }
+    const int vfirst = PyObject_IsTrue(a[12]);
+    if (vfirst < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     const int64_t B = q.size(0), T = q.size(1), HV = q.size(2), K = q.size(3), V = d_o.size(3);
     const int64_t nt = ci ? ci->size(0) : (T + 63) / 64; // fla's NT: len(chunk_indices), or ceil(T / 64)
     if (nt < 1) Py_RETURN_NONE;
     const int dev = current_device_of(q);
     if (dev < 0) Py_RETURN_NONE;
-    at::Tensor dh = out_of({B, nt, HV, K, V}, q.scalar_type());
+    at::Tensor dh = vfirst ? out_of({B, nt, HV, V, K}, q.scalar_type()) : out_of({B, nt, HV, K, V}, q.scalar_type());
     at::Tensor dh0 = h0 ? out_like(*h0, h0->scalar_type()) : at::Tensor();
     at::Tensor dv2 = out_like(dv, dv.scalar_type());
     if (run_dhu(g_rt, g_dhu, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(dev)).stream(), t, dht, dh,
-                h0 ? &dh0 : nullptr, dv2, scale, cu, ci, co) != 0)
+                h0 ? &dh0 : nullptr, dv2, scale, cu, ci, co, vfirst) != 0)
         Py_RETURN_NONE;
     PyObject *r = PyTuple_New(3);
     if (!r) return nullptr;
@@ -276,7 +285,7 @@ PyMethodDef g_direct[] = {
     {"intra_fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(intra_fast)), METH_FASTCALL,
      "bwd_intra's 14 positional arguments -> (dq, dk, db, dg), or None (the Python path takes the call)"},
     {"dhu_fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dhu_fast)), METH_FASTCALL,
-     "bwd_dhu's 12 positional arguments -> (dh, dh0 or None, dv2), or None (the Python path takes the call)"},
+     "bwd_dhu's 13 positional arguments -> (dh, dh0 or None, dv2), or None (the Python path takes the call)"},
 };
 #endif
 

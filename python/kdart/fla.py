@@ -10,8 +10,8 @@ enable() replaces, in the fla module whose chunk_kda_bwd calls them
 (fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra and
 chunk_gated_delta_rule_bwd_dhu by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
-before calling: K not in {64, 128}, V % 64 != 0, chunk size != 64,
-state_v_first, a scalar gate g, cu_seqlens off q's device or with
+before calling: K outside 1..256, V outside 1..512, chunk size != 64,
+a scalar gate g, cu_seqlens off q's device or with
 B != 1, dtypes other than kdart's, non-CUDA or non-contiguous tensors; and
 any call where kdart raises ValueError).  Any T and variable-length
 batches (cu_seqlens, with or without fla's chunk_indices / chunk_offsets)
@@ -21,7 +21,10 @@ sentinel rows: kdart never reads chunk_indices, derives the chunks from
 cu_seqlens on the device and sizes its grids from T and the capacity, so
 the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
-buffers).  Each new fallback reason is warned about
+buffers).  Head dims other than 64 and 128 (D = 60, 100, 256, ...),
+V % 64 != 0 and state_v_first are served only with KDART_EXPERIMENTAL=1
+(until a GPU run verifies them; else the reason is "head dim K=...
+(not yet verified on a GPU)").  Each new fallback reason is warned about
 once.  With fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
@@ -37,6 +40,8 @@ import inspect
 import threading
 import warnings
 import weakref
+
+from . import _lib
 
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
@@ -161,8 +166,10 @@ def _common_reason(chunk_size, q, other, cu_seqlens):
     if q.dim() != 4 or other.dim() != 4:
         return "shape"
     K = q.shape[3]
-    if K not in (64, 128):
+    if not 1 <= K <= 256:
         return f"head dim K={K}"
+    if K not in (64, 128) and not _lib.experimental():
+        return f"head dim K={K} (not yet verified on a GPU)"
     if cu_seqlens is not None and (cu_seqlens.device != q.device or q.shape[0] != 1):
         return "cu_seqlens not on q's device or B != 1"
     return None
@@ -186,8 +193,8 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     """None when kdart takes this chunk_gated_delta_rule_bwd_dhu call, else the reason it does not."""
     if cu_seqlens is None and (chunk_indices is not None or chunk_offsets is not None):
         return "chunk_indices/chunk_offsets without cu_seqlens"
-    if state_v_first:
-        return "state_v_first"
+    if state_v_first and not _lib.experimental():
+        return "state_v_first (not yet verified on a GPU)"
     if g is not None:
         return "scalar gate g"
     if gk is None:
@@ -197,8 +204,11 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
         return r
     if q.shape[2] != do.shape[2]:
         return "q/k heads != value heads"
-    if do.shape[3] % 64:
-        return f"V={do.shape[3]} (V % 64 != 0)"
+    V = do.shape[3]
+    if not 1 <= V <= 512:
+        return f"V={V} (V > 512)"
+    if V % 64 and not _lib.experimental():
+        return f"V={V} (V % 64 != 0, not yet verified on a GPU)"
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 
@@ -236,7 +246,8 @@ def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None
         from . import torch as kt
         try:
             out = kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
-                             chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
+                             chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
+                             state_v_first=bool(state_v_first))
         except ValueError as e:
             reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
         else:

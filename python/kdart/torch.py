@@ -11,7 +11,8 @@ and chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu); dh0 is None
 when h0 is None, as in fla.  Outputs are new tensors on the inputs' device;
 nothing is written to the inputs.  Shapes and dtypes: shared/spec/kda_backward.md
 sections 3.1 and 4.1 (io dtype bf16 or fp16; g/gk, dAqk, dAkk, dq, dk, dg, db,
-dht, h0 fp32; any T >= 1, K in {64, 128}, V % 64 == 0, contiguous).
+dht, h0 fp32; any T >= 1, K in {64, 128}, V % 64 == 0, contiguous; K in 1..256, V in 1..512 and
+state_v_first with KDART_EXPERIMENTAL=1, until verified on a GPU).
 
 Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
 inputs' device); h0, dht and dh0 are [N,HV,K,V]; fla's chunk_indices [NT,2] and
@@ -79,13 +80,21 @@ def _want(name, t, shape, dtype):
         raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
+def _gate(what):
+    return _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: {what} is not yet verified on a GPU; "
+                                                     "set KDART_EXPERIMENTAL=1 to use it")
+
+
 def _dims(q, g):
     if q.dim() != 4 or g.dim() != 4:
         raise _bad("ESHAPE: q must be [B,T,H,K] and g [B,T,HV,K]")
     B, T, H, K = q.shape
     HV = g.shape[2]
-    if K not in (64, 128):
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} (K must be 64 or 128)")
+    if not 1 <= K <= 256:
+        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} is not supported "
+                                                        "(K must be 1..256)")
+    if K not in (64, 128) and not _lib.experimental():
+        raise _gate(f"head dim K={K}")
     if T < 1:
         raise _bad(f"ESHAPE: empty tensor: T={T}")
     return B, T, H, K, HV
@@ -157,18 +166,25 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
 
 
 def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
-             nt=None):
+             nt=None, state_v_first=False):
     """Checks bwd_dhu's arguments (ValueError); returns its outputs' (shape, dtype) list (dh, dh0, dv2);
     dh0's shape is (0,) when h0 is None.  dh has fla's rows: B*ceil(T/64) at fixed length; varlen:
-    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks)."""
+    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks).  state_v_first: the
+    state's last two dims are [V, K] (dh, h0, dht, dh0), else [K, V]."""
     B, T, HV, K, _ = _dims(q, gk)
     N = _seqs(B, cu_seqlens, chunk_indices, chunk_offsets)
     NT = _fla_nt(T, cu_seqlens, chunk_indices, nt)
     if do.dim() != 4:
         raise _bad("ESHAPE: do must be [B,T,HV,V]")
     V = do.shape[3]
-    if V % 64 or V < 64:
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: V={V} is not a multiple of 64")
+    if not 1 <= V <= 512:
+        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
+                                                        "(V must be 1..512)")
+    if V % 64 and not _lib.experimental():
+        raise _gate(f"value dim V={V} (not a multiple of 64)")
+    if state_v_first and not _lib.experimental():
+        raise _gate("state_v_first")
+    S = (V, K) if state_v_first else (K, V)
     io = q.dtype
     _want("q", q, (B, T, HV, K), None)
     for name, t, shape, dt in (("k", k, (B, T, HV, K), io), ("w", w, (B, T, HV, K), io),
@@ -176,10 +192,10 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
                                ("gk", gk, (B, T, HV, K), _F32)):
         _want(name, t, shape, dt)
     if h0 is not None:
-        _want("h0", h0, (N, HV, K, V), _F32)
+        _want("h0", h0, (N, HV) + S, _F32)
     if dht is not None:
-        _want("dht", dht, (N, HV, K, V), _F32)
-    return [((B, NT, HV, K, V), io), ((N, HV, K, V) if h0 is not None else (0,), _F32),
+        _want("dht", dht, (N, HV) + S, _F32)
+    return [((B, NT, HV) + S, io), ((N, HV) + S if h0 is not None else (0,), _F32),
             ((B, T, HV, V), io)]
 
 
@@ -278,7 +294,9 @@ def _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu
     return None if type(r) is int else r
 
 
-def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets):
+def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first):
+    """As _ext_intra; kdart's C function picks the specialization (K tile, BV, varlen, tail) from the shapes
+    and state_v_first, as for the Python path's plan (whose spec only says what to prepare)."""
     st = _rt_state if _rt_state else _fast()
     idx = q.get_device()
     if idx != torch._C._cuda_getDevice() or q.dim() != 4:
@@ -286,7 +304,7 @@ def _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chu
     nt = _fla_nt(q.shape[1], cu_seqlens, chunk_indices)
     r = _EXT.dhu(st["handle"], st["dhu_addr"], _stream(idx), q, k, w, do, dv, gk, h0, dht,
                  float("nan") if scale is None else float(scale), max(nt, 1), cu_seqlens, chunk_indices,
-                 chunk_offsets)
+                 chunk_offsets, bool(state_v_first))
     if type(r) is int:
         return None
     return (r[0][:, :0], r[1], r[2]) if nt == 0 else r
@@ -369,8 +387,13 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
+    # the spec that ops.c launches: a head dim below its K tile runs the tail body, a varlen one; past
+    # the fixed-length grid's 65535 in y (B*HV) the varlen body takes the batch
+    B, T, _, K = q.shape
+    tail = int(K != _lib.k_tile(K))
+    varlen = _varlen(T, cu_seqlens) | tail | int(B * g.shape[2] > 65535)
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={q.shape[3]},varlen={_varlen(q.shape[1], cu_seqlens)}")
+                 f"K={_lib.k_tile(K)},varlen={varlen},tail={tail}")
     return plan
 
 
@@ -429,8 +452,8 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
 
 
 def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
-              nt=None):
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt)
+              nt=None, state_v_first=False):
+    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
     rows = outs[0][0][1]
     if rows == 0:  # only zero-length sequences: fla's dh has no rows; kdart's dh needs one (never written)
         outs[0] = ((outs[0][0][0], 1) + outs[0][0][2:], outs[0][1])
@@ -448,25 +471,28 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
 
     def fill(a):
         a.v_tile = v_tile
+        a.state_v_first = int(bool(state_v_first))
     plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS + _lib.DHU_SEQS, tensors, fill)
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    plan.spec = f"io={_IO[q.dtype]},K={K},BV={v_tile},varlen={_varlen(T, cu_seqlens)}"
+    # the masked specialization (ops.c's choice): K below its tile, a partial V tile, the V-first state
+    tail = int(K != _lib.k_tile(K) or (v_tile > 0 and V % v_tile != 0) or bool(state_v_first))
+    plan.spec = f"io={_IO[q.dtype]},K={_lib.k_tile(K)},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
     plan.no_rows = rows == 0
     return plan
 
 
 def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-                  chunk_offsets=None):
+                  chunk_offsets=None, state_v_first=False):
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
     ts = (q, k, w, do, dv, gk)
     key = (tuple(map(_SIG, ts)), _idx_key(h0), _idx_key(dht), "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
-                                            nt))
+                                            nt), bool(state_v_first))
     plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
-                     nt)
+                     nt, state_v_first)
     if not (all(map(_CONTIG, ts)) and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
     dev = plan.dev
@@ -517,18 +543,19 @@ def _bwd_intra_fake(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
 def _bwd_dhu_op(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, do: torch.Tensor, dv: torch.Tensor,
                 gk: torch.Tensor, h0: torch.Tensor | None = None, dht: torch.Tensor | None = None,
                 scale: float | None = None, cu_seqlens: torch.Tensor | None = None,
-                chunk_indices: torch.Tensor | None = None, chunk_offsets: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                chunk_indices: torch.Tensor | None = None, chunk_offsets: torch.Tensor | None = None,
+                state_v_first: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dh0 is a (0,)-shaped tensor when h0 is None (custom ops cannot return None); bwd_dhu maps it to None."""
-    return _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
+    return _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                         state_v_first)
 
 
 @_bwd_dhu_op.register_fake
 def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-                  chunk_offsets=None):
+                  chunk_offsets=None, state_v_first=False):
     # varlen without chunk_indices: dh's row count depends on cu_seqlens's values
     nt = torch.library.get_ctx().new_dynamic_size() if cu_seqlens is not None and chunk_indices is None else None
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt)
+    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
@@ -563,23 +590,26 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
 
 
 def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-            chunk_offsets=None):
+            chunk_offsets=None, state_v_first=False):
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
     -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
-    len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization)."""
+    len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
+    state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K] (behind
+    KDART_EXPERIMENTAL=1 until verified on a GPU, as K not in {64, 128} and V % 64 != 0)."""
     if not _is_compiling() and _XD is not None and type(q) is _Tensor:
-        r = _XD(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
+        r = _XD(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first)
         if r is not None:
             return r
     r = None
     if _eager(q):
         if _EXT is not None:
-            r = _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets)
+            r = _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                         state_v_first)
         dh, dh0, dv2 = r if r is not None else _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens,
-                                                           chunk_indices, chunk_offsets)
+                                                           chunk_indices, chunk_offsets, state_v_first)
     else:
         dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices,
-                                               chunk_offsets)
+                                               chunk_offsets, bool(state_v_first))
     return dh, (dh0 if h0 is not None else None), dv2
 
 
@@ -601,9 +631,10 @@ def prepare_for(op, *args, **kwargs):
                                    _intra_plan, "bwd_intra")
     elif op in (bwd_dhu, torch.ops.kdart.bwd_dhu):
         names = ("q", "k", "w", "do", "dv", "gk", "h0", "dht", "scale", "cu_seqlens", "chunk_indices",
-                 "chunk_offsets", "nt")
+                 "chunk_offsets", "nt", "state_v_first")
         defaults, build, kernel = ({"h0": None, "dht": None, "scale": None, "cu_seqlens": None,
-                                    "chunk_indices": None, "chunk_offsets": None, "nt": 1}, _dhu_plan, "bwd_dhu")
+                                    "chunk_indices": None, "chunk_offsets": None, "nt": 1, "state_v_first": False},
+                                   _dhu_plan, "bwd_dhu")
     else:
         raise ValueError("prepare_for: op must be kdart.torch.bwd_intra or kdart.torch.bwd_dhu")
     a = dict(defaults)

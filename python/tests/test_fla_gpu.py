@@ -101,21 +101,28 @@ def check(ref, ref_ht, ref_grads, tri, tri_ht, grads, fla_grads=None):
         assert_close(name, r, t, tol)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-s{}-n{}-{}-gate{}-safe{}-norec{}".format(
-    *c[:7], str(c[7])[6:], *c[8:]))
-def test_chunk_kda_with_kdart(case):
+def run_with_kdart_and_check(case):
+    """The recipe with kdart.fla enabled, checked within fla's tolerances (and against fla's own error on the
+    same inputs, run again without kdart); kdart.fla's stats of the kdart run."""
     kf.reset_stats()
     with kf.enabled():
         out = run(*case)
         st = kf.stats()
-    # The same inputs through fla alone: each gradient's error ratio against the float64
-    # recurrence, kdart's next to fla's own (printed for the record; -s or -rP shows it).
+    # each gradient's error ratio against the float64 recurrence, kdart's next to fla's own (printed for
+    # the record; -s or -rP shows it)
     fla_out = run(*case)
     line = " ".join(f"{n} {get_err_ratio(r, t):.2e}/{get_err_ratio(r, f):.2e}"
                     for (n, _), r, t, f in zip(GRAD_TOLS, out[2], out[5], fla_out[5])
                     if r is not None and t is not None)
     print(f"\nerror ratio vs float64 (kdart/fla): {line}")
     check(*out, fla_grads=fla_out[5])
+    return st
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-s{}-n{}-{}-gate{}-safe{}-norec{}".format(
+    *c[:7], str(c[7])[6:], *c[8:]))
+def test_chunk_kda_with_kdart(case):
+    st = run_with_kdart_and_check(case)
     assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1, st
     assert st["served"]["dg_cumsum_folded"] == 1 and not st["fallbacks"], st
 
@@ -132,9 +139,10 @@ def test_t1000_served():
     assert st["served"]["dg_cumsum_folded"] == 1
 
 
-def test_refused_input_falls_back():
-    """A head dim kdart does not take (D = 100): fla's own result, within fla's tolerances, and a counted
-    fallback of each stage with its reason."""
+def test_refused_input_falls_back(monkeypatch):
+    """A head dim kdart does not take without KDART_EXPERIMENTAL=1 (D = 100): fla's own result, within
+    fla's tolerances, and a counted fallback of each stage with its reason."""
+    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
     case = (2, 256, 2, 2, 100, 0.1, 1, torch.float16, False, False, False)
     kf.reset_stats()
     with pytest.warns(RuntimeWarning, match="falls back"), kf.enabled():
@@ -154,6 +162,32 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     """fla's varlen recipe (tests/ops/test_kda.py::test_chunk_varlen): packed sequences against the naive
     recurrence run per sequence; kdart serves both stages and the folded cumsum."""
     _varlen_recipe(cu, D)
+
+
+HEAD_DIM_CASES = [  # issue 15: fla's head dims beyond 64 / 128 (its tests' D = 60, 100, 256), fixed length
+    (2, 1024, 2, 4, 60, 0.1, 1, torch.float16, False, False, False),
+    (2, 1024, 2, 2, 100, 0.1, 1, torch.bfloat16, False, False, False),
+    (2, 1024, 2, 2, 256, 0.1, 1, torch.bfloat16, False, False, False),
+    (2, 1000, 2, 4, 100, 0.1, 1, torch.float16, True, True, False),
+]
+
+
+@pytest.mark.parametrize("case", HEAD_DIM_CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-{}-gate{}".format(
+    *c[:5], str(c[7])[6:], c[8]))
+def test_head_dims_with_kdart(case, monkeypatch):
+    """fla's test_chunk recipe at D = 60, 100, 256 (HV = 2H at 60 and at 100 with the gate in fla's kernel):
+    kdart serves both stages (K and V in the next tile up with masked tails, or the K tile 256) and every
+    gradient is within fla's tolerances of the float64 recurrence (kdart's error ratio printed next to fla's)."""
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    st = run_with_kdart_and_check(case)
+    assert st["served"]["bwd_intra"] == 1 and st["served"]["bwd_dhu"] == 1 and not st["fallbacks"], st
+
+
+@pytest.mark.parametrize("D", [60, 100, 256])
+def test_head_dims_varlen_with_kdart(D, monkeypatch):
+    """fla's varlen recipe at D = 60, 100, 256 (issue 15)."""
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    _varlen_recipe([0, 15, 100, 300, 1200, 2000], D)
 
 
 def test_chunk_kda_use_graph_with_kdart():

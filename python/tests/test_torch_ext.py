@@ -29,8 +29,21 @@ def test_refusals_are_kdart_statuses(private_shared_runtime):
     bad[2] = bad[2].double()
     assert ext.intra(st["handle"], st["intra_addr"], 0, *bad, True, False, None, None) < 0
     d, h0, dht = dhu_inputs(1, 64, 2, 64, 64, torch.bfloat16, "cpu")
-    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, h0, dht, float("nan"), 1, None, None, None) == -23
-    assert ext.dhu(st["handle"], st["dhu_addr"], 0, d[0][0], *d[1:], h0, dht, 0.1, 1, None, None, None) < 0
+    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, h0, dht, float("nan"), 1, None, None, None, False) == -23
+    assert ext.dhu(st["handle"], st["dhu_addr"], 0, d[0][0], *d[1:], h0, dht, 0.1, 1, None, None, None, False) < 0
+
+
+def test_dhu_passes_state_v_first(private_shared_runtime, monkeypatch):
+    """state_v_first reaches kdart (issue 15): refused behind the gate naming it; with the gate open the call
+    gets past it to the tensor checks (CPU tensors: EDEVICE; the V-first shapes need a GPU, test_torch_gpu)."""
+    st = kt._fast()
+    d, h0, dht = dhu_inputs(1, 64, 2, 64, 128, torch.bfloat16, "cpu")  # K = 64, V = 128
+    vf = (h0.transpose(-1, -2).contiguous(), dht.transpose(-1, -2).contiguous())
+    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
+    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, *vf, float("nan"), 1, None, None, None, True) == -24
+    assert "state_v_first" in st["rt"].lib.kdart_last_error(st["handle"]).decode()
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, *vf, float("nan"), 1, None, None, None, True) == -23
 
 
 def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runtime):
@@ -47,9 +60,10 @@ def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runt
     assert ext.intra_fast(*a[:-1], 3, True, False, None, None) is None
     assert all(torch.equal(x, y) for x, y in zip(a, before))
     d, h0, dht = dhu_inputs(1, 64, 2, 64, 64, torch.bfloat16, "cpu")
-    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None) is None
+    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None, False) is None
+    assert ext.dhu_fast(*d, h0, dht, 0.1, None, None, None) is None  # 12 arguments: not its arity
     cu = torch.tensor([0, 64], dtype=torch.int32)
-    assert ext.dhu_fast(*d, h0, dht, "x", cu, None, None) is None
+    assert ext.dhu_fast(*d, h0, dht, "x", cu, None, None, False) is None
     with pytest.raises(TypeError):
         ext.bind(1, 2)
     # through kdart.torch, a CPU call still raises kdart's EDEVICE from the Python path

@@ -205,7 +205,6 @@ def test_varlen_cuda_graph_bitwise():
     assert torch.equal(eager[2][:, :n], outs[2][:, :n])
 
 
-
 def test_varlen_graph_capacity_replay():
     """fla's use_graph contract (issue 14): both ops captured once for a fixed capacity (N = 6 sequences of
     T = 1200 tokens, dh rows nt_max = ceil(T/64) + N - 1, chunk_indices never read), then replayed after
@@ -259,6 +258,33 @@ def test_bwd_intra_batch_past_grid_y():
         ref = bwd_intra_ref(*[t[rows] for t in a], fold_dg=True)
         for name, o, r in zip(("dq", "dk", "db", "dg"), out, ref):
             assert rel_rms(o[rows], r) < 2e-3, (name, rows)
+
+
+# ---------------------------------------------- head dims (issue 15, behind KDART_EXPERIMENTAL)
+
+@pytest.mark.parametrize("K", [1, 16, 60, 100, 192, 256])
+def test_bwd_intra_head_dims_vs_float64(monkeypatch, K):
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    torch.manual_seed(20)
+    a = intra_inputs(2, 192, 2, 4, K, torch.bfloat16, "cuda")
+    out = kt.bwd_intra(*a, fold_dg=True)
+    for name, o, r in zip(("dq", "dk", "db", "dg"), out, bwd_intra_ref(*a, fold_dg=True)):
+        assert o.shape == r.shape and rel_rms(o, r) < 2e-3, (name, rel_rms(o, r))
+
+
+@pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 60), (64, 192), (192, 16), (256, 512)])
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_bwd_dhu_head_dims_vs_float64(monkeypatch, K, V, state_v_first):
+    """K 1..256, V 1..512, fla's V-first state: against the float64 scan (taken K-first)."""
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    torch.manual_seed(21)
+    a, h0, dht = dhu_inputs(2, 256, 4, K, V, torch.float16, "cuda")
+    rdh, rdh0, rdv2 = bwd_dhu_ref(*a, h0=h0, dht=dht, scale=K ** -0.5)
+    tr = (lambda t: t.transpose(-1, -2).contiguous()) if state_v_first else (lambda t: t)  # noqa: E731
+    dh, dh0, dv2 = kt.bwd_dhu(*a, h0=tr(h0), dht=tr(dht), scale=K ** -0.5, state_v_first=state_v_first)
+    assert dh.shape == tr(rdh).shape and dh0.shape == tr(rdh0).shape
+    assert rel_rms(tr(dh), rdh) < 1e-2 and rel_rms(dv2, rdv2) < 1e-2 and rel_rms(tr(dh0), rdh0) < 1e-2
+
 
 # ------------------------------------------------------------- past 32-bit indexing
 

@@ -214,6 +214,15 @@ KDART_EXTERN int kdart_spec_count(const char *kernel);
  * or a negative status; writes at most n bytes including the terminator. */
 KDART_EXTERN int kdart_spec_at(const char *kernel, int index, char *buf, size_t n);
 KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char *buf, size_t n);
+/* 1 if the index-th specialization is in the default prewarm set ('kdart
+ * prewarm' without --all, and the compile service's prewarm without a spec),
+ * 0 if it compiles on first use only, a negative status for an unknown
+ * kernel (EKERNEL) or index (EINVAL).  The set: every native specialization
+ * (tail=0) and the tail ones most calls need (bf16 bwd_intra with fold_dg=1,
+ * emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128); never the stubs that the
+ * runtime does not launch (bwd_intra tail=1 with varlen=0, bwd_dhu K=256 with
+ * BV=64).  The rest compile on first use, 0.5-1.5 s each. */
+KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
 
 /* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
  * with an optional "a" or "f" suffix, sm_90 or newer (the kernels use
@@ -331,7 +340,13 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  *
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices
- * (all on the same CUDA device), K in {64, 128}, HV a multiple of H.  A
+ * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu),
+ * HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or 256 serves
+ * every K up to its tile (1..64, 65..128, 129..256) with masked loads and
+ * stores, and bwd_dhu any V with its last V tile masked.  K other than 64
+ * and 128, bwd_dhu's V % 64 != 0 and state_v_first have not run on a GPU
+ * yet: they are refused (KDART_EUNSUPPORTED, "... not yet verified on a
+ * GPU") unless the environment has KDART_EXPERIMENTAL=1.  A
  * failure returns its own status with a message naming the argument, and
  * launches nothing and writes nothing.
  *
@@ -406,12 +421,18 @@ typedef struct kdart_bwd_dhu_args {
     const DLTensor *dh0;       /* out [B,HV,K,V] fp32 ([N,HV,K,V] varlen), or NULL: not produced */
     float scale;
     int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick
-                                  for the device (kdart_dhu_v_tile), or 16, 32, 64 */
+                                  for the device (kdart_dhu_v_tile), or 16, 32, 64 (16, 32 at
+                                  K > 128: the K tile 256 has no BV 64) */
     /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
      * struct_size means NULL): */
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: dh's NT >= it */
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
+    /* Added in 0.2 after the varlen fields (issue 15), read only when struct_size covers it
+     * (smaller: 0): the state's
+     * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K].
+     * Not yet verified on a GPU: refused unless KDART_EXPERIMENTAL=1. */
+    int state_v_first;
 } kdart_bwd_dhu_args;
 
 /* The CUDA function of a specialization in the current context, prepared
