@@ -654,6 +654,9 @@ def main(argv=None):
                     help="start no new row after this many seconds (the table is still printed); 0: no limit")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the 2 GiB copy-ceiling measurement")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="fla's two stages once per row at T <= 1024 (the same Triton specializations), no kdart, "
+                         "no timing: the workload of tools/triton_warm.py")
     ap.add_argument("--varlen", action="store_true",
                     help="run the variable-length table instead (bench/varlen.py; its options: --varlen --help)")
     args = ap.parse_args(argv)
@@ -670,6 +673,18 @@ def main(argv=None):
         return 3
 
     fla = None if args.no_fla else import_fla()
+    if args.warm_only:
+        if fla is None:
+            print("--warm-only needs fla", file=sys.stderr)
+            return 3
+        for r in rows:
+            small = Row(r.name, r.B, min(r.T, 1024), r.H, r.HV, r.K, r.V)
+            fla_intra(fla, make_intra(small, dev))
+            if not r.fold_emit:
+                fla_dhu(fla, make_dhu(small, dev))
+            torch.cuda.synchronize()
+            print(f"[{r.name}] warm", flush=True)
+        return 0
     lib = os.path.abspath(args.lib)
     if not os.path.exists(lib):
         print(f"{lib}: not found (build with tools/build.sh, or pass --lib)", file=sys.stderr)

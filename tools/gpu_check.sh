@@ -14,9 +14,10 @@
 # shape for minutes), so GPU_CHECK_PARTS picks them, one call each:
 #   core (suite, selftest, sanitizers, SASS: about 3 minutes), bench (`kdart
 #   bench`; its timings want the GPU to itself), python (PYTEST_ARGS narrows it,
-#   e.g. one test id), e2e (E2E_ARGS: --shapes NAME), sbs, varlen (VARLEN_ARGS:
+#   e.g. one test id), e2e (E2E_ARGS: --shapes NAME), sbs (SBS_ARGS: --rows 0,11), varlen (VARLEN_ARGS:
 #   --rows 0,1), and warm: tools/triton_warm.py fills Triton's compile cache in
-#   parallel for the fla workloads named by WARM_E2E (e2e shapes), WARM_PYTEST
+#   parallel for the fla workloads named by WARM_E2E (e2e shapes), WARM_SBS
+#   (side_by_side rows), WARM_PYTEST
 #   (pytest ids) and WARM_VARLEN (varlen rows), so that the measuring parts'
 #   autotuning only benchmarks.  Default: all but warm.
 # Triton's cache is .triton-cache/ (ignored, so it survives between calls while
@@ -40,7 +41,15 @@ save_autotune() {
 trap save_autotune EXIT
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$out/smi.txt" 2>&1
 if want core; then
-  timeout 300 "$b/tests/test_gpu" > "$out/test_gpu.txt" 2>&1; echo "test_gpu rc=$?"
+  # three processes side by side (KDART_GPU_PART=i/3, every test in one of them): with the tail specs
+  # the suite outgrew one 300 s run
+  for i in 0 1 2; do
+    (KDART_GPU_PART=$i/3 CK_FORK=no timeout 300 "$b/tests/test_gpu" > "$out/test_gpu.$i.txt" 2>&1
+     echo "test_gpu part $i/3 rc=$?" >> "$out/test_gpu.$i.txt") &
+  done
+  wait
+  cat "$out"/test_gpu.[012].txt > "$out/test_gpu.txt" && rm -f "$out"/test_gpu.[012].txt
+  echo "test_gpu: $(grep -E '^test_gpu part|Checks' "$out/test_gpu.txt" | tr '\n' ' ')"
   # the gate open, as test_gpu opens it: the tail specializations run with the shapes that select them
   # (issue 15; they compile on first use unless prewarmed with --all)
   KDART_EXPERIMENTAL="${KDART_EXPERIMENTAL:-1}" timeout 240 "$b/kdart" selftest > "$out/selftest.txt" 2>&1
@@ -67,6 +76,7 @@ if ls .whl/*.whl >/dev/null 2>&1 && want warm; then
         --log "/tmp/warm-$1" -- "${@:3}"; }
   # (varlen rows are full size, about 10 GB a worker: fewer of them)
   [ -n "${WARM_E2E:-}" ] && w e2e "${WARM_JOBS:-12}" python3 bench/e2e.py --warm-only --shapes "$WARM_E2E"
+  [ -n "${WARM_SBS:-}" ] && w sbs "${WARM_JOBS:-12}" python3 bench/side_by_side.py --warm-only --rows "$WARM_SBS"
   [ -n "${WARM_PYTEST:-}" ] && w pytest "${WARM_JOBS:-12}" python3 -m pytest $WARM_PYTEST -q -p no:cacheprovider
   [ -n "${WARM_VARLEN:-}" ] && w varlen "${WARM_VARLEN_JOBS:-5}" python3 bench/varlen.py --lib "$b/libkdart.so" \
     --rows "$WARM_VARLEN" --iters 1
@@ -90,7 +100,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   fi
   if want sbs; then
     PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 timeout "${SBS_TIMEOUT:-260}" \
-      python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" \
+      python3 bench/side_by_side.py --lib "$b/libkdart.so" --budget-s "${SBS_BUDGET:-200}" ${SBS_ARGS:-} \
       --json "$out/side_by_side.json" > "$out/side_by_side.txt" 2>&1
     echo "side_by_side rc=$?"
   fi

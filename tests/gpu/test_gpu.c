@@ -705,11 +705,17 @@ int main(void) {
         goto run;
     }
     {
-        /* KDART_GPU_TESTS=name,name,...: only those tests (a lent GPU's time split over processes) */
+        /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
+         * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
         const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
-        const char *only = getenv("KDART_GPU_TESTS");
+        const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
+        unsigned pi = 0, pn = 1;
+        if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
+            printf("test_gpu: KDART_GPU_PART=%s is not i/n with i < n\n", part);
+            return 1;
+        }
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            if (!only || !only[0] || name_listed(only, all[i]->name)) tcase_add_test(tc, all[i]);
+            if ((!only || !only[0] || name_listed(only, all[i]->name)) && i % pn == pi) tcase_add_test(tc, all[i]);
     }
 run:
     suite_add_tcase(s, tc);
