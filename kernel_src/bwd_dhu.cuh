@@ -635,6 +635,10 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
      * loop): element-wise global accesses in a loop, register moves by LDS/STS */
     float *const sst = reinterpret_cast<float *>(smem);
     static_assert(K * BV * 4 <= Tr::kStageBytes, "state tile in one stage");
+    /* sst's element of accumulator acc[mt][4n + e] (the layout above) */
+    auto sfrag = [&](int mt, int n, int e) {
+        return (drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1);
+    };
     if constexpr (gen) {
         const float *src = p.dht;
 #pragma unroll 1
@@ -649,7 +653,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
             for (int n = 0; n < NB; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    acc[mt][4 * n + e] = sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)];
+                    acc[mt][4 * n + e] = sst[sfrag(mt, n, e)];
         __syncthreads();   /* before the prologue's copies into stage 0 */
     } else if (p.dht != nullptr) {
         const float *src = p.dht + (size_t)bh * K * V + v0;
@@ -916,7 +920,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
                 for (int n = 0; n < NB; ++n)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        sst[(drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1)] = acc[mt][4 * n + e];
+                        sst[sfrag(mt, n, e)] = acc[mt][4 * n + e];
             __syncthreads();
 #pragma unroll 1
             for (int e = tid; e < K * BV; e += Tr::kThreads) {

@@ -508,30 +508,37 @@ START_TEST(head_dims_and_gate) {
     ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
     intra_set is;
     dhu_set ds;
-    /* out of range, with or without the gate */
+    /* out of range, with or without the gate: each case's message names the limit
+     * (intra: NULL where the case is bwd_dhu's V alone) */
+    static const struct {
+        int64_t k, v;
+        int svf;
+        const char *intra, *dhu;
+    } range[] = {
+        {257, V, 0, "K must be 1..256", "K must be 1..256"}, {K, 513, 0, NULL, "V must be 1..512"},
+        {K, 513, 1, NULL, "V must be 1..512"},                {0, V, 0, "K=0", "K=0"},
+        {K, 0, 0, NULL, "V must be 1..512"},
+    };
+    static const struct {
+        int64_t k, v;
+        const char *msg;
+    } vt[] = {{0, 128, "K must be 1..256"}, {128, 513, "V must be 1..512"}, {128, 0, "V=0"}};
     for (int open = 0; open < 2; open++) {
         if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
-        intra_make_btk(&is, HV, B, T, 257);
-        EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, "K must be 1..256");
-        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 257, V, 0);
-        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "K must be 1..256");
-        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 513, 0);
-        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
-        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 513, 1);
-        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
-        int bv = -1;
-        EXPECT(kdart_dhu_v_tile(rt, 1, 32, 0, 128, &bv), KDART_EUNSUPPORTED, "K must be 1..256");
-        EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 513, &bv), KDART_EUNSUPPORTED, "V must be 1..512");
+        for (size_t i = 0; i < sizeof range / sizeof range[0]; i++) {
+            if (range[i].intra) {
+                intra_make_btk(&is, HV, B, T, range[i].k);
+                EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, range[i].intra);
+            }
+            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, range[i].k, range[i].v, range[i].svf);
+            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, range[i].dhu);
+        }
+        for (size_t i = 0; i < sizeof vt / sizeof vt[0]; i++) {
+            int bv = -1;
+            EXPECT(kdart_dhu_v_tile(rt, 1, 32, vt[i].k, vt[i].v, &bv), KDART_EUNSUPPORTED, vt[i].msg);
+        }
     }
     unsetenv("KDART_EXPERIMENTAL");
-    intra_make_btk(&is, HV, B, T, 0);
-    EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, "K=0");
-    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 0, V, 0);
-    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "K=0");
-    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, 0, 0);
-    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "V must be 1..512");
-    int bv0 = -1;
-    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 0, &bv0), KDART_EUNSUPPORTED, "V=0");
     for (int open = 0; open < 2; open++) {
         if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {

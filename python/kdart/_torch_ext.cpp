@@ -171,19 +171,20 @@ PyObject *bind(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-// The tensor in o, or nullptr (o is not a torch.Tensor; None where `none_ok`, which sets *none).
-const at::Tensor *tensor_arg(PyObject *o, bool none_ok = false, bool *none = nullptr) {
-    if (none_ok && o == Py_None) {
-        *none = true;
-        return nullptr;
-    }
-    if (!THPVariable_Check(o)) return nullptr;
-    return &THPVariable_Unpack(o);
+// The tensor in o, or nullptr when o is not a torch.Tensor.
+const at::Tensor *tensor_arg(PyObject *o) { return THPVariable_Check(o) ? &THPVariable_Unpack(o) : nullptr; }
+
+// An optional tensor: *t is the tensor or nullptr for None; false when o is neither.
+bool opt_arg(PyObject *o, const at::Tensor **t) {
+    *t = o == Py_None ? nullptr : tensor_arg(o);
+    return o == Py_None || *t != nullptr;
 }
 
-at::Tensor out_like(const at::Tensor &t, at::ScalarType dtype) {
-    return at::detail::empty_generic(t.sizes(), c10::cuda::CUDACachingAllocator::get(),
-                                     c10::DispatchKeySet(c10::DispatchKey::CUDA), dtype, c10::MemoryFormat::Contiguous);
+// A flag's truth (0 or 1), or -1 (and no Python error left set) when it has none.
+int flag_arg(PyObject *o) {
+    const int v = PyObject_IsTrue(o);
+    if (v < 0) PyErr_Clear();
+    return v;
 }
 
 at::Tensor out_of(at::IntArrayRef sizes, at::ScalarType dtype) {
@@ -203,22 +204,16 @@ PyObject *intra_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
     const at::Tensor *t[10];
     for (int i = 0; i < 10; i++)
         if ((t[i] = tensor_arg(a[i])) == nullptr) Py_RETURN_NONE;
-    bool no_cu = false, no_ci = false;
-    const at::Tensor *cu = tensor_arg(a[12], true, &no_cu), *ci = tensor_arg(a[13], true, &no_ci);
-    if ((!cu && !no_cu) || (!ci && !no_ci)) Py_RETURN_NONE;
-    const int fold = PyObject_IsTrue(a[10]), emit = PyObject_IsTrue(a[11]);
-    if (fold < 0 || emit < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    const at::Tensor *cu, *ci;
+    const int fold = flag_arg(a[10]), emit = flag_arg(a[11]);
+    if (!opt_arg(a[12], &cu) || !opt_arg(a[13], &ci) || fold < 0 || emit < 0) Py_RETURN_NONE;
     const at::Tensor &q = *t[0], &dq = *t[6], &dk = *t[7], &db = *t[8], &dg = *t[9];
     const int dev = current_device_of(q);
     if (dev < 0) Py_RETURN_NONE;
-    const at::Tensor out[4] = {out_like(dq, emit ? q.scalar_type() : dq.scalar_type()),
-                               out_like(dk, emit ? q.scalar_type() : dk.scalar_type()),
-                               out_like(db, db.scalar_type()), out_like(dg, dg.scalar_type())};
-    const at::Tensor *in[10] = {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]};
-    if (run_intra(g_rt, g_intra, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(dev)).stream(), in,
+    const at::Tensor out[4] = {out_of(dq.sizes(), emit ? q.scalar_type() : dq.scalar_type()),
+                               out_of(dk.sizes(), emit ? q.scalar_type() : dk.scalar_type()),
+                               out_of(db.sizes(), db.scalar_type()), out_of(dg.sizes(), dg.scalar_type())};
+    if (run_intra(g_rt, g_intra, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(dev)).stream(), t,
                   out, fold, emit, cu, ci) != 0)
         Py_RETURN_NONE;
     PyObject *r = PyTuple_New(4);
@@ -234,11 +229,9 @@ PyObject *dhu_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
     const at::Tensor *t[6];
     for (int i = 0; i < 6; i++)
         if ((t[i] = tensor_arg(a[i])) == nullptr) Py_RETURN_NONE;
-    bool none[5] = {};
-    const at::Tensor *h0 = tensor_arg(a[6], true, &none[0]), *dht = tensor_arg(a[7], true, &none[1]);
-    const at::Tensor *cu = tensor_arg(a[9], true, &none[2]), *ci = tensor_arg(a[10], true, &none[3]);
-    const at::Tensor *co = tensor_arg(a[11], true, &none[4]);
-    if ((!h0 && !none[0]) || (!dht && !none[1]) || (!cu && !none[2]) || (!ci && !none[3]) || (!co && !none[4]))
+    const at::Tensor *h0, *dht, *cu, *ci, *co;
+    if (!opt_arg(a[6], &h0) || !opt_arg(a[7], &dht) || !opt_arg(a[9], &cu) || !opt_arg(a[10], &ci) ||
+        !opt_arg(a[11], &co))
         Py_RETURN_NONE;
     const at::Tensor &q = *t[0], &d_o = *t[3], &dv = *t[4];
     if (q.dim() != 4 || d_o.dim() != 4 || (cu && !ci)) Py_RETURN_NONE; // dh's rows need a count: Python path
@@ -250,19 +243,16 @@ PyObject *dhu_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
             Py_RETURN_NONE;
         }
     }
-    const int vfirst = PyObject_IsTrue(a[12]);
-    if (vfirst < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    const int vfirst = flag_arg(a[12]);
+    if (vfirst < 0) Py_RETURN_NONE;
     const int64_t B = q.size(0), T = q.size(1), HV = q.size(2), K = q.size(3), V = d_o.size(3);
     const int64_t nt = ci ? ci->size(0) : (T + 63) / 64; // fla's NT: len(chunk_indices), or ceil(T / 64)
     if (nt < 1) Py_RETURN_NONE;
     const int dev = current_device_of(q);
     if (dev < 0) Py_RETURN_NONE;
     at::Tensor dh = vfirst ? out_of({B, nt, HV, V, K}, q.scalar_type()) : out_of({B, nt, HV, K, V}, q.scalar_type());
-    at::Tensor dh0 = h0 ? out_like(*h0, h0->scalar_type()) : at::Tensor();
-    at::Tensor dv2 = out_like(dv, dv.scalar_type());
+    at::Tensor dh0 = h0 ? out_of(h0->sizes(), h0->scalar_type()) : at::Tensor();
+    at::Tensor dv2 = out_of(dv.sizes(), dv.scalar_type());
     if (run_dhu(g_rt, g_dhu, c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(dev)).stream(), t, dht, dh,
                 h0 ? &dh0 : nullptr, dv2, scale, cu, ci, co, vfirst) != 0)
         Py_RETURN_NONE;

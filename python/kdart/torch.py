@@ -579,7 +579,7 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
         if r is not None:
             return r
     if _eager(q):
-        if _EXT is not None:
+        if _EXT is not None and _XI is None:  # (the direct entries took their calls above)
             r = _ext_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
             if r is not None:
                 return r
@@ -602,7 +602,7 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
             return r
     r = None
     if _eager(q):
-        if _EXT is not None:
+        if _EXT is not None and _XI is None:  # (the direct entries took their calls above)
             r = _ext_dhu(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
                          state_v_first)
         dh, dh0, dv2 = r if r is not None else _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens,
