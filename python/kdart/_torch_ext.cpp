@@ -279,7 +279,10 @@ PyObject *dhu_fast(PyObject *, PyObject *const *a, Py_ssize_t n) {
     return r;
 }
 
+PyObject *bound(PyObject *, PyObject *) { return PyLong_FromVoidPtr(g_rt); }
+
 PyMethodDef g_direct[] = {
+    {"bound", bound, METH_NOARGS, "the runtime handle bind() gave the direct entries (0: none)"},
     {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(bind)), METH_FASTCALL,
      "bind(handle, intra_addr, dhu_addr): the runtime the direct entries call"},
     {"intra_fast", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(intra_fast)), METH_FASTCALL,

@@ -43,13 +43,16 @@ def private_shared_runtime():
     _lib._rt, _lib._rt_flags = None, _lib.OPEN_NO_CUDA
     if kt:
         kt._rt_state.clear()
+        kt._XI = kt._XD = None  # the C++ direct entries rebind to this test's runtime on first use
     yield
     mine = _lib._rt
     _lib._rt, _lib._rt_flags = saved_rt, saved_flags
     kt = _sys.modules.get("kdart.torch")
     if kt:
         kt._rt_state.clear()
+        kt._XI = kt._XD = None
         if saved_state:
             kt._rt_state.update(saved_state)
+            kt._bind_direct(kt._rt_state)  # back to the saved runtime's handle (this test's is closed below)
     if mine is not None and mine is not saved_rt:
         mine.close()

@@ -69,3 +69,13 @@ def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runt
     # through kdart.torch, a CPU call still raises kdart's EDEVICE from the Python path
     with pytest.raises(ValueError, match="CUDA"):
         kt.bwd_intra(*a, fold_dg=True)
+
+
+def test_direct_entries_call_the_current_runtime():
+    """Whenever the direct entries are bound, they call kdart.torch's current runtime (the private runtime
+    of a test, closed after it, must not stay bound: conftest's private_shared_runtime rebinds)."""
+    if not hasattr(ext, "intra_fast"):
+        pytest.skip("built without the CUDA runtime's headers: no direct entries")
+    st = kt._fast()
+    if kt._XI is not None:
+        assert ext.bound() == st["handle"]
