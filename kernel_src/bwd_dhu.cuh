@@ -29,7 +29,9 @@
  *              registry's tail parameter) in {false, true}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
- *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv)
+ *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv; VARLEN at BV 64
+ *              with p.v_split != 0, the V split: (ceil(V / 32), N * HV, 1), each CTA scanning
+ *              32 or 64 columns by its sequence's length, kdart::dhu::varlen64)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
@@ -38,8 +40,10 @@
  *              element-wise global accesses).  The host picks MASKED from the shapes, so the
  *              native specializations carry none of the masked path's code.
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
- *   the grid must fill the SMs with as wide a tile as it can (the runtime
- *   takes the widest BV whose grid still covers 7/8 of the SMs).
+ *   the grid must fill the SMs with as wide a tile as it can (the runtime's
+ *   cost model counts waves times the measured time per chunk of each BV).
+ *   The one decision the host cannot make, which packed sequence is long
+ *   enough to be the critical path, the V split leaves to the CTAs.
  *
  * ---- Numerics ---------------------------------------------------------------
  * fla's rounding contract: IO(dH) is both the checkpoint and the kg.dH operand,
@@ -436,6 +440,55 @@ __device__ __forceinline__ bool varlen_locate(const void *cu, int is64, int N, i
 } /* namespace dhu */
 } /* namespace kdart */
 
+namespace kdart {
+namespace dhu {
+
+/* One CTA's scan as a device function (the kernel's own text, bwd_dhu_scan.inc),
+ * its V tile bx and row by from the caller: the V split's two widths. */
+template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+__device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by)
+{
+#define KDART_DHU_BX dhu_bx
+#define KDART_DHU_BY dhu_by
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
+}
+
+/* The variable-length kernel at BV 64, with the V split.  A scan is serial
+ * over its sequence's chunks, so one sequence much longer than the others
+ * is the critical path of the whole grid, and the host, which never reads
+ * cu_seqlens, cannot see it coming.  With p.v_split != 0 (the host's SM
+ * count; set only for grids of a few waves, where that can happen) the grid
+ * is (ceil(V / 32), N * HV) and each CTA picks its width from its own
+ * sequence: one whose 64-column scan alone takes longer than the balanced
+ * per-SM share of all scans (len * SMs > tokens * HV * ceil(V / 64)) runs in
+ * 32-column tiles (twice the CTAs, each 0.63 of the time per chunk); the
+ * others run in 64-column tiles on the even x and exit on the odd ones.
+ * Garbage cu_seqlens only move that choice: both scans validate them
+ * (varlen_locate) and write nothing then.  With p.v_split == 0 the grid is
+ * (ceil(V / 64), N * HV) and every CTA scans 64 columns. */
+template <typename IO, int K, bool MASKED>
+__device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
+{
+    int bx = blockIdx.x;
+    if (p.v_split != 0) {
+        const int n = blockIdx.y / p.HV;
+        const long long len = cu_at(p.cu_seqlens, p.cu_is64, n + 1) - cu_at(p.cu_seqlens, p.cu_is64, n);
+        const long long all = cu_at(p.cu_seqlens, p.cu_is64, p.N);
+        if (len * p.v_split > all * p.HV * ((p.V + 63) / 64)) {
+            scan<IO, K, 32, true, MASKED>(p, blockIdx.x, blockIdx.y);
+            return;
+        }
+        if (bx & 1) return;
+        bx >>= 1;
+    }
+    scan<IO, K, 64, true, MASKED>(p, bx, blockIdx.y);
+}
+
+} /* namespace dhu */
+} /* namespace kdart */
+
 /* The scan of one CTA, for the (K, BV) pairs with a real kernel (kValid); the
  * others are the trap stub below.  (The body stays the __global__ function
  * itself: moved into a __forceinline__ function, the native specializations'
@@ -445,501 +498,14 @@ __global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(Bwd
                                                                              BwdDhuTraits<K, BV>::kMinBlocks)
 kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
-    using namespace kdart::dhu;
-    using Tr = BwdDhuTraits<K, BV>;
-    constexpr int CPR = K / 8;          /* 16-byte units per K-side row */
-    constexpr int UV = Tr::kUV;
-    constexpr int MT = Tr::kMT, NB = Tr::kNB, DW = Tr::kDW;
-    constexpr int NS = Tr::kStages;
-    constexpr int NA = NB * 4;          /* accumulator floats per 16-row slab */
-    constexpr bool WG = Tr::kWG;
-    /* mma.sync at BV = 64: the next chunk's copies, the checkpoint's and dv2's
-     * global stores are issued after the MMAs they do not feed (4% at
-     * prod8192); on the narrower tiles the early order measured faster.  The
-     * wgmma path issues them while its MMAs run. */
-    constexpr bool kLate = !WG && BV == 64;
-    /* wgmma at BV = 64, where the scan is closest to DRAM-bound: the next copies
-     * go out after WD is issued (early, they cost 9% on 2-wave grids); at
-     * BV <= 32 they go out after DV is issued (7% faster than after WD) */
-    constexpr bool kWgLateLoad = WG && BV == 64;
-
-    extern __shared__ __align__(1024) unsigned char smem[];
-    const unsigned sbase = kdart::smem_u32(smem);
-
-    /* Masked (generic) path, a specialization of its own (MASKED, chosen by
-     * the host): a head dim Kr below the K tile, a V that the tiles do not
-     * divide (the last tile partial; rows of HV*V elements need not be 16-byte
-     * aligned either) or the V-first state layout.  Only the global loads and
-     * stores change: they go element by element, rows d >= Kr and columns
-     * v >= V are zero in shared memory (so they add nothing to any GEMM and dH
-     * stays zero there) and are never read or written in global memory.  The
-     * shared-memory GEMMs are the native ones.  As a compile-time constant,
-     * gen removes every masked branch from the native specializations (their
-     * code is the one verified before head dims existed). */
-    constexpr bool gen = MASKED;
-    const int Kr = MASKED ? p.Kr : K;
-    const bool svf = MASKED && p.state_v_first != 0;
-
-    const int tid = threadIdx.x;
-    const int warp = tid >> 5, lane = tid & 31;
-    const int gq = lane >> 2, tq = lane & 3;      /* mma fragment row group / thread-in-group */
-    const int lm = lane >> 3, lr = lane & 7;      /* ldmatrix: matrix index / row within it */
-
-    const int HV = p.HV, V = p.V, T = p.T;
-    int NT = T / Tr::kBT;   /* chunks of the scan (VARLEN: of sequence b, set below) */
-    const int bh = blockIdx.y;
-    const int b = bh / HV, hv = bh - b * HV;   /* VARLEN: b is the sequence n */
-    const int v0 = blockIdx.x * BV;
-    /* VARLEN: sequence b's first tensor row, length and first dh row */
-    long long bos = 0, co = 0;
-    int len = 0;
-    if constexpr (VARLEN) {
-        /* scratch: the last stage, first written after the chunk loop's first barrier */
-        if (!varlen_locate<Tr::kThreads>(p.cu_seqlens, p.cu_is64, p.N, T, p.NT, p.status, b, bos, len, co,
-                                         smem + (NS - 1) * Tr::kStageBytes))
-            return;
-        if (len == 0) {   /* zero-length sequence: dh0 = dht (or 0), nothing else */
-            if (p.dh0 != nullptr)
-                for (int e = tid; e < K * BV; e += Tr::kThreads) {
-                    const int d = e / BV, vg = v0 + e % BV;
-                    if (gen && (d >= Kr || vg >= V)) continue;
-                    const size_t o = gen ? (size_t)bh * Kr * V + (svf ? (size_t)vg * Kr + d : (size_t)d * V + vg)
-                                         : (size_t)bh * K * V + (size_t)(e / BV) * V + v0 + e % BV;
-                    p.dh0[o] = p.dht != nullptr ? p.dht[o] : 0.f;
-                }
-            return;
-        }
-    }
-    if constexpr (VARLEN) NT = (len + Tr::kBT - 1) / Tr::kBT;   /* the last one has nvalid(NT - 1) rows */
-    auto nvalid = [&](int c) { return VARLEN ? min(Tr::kBT, len - c * Tr::kBT) : Tr::kBT; };
-    /* this warp's dH rows: slab mt is rows 64 mt + 16 warp + [0, 16) */
-    auto drow = [&](int mt) { return 64 * mt + 16 * warp; };
-
-    const size_t rowK = (size_t)HV * K;           /* element stride between t and t+1 */
-    const size_t rowV = (size_t)HV * V;
-    const size_t baseK = VARLEN ? ((size_t)bos * HV + hv) * K : ((size_t)b * T * HV + hv) * K;   /* (b, t=0, hv, 0) */
-    const size_t baseV = VARLEN ? ((size_t)bos * HV + hv) * V : ((size_t)b * T * HV + hv) * V;
-    const IO *qg = static_cast<const IO *>(p.qg) + baseK;
-    const IO *kg = static_cast<const IO *>(p.kg) + baseK;
-    const IO *wp = static_cast<const IO *>(p.w) + baseK;
-    const float *gp = p.g + baseK;
-    const IO *dop = static_cast<const IO *>(p.dout) + baseV + v0;
-    const IO *dvp = static_cast<const IO *>(p.dv) + baseV + v0;
-    /* the masked path's bases: rows of HV*Kr elements */
-    const size_t growK = (size_t)HV * Kr;
-    const size_t gbaseK = (VARLEN ? (size_t)bos * HV + hv : (size_t)b * T * HV + hv) * Kr;
-    /* offset of state element (d, column vg) in a [K][V] or (svf) [V][K] block */
-    auto sidx = [&](int d, int vg) { return svf ? (size_t)vg * Kr + d : (size_t)d * V + vg; };
-    auto load_stage_gen = [&](int c, int s, int nv) {
-        const unsigned st = sbase + s * Tr::kStageBytes;
-        const size_t t0 = (size_t)c * Tr::kBT;
-        const unsigned short *gk = static_cast<const unsigned short *>(p.kg) + gbaseK;
-        const unsigned short *gqq = static_cast<const unsigned short *>(p.qg) + gbaseK;
-        const unsigned short *gw = static_cast<const unsigned short *>(p.w) + gbaseK;
-#pragma unroll 1
-        for (int e = tid; e < Tr::kBT * K; e += Tr::kThreads) {
-            const int r = e / K, d = e % K;
-            unsigned short xk = 0, xq = 0, xw = 0;
-            if (r < nv && d < Kr) {
-                const size_t o = (t0 + r) * growK + d;
-                xk = gk[o], xq = gqq[o], xw = gw[o];
-            }
-            const unsigned so = Tr::offK(r, d >> 3) + (d & 7) * 2;
-            sts16(st + Tr::kOffKg + so, xk);
-            sts16(st + Tr::kOffQg + so, xq);
-            sts16(st + Tr::kOffW + so, xw);
-        }
-        const unsigned short *go = static_cast<const unsigned short *>(p.dout) + baseV;
-        const unsigned short *gv = static_cast<const unsigned short *>(p.dv) + baseV;
-#pragma unroll 1
-        for (int e = tid; e < Tr::kBT * BV; e += Tr::kThreads) {
-            const int r = e / BV, v = e % BV;
-            unsigned short xo = 0, xv = 0;
-            if (r < nv && v0 + v < V) {
-                const size_t o = (t0 + r) * rowV + v0 + v;
-                xo = go[o], xv = gv[o];
-            }
-            const unsigned so = (unsigned)(r * UV + Tr::swzV(r, v >> 3)) * 16u + (v & 7) * 2;
-            sts16(st + Tr::kOffDo + so, xo);
-            sts16(st + Tr::kOffDv + so, xv);
-        }
-        for (int d = tid; d < K; d += Tr::kThreads)   /* the decay row (1 past Kr: those rows stay 0) */
-            sts32f(st + Tr::kOffG + d * 4, d < Kr ? p.g[gbaseK + (t0 + nv - 1) * growK + d] : 0.f);
-    };
-
-    /* cp.async of chunk c into stage s.  Each thread's column unit is fixed and
-     * its rows advance by a constant step. */
-    constexpr int RPJ_K = Tr::kThreads / CPR;
-    constexpr int RPJ_V = Tr::kThreads / UV;
-    static_assert(Tr::kBT % RPJ_K == 0 && Tr::kBT % RPJ_V == 0 && K / 4 <= Tr::kThreads, "load split");
-    const int rK0 = tid / CPR, cK = tid % CPR;
-    const int rV0 = tid / UV, cV = tid % UV;
-    /* VARLEN: rows from nv on are zero-filled, never read; only the prologue's
-     * first chunk (the sequence's last) can be partial, so the loop's copies
-     * pass nv = 64 and compile to the unmasked form */
-    auto load_stage = [&](int c, int s, int nv) {
-        if constexpr (gen) {
-            load_stage_gen(c, s, nv);
-            return;
-        }
-        const unsigned st = sbase + s * Tr::kStageBytes;
-        const size_t t0 = (size_t)c * Tr::kBT;
-        {
-            const size_t o0 = (t0 + rK0) * rowK + cK * 8;
-            const IO *pk = kg + o0, *pq = qg + o0, *pw = wp + o0;
-            const size_t step = (size_t)RPJ_K * rowK;
-#pragma unroll
-            for (int j = 0; j < Tr::kBT / RPJ_K; ++j) {
-                const unsigned so = Tr::offK(rK0 + j * RPJ_K, cK);
-                if (VARLEN && nv < Tr::kBT) {
-                    const bool ok = rK0 + j * RPJ_K < nv;
-                    cp_async16_zfill(st + Tr::kOffKg + so, pk, ok);
-                    cp_async16_zfill(st + Tr::kOffQg + so, pq, ok);
-                    cp_async16_zfill(st + Tr::kOffW + so, pw, ok);
-                } else {
-                    cp_async16(st + Tr::kOffKg + so, pk);
-                    cp_async16(st + Tr::kOffQg + so, pq);
-                    cp_async16(st + Tr::kOffW + so, pw);
-                }
-                pk += step; pq += step; pw += step;
-            }
-        }
-        {
-            const size_t o0 = (t0 + rV0) * rowV + cV * 8;
-            const IO *po = dop + o0, *pv = dvp + o0;
-            const size_t step = (size_t)RPJ_V * rowV;
-#pragma unroll
-            for (int j = 0; j < Tr::kBT / RPJ_V; ++j) {
-                const int r = rV0 + j * RPJ_V;
-                const unsigned so = (unsigned)(r * UV + Tr::swzV(r, cV)) * 16u;
-                if (VARLEN && nv < Tr::kBT) {
-                    const bool ok = r < nv;
-                    cp_async16_zfill(st + Tr::kOffDo + so, po, ok);
-                    cp_async16_zfill(st + Tr::kOffDv + so, pv, ok);
-                } else {
-                    cp_async16(st + Tr::kOffDo + so, po);
-                    cp_async16(st + Tr::kOffDv + so, pv);
-                }
-                po += step; pv += step;
-            }
-        }
-        if (tid < K / 4)   /* the decay row: the chunk's last valid row */
-            cp_async16(st + Tr::kOffG + tid * 16, gp + (t0 + nv - 1) * rowK + tid * 4);
-    };
-
-    /* dH accumulators: acc[mt][4n + 0..1] = (d = drow(mt)+gq,   v = 8n+2tq, +1)
-     *                  acc[mt][4n + 2..3] = (d = drow(mt)+gq+8, v = 8n+2tq, +1) */
-    float acc[MT][NA];
-    /* the masked path moves the fp32 state tile [K][BV] through the start of
-     * the shared window (free before the prologue's copies and after the
-     * loop): element-wise global accesses in a loop, register moves by LDS/STS */
-    float *const sst = reinterpret_cast<float *>(smem);
-    static_assert(K * BV * 4 <= Tr::kStageBytes, "state tile in one stage");
-    /* sst's element of accumulator acc[mt][4n + e] (the layout above) */
-    auto sfrag = [&](int mt, int n, int e) {
-        return (drow(mt) + gq + 8 * (e >> 1)) * BV + 8 * n + 2 * tq + (e & 1);
-    };
-    if constexpr (gen) {
-        const float *src = p.dht;
-#pragma unroll 1
-        for (int e = tid; e < K * BV; e += Tr::kThreads) {
-            const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
-            sst[d * BV + v] = src != nullptr && d < Kr && v0 + v < V ? src[(size_t)bh * Kr * V + sidx(d, v0 + v)] : 0.f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int n = 0; n < NB; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[mt][4 * n + e] = sst[sfrag(mt, n, e)];
-        __syncthreads();   /* before the prologue's copies into stage 0 */
-    } else if (p.dht != nullptr) {
-        const float *src = p.dht + (size_t)bh * K * V + v0;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int n = 0; n < NB; ++n) {
-                const int d = drow(mt) + gq, v = 8 * n + 2 * tq;
-                const float2 x = *reinterpret_cast<const float2 *>(src + (size_t)d * V + v);
-                const float2 y = *reinterpret_cast<const float2 *>(src + (size_t)(d + 8) * V + v);
-                acc[mt][4 * n] = x.x; acc[mt][4 * n + 1] = x.y; acc[mt][4 * n + 2] = y.x; acc[mt][4 * n + 3] = y.y;
-            }
+    if constexpr (VARLEN && BV == 64 && K <= 128) {
+        kdart::dhu::varlen64<IO, K, MASKED>(p);   /* the V split (below): its own text, two scans */
     } else {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < NA; ++e) acc[mt][e] = 0.f;
-    }
-    const float scale = p.scale;
-
-    /* Lane roles in x4 ldmatrix/stmatrix: matrix lm covers rows +8*(lm&1) and
-     * 16-byte unit +(lm>>1) of a 16x16 block (C/B-operand order); for the
-     * transposed A operand (qg^T, w^T) matrix lm covers k rows +8*(lm>>1) and
-     * m unit +(lm&1). */
-    const int rj = 8 * (lm & 1) + lr, uj = lm >> 1;
-    auto offV = [](int row, int u) { return (unsigned)(row * UV + Tr::swzV(row, u)) * 16u; };
-    constexpr unsigned VROW16 = 16u * UV * 16u;     /* bytes of 16 V-side rows */
-    unsigned oV[NB / 2];                            /* V-side rows 16x + rj, unit 2np + uj */
-#pragma unroll
-    for (int np = 0; np < NB / 2; ++np) oV[np] = offV(rj, 2 * np + uj);
-    const unsigned oWarpV = 16u * warp * UV * 16u;  /* this warp's 16 rows of dv / dv2 */
-    const int rA = 8 * (lm >> 1) + lr, uA = lm & 1;
-    constexpr unsigned KROW16 = 16u * 128u;         /* bytes of 16 K-side rows (in one column block) */
-    unsigned oKA[4];                                /* kg rows 16 warp + rj, unit 2kk + uj, kk & 3 */
-#pragma unroll
-    for (int q = 0; q < 4; ++q) oKA[q] = Tr::offK(16 * warp + rj, 2 * q + uj);
-    unsigned oQA[MT];                               /* qg, w rows 16ki + rA, this warp's slab mt */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) oQA[mt] = Tr::offK(rA, drow(mt) / 8 + uA);
-    /* descriptors: K-side tiles in the 128B mode (kg K-major: 8-row groups
-     * 1024 bytes apart; qg / w MN-major: column blocks kColBlock apart, 8-row
-     * groups 1024 apart); V-side tiles N-major in their own mode, 8-row groups
-     * 8 rows apart.  Only the start address changes from use to use. */
-    constexpr unsigned VROW8 = 8u * UV * 16u;
-    const unsigned long long dK0 = desc(16, 1024, 1), dMN0 = desc(Tr::kColBlock, 1024, 1);
-    const unsigned long long dV0 = desc(Tr::kTileV, VROW8, Tr::kSwzV);
-
-    const size_t ckStep = (size_t)HV * K * V;     /* one chunk of dh for fixed (b, hv) */
-    IO *dhbase = static_cast<IO *>(p.dh) + (VARLEN ? ((size_t)co * HV + hv) : ((size_t)b * NT * HV + hv)) * K * V + v0;
-    IO *dv2base = static_cast<IO *>(p.dv2) + baseV + v0;
-
-    /* this warp's 16 rows of dv2 from the stage to global memory */
-    auto store_dv2 = [&](int c, unsigned st) {
-        IO *dst = dv2base + ((size_t)c * Tr::kBT + 16 * warp) * rowV;
-        constexpr int UNITS = 16 * UV;
-        const int nvw = nvalid(c) - 16 * warp;   /* VARLEN: this warp's valid rows */
-        if constexpr (gen) {
-            unsigned short *gd = reinterpret_cast<unsigned short *>(dst);
-#pragma unroll 1
-            for (int e = lane; e < 16 * BV; e += 32) {
-                const int row = e / BV, v = e % BV;
-                if (row < nvw && v0 + v < V)
-                    gd[(size_t)row * rowV + v] =
-                        lds16(st + Tr::kOffDv + offV(16 * warp + row, v >> 3) + (v & 7) * 2);
-            }
-            return;
-        }
-#pragma unroll
-        for (int j = 0; j < (UNITS + 31) / 32; ++j) {
-            const int q = 32 * j + lane;
-            if ((UNITS % 32 == 0 || q < UNITS) && (!VARLEN || q / UV < nvw)) {
-                const int row = q / UV, u = q % UV;
-                unsigned r[4];
-                lds128(st + Tr::kOffDv + offV(16 * warp + row, u), r);
-                stg128(dst + (size_t)row * rowV + 8 * u, r);
-            }
-        }
-    };
-    /* the checkpoint of chunk c from S_H (this warp's rows) to global memory */
-    auto flush_h = [&](int c, unsigned sH) {
-        if constexpr (gen) {
-            unsigned short *gd = static_cast<unsigned short *>(p.dh) +
-                                 ((VARLEN ? (size_t)co * HV + hv : (size_t)b * NT * HV + hv) + (size_t)c * HV) * Kr * V;
-#pragma unroll 1
-            for (int e = lane; e < DW * BV; e += 32) {
-                const int row = drow(e / (16 * BV)) + (e % (16 * BV)) / BV, v = e % BV;
-                if (row < Kr && v0 + v < V) gd[sidx(row, v0 + v)] = lds16(sH + offV(row, v >> 3) + (v & 7) * 2);
-            }
-            return;
-        }
-        IO *dst = dhbase + (size_t)c * ckStep;
-        constexpr int UNITS = DW * UV;
-#pragma unroll
-        for (int j = 0; j < (UNITS + 31) / 32; ++j) {
-            const int q = 32 * j + lane;
-            if (UNITS % 32 == 0 || q < UNITS) {
-                const int row = drow(q / (16 * UV)) + (q % (16 * UV)) / UV, u = q % UV;
-                unsigned r[4];
-                lds128(sH + offV(row, u), r);
-                stg128(dst + (size_t)row * V + 8 * u, r);
-            }
-        }
-    };
-    /* IO(dH) of this warp's rows into S_H (each warp later reads back only its
-     * own rows for the checkpoint: __syncwarp suffices for that) */
-    auto write_h = [&](int c, unsigned sH) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int np = 0; np < NB / 2; ++np) {
-                unsigned r[4];
-                pack_pair<IO>(&acc[mt][8 * np], r);
-                stsm_x4(sH + (unsigned)drow(mt) * UV * 16u + oV[np], r);
-            }
-        __syncwarp();
-        if (!WG && !kLate) flush_h(c, sH);
-    };
-
-    /* the swizzles assume 1024-byte aligned stages; the dynamic window is declared
-     * __align__(1024), so this only catches a toolchain that does not honour it */
-    if ((sbase & 1023u) != 0) __trap();
-    load_stage(NT - 1, 0, nvalid(NT - 1));
-    cp_async_commit();
-    /* the stage ahead: one with three stages, none with two (K = 256).  (Written
-     * as before K = 256 existed: as a loop over NS - 2 stages, ptxas scheduled the
-     * native kernels differently.) */
-    static_assert(NS == 2 || NS == 3, "bwd_dhu: two or three stages");
-    if constexpr (NS == 3) {
-        if (NT >= 2) load_stage(NT - 2, 1, Tr::kBT);
-        cp_async_commit();
-    }
-    write_h(NT - 1, sbase + Tr::kOffH);
-
-    /* the copies of chunk c-(NS-1) into stage sl, as one commit group (an empty
-     * group at the tail keeps the count uniform); where in the chunk they are
-     * issued depends on the GEMM path and the tile (kLate, kWgLateLoad) */
-    auto load_next = [&](int c, int sl) {
-        if (c >= NS - 1) load_stage(c - (NS - 1), sl, Tr::kBT);
-        cp_async_commit();
-    };
-    int s = 0, sl = NS - 1;        /* stage of chunk c, stage that chunk c-(NS-1) goes to */
-    for (int it = 0; it < NT; ++it) {
-        const int c = NT - 1 - it;
-        cp_async_wait<NS - 2>();   /* chunk c's group is complete (the newest may not be) */
-        if (WG) fence_async_smem();   /* this thread's copies and S_H rows, visible to wgmma */
-        __syncthreads();           /* B1: stage s and all of S_H visible; stage (it-1)%NS free */
-        /* the shared base is re-read every chunk (see smem_u32_fresh) */
-        const unsigned base = smem_u32_fresh(smem);
-        const unsigned st = base + s * Tr::kStageBytes, sH = base + Tr::kOffH;
-        if (!WG && !kLate) load_next(c, sl);
-
-        float qd[MT][NA];
-        float dva[NA];
-        /* dv for this warp's 16 rows i: the DV accumulator's initial value */
-#pragma unroll
-        for (int np = 0; np < NB / 2; ++np) {
-            unsigned r[4];
-            ldsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                dva[8 * np + 2 * q] = lo_f<IO>(r[q]);
-                dva[8 * np + 2 * q + 1] = hi_f<IO>(r[q]);
-            }
-        }
-        if constexpr (WG) {
-            /* QD = qg^T do (independent of dH) and DV = dv + kg IO(dH), both on the
-             * tensor cores at once; the copies of chunk c-2 and the checkpoint of
-             * chunk c are issued while they run */
-            wg_fence();
-            wg_kt_v<IO, 1, MT, NA, Tr::kColBlock, 128, UV * 16>(qd, dMN0, st + Tr::kOffQg, dV0, st + Tr::kOffDo, false);
-            wg_commit();
-#pragma unroll
-            for (int kk = 0; kk < K / 16; ++kk)
-                wgmma<1, 0>(IO{}, dva, desc_at(dK0, st + Tr::kOffKg + (kk >> 2) * Tr::kColBlock + (kk & 3) * 32),
-                            desc_at(dV0, sH + kk * 2 * VROW8), 1);
-            wg_commit();
-            if (!kWgLateLoad) load_next(c, sl);
-            flush_h(c, sH);
-            wg_wait<1>();              /* QD done */
-        } else {
-            /* QD first: it does not depend on dH, so its MMAs fill the gaps of the DV chain */
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int e = 0; e < NA; ++e) qd[mt][e] = 0.f;
-            gemm_kt_v<IO, false, MT, NB, KROW16, VROW16>(qd, st + Tr::kOffQg, oQA, st + Tr::kOffDo, oV);
-            {
-                float dvb[NA];
-#pragma unroll
-                for (int e = 0; e < NA; ++e) dvb[e] = 0.f;
-#pragma unroll
-                for (int kk = 0; kk < K / 16; ++kk) {
-                    unsigned a[4];
-                    ldsm_x4(st + Tr::kOffKg + oKA[kk & 3] + (kk >> 2) * Tr::kColBlock, a);
-#pragma unroll
-                    for (int np = 0; np < NB / 2; ++np) {
-                        unsigned bb[4];
-                        ldsm_x4_t(sH + oV[np] + kk * VROW16, bb);
-                        float *t = (BV <= 32 && (kk & 1)) ? dvb : dva;   /* two chains where registers allow */
-                        mma16816<IO>(t + 8 * np, a, bb[0], bb[1]);
-                        mma16816<IO>(t + 8 * np + 4, a, bb[2], bb[3]);
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < NA; ++e) dva[e] += dvb[e];
-            }
-            if (kLate) {
-                load_next(c, sl);
-                flush_h(c, sH);
-            }
-        }
-        /* decay, then dH += scale * QD (scale after the accumulation, as fla) */
-        {
-            const float *sg = reinterpret_cast<const float *>(smem + s * Tr::kStageBytes + Tr::kOffG);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const float ga = ex2(sg[drow(mt) + gq]);
-                const float gb = ex2(sg[drow(mt) + gq + 8]);
-#pragma unroll
-                for (int n = 0; n < NB; ++n) {
-                    acc[mt][4 * n] = fmaf(scale, qd[mt][4 * n], acc[mt][4 * n] * ga);
-                    acc[mt][4 * n + 1] = fmaf(scale, qd[mt][4 * n + 1], acc[mt][4 * n + 1] * ga);
-                    acc[mt][4 * n + 2] = fmaf(scale, qd[mt][4 * n + 2], acc[mt][4 * n + 2] * gb);
-                    acc[mt][4 * n + 3] = fmaf(scale, qd[mt][4 * n + 3], acc[mt][4 * n + 3] * gb);
-                }
-            }
-        }
-        if (WG) wg_wait<0>();      /* DV done */
-        /* dv2 = IO(DV): in place of dv (only this warp reads these rows before
-         * B2), then out with 16-byte stores */
-#pragma unroll
-        for (int np = 0; np < NB / 2; ++np) {
-            unsigned r[4];
-            pack_pair<IO>(&dva[8 * np], r);
-            stsm_x4(st + Tr::kOffDv + oWarpV + oV[np], r);
-        }
-        if (!WG && !kLate) { __syncwarp(); store_dv2(c, st); }
-        if (WG) fence_async_smem();
-        __syncthreads();   /* B2: every dv2 row is in the stage; all reads of S_H are done */
-
-        /* dH -= w^T dv2 */
-        if constexpr (WG) {
-            wg_fence();
-            wg_kt_v<IO, -1, MT, NA, Tr::kColBlock, 128, UV * 16>(acc, dMN0, st + Tr::kOffW, dV0, st + Tr::kOffDv, true);
-            wg_commit();
-            if (kWgLateLoad) load_next(c, sl);
-            store_dv2(c, st);
-            wg_wait<0>();
-        } else {
-            gemm_kt_v<IO, true, MT, NB, KROW16, VROW16>(acc, st + Tr::kOffW, oQA, st + Tr::kOffDv, oV);
-            if (kLate) store_dv2(c, st);
-        }
-        if (c > 0) write_h(c - 1, sH);
-        s = s == NS - 1 ? 0 : s + 1;
-        sl = sl == NS - 1 ? 0 : sl + 1;
-    }
-
-    if constexpr (gen) {
-        if (p.dh0 != nullptr) {
-            __syncthreads();   /* every warp is done with the stages (no copy is in flight) */
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int n = 0; n < NB; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        sst[sfrag(mt, n, e)] = acc[mt][4 * n + e];
-            __syncthreads();
-#pragma unroll 1
-            for (int e = tid; e < K * BV; e += Tr::kThreads) {
-                const int d = svf ? e % K : e / BV, v = svf ? e / K : e % BV;
-                if (d < Kr && v0 + v < V) p.dh0[(size_t)bh * Kr * V + sidx(d, v0 + v)] = sst[d * BV + v];
-            }
-        }
-    } else if (p.dh0 != nullptr) {
-        float *dst = p.dh0 + (size_t)bh * K * V + v0;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int n = 0; n < NB; ++n) {
-                const int d = drow(mt) + gq, v = 8 * n + 2 * tq;
-                *reinterpret_cast<float2 *>(dst + (size_t)d * V + v) =
-                    make_float2(acc[mt][4 * n], acc[mt][4 * n + 1]);
-                *reinterpret_cast<float2 *>(dst + (size_t)(d + 8) * V + v) =
-                    make_float2(acc[mt][4 * n + 2], acc[mt][4 * n + 3]);
-            }
+#define KDART_DHU_BX blockIdx.x
+#define KDART_DHU_BY blockIdx.y
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
     }
 }
 

@@ -79,6 +79,9 @@ typedef struct kdart_bwd_dhu_params {
      * state_v_first: dh is [.., V, K] and dht/dh0 [N, HV, V, K] (fla's transposed layout). */
     int Kr;
     int state_v_first;
+    /* VARLEN at BV 64 only: 0, or the SM count for the V split (bwd_dhu.cuh,
+     * kdart::dhu::varlen64; the grid is then ceil(V/32) wide) */
+    int v_split;
 } kdart_bwd_dhu_params;
 
 /* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.

@@ -482,11 +482,17 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
 
-    int bv = a->v_tile;
+    int bv = a->v_tile, v_split = 0;
     if (bv == 0) {
         int sms;
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
+        /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
+         * 64 in a grid of at most 4 waves, where one long sequence can outlast
+         * all the others; each CTA then picks 32 or 64 columns from its own
+         * sequence's length.  Larger grids keep their balance by themselves. */
+        if (sq.cu && bv == 64 && kt <= 128 && N * HV * ((V + 63) / 64) <= 4LL * (sms > 0 ? sms : 1))
+            v_split = sms > 0 ? sms : 1;
     }
     /* the masked specialization for what the native tiles cannot take: a head
      * dim below its K tile, a partial last V tile, the V-first state */
@@ -503,9 +509,11 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         a->dht ? (const float *)addr(a->dht) : NULL,
         (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
         a->scale,                  (int)B, (int)T, (int)HV, (int)V,
-        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64, (int)K, svf,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64, (int)K, svf, v_split,
     };
-    return kdart__launch(rt, fn, (unsigned)((V + bv - 1) / bv), (unsigned)(N * HV), 1, u->threads, u->smem, stream, &p);
+    const int64_t tile = v_split ? 32 : bv; /* the split grid has a CTA per 32 columns */
+    return kdart__launch(rt, fn, (unsigned)((V + tile - 1) / tile), (unsigned)(N * HV), 1, u->threads, u->smem, stream,
+                         &p);
 }
 
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {

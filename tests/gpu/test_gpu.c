@@ -295,6 +295,30 @@ START_TEST(dhu_varlen_lists) {
 }
 END_TEST
 
+/* bwd_dhu's V split (kernel_src/bwd_dhu.cuh, kdart::dhu::varlen64): packed
+ * sequences with kdart's V tile, BV 64 in a grid of a few waves (checked
+ * below through kdart_dhu_v_tile), one sequence much longer than the rest.
+ * Of these 40 (one zero-length), the 1500- and 200-token ones scan in
+ * 32-column tiles, the others in 64-column ones, in the same launch; K 64
+ * and 128, V 128 and the masked 100, the V-first state, fp16 and bf16, a
+ * CUDA-graph replay, determinism. */
+START_TEST(dhu_varlen_v_split) {
+    enum { N = 40, HV = 4 };
+    static long long cu[N + 1];
+    cu[0] = 0, cu[1] = 1500, cu[2] = 1700, cu[3] = 1700;   /* the third sequence is empty */
+    for (int n = 3; n < N; n++) cu[n + 1] = cu[n] + 1 + (7 * n) % 37;
+    for (int v = 0; v < 4; v++) {
+        kc_seqs q = {N, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 1, 0, v == 2 ? 0.05 : 0.0, 0};
+        kc_dhu_case c = {1, 0, HV, v & 1 ? 64 : 128, v & 2 ? 100 : 128, v & 1, v != 1, v != 2,
+                         seed + 7200 + (uint64_t)v, 0, v == 0, 0, q, v == 3};
+        int bv = 0;
+        ck_assert_int_eq(kdart_dhu_v_tile(rt, N, HV, c.K, c.V, &bv), KDART_OK);
+        ck_assert_msg(bv == 64, "dhu_varlen_v_split: kdart picks BV %d for K=%d V=%d (the split needs 64)", bv, c.K, c.V);
+        check_dhu(&c);
+    }
+}
+END_TEST
+
 /* 1000 sequences of 1..200 tokens (K = V = 64 keeps the float64 scan short). */
 START_TEST(varlen_thousand_sequences) {
     kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05, 0};
@@ -707,7 +731,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
