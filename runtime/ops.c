@@ -146,38 +146,21 @@ static int check_cu_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out,
     return KDART_OK;
 }
 
-/* The gate of the cases that no GPU run has verified yet (issue 15: head
- * dims other than 64 and 128, the K tile 256, bwd_dhu's V % 64 != 0 and
- * state_v_first): refused unless the environment (through the handle's env
- * rules) has KDART_EXPERIMENTAL=1.  The existing cases never come here. */
-__attribute__((format(printf, 2, 3))) static int experimental(kdart_rt *rt, const char *what, ...) {
-    int64_t on = 0;
-    if (kdart__env_number(rt, "KDART_EXPERIMENTAL", 0, 1, &on) && on) return KDART_OK;
-    char w[96];
-    va_list ap;
-    va_start(ap, what);
-    vsnprintf(w, sizeof w, what, ap);
-    va_end(ap);
-    return kdart__err(rt, KDART_EUNSUPPORTED, "%s is not yet verified on a GPU; set KDART_EXPERIMENTAL=1 to use it",
-                      w);
-}
-
 /* Head dims: any K in 1..256, served by the K tile above it (64, 128, 256)
- * with masked loads and stores; K other than 64 and 128 is behind the gate. */
+ * with masked loads and stores (the tail specializations) where K is below
+ * its tile. */
 static int check_head_dim(kdart_rt *rt, int64_t K) {
     if (K < 1 || K > 256)
         return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 1..256)", (long long)K);
-    if (K == 64 || K == 128) return KDART_OK;
-    return experimental(rt, "head dim K=%lld", (long long)K);
+    return KDART_OK;
 }
 
-/* bwd_dhu's value dim: any V in 1..512 (the last V tile masked); V % 64 != 0
- * is behind the gate. */
+/* bwd_dhu's value dim: any V in 1..512 (the last V tile masked where the
+ * tile does not divide V). */
 static int check_value_dim(kdart_rt *rt, int64_t V) {
     if (V < 1 || V > 512)
         return kdart__err(rt, KDART_EUNSUPPORTED, "value dim V=%lld is not supported (V must be 1..512)", (long long)V);
-    if (V % 64 == 0) return KDART_OK;
-    return experimental(rt, "value dim V=%lld (not a multiple of 64)", (long long)V);
+    return KDART_OK;
 }
 
 /* Checks that the current context is on the tensors' device (device_id
@@ -435,7 +418,6 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         return rc;
     if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
     const int svf = COVERS(a, kdart_bwd_dhu_args, state_v_first) && a->state_v_first;
-    if (svf && (rc = experimental(rt, "state_v_first")) != KDART_OK) return rc;
     const int kt = kdart__k_tile(K);
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",

@@ -130,10 +130,10 @@ START_TEST(intra_bad_arguments) {
     intra_make(&s, HV);
     s.db.t.ndim = 4;
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "db");
-    /* unsupported K */
+    /* unsupported K (past 256; every K in 1..256 is served) */
     intra_make(&s, HV);
-    s.q.shape[3] = 96;
-    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=96");
+    s.q.shape[3] = 300;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=300");
     /* T not a multiple of 64: the varlen=1 specialization, past every check */
     intra_make_t(&s, HV, 100);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
@@ -227,11 +227,11 @@ START_TEST(dhu_validation) {
     s.dht.t.dtype.code = kDLBfloat, s.dht.t.dtype.bits = 16;
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "dht");
     dhu_make(&s, kDLBfloat);
-    s.d_o.shape[3] = 96;
-    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "V=96");
+    s.d_o.shape[3] = 600;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "V=600");
     dhu_make(&s, kDLBfloat);
-    s.qg.shape[3] = 256;
-    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=256");
+    s.qg.shape[3] = 257;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=257");
     dhu_make(&s, kDLBfloat);
     s.qg.shape[1] = 96; /* the other tensors still say T = 128 */
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "tensor kg");
@@ -252,9 +252,9 @@ START_TEST(dhu_validation) {
     EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     int bv = -1;
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, NULL), KDART_ENULL, "v_tile");
-    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 96, &bv), KDART_EUNSUPPORTED, "V=96");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 600, &bv), KDART_EUNSUPPORTED, "V=600");
     EXPECT(kdart_dhu_v_tile(rt, 0, 32, 128, 128, &bv), KDART_ESHAPE, "B=0");
-    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 256, 128, &bv), KDART_EUNSUPPORTED, "K=256");
+    EXPECT(kdart_dhu_v_tile(rt, 1, 32, 257, 128, &bv), KDART_EUNSUPPORTED, "K=257");
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, &bv), KDART_ENOCUDA, NULL);
     ck_assert_int_eq(bv, -1); /* untouched on failure */
 }
@@ -492,13 +492,12 @@ START_TEST(device_status_and_check) {
 END_TEST
 
 /* Issue 15's head dims: K outside 1..256 and V outside 1..512 are refused
- * with their limits; K other than 64 and 128, V % 64 != 0 and state_v_first
- * are refused by the gate unless KDART_EXPERIMENTAL=1, then pass validation
- * (ENOCUDA here); the native cases never consult the gate. */
-START_TEST(head_dims_and_gate) {
+ * with their limits; every K and V inside, and state_v_first, pass
+ * validation (ENOCUDA here), and the session-9 gate variable
+ * KDART_EXPERIMENTAL no longer changes anything. */
+START_TEST(head_dims) {
     static const int64_t ks[] = {1, 16, 60, 64, 100, 128, 192, 256};
     static const int64_t vs[] = {1, 16, 60, 64, 100, 128, 192, 256, 512};
-    unsetenv("KDART_EXPERIMENTAL");
     /* a handle that reads the environment (the fixture's ignores it) */
     kdart_rt *fixture = rt;
     kdart_options o;
@@ -506,10 +505,11 @@ START_TEST(head_dims_and_gate) {
     o.cache_path = "";
     o.kernel_dir = TEST_KERNEL_DIR;
     ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+    setenv("KDART_EXPERIMENTAL", "0", 1);
     intra_set is;
     dhu_set ds;
-    /* out of range, with or without the gate: each case's message names the limit
-     * (intra: NULL where the case is bwd_dhu's V alone) */
+    /* out of range: each case's message names the limit (intra: NULL where
+     * the case is bwd_dhu's V alone) */
     static const struct {
         int64_t k, v;
         int svf;
@@ -523,82 +523,59 @@ START_TEST(head_dims_and_gate) {
         int64_t k, v;
         const char *msg;
     } vt[] = {{0, 128, "K must be 1..256"}, {128, 513, "V must be 1..512"}, {128, 0, "V=0"}};
-    for (int open = 0; open < 2; open++) {
-        if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
-        for (size_t i = 0; i < sizeof range / sizeof range[0]; i++) {
-            if (range[i].intra) {
-                intra_make_btk(&is, HV, B, T, range[i].k);
-                EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, range[i].intra);
-            }
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, range[i].k, range[i].v, range[i].svf);
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, range[i].dhu);
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++) {
+        if (range[i].intra) {
+            intra_make_btk(&is, HV, B, T, range[i].k);
+            EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_EUNSUPPORTED, range[i].intra);
         }
-        for (size_t i = 0; i < sizeof vt / sizeof vt[0]; i++) {
-            int bv = -1;
-            EXPECT(kdart_dhu_v_tile(rt, 1, 32, vt[i].k, vt[i].v, &bv), KDART_EUNSUPPORTED, vt[i].msg);
-        }
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, range[i].k, range[i].v, range[i].svf);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, range[i].dhu);
     }
-    unsetenv("KDART_EXPERIMENTAL");
-    for (int open = 0; open < 2; open++) {
-        if (open) setenv("KDART_EXPERIMENTAL", "1", 1);
-        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-            const int native = ks[i] == 64 || ks[i] == 128;
-            const int want = native || open ? KDART_ENOCUDA : KDART_EUNSUPPORTED;
-            const char *word = native || open ? NULL : "not yet verified on a GPU; set KDART_EXPERIMENTAL=1";
-            intra_make_btk(&is, HV, B, T, ks[i]);
-            EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), want, word);
-            intra_make_btk(&is, HV, 1, 100, ks[i]); /* varlen=1 too */
-            EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), want, word);
-            dhu_make_kv(&ds, kDLFloat, B, T, B, T / 64, ks[i], V, 0);
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), want, word);
-            int bv = -1;
-            EXPECT(kdart_dhu_v_tile(rt, 2, HV, ks[i], V, &bv), want, word);
-        }
-        for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
-            const int native = vs[i] % 64 == 0;
-            const int want = native || open ? KDART_ENOCUDA : KDART_EUNSUPPORTED;
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, vs[i], 0);
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), want, native || open ? NULL : "V=");
-            dhu_make_kv(&ds, kDLBfloat, 1, 100, 1, 2, 100, vs[i], 0); /* varlen=1, K tile 128 */
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED, NULL);
-        }
-        /* state_v_first: dh [B,NT,HV,V,K], dht/dh0 [N,HV,V,K] */
-        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1);
-        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED,
-               open ? NULL : "state_v_first is not yet verified");
-        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 60, 100, 1);
-        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), open ? KDART_ENOCUDA : KDART_EUNSUPPORTED, NULL);
-        if (open) {
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0); /* K-first shapes with the flag set */
-            ds.a.state_v_first = 1;
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1); /* V-first shapes without it */
-            ds.a.state_v_first = 0;
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
-            /* a 0.2 caller's struct_size does not cover state_v_first: read as 0 */
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0);
-            ds.a.state_v_first = 1;
-            ds.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, state_v_first);
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
-            /* the K tile 256 has no BV 64 */
-            dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 256, V, 0);
-            ds.a.v_tile = 64;
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "v_tile=64");
-            ds.a.v_tile = 32;
-            EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
-        }
+    for (size_t i = 0; i < sizeof vt / sizeof vt[0]; i++) {
+        int bv = -1;
+        EXPECT(kdart_dhu_v_tile(rt, 1, 32, vt[i].k, vt[i].v, &bv), KDART_EUNSUPPORTED, vt[i].msg);
     }
-    /* the gate reads as 1 only: other values keep it shut */
-    setenv("KDART_EXPERIMENTAL", "0", 1);
-    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 100, V, 0);
-    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "KDART_EXPERIMENTAL=1");
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        intra_make_btk(&is, HV, B, T, ks[i]);
+        EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_ENOCUDA, NULL);
+        intra_make_btk(&is, HV, 1, 100, ks[i]); /* varlen=1 too */
+        EXPECT(kdart_kda_bwd_intra(rt, &is.a, NULL), KDART_ENOCUDA, NULL);
+        dhu_make_kv(&ds, kDLFloat, B, T, B, T / 64, ks[i], V, 0);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+        int bv = -1;
+        EXPECT(kdart_dhu_v_tile(rt, 2, HV, ks[i], V, &bv), KDART_ENOCUDA, NULL);
+    }
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+        dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, vs[i], 0);
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+        dhu_make_kv(&ds, kDLBfloat, 1, 100, 1, 2, 100, vs[i], 0); /* varlen=1, K tile 128 */
+        EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+    }
+    /* state_v_first: dh [B,NT,HV,V,K], dht/dh0 [N,HV,V,K] */
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 60, 100, 1);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0); /* K-first shapes with the flag set */
+    ds.a.state_v_first = 1;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 1); /* V-first shapes without it */
+    ds.a.state_v_first = 0;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ESHAPE, "dht");
+    /* a 0.2 caller's struct_size does not cover state_v_first: read as 0 */
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, K, V, 0);
+    ds.a.state_v_first = 1;
+    ds.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, state_v_first);
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+    /* the K tile 256 has no BV 64 */
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 256, V, 0);
+    ds.a.v_tile = 64;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "v_tile=64");
+    ds.a.v_tile = 32;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
     unsetenv("KDART_EXPERIMENTAL");
-    /* a handle opened with KDART_OPEN_NO_ENV never opens the gate */
-    setenv("KDART_EXPERIMENTAL", "1", 1);
     kdart_close(rt);
     rt = fixture;
-    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "not yet verified");
-    unsetenv("KDART_EXPERIMENTAL");
 }
 END_TEST
 
@@ -615,7 +592,7 @@ int main(void) {
     tcase_add_test(tc, beyond_32bit_indexing);
     tcase_add_test(tc, intra_varlen_validation);
     tcase_add_test(tc, device_status_and_check);
-    tcase_add_test(tc, head_dims_and_gate);
+    tcase_add_test(tc, head_dims);
     suite_add_tcase(s, tc);
     return test_run(s);
 }

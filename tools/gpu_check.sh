@@ -50,9 +50,9 @@ if want core; then
   wait
   cat "$out"/test_gpu.[012].txt > "$out/test_gpu.txt" && rm -f "$out"/test_gpu.[012].txt
   echo "test_gpu: $(grep -E '^test_gpu part|Checks' "$out/test_gpu.txt" | tr '\n' ' ')"
-  # the gate open, as test_gpu opens it: the tail specializations run with the shapes that select them
-  # (issue 15; they compile on first use unless prewarmed with --all)
-  KDART_EXPERIMENTAL="${KDART_EXPERIMENTAL:-1}" timeout 240 "$b/kdart" selftest > "$out/selftest.txt" 2>&1
+  # the tail specializations run with the shapes that select them (issue 15; they compile on first use
+  # unless prewarmed with --all)
+  timeout 240 "$b/kdart" selftest > "$out/selftest.txt" 2>&1
   echo "selftest rc=$? $(tail -1 "$out/selftest.txt")"
   for tool in memcheck racecheck; do
     KDART_GPU_SMALL=1 timeout 200 compute-sanitizer --tool $tool "$b/tests/test_gpu" > "$out/$tool.txt" 2>&1

@@ -694,10 +694,6 @@ void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
     }
 }
 
-int kc_gated(const kc_report *r) {
-    return r->status == KDART_EUNSUPPORTED && strstr(r->message, "not yet verified on a GPU") != NULL;
-}
-
 /* state_v_first: nblk blocks of [R][C] (src) as [C][R] (dst) */
 static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
     const size_t bs = (size_t)R * C;
@@ -872,7 +868,7 @@ int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t 
     case 1: d[10].t.byte_offset = 4; break;
     case 2: d[2].t.dtype.code = kDLBfloat, d[2].t.dtype.bits = 16; break;
     case 3: d[5].shape[1] = T - 64; break;
-    case 4: d[0].shape[3] = 257; break; /* K out of range (96 is served with KDART_EXPERIMENTAL=1) */
+    case 4: d[0].shape[3] = 257; break; /* K out of range (96 is served) */
     case 5: d[0].shape[1] = 100; break;
     case 6: d[2].shape[2] = 3; break;
     case 7: a.emit_bf16 = 1; break;
@@ -905,21 +901,13 @@ out:
 #define SELFTEST_SEQS(spec) \
     (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})
 
-/* A spec whose shapes kdart's gate refuses (KDART_EXPERIMENTAL unset: the
- * K tile 256, the tail=1 shapes): a skip, not a failure. */
-static int selftest_gated(FILE *out, const char *kernel, const char *spec, const char *shape, const kc_report *r) {
-    if (!kc_gated(r)) return 0;
-    fprintf(out, "%-10s %-36s %-28s skipped: behind KDART_EXPERIMENTAL=1\n", kernel, spec, shape);
-    return 1;
-}
-
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];
     if (kc_init(why, sizeof why) != 0) {
         fprintf(out, "selftest: %s\n", why);
         return -1;
     }
-    int failures = 0, gated = 0;
+    int failures = 0;
     uint64_t seed = kref_pick_seed();
     fprintf(out, "kdart selftest (seed %llu): error vs the float64 reference (rel RMS), time per call\n",
             (unsigned long long)seed);
@@ -939,10 +927,6 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         snprintf(shape, sizeof shape, "%s%d T%d H%d HV%d K%d", c.seqs.nseq ? "N" : "B", c.seqs.nseq ? c.seqs.nseq : c.B,
                  c.T, c.H, c.HV, c.K);
         int ran = kc_run_intra(rt, &c, &r) == 0;
-        if (ran && selftest_gated(out, "bwd_intra", spec, shape, &r)) {
-            gated++;
-            continue;
-        }
         if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
             failures++;
@@ -971,10 +955,6 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d%s", c.seqs.nseq ? "N" : "B",
                  c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V, svf ? " Vfirst" : "");
         int ran = kc_run_dhu(rt, &c, &r) == 0;
-        if (ran && selftest_gated(out, "bwd_dhu", spec, shape, &r)) {
-            gated++;
-            continue;
-        }
         if (!ran || r.status != KDART_OK) {
             fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
             failures++;
@@ -989,9 +969,6 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         fprintf(out, "%-10s %-36s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
-    if (gated)
-        fprintf(out, "; %d skipped (the K tile 256 and the tail specializations are behind KDART_EXPERIMENTAL=1)",
-                gated);
     fprintf(out, "\n");
     return failures;
 }

@@ -118,9 +118,6 @@ typedef struct kc_report {
  * errors), or -1 on a harness failure (message says why). */
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r);
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
-/* Whether a report's status is kdart's gate (KDART_EXPERIMENTAL unset):
- * EUNSUPPORTED "... not yet verified on a GPU". */
-int kc_gated(const kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

@@ -1723,9 +1723,8 @@ static const command commands[] = {
      "inputs and prints each output's error against the float64 reference and\n"
      "the time per call.  A tail=1 specialization runs with the shape that\n"
      "selects it (a head dim 4 below its K tile; bwd_dhu also a partial last V\n"
-     "tile or the V-first state); those and the K tile 256 are skipped unless\n"
-     "KDART_EXPERIMENTAL=1 (not yet verified on a GPU).  Exit 0 when all pass\n"
-     "(skips included), 1 otherwise, 3 without a GPU.\n"},
+     "tile or the V-first state).  Exit 0 when all pass, 1 otherwise, 3\n"
+     "without a GPU.\n"},
     {"bench", cmd_bench, "time the kernels: ms, GB/s and share of the copy ceiling (GPU)",
      "usage: kdart bench [--shape B,T,H,HV,K,V] [--io bf16|fp16] [--fold-dg] [--emit-bf16] [--reps N]\n"
      "  Without --shape: the standard table (fla's benchmark rows and prod8192).\n"

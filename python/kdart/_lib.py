@@ -256,11 +256,6 @@ def load():
         return _loaded
 
 
-def experimental():
-    """KDART_EXPERIMENTAL=1: the runtime serves the cases no GPU run has verified yet (issue 15: head
-    dims other than 64 and 128, bwd_dhu's V % 64 != 0, state_v_first); the Python layers ask the same."""
-    return os.environ.get("KDART_EXPERIMENTAL", "") == "1"
-
 
 def k_tile(K):
     """The K tile (the specs' K) that serves head dim K: 64, 128 or 256."""

@@ -21,10 +21,8 @@ sentinel rows: kdart never reads chunk_indices, derives the chunks from
 cu_seqlens on the device and sizes its grids from T and the capacity, so
 the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
-buffers).  Head dims other than 64 and 128 (D = 60, 100, 256, ...),
-V % 64 != 0 and state_v_first are served only with KDART_EXPERIMENTAL=1
-(until a GPU run verifies them; else the reason is "head dim K=...
-(not yet verified on a GPU)").  Each new fallback reason is warned about
+buffers).  Every head dim fla takes (K up to 256: D = 60, 100, 256, ...),
+any V up to 512 and state_v_first are served.  Each new fallback reason is warned about
 once.  With fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
@@ -41,7 +39,6 @@ import threading
 import warnings
 import weakref
 
-from . import _lib
 
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
@@ -168,8 +165,6 @@ def _common_reason(chunk_size, q, other, cu_seqlens):
     K = q.shape[3]
     if not 1 <= K <= 256:
         return f"head dim K={K}"
-    if K not in (64, 128) and not _lib.experimental():
-        return f"head dim K={K} (not yet verified on a GPU)"
     if cu_seqlens is not None and (cu_seqlens.device != q.device or q.shape[0] != 1):
         return "cu_seqlens not on q's device or B != 1"
     return None
@@ -193,8 +188,6 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     """None when kdart takes this chunk_gated_delta_rule_bwd_dhu call, else the reason it does not."""
     if cu_seqlens is None and (chunk_indices is not None or chunk_offsets is not None):
         return "chunk_indices/chunk_offsets without cu_seqlens"
-    if state_v_first and not _lib.experimental():
-        return "state_v_first (not yet verified on a GPU)"
     if g is not None:
         return "scalar gate g"
     if gk is None:
@@ -207,8 +200,6 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     V = do.shape[3]
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
-    if V % 64 and not _lib.experimental():
-        return f"V={V} (V % 64 != 0, not yet verified on a GPU)"
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

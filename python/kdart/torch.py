@@ -11,8 +11,8 @@ and chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu); dh0 is None
 when h0 is None, as in fla.  Outputs are new tensors on the inputs' device;
 nothing is written to the inputs.  Shapes and dtypes: shared/spec/kda_backward.md
 sections 3.1 and 4.1 (io dtype bf16 or fp16; g/gk, dAqk, dAkk, dq, dk, dg, db,
-dht, h0 fp32; any T >= 1, K in {64, 128}, V % 64 == 0, contiguous; K in 1..256, V in 1..512 and
-state_v_first with KDART_EXPERIMENTAL=1, until verified on a GPU).
+dht, h0 fp32; any T >= 1, K in 1..256, V in 1..512, contiguous; bwd_dhu also takes fla's
+state_v_first layout).
 
 Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
 inputs' device); h0, dht and dh0 are [N,HV,K,V]; fla's chunk_indices [NT,2] and
@@ -80,11 +80,6 @@ def _want(name, t, shape, dtype):
         raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
 
-def _gate(what):
-    return _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: {what} is not yet verified on a GPU; "
-                                                     "set KDART_EXPERIMENTAL=1 to use it")
-
-
 def _dims(q, g):
     if q.dim() != 4 or g.dim() != 4:
         raise _bad("ESHAPE: q must be [B,T,H,K] and g [B,T,HV,K]")
@@ -93,8 +88,6 @@ def _dims(q, g):
     if not 1 <= K <= 256:
         raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} is not supported "
                                                         "(K must be 1..256)")
-    if K not in (64, 128) and not _lib.experimental():
-        raise _gate(f"head dim K={K}")
     if T < 1:
         raise _bad(f"ESHAPE: empty tensor: T={T}")
     return B, T, H, K, HV
@@ -180,10 +173,6 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
     if not 1 <= V <= 512:
         raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
                                                         "(V must be 1..512)")
-    if V % 64 and not _lib.experimental():
-        raise _gate(f"value dim V={V} (not a multiple of 64)")
-    if state_v_first and not _lib.experimental():
-        raise _gate("state_v_first")
     S = (V, K) if state_v_first else (K, V)
     io = q.dtype
     _want("q", q, (B, T, HV, K), None)
@@ -594,8 +583,7 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
     -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
-    state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K] (behind
-    KDART_EXPERIMENTAL=1 until verified on a GPU, as K not in {64, 128} and V % 64 != 0)."""
+    state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K]."""
     if not _is_compiling() and _XD is not None and type(q) is _Tensor:
         r = _XD(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first)
         if r is not None:

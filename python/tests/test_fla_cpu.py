@@ -39,8 +39,7 @@ def _intra(B=1, T=128, H=2, HV=2, K=64, io=torch.bfloat16):
             r(B, T, HV, 64), r(B, T, HV, 64), r(B, T, HV, K), r(B, T, HV, K), r(B, T, HV), r(B, T, HV, K)]
 
 
-def test_refusal_reasons(monkeypatch):
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)  # the gate's refusals are part of what it checks
+def test_refusal_reasons():
     # any T and varlen are kdart's now: these meta tensors stop at the device check
     assert kf.intra_refusal(*_intra(T=1000)) == "not a CUDA tensor"
     cu = torch.empty(3, dtype=torch.int64, device="meta")
@@ -48,7 +47,7 @@ def test_refusal_reasons(monkeypatch):
     assert kf.intra_refusal(*_intra(B=2), cu_seqlens=cu) == "cu_seqlens not on q's device or B != 1"
     assert kf.intra_refusal(*_intra(), cu_seqlens=torch.tensor([0, 128])) == "cu_seqlens not on q's device or B != 1"
     assert kf.intra_refusal(*_intra(), chunk_indices=cu) == "chunk_indices without cu_seqlens"
-    assert kf.intra_refusal(*_intra(K=96)) == "head dim K=96 (not yet verified on a GPU)"
+    assert kf.intra_refusal(*_intra(K=96)) == "not a CUDA tensor"  # every K in 1..256 is kdart's
     assert kf.intra_refusal(*_intra(K=257)) == "head dim K=257"
     assert kf.intra_refusal(*_intra(), chunk_size=32) == "chunk_size=32"
     # fla's use_graph mode is served (the meta tensors stop at the device check, not at use_graph)
@@ -58,9 +57,8 @@ def test_refusal_reasons(monkeypatch):
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == \
-        "V=96 (V % 64 != 0, not yet verified on a GPU)"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "state_v_first (not yet verified on a GPU)"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "not a CUDA tensor"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
     q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -71,16 +69,13 @@ def test_refusal_reasons(monkeypatch):
 
 
 @pytest.mark.parametrize("D", [60, 100, 256])
-def test_head_dims_behind_the_gate(monkeypatch, D):
-    """Issue 15: D = 60, 100, 256, V % 64 != 0 and state_v_first fall back (not yet verified on a GPU)
-    unless KDART_EXPERIMENTAL=1, then pass every Python check (meta tensors: the device check)."""
+def test_head_dims_served(monkeypatch, D):
+    """Issue 15: D = 60, 100, 256, V % 64 != 0 and state_v_first pass every Python check (meta tensors:
+    the device check), whatever the session-9 gate variable says; V past 512 falls back."""
     q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
-    assert kf.intra_refusal(*_intra(K=D)) == f"head dim K={D} (not yet verified on a GPU)"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == f"head dim K={D} (not yet verified on a GPU)"
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+    monkeypatch.setenv("KDART_EXPERIMENTAL", "0")
     assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == "not a CUDA tensor"

@@ -43,11 +43,10 @@ def test_intra_wrong_shape(which, shape):
         kt.bwd_intra(*a)
 
 
-def test_intra_unsupported(monkeypatch):
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)  # the gate's refusals are part of what it checks
+def test_intra_unsupported():
     with pytest.raises(ValueError, match="EDEVICE"):  # any T passes the Python checks (CPU tensors: EDEVICE)
         kt.bwd_intra(*intra_args(T=100))
-    with pytest.raises(ValueError, match="not yet verified on a GPU"):
+    with pytest.raises(ValueError, match="EDEVICE"):  # so does any K in 1..256
         kt.bwd_intra(*intra_args(K=96))
     with pytest.raises(ValueError, match="K must be 1..256"):
         kt.bwd_intra(*intra_args(K=257))
@@ -71,15 +70,14 @@ def test_noncontiguous_refused():
         kt.bwd_intra(*a)
 
 
-def test_dhu_checks(monkeypatch):
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)  # the gate's refusals are part of what it checks
+def test_dhu_checks():
     a, h0, dht = dhu_args()
-    with pytest.raises(ValueError, match="not yet verified on a GPU"):
+    with pytest.raises(ValueError, match="EDEVICE"):  # any V in 1..512 passes the Python checks
         kt.bwd_dhu(*dhu_args(V=96)[0])
     with pytest.raises(ValueError, match="V must be 1..512"):
         kt.bwd_dhu(*dhu_args(V=513)[0])
-    with pytest.raises(ValueError, match="state_v_first is not yet verified"):
-        kt.bwd_dhu(*a, state_v_first=True)
+    with pytest.raises(ValueError, match="ESHAPE"):  # state_v_first with a K-first h0 (K 64 != V 128)
+        kt.bwd_dhu(*a, h0=h0, state_v_first=True)
     bad = list(a)
     bad[5] = bad[5].to(BF)
     with pytest.raises(ValueError, match="EDTYPE"):
@@ -223,13 +221,9 @@ def test_opcheck_meta_varlen():
 
 
 @pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 192), (256, 512), (192, 16)])
-def test_head_dims_behind_the_gate(monkeypatch, K, V):
-    """Issue 15: past the gate, any K in 1..256 and V in 1..512 reaches kdart (CPU tensors: EDEVICE) and
-    the fakes give fla's shapes, K-first or V-first; without it, the gate's EUNSUPPORTED."""
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
-    with pytest.raises(ValueError, match="not yet verified on a GPU"):
-        kt.bwd_dhu(*dhu_args(K=K, V=V)[0])
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+def test_head_dims(K, V):
+    """Issue 15: any K in 1..256 and V in 1..512 reaches kdart (CPU tensors: EDEVICE) and the fakes give
+    fla's shapes, K-first or V-first."""
     with pytest.raises(ValueError, match="EDEVICE"):
         kt.bwd_intra(*intra_args(K=K))
     with pytest.raises(ValueError, match="EDEVICE"):
@@ -259,10 +253,9 @@ def test_head_dims_behind_the_gate(monkeypatch, K, V):
     (256, 2, 128, 4, None, "K=256,varlen=0,tail=0"),
     (64, 1025, 64, 64, None, "K=64,varlen=1,tail=0"),  # B*HV > 65535: the varlen body takes the batch
 ])
-def test_plan_specs_are_ops_c_choices(monkeypatch, K, B, T, HV, cu, want):
+def test_plan_specs_are_ops_c_choices(K, B, T, HV, cu, want):
     """The spec a plan prepares (prepare_for, and the check before a capture) is the one ops.c launches for
     the shapes: K tile, varlen (T % 64, cu_seqlens, K below its tile, B*HV past the grid's y) and tail."""
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
     a = intra_args(B=B, T=T, H=HV // 2, HV=HV, K=K, device="meta")  # metadata only
     cus = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="meta")
     plan = kt._intra_plan(*a, True, False, cus)
@@ -271,9 +264,8 @@ def test_plan_specs_are_ops_c_choices(monkeypatch, K, B, T, HV, cu, want):
 
 @pytest.mark.parametrize("K,svf,tail", [(64, False, 0), (128, False, 0), (60, False, 1), (200, False, 1),
                                         (256, False, 0), (64, True, 1)])
-def test_dhu_plan_tail(monkeypatch, K, svf, tail):
+def test_dhu_plan_tail(K, svf, tail):
     """bwd_dhu's tail: K below its tile or the V-first state (the partial V tile needs the device's BV)."""
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
     d, _, _ = dhu_args(B=1, T=128, HV=2, K=K, V=128, device="meta", h0=False, dht=False)
     plan = kt._dhu_plan(*d, None, None, None, None, None, None, None, svf)
     assert plan.spec.startswith(f"io=bf16,K={kt._lib.k_tile(K)},") and plan.spec.endswith(f",tail={tail}")

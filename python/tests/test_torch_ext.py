@@ -33,17 +33,15 @@ def test_refusals_are_kdart_statuses(private_shared_runtime):
     assert ext.dhu(st["handle"], st["dhu_addr"], 0, d[0][0], *d[1:], h0, dht, 0.1, 1, None, None, None, False) < 0
 
 
-def test_dhu_passes_state_v_first(private_shared_runtime, monkeypatch):
-    """state_v_first reaches kdart (issue 15): refused behind the gate naming it; with the gate open the call
-    gets past it to the tensor checks (CPU tensors: EDEVICE; the V-first shapes need a GPU, test_torch_gpu)."""
+def test_dhu_passes_state_v_first(private_shared_runtime):
+    """state_v_first reaches kdart (issue 15): the V-first state shapes pass its checks up to the device
+    (CPU tensors: EDEVICE, -23), the K-first ones with the flag set are ESHAPE (-20) naming dht."""
     st = kt._fast()
     d, h0, dht = dhu_inputs(1, 64, 2, 64, 128, torch.bfloat16, "cpu")  # K = 64, V = 128
     vf = (h0.transpose(-1, -2).contiguous(), dht.transpose(-1, -2).contiguous())
-    monkeypatch.delenv("KDART_EXPERIMENTAL", raising=False)
-    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, *vf, float("nan"), 1, None, None, None, True) == -24
-    assert "state_v_first" in st["rt"].lib.kdart_last_error(st["handle"]).decode()
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
     assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, *vf, float("nan"), 1, None, None, None, True) == -23
+    assert ext.dhu(st["handle"], st["dhu_addr"], 0, *d, h0, dht, float("nan"), 1, None, None, None, True) == -20
+    assert "dht" in st["rt"].lib.kdart_last_error(st["handle"]).decode()
 
 
 def test_direct_entries_leave_other_calls_to_the_python_path(private_shared_runtime):

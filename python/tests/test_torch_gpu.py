@@ -260,11 +260,10 @@ def test_bwd_intra_batch_past_grid_y():
             assert rel_rms(o[rows], r) < 2e-3, (name, rows)
 
 
-# ---------------------------------------------- head dims (issue 15, behind KDART_EXPERIMENTAL)
+# ---------------------------------------------- head dims (issue 15)
 
 @pytest.mark.parametrize("K", [1, 16, 60, 100, 192, 256])
-def test_bwd_intra_head_dims_vs_float64(monkeypatch, K):
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
+def test_bwd_intra_head_dims_vs_float64(K):
     torch.manual_seed(20)
     a = intra_inputs(2, 192, 2, 4, K, torch.bfloat16, "cuda")
     out = kt.bwd_intra(*a, fold_dg=True)
@@ -274,9 +273,8 @@ def test_bwd_intra_head_dims_vs_float64(monkeypatch, K):
 
 @pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 60), (64, 192), (192, 16), (256, 512)])
 @pytest.mark.parametrize("state_v_first", [False, True])
-def test_bwd_dhu_head_dims_vs_float64(monkeypatch, K, V, state_v_first):
+def test_bwd_dhu_head_dims_vs_float64(K, V, state_v_first):
     """K 1..256, V 1..512, fla's V-first state: against the float64 scan (taken K-first)."""
-    monkeypatch.setenv("KDART_EXPERIMENTAL", "1")
     torch.manual_seed(21)
     a, h0, dht = dhu_inputs(2, 256, 4, K, V, torch.float16, "cuda")
     rdh, rdh0, rdv2 = bwd_dhu_ref(*a, h0=h0, dht=dht, scale=K ** -0.5)

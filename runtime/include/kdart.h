@@ -343,10 +343,7 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu),
  * HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or 256 serves
  * every K up to its tile (1..64, 65..128, 129..256) with masked loads and
- * stores, and bwd_dhu any V with its last V tile masked.  K other than 64
- * and 128, bwd_dhu's V % 64 != 0 and state_v_first have not run on a GPU
- * yet: they are refused (KDART_EUNSUPPORTED, "... not yet verified on a
- * GPU") unless the environment has KDART_EXPERIMENTAL=1.  A
+ * stores, and bwd_dhu any V with its last V tile masked.  A
  * failure returns its own status with a message naming the argument, and
  * launches nothing and writes nothing.
  *
@@ -430,8 +427,7 @@ typedef struct kdart_bwd_dhu_args {
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
     /* Added in 0.2 after the varlen fields (issue 15), read only when struct_size covers it
      * (smaller: 0): the state's
-     * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K].
-     * Not yet verified on a GPU: refused unless KDART_EXPERIMENTAL=1. */
+     * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K]. */
     int state_v_first;
 } kdart_bwd_dhu_args;
 

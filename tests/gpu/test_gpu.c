@@ -539,8 +539,7 @@ END_TEST
 
 /* ------------------------------------------------ head dims (issue 15) */
 
-/* Head dims of the masked path and the K tile 256 (behind KDART_EXPERIMENTAL,
- * which main sets): outputs NaN-poisoned, against the float64 reference,
+/* Head dims of the masked path and the K tile 256: outputs NaN-poisoned, against the float64 reference,
  * twice for determinism. */
 static const int head_ks[] = {1, 16, 60, 64, 100, 128, 192, 256};
 static const int head_vs[] = {1, 16, 60, 64, 100, 128, 192, 256, 512};
@@ -609,8 +608,7 @@ static int collect_spec(void *user, const kdart_entry *e) {
     return 0;
 }
 
-/* A handle on a fresh cache in a directory of its own (env rules as rt's:
- * KDART_EXPERIMENTAL=1 is set). */
+/* A handle on a fresh cache in a directory of its own (env rules as rt's). */
 static kdart_rt *fresh_handle(char *dir, size_t n) {
     test_tmpdir(dir, n);
     char path[512];
@@ -713,8 +711,6 @@ int main(void) {
         return TEST_SKIP;
     }
     seed = kref_pick_seed();
-    /* the head dims and layouts not yet verified on a GPU are what this suite verifies */
-    setenv("KDART_EXPERIMENTAL", "1", 1);
     printf("test_gpu: seed %llu (set KREF_SEED to replay)\n", (unsigned long long)seed);
     if (kdart_open(&rt, NULL) != KDART_OK) {
         printf("test_gpu: kdart_open failed\n");

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tools/gpu_calls/call10c.sh (session 10's first call; OUT set; carry build, .whl, .triton-carry): the whole
+# correctness run of main with bwd_dhu's V split merged and issue 15's gate lifted.  Side by side: test_gpu
+# in three processes (KDART_GPU_PART), the selftest, the torch_ext build, fla's recipes, the Triton warm-up
+# of the next call's fla workloads (side_by_side rows 5, 11-13, varlen rows 0-5); then the torch tests on
+# the Python path and through the C++ fast path, sanitizers on the V split's tests, and last, alone, the
+# 4.3e9-element test on both paths (it takes 80 GB of the GPU).
+set -u
+O=$OUT; t0=$(date +%s); R=$PWD
+export KDART_TORCH_EXT_DIR=/tmp/kext LD_LIBRARY_PATH=/usr/local/cuda/lib64
+export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
+el() { echo "t=$(( $(date +%s) - t0 ))"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+pids=""
+for i in 0 1 2; do   # every test in exactly one of three processes
+  (KDART_GPU_PART=$i/3 CK_FORK=no timeout 280 build/tests/test_gpu > $O/test_gpu$i.txt 2>&1; echo "test_gpu part $i/3 rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
+  pids="$pids $!"
+done
+(timeout 240 build/kdart selftest > $O/selftest.txt 2>&1; echo "selftest rc=$?" >> $O/selftest.txt) &
+sp=$!
+(cd python && timeout 150 python3 -m kdart.torch_ext > $O/ext_build.txt 2>&1; echo "ext build rc=$?" >> $O/ext_build.txt) &
+ep=$!
+GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=250 PYTEST_ARGS="-n 5 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1 &
+fp=$!
+(mkdir -p $O/warm && WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=2 WARM_TIMEOUT=280 GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) &
+wp=$!
+D="--deselect python/tests/test_torch_gpu.py::test_beyond_32bit_indexing"
+KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $D" tools/gpu_check.sh build $O; el
+wait $ep; cat $O/ext_build.txt
+GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $D" tools/gpu_check.sh build $O; el
+wait $pids; tail -qn 3 $O/test_gpu?.txt; el
+T=dhu_varlen_v_split,varlen_garbage_writes_nothing,dhu_varlen_lists
+for tool in memcheck racecheck; do
+  (KDART_GPU_TESTS=$T CK_FORK=no timeout 200 compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
+   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+done
+wait $fp; cat $O/fla_rc.txt; el
+wait $sp; tail -n 2 $O/selftest.txt
+wait; cat $O/san.txt; cat $O/warm_rc.txt $O/warm/warm.txt 2>/dev/null | tail -n 12; el
+for ext in 0 1; do   # alone: 80 GB
+  KDART_TORCH_EXT=$ext GPU_CHECK_PARTS=python PYTEST_LOG=pytest_beyond32_ext$ext PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests/test_torch_gpu.py::test_beyond_32bit_indexing" tools/gpu_check.sh build $O; el
+done
+grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
+cp $O/warm/triton-autotune.tgz $O/triton-autotune-warm.tgz 2>/dev/null
+(cd $O && tar czf 0logs.tgz --exclude=0logs.tgz --exclude='*.tgz' .)
