@@ -406,13 +406,26 @@ def nsets_for(nbytes, L2=50e6):
 
 # ---------------------------------------------------------------- the stages
 
+def k_tile(K):
+    """The K tile (the specs' K) that serves head dim K, as ops.c picks it."""
+    return 64 if K <= 64 else 128 if K <= 128 else 256
+
+
+def intra_spec(K, fold, emit):
+    """The bwd_intra specialization ops.c launches for a fixed-length row (T % 64 == 0): K below its tile
+    runs the masked tail body, which is varlen=1 only."""
+    kt = k_tile(K)
+    tail = int(K != kt)
+    return f"io=bf16,fold_dg={fold},emit_bf16={emit},K={kt},varlen={tail},tail={tail}"
+
+
 def run_intra(r, ctx):
     import torch
     kd, fla, timer, dev = ctx["kd"], ctx["fla"], ctx["timer"], ctx["device"]
     fold = emit = 1 if r.fold_emit else 0
     nbytes = intra_bytes(r, emit=bool(emit))
     nsets = nsets_for(nbytes)
-    spec = f"io=bf16,fold_dg={fold},emit_bf16={emit},K={r.K}"
+    spec = intra_spec(r.K, fold, emit)
     p, ms = kd.prepare("bwd_intra", spec)
     print(f"  kdart bwd_intra [{spec}]: {FROM.get(p.source, p.source)} "
           f"(compile {p.compile_ms:.0f} ms, prepare call {ms:.0f} ms)", flush=True)
@@ -478,7 +491,7 @@ def run_intra(r, ctx):
             res.pop("fla_ms", None)
     elif r.fold_emit:
         # fla-free self check: the same inputs through kdart's plain specialization, folded by torch
-        kd.prepare("bwd_intra", f"io=bf16,fold_dg=0,emit_bf16=0,K={r.K}")
+        kd.prepare("bwd_intra", intra_spec(r.K, 0, 0))
         pl = dict(dq=torch.empty_like(s0["dq"]), dk=torch.empty_like(s0["dk"]),
                   dg=torch.empty_like(s0["dg"]), db=torch.empty_like(s0["db"]))
         dd = {n: DL(t) for n, t in list(s0.items()) + [("o_" + n, t) for n, t in pl.items()]}
@@ -502,7 +515,8 @@ def run_dhu(r, ctx):
     nsets = nsets_for(nbytes)
     bv = ctypes.c_int(0)
     kd.check(kd.lib.kdart_dhu_v_tile(kd.rt, r.B, r.HV, r.K, r.V, ctypes.byref(bv)), "kdart_dhu_v_tile")
-    spec = f"io=bf16,K={r.K},BV={bv.value}"  # the specialization the op launches (v_tile = 0)
+    kt = k_tile(r.K)  # the specialization the op launches (v_tile = 0; the rows' T is a multiple of 64)
+    spec = f"io=bf16,K={kt},BV={bv.value},varlen=0,tail={int(r.K != kt or r.V % bv.value != 0)}"
     p, ms = kd.prepare("bwd_dhu", spec)
     print(f"  kdart bwd_dhu [{spec}]: {FROM.get(p.source, p.source)} "
           f"(compile {p.compile_ms:.0f} ms, prepare call {ms:.0f} ms)", flush=True)

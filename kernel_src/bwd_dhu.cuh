@@ -455,35 +455,80 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu
 #undef KDART_DHU_BY
 }
 
-/* The variable-length kernel at BV 64, with the V split.  A scan is serial
- * over its sequence's chunks, so one sequence much longer than the others
- * is the critical path of the whole grid, and the host, which never reads
- * cu_seqlens, cannot see it coming.  With p.v_split != 0 (the host's SM
- * count; set only for grids of a few waves, where that can happen) the grid
- * is (ceil(V / 32), N * HV) and each CTA picks its width from its own
- * sequence: one whose 64-column scan alone takes longer than the balanced
- * per-SM share of all scans (len * SMs > tokens * HV * ceil(V / 64)) runs in
- * 32-column tiles (twice the CTAs, each 0.63 of the time per chunk); the
- * others run in 64-column tiles on the even x and exit on the odd ones.
- * Garbage cu_seqlens only move that choice: both scans validate them
- * (varlen_locate) and write nothing then.  With p.v_split == 0 the grid is
- * (ceil(V / 64), N * HV) and every CTA scans 64 columns. */
+/* The V split's row order: the sequence the CTAs of grid row blockIdx.y
+ * scan.  A scan is serial over its sequence's chunks, so one sequence much
+ * longer than the others is the critical path of the whole grid; its CTAs
+ * must start first, and the hardware starts CTAs in grid order.  A sequence
+ * is long when its 64-column scan alone takes longer than the balanced
+ * per-SM share of all scans (len * SMs > tokens * HV * ceil(V / 64)); grid
+ * rank r = blockIdx.y / HV takes the r-th long sequence, and after them the
+ * short ones in index order.  Every CTA computes the same permutation from
+ * the same cu_seqlens (one bit per sequence in shared memory, the long ones
+ * read in ascending order), so each (sequence, head) row is scanned exactly
+ * once.  Garbage cu_seqlens only permute the rows: the scans validate it
+ * (varlen_locate) and write nothing then.  All threads must call it; it
+ * uses ceil(N / 32) words at the start of shared memory and ends with a
+ * barrier, after which the scan may overwrite them. */
+template <int NTHR>
+__device__ __forceinline__ int long_first(const kdart_bwd_dhu_params p, unsigned *bits, bool &is_long) {
+    static_assert(NTHR % 32 == 0, "whole warps");
+    const int N = p.N, r = blockIdx.y / p.HV, nw = (N + 31) / 32;
+    /* in double: garbage lengths must not overflow (any answer is then fine) */
+    const double share = (double)cu_at(p.cu_seqlens, p.cu_is64, N) * p.HV * ((p.V + 63) / 64);
+    for (int base = 0; base < N; base += NTHR) {
+        const int i = base + threadIdx.x;
+        const bool f = i < N && (double)(cu_at(p.cu_seqlens, p.cu_is64, i + 1) - cu_at(p.cu_seqlens, p.cu_is64, i)) *
+                                        p.v_split > share;
+        const unsigned b = __ballot_sync(0xffffffffu, f);
+        if ((threadIdx.x & 31) == 0 && (i >> 5) < nw) bits[i >> 5] = b;
+    }
+    __syncthreads();
+    int L = 0;
+    for (int w = 0; w < nw; ++w) L += __popc(bits[w]);
+    int n;
+    if (r < L) {   /* the r-th long sequence: the r-th set bit */
+        int k = r, w = 0;
+        while (k >= __popc(bits[w])) k -= __popc(bits[w++]);
+        unsigned x = bits[w];
+        for (; k > 0; --k) x &= x - 1;
+        n = 32 * w + __ffs(x) - 1;
+        is_long = true;
+    } else {       /* the (r - L)-th short one: each long index at or below it moves it up by one */
+        n = r - L;
+        for (int w = 0; w < nw && 32 * w <= n; ++w)
+            for (unsigned x = bits[w]; x != 0u && 32 * w + __ffs(x) - 1 <= n; x &= x - 1) ++n;
+        is_long = false;
+    }
+    __syncthreads();
+    return n;
+}
+
+/* The variable-length kernel at BV 64, with the V split.  With p.v_split != 0
+ * (the host's SM count; set only for grids of a few waves, where one long
+ * sequence can outlast all the others, and the host, which never reads
+ * cu_seqlens, cannot see it coming) the grid is (ceil(V / 32), N * HV): the
+ * rows go long sequences first (long_first), a long sequence's CTAs scan
+ * 32-column tiles (twice the CTAs, each 0.63 of the time per chunk), and
+ * the others scan 64-column tiles on the even x and exit on the odd ones.
+ * With p.v_split == 0 the grid is (ceil(V / 64), N * HV) and every CTA scans
+ * 64 columns of its own row. */
 template <typename IO, int K, bool MASKED>
 __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
 {
-    int bx = blockIdx.x;
+    int bx = blockIdx.x, by = blockIdx.y;
     if (p.v_split != 0) {
-        const int n = blockIdx.y / p.HV;
-        const long long len = cu_at(p.cu_seqlens, p.cu_is64, n + 1) - cu_at(p.cu_seqlens, p.cu_is64, n);
-        const long long all = cu_at(p.cu_seqlens, p.cu_is64, p.N);
-        if (len * p.v_split > all * p.HV * ((p.V + 63) / 64)) {
-            scan<IO, K, 32, true, MASKED>(p, blockIdx.x, blockIdx.y);
+        extern __shared__ __align__(1024) unsigned char smem[];
+        bool is_long;
+        const int n = long_first<BwdDhuTraits<K, 64>::kThreads>(p, reinterpret_cast<unsigned *>(smem), is_long);
+        by = n * p.HV + (int)(blockIdx.y % p.HV);
+        if (is_long) {
+            scan<IO, K, 32, true, MASKED>(p, bx, by);
             return;
         }
         if (bx & 1) return;
         bx >>= 1;
     }
-    scan<IO, K, 64, true, MASKED>(p, bx, blockIdx.y);
+    scan<IO, K, 64, true, MASKED>(p, bx, by);   /* one call site: the 64-column scan inlined once */
 }
 
 } /* namespace dhu */

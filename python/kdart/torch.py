@@ -459,7 +459,9 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
                chunk_indices, chunk_offsets)
 
     def fill(a):
-        a.v_tile = v_tile
+        # 0: ops.c picks the same tile (kdart_dhu_v_tile's) and, for packed sequences at BV 64, may add the
+        # V split; v_tile above only names the specialization the plan prepares (the C++ fast path passes 0 too)
+        a.v_tile = 0
         a.state_v_first = int(bool(state_v_first))
     plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS + _lib.DHU_SEQS, tensors, fill)
     for i in (7, 8, 9):

@@ -297,17 +297,27 @@ END_TEST
 
 /* bwd_dhu's V split (kernel_src/bwd_dhu.cuh, kdart::dhu::varlen64): packed
  * sequences with kdart's V tile, BV 64 in a grid of a few waves (checked
- * below through kdart_dhu_v_tile), one sequence much longer than the rest.
- * Of these 40 (one zero-length), the 1500- and 200-token ones scan in
- * 32-column tiles, the others in 64-column ones, in the same launch; K 64
- * and 128, V 128 and the masked 100, the V-first state, fp16 and bf16, a
- * CUDA-graph replay, determinism. */
+ * below through kdart_dhu_v_tile), a few sequences much longer than the rest.
+ * Of these 40 (one zero-length), the long ones (1500, 200 and in one case
+ * 400 tokens) scan in 32-column tiles, the others in 64-column ones, in the
+ * same launch, and the grid's rows go long sequences first (long_first): the
+ * long ones sit first, last, in the middle and spread out, so the row order
+ * is a different permutation in each case; K 64 and 128, V 128 and the
+ * masked 100, the V-first state, fp16 and bf16, a CUDA-graph replay,
+ * determinism. */
 START_TEST(dhu_varlen_v_split) {
     enum { N = 40, HV = 4 };
-    static long long cu[N + 1];
-    cu[0] = 0, cu[1] = 1500, cu[2] = 1700, cu[3] = 1700;   /* the third sequence is empty */
-    for (int n = 3; n < N; n++) cu[n + 1] = cu[n] + 1 + (7 * n) % 37;
+    static const int at[4][3] = {{0, 1, -1}, {38, 39, -1}, {17, 29, -1}, {5, 20, 39}};
+    static const int longlen[3] = {1500, 200, 400};
     for (int v = 0; v < 4; v++) {
+        static long long cu[N + 1];
+        cu[0] = 0;
+        for (int n = 0; n < N; n++) {
+            long long len = n == 2 ? 0 : 1 + (7 * n) % 37; /* the third sequence is empty */
+            for (int j = 0; j < 3; j++)
+                if (at[v][j] == n) len = longlen[j];
+            cu[n + 1] = cu[n] + len;
+        }
         kc_seqs q = {N, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 1, 0, v == 2 ? 0.05 : 0.0, 0};
         kc_dhu_case c = {1, 0, HV, v & 1 ? 64 : 128, v & 2 ? 100 : 128, v & 1, v != 1, v != 2,
                          seed + 7200 + (uint64_t)v, 0, v == 0, 0, q, v == 3};
