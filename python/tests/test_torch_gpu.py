@@ -271,7 +271,7 @@ def test_bwd_intra_head_dims_vs_float64(K):
         assert o.shape == r.shape and rel_rms(o, r) < 2e-3, (name, rel_rms(o, r))
 
 
-@pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 60), (64, 192), (192, 16), (256, 512)])
+@pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 60), (64, 192), (192, 16), (190, 18), (256, 512)])
 @pytest.mark.parametrize("state_v_first", [False, True])
 def test_bwd_dhu_head_dims_vs_float64(K, V, state_v_first):
     """K 1..256, V 1..512, fla's V-first state: against the float64 scan (taken K-first)."""
