@@ -57,8 +57,9 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "not a CUDA tensor"
+    slow = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == slow  # V = 96
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == slow
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
     q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -70,15 +71,17 @@ def test_refusal_reasons():
 
 @pytest.mark.parametrize("D", [60, 100, 256])
 def test_head_dims_served(monkeypatch, D):
-    """Issue 15: D = 60, 100, 256, V % 64 != 0 and state_v_first pass every Python check (meta tensors:
-    the device check), whatever the session-9 gate variable says; V past 512 falls back."""
+    """Issue 15: bwd_intra at D = 60, 100, 256 passes every Python check (meta tensors: the device check),
+    whatever the session-9 gate variable says; bwd_dhu only at D = 256 (its masked path, D = 60 and 100,
+    V % 64 != 0 and state_v_first, is slower than fla's and falls back); V past 512 falls back."""
     q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     monkeypatch.setenv("KDART_EXPERIMENTAL", "0")
+    slow = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
     assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == "not a CUDA tensor"
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == ("not a CUDA tensor" if D == 256 else slow)
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == slow
     big = torch.empty(1, 128, 2, 513, dtype=torch.bfloat16, device="meta")
     assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
 
