@@ -146,6 +146,44 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
 
+@pytest.mark.parametrize("D,svf", [(100, False), (60, False), (128, True)])
+def test_masked_dhu_goes_to_fla(D, svf):
+    """bwd_dhu's masked cases (a head dim below its K tile, or the V-first state) are fla's (kdart's masked
+    bwd_dhu measured slower): the wrapper hands fla's function every argument, warns once, counts the reason,
+    and never calls kdart; the K tile 256 and the native dims do not get that reason."""
+    import kdart.torch as kt
+    q = torch.randn(1, 128, 2, D).to(torch.bfloat16)
+    gk = -torch.rand(1, 128, 2, D)
+    h0 = torch.randn(1, 2, D, D)
+    calls = []
+    kf.reset_stats()
+    with kf.enabled():
+        orig = kf._state["orig"]
+        saved = dict(orig)
+        try:
+            orig["chunk_gated_delta_rule_bwd_dhu"] = lambda *x, **y: calls.append(y) or ("fla",)
+            before = kt.bwd_dhu
+            kt.bwd_dhu = lambda *x, **y: calls.append("kdart")
+            try:
+                with pytest.warns(RuntimeWarning, match="masked bwd_dhu"):
+                    r = chunk_bwd.chunk_gated_delta_rule_bwd_dhu(q, q, q, q, q, gk=gk, h0=h0, dht=h0, scale=0.1,
+                                                                   state_v_first=svf)
+            finally:
+                kt.bwd_dhu = before
+        finally:
+            orig.update(saved)
+        st = kf.stats()
+    assert r == ("fla",) and len(calls) == 1 and calls[0]["gk"] is gk and calls[0]["h0"] is h0
+    assert calls[0]["state_v_first"] is svf and calls[0]["scale"] == 0.1
+    assert st["served"]["bwd_dhu"] == 0
+    assert st["fallbacks"] == {"bwd_dhu: masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): "
+                               "slower than fla's": 1}
+    for K in (64, 128, 256):  # the native K tiles stop at the device check instead (CPU tensors)
+        qq = torch.empty(1, 128, 2, K, dtype=torch.bfloat16, device="meta")
+        assert kf.dhu_refusal(qq, qq, qq, qq, qq, gk=torch.empty(1, 128, 2, K, device="meta")) == \
+            "not a CUDA tensor"
+
+
 def kf_value_error():
     from kdart import KdartValueError
     return KdartValueError(-20, "ESHAPE", "ESHAPE: test")
