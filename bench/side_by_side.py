@@ -407,8 +407,11 @@ def nsets_for(nbytes, L2=50e6):
 # ---------------------------------------------------------------- the stages
 
 def k_tile(K):
-    """The K tile (the specs' K) that serves head dim K, as ops.c picks it."""
-    return 64 if K <= 64 else 128 if K <= 128 else 256
+    """The K tile (the specs' K) that serves head dim K: kdart._lib's (pure Python, loads nothing)."""
+    if os.path.join(ROOT, "python") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    from kdart._lib import k_tile as kt
+    return kt(K)
 
 
 def intra_spec(K, fold, emit):

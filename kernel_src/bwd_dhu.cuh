@@ -200,17 +200,14 @@ __device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void *src, 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
-/* cp.async of G = 4, 8 or 16 bytes with zero fill (the masked path's granules:
- * the widest that divides a row of Kr or V elements); 16 bytes as above,
- * 4 and 8 through L1 (.ca, the only form those sizes have) */
+/* cp.async of G = 4 or 8 bytes with zero fill (the masked path's granules:
+ * the wider that divides a row of Kr or V elements), through L1 (.ca, the
+ * only form those sizes have) */
 template <int G>
 __device__ __forceinline__ void cp_async_zfill(unsigned dst, const void *src, bool valid) {
-    static_assert(G == 4 || G == 8 || G == 16, "cp.async sizes");
-    if constexpr (G == 16)
-        cp_async16_zfill(dst, src, valid);
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(dst), "l"(src), "n"(G),
-                     "r"(valid ? G : 0) : "memory");
+    static_assert(G == 4 || G == 8, "the masked path's cp.async sizes");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(dst), "l"(src), "n"(G),
+                 "r"(valid ? G : 0) : "memory");
 }
 template <int G> struct granule { static constexpr int value = G; };
 __device__ __forceinline__ void cp_async_commit() {

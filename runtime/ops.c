@@ -20,7 +20,6 @@
  * params struct on the stack and calls cuLaunchKernel.  It can therefore
  * be captured in a CUDA graph once the specialization is prepared.
  */
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,13 +467,13 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if (bv == 0) {
         int sms;
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
+        if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
         /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
          * 64 in a grid of at most 4 waves, where one long sequence can outlast
          * all the others; each CTA then picks 32 or 64 columns from its own
          * sequence's length.  Larger grids keep their balance by themselves. */
-        if (sq.cu && bv == 64 && kt <= 128 && N * HV * ((V + 63) / 64) <= 4LL * (sms > 0 ? sms : 1))
-            v_split = sms > 0 ? sms : 1;
+        if (sq.cu && bv == 64 && kt <= 128 && N * HV * ((V + 63) / 64) <= 4LL * sms) v_split = sms;
     }
     /* the masked specialization for what the native tiles cannot take: a head
      * dim below its K tile, a partial last V tile, the V-first state */

@@ -45,6 +45,8 @@ import weakref
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
+# the fallback reason of bwd_dhu's masked cases (dhu_refusal)
+MASKED_DHU = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -207,7 +209,7 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
         # kdart.torch serves these (correct, GPU-verified), but its masked bwd_dhu (the tail specialization:
         # element stores) measured slower than fla's on the H200 (D = 100: 0.48x, D = 60: 0.82x, session 10),
         # so the drop-in leaves them to fla; bwd_intra's masked path is 3.3-3.6x fla and stays served
-        return "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
+        return MASKED_DHU
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

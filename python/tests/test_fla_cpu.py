@@ -57,9 +57,8 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    slow = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == slow  # V = 96
-    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == slow
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == kf.MASKED_DHU  # V 96
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == kf.MASKED_DHU
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
     q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -78,10 +77,9 @@ def test_head_dims_served(monkeypatch, D):
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     monkeypatch.setenv("KDART_EXPERIMENTAL", "0")
-    slow = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
     assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == ("not a CUDA tensor" if D == 256 else slow)
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == slow
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == ("not a CUDA tensor" if D == 256 else kf.MASKED_DHU)
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == kf.MASKED_DHU
     big = torch.empty(1, 128, 2, 513, dtype=torch.bfloat16, device="meta")
     assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
 
@@ -176,8 +174,7 @@ def test_masked_dhu_goes_to_fla(D, svf):
     assert r == ("fla",) and len(calls) == 1 and calls[0]["gk"] is gk and calls[0]["h0"] is h0
     assert calls[0]["state_v_first"] is svf and calls[0]["scale"] == 0.1
     assert st["served"]["bwd_dhu"] == 0
-    assert st["fallbacks"] == {"bwd_dhu: masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): "
-                               "slower than fla's": 1}
+    assert st["fallbacks"] == {"bwd_dhu: " + kf.MASKED_DHU: 1}
     for K in (64, 128, 256):  # the native K tiles stop at the device check instead (CPU tensors)
         qq = torch.empty(1, 128, 2, K, dtype=torch.bfloat16, device="meta")
         assert kf.dhu_refusal(qq, qq, qq, qq, qq, gk=torch.empty(1, 128, 2, K, device="meta")) == \

@@ -195,9 +195,6 @@ def test_chunk_kda_use_graph_with_kdart():
     _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True)
 
 
-SLOW_DHU = "bwd_dhu: masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
-
-
 def assert_served(st, D):
     """Both stages served by kdart, except bwd_dhu's masked head dims (D not 64/128/256), which kdart.fla
     leaves to fla (one counted fallback with its reason)."""
@@ -205,7 +202,7 @@ def assert_served(st, D):
     if D in (64, 128, 256):
         assert st["served"]["bwd_dhu"] == 1 and not st["fallbacks"], st
     else:
-        assert not st["served"]["bwd_dhu"] and st["fallbacks"] == {SLOW_DHU: 1}, st
+        assert not st["served"]["bwd_dhu"] and st["fallbacks"] == {"bwd_dhu: " + kf.MASKED_DHU: 1}, st
 
 
 def _varlen_recipe(cu, D, use_graph=False):

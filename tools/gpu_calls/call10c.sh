@@ -6,28 +6,17 @@
 # the Python path and through the C++ fast path, sanitizers on the V split's tests, and last, alone, the
 # 4.3e9-element test on both paths (it takes 80 GB of the GPU).
 set -u
-O=$OUT; t0=$(date +%s); R=$PWD
-export KDART_TORCH_EXT_DIR=/tmp/kext LD_LIBRARY_PATH=/usr/local/cuda/lib64
-export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
-el() { echo "t=$(( $(date +%s) - t0 ))"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-pids=""
-for i in 0 1 2; do   # every test in exactly one of three processes
-  (KDART_GPU_PART=$i/3 CK_FORK=no timeout 280 build/tests/test_gpu > $O/test_gpu$i.txt 2>&1; echo "test_gpu part $i/3 rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
-  pids="$pids $!"
-done
-(timeout 240 build/kdart selftest > $O/selftest.txt 2>&1; echo "selftest rc=$?" >> $O/selftest.txt) &
-sp=$!
-(cd python && timeout 150 python3 -m kdart.torch_ext > $O/ext_build.txt 2>&1; echo "ext build rc=$?" >> $O/ext_build.txt) &
-ep=$!
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=250 PYTEST_ARGS="-n 5 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1 &
-fp=$!
+. tools/gpu_calls/common.sh
+gc_fla_site
+gc_test_gpu 280
+gc_selftest
+gc_ext_build
+gc_fla_recipes
 (mkdir -p $O/warm && WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=2 WARM_TIMEOUT=280 GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) &
 wp=$!
-D="--deselect python/tests/test_torch_gpu.py::test_beyond_32bit_indexing"
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $D" tools/gpu_check.sh build $O; el
+KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
 wait $ep; cat $O/ext_build.txt
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $D" tools/gpu_check.sh build $O; el
+GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
 wait $pids; tail -qn 3 $O/test_gpu?.txt; el
 T=dhu_varlen_v_split,varlen_garbage_writes_nothing,dhu_varlen_lists
 for tool in memcheck racecheck; do
