@@ -237,6 +237,31 @@ __device__ __forceinline__ void stg128(void *p, const unsigned (&r)[4]) {
     asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};"
                  :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
 }
+/* p, as a value the compiler cannot derive from another: the masked copies'
+ * per-chunk pointers, which ptxas would otherwise strength-reduce across the
+ * chunk loop into one live register pair per unrolled copy */
+template <typename T>
+__device__ __forceinline__ T *opaque(T *p) {
+    asm("" : "+l"(p));
+    return p;
+}
+/* G = 4 or 8 bytes from shared memory into registers / from registers to
+ * global memory: the masked path's store granules */
+template <int G>
+__device__ __forceinline__ void lds_g(unsigned addr, unsigned (&r)[G / 4]) {
+    static_assert(G == 4 || G == 8, "the masked path's store sizes");
+    if constexpr (G == 8)
+        asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+    else
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
+}
+template <int G>
+__device__ __forceinline__ void stg_g(void *p, const unsigned (&r)[G / 4]) {
+    if constexpr (G == 8)
+        asm volatile("st.global.v2.b32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
+    else
+        asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
+}
 /* 16-bit and fp32 shared-memory accesses of the masked (generic) path */
 __device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
     asm volatile("st.shared.u16 [%0], %1;" :: "r"(addr), "h"(v) : "memory");
