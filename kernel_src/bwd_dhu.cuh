@@ -485,9 +485,61 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu
 {
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 0
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+
+/* Head pairs (VARLEN, the K tile 256, native, HV even: p.pair_heads).  A
+ * 256-row scan needs two 105 KB stages, so one CTA fills an SM, and each CTA
+ * starts by waiting for its first chunk with nothing else on the SM to run:
+ * on packed batches of short sequences (the documents of the varlen table)
+ * that wait is paid once per (sequence, head, V tile), about one chunk's time
+ * each.  A pair CTA scans heads 2j and 2j+1 of one sequence (same length, same
+ * chunks) at one V tile, one after the other, and the first scan's last
+ * iteration, where two stages leave a free one, already copies the second
+ * head's first chunk (KDART_DHU_PAIR 1: load_next; 2: no prologue copy, the
+ * stage parity where it went).  The sequence is located once (Loc). */
+struct Loc {
+    long long bos, co;
+    int len, ok;
+};
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void scan_pair1(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
+                                           Loc &dhu_loc)
+{
+    constexpr bool VARLEN = true, MASKED = false;
+#define KDART_DHU_BX dhu_bx
+#define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 1
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void scan_pair2(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
+                                           const Loc &dhu_loc)
+{
+    constexpr bool VARLEN = true, MASKED = false;
+#define KDART_DHU_BX dhu_bx
+#define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 2
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void pair_heads(const kdart_bwd_dhu_params p)
+{
+    static_assert(BwdDhuTraits<K, BV>::kStages == 2, "head pairs hand over through the second of two stages");
+    const int h2 = p.HV / 2, n = blockIdx.y / h2, hv = 2 * (blockIdx.y - n * h2);
+    Loc loc;
+    scan_pair1<IO, K, BV>(p, blockIdx.x, n * p.HV + hv, loc);
+    scan_pair2<IO, K, BV>(p, blockIdx.x, n * p.HV + hv + 1, loc);
 }
 
 /* The V split's row order: the sequence the CTAs of grid row blockIdx.y
@@ -581,11 +633,20 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     if constexpr (VARLEN && BV == 64 && K <= 128) {
         kdart::dhu::varlen64<IO, K, MASKED>(p);   /* the V split (below): its own text, two scans */
     } else {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)   /* measured there only; the host sets pair_heads for sm_90a alone */
+        if constexpr (VARLEN && K == 256 && !MASKED)
+            if (p.pair_heads != 0) {   /* head pairs (above) */
+                kdart::dhu::pair_heads<IO, K, BV>(p);
+                return;
+            }
+#endif
 #define KDART_DHU_BX blockIdx.x
 #define KDART_DHU_BY blockIdx.y
+#define KDART_DHU_PAIR 0
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
     }
 }
 
