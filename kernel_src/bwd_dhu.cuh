@@ -37,8 +37,11 @@
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
  *              1 <= V.  MASKED = false (the native path) needs p.Kr == K, V % BV == 0 and
  *              !p.state_v_first; MASKED = true takes anything else (see the masked path: the same GEMMs,
- *              element-wise global accesses).  The host picks MASKED from the shapes, so the
- *              native specializations carry none of the masked path's code.
+ *              global accesses in 8-, 4- or 2-byte granules).  The host picks MASKED from the shapes,
+ *              so the native specializations carry none of the masked path's code.
+ *   pairs    : VARLEN, K = 256, MASKED = false on sm_90a with p.pair_heads != 0 (HV even, set by
+ *              the host on grids of 8 waves or more): grid (ceil(V / BV), N * HV / 2), each CTA
+ *              scanning heads 2j and 2j+1 of one sequence (kdart::dhu::pair_heads)
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime's
  *   cost model counts waves times the measured time per chunk of each BV).

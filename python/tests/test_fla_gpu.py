@@ -175,8 +175,8 @@ HEAD_DIM_CASES = [  # issue 15: fla's head dims beyond 64 / 128 (its tests' D = 
 def test_head_dims_with_kdart(case):
     """fla's test_chunk recipe at D = 60, 100, 256 (HV = 2H at 60 and at 100 with the gate in fla's kernel):
     kdart serves both stages (K in the next tile up with masked tails, or the K tile 256), and every
-    gradient is within fla's tolerances of the
-    float64 recurrence (kdart's error ratio printed next to fla's)."""
+    gradient is within fla's tolerances of the float64 recurrence (kdart's error ratio printed next to
+    fla's)."""
     st = run_with_kdart_and_check(case)
     assert_served(st, case[4])
 
