@@ -37,8 +37,11 @@
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
  *              1 <= V.  MASKED = false (the native path) needs p.Kr == K, V % BV == 0 and
  *              !p.state_v_first; MASKED = true takes anything else (see the masked path: the same GEMMs,
- *              element-wise global accesses).  The host picks MASKED from the shapes, so the
- *              native specializations carry none of the masked path's code.
+ *              global accesses in 8-, 4- or 2-byte granules).  The host picks MASKED from the shapes,
+ *              so the native specializations carry none of the masked path's code.
+ *   pairs    : VARLEN, K = 256, MASKED = false on sm_90a with p.pair_heads != 0 (HV even, set by
+ *              the host on grids of 8 waves or more): grid (ceil(V / BV), N * HV / 2), each CTA
+ *              scanning heads 2j and 2j+1 of one sequence (kdart::dhu::pair_heads)
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
  *   the grid must fill the SMs with as wide a tile as it can (the runtime's
  *   cost model counts waves times the measured time per chunk of each BV).
@@ -236,6 +239,31 @@ __device__ __forceinline__ void lds128(unsigned addr, unsigned (&r)[4]) {
 __device__ __forceinline__ void stg128(void *p, const unsigned (&r)[4]) {
     asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};"
                  :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+/* p, as a value the compiler cannot derive from another: the masked copies'
+ * per-chunk pointers, which ptxas would otherwise strength-reduce across the
+ * chunk loop into one live register pair per unrolled copy */
+template <typename T>
+__device__ __forceinline__ T *opaque(T *p) {
+    asm("" : "+l"(p));
+    return p;
+}
+/* G = 4 or 8 bytes from shared memory into registers / from registers to
+ * global memory: the masked path's store granules */
+template <int G>
+__device__ __forceinline__ void lds_g(unsigned addr, unsigned (&r)[G / 4]) {
+    static_assert(G == 4 || G == 8, "the masked path's store sizes");
+    if constexpr (G == 8)
+        asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+    else
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
+}
+template <int G>
+__device__ __forceinline__ void stg_g(void *p, const unsigned (&r)[G / 4]) {
+    if constexpr (G == 8)
+        asm volatile("st.global.v2.b32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
+    else
+        asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
 }
 /* 16-bit and fp32 shared-memory accesses of the masked (generic) path */
 __device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
@@ -460,9 +488,61 @@ __device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu
 {
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 0
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+
+/* Head pairs (VARLEN, the K tile 256, native, HV even: p.pair_heads).  A
+ * 256-row scan needs two 105 KB stages, so one CTA fills an SM, and each CTA
+ * starts by waiting for its first chunk with nothing else on the SM to run:
+ * on packed batches of short sequences (the documents of the varlen table)
+ * that wait is paid once per (sequence, head, V tile), about one chunk's time
+ * each.  A pair CTA scans heads 2j and 2j+1 of one sequence (same length, same
+ * chunks) at one V tile, one after the other, and the first scan's last
+ * iteration, where two stages leave a free one, already copies the second
+ * head's first chunk (KDART_DHU_PAIR 1: load_next; 2: no prologue copy, the
+ * stage parity where it went).  The sequence is located once (Loc). */
+struct Loc {
+    long long bos, co;
+    int len, ok;
+};
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void scan_pair1(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
+                                           Loc &dhu_loc)
+{
+    constexpr bool VARLEN = true, MASKED = false;
+#define KDART_DHU_BX dhu_bx
+#define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 1
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void scan_pair2(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
+                                           const Loc &dhu_loc)
+{
+    constexpr bool VARLEN = true, MASKED = false;
+#define KDART_DHU_BX dhu_bx
+#define KDART_DHU_BY dhu_by
+#define KDART_DHU_PAIR 2
+#include "bwd_dhu_scan.inc"
+#undef KDART_DHU_BX
+#undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
+}
+template <typename IO, int K, int BV>
+__device__ __forceinline__ void pair_heads(const kdart_bwd_dhu_params p)
+{
+    static_assert(BwdDhuTraits<K, BV>::kStages == 2, "head pairs hand over through the second of two stages");
+    const int h2 = p.HV / 2, n = blockIdx.y / h2, hv = 2 * (blockIdx.y - n * h2);
+    Loc loc;
+    scan_pair1<IO, K, BV>(p, blockIdx.x, n * p.HV + hv, loc);
+    scan_pair2<IO, K, BV>(p, blockIdx.x, n * p.HV + hv + 1, loc);
 }
 
 /* The V split's row order: the sequence the CTAs of grid row blockIdx.y
@@ -556,11 +636,20 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     if constexpr (VARLEN && BV == 64 && K <= 128) {
         kdart::dhu::varlen64<IO, K, MASKED>(p);   /* the V split (below): its own text, two scans */
     } else {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)   /* measured there only; the host sets pair_heads for sm_90a alone */
+        if constexpr (VARLEN && K == 256 && !MASKED)
+            if (p.pair_heads != 0) {   /* head pairs (above) */
+                kdart::dhu::pair_heads<IO, K, BV>(p);
+                return;
+            }
+#endif
 #define KDART_DHU_BX blockIdx.x
 #define KDART_DHU_BY blockIdx.y
+#define KDART_DHU_PAIR 0
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
+#undef KDART_DHU_PAIR
     }
 }
 

@@ -82,6 +82,9 @@ typedef struct kdart_bwd_dhu_params {
     /* VARLEN at BV 64 only: 0, or the SM count for the V split (bwd_dhu.cuh,
      * kdart::dhu::varlen64; the grid is then ceil(V/32) wide) */
     int v_split;
+    /* VARLEN at the K tile 256 (native) only: 0, or 1 for head pairs (bwd_dhu.cuh,
+     * kdart::dhu::pair_heads; HV even, the grid is (ceil(V/BV), N*HV/2)) */
+    int pair_heads;
 } kdart_bwd_dhu_params;
 
 /* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.

@@ -484,17 +484,28 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     int *status = NULL;
     if ((rc = resolve(rt, KDART__K_BWD_DHU, vals, device_id, &u, &fn, sq.varlen ? &status : NULL)) != KDART_OK)
         return rc;
+    /* Head pairs (bwd_dhu.cuh, kdart::dhu::pair_heads): packed sequences at the
+     * native K tile 256, where one CTA fills an SM and each waits for its first
+     * chunk alone; a CTA scans two heads of one sequence, the second's first
+     * chunk copied during the first's last.  Only on grids of at least 8
+     * waves, which halving keeps at 4 or more (fewer CTAs than that would
+     * leave SMs idle at the end instead); the sm_90a build alone has them
+     * (measured there only). */
+    int sms_now;
+    const int pair = sq.varlen && kt == 256 && !tail && HV % 2 == 0 && strcmp(u->arch, "sm_90a") == 0 &&
+                     kdart__cuda_sm_count(rt, &sms_now) == KDART_OK &&
+                     N * HV * ((V + bv - 1) / bv) >= 8LL * (sms_now > 0 ? sms_now : 1);
     kdart_bwd_dhu_params p = {
         (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
         (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),
         a->dht ? (const float *)addr(a->dht) : NULL,
         (void *)addr(a->dh),       (void *)addr(a->dv2),       a->dh0 ? (float *)addr(a->dh0) : NULL,
         a->scale,                  (int)B, (int)T, (int)HV, (int)V,
-        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64, (int)K, svf, v_split,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)N, (int)NT, sq.is64, (int)K, svf, v_split, pair,
     };
     const int64_t tile = v_split ? 32 : bv; /* the split grid has a CTA per 32 columns */
-    return kdart__launch(rt, fn, (unsigned)((V + tile - 1) / tile), (unsigned)(N * HV), 1, u->threads, u->smem, stream,
-                         &p);
+    return kdart__launch(rt, fn, (unsigned)((V + tile - 1) / tile), (unsigned)(pair ? N * HV / 2 : N * HV), 1,
+                         u->threads, u->smem, stream, &p);
 }
 
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {

@@ -22,10 +22,10 @@ cu_seqlens on the device and sizes its grids from T and the capacity, so
 the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
 buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
-D = 60, 100, 256, ...); bwd_dhu at K = 64, 128, 256 with V % 64 == 0 (its
-masked path, for the other head dims and state_v_first, measured slower than
-fla's, so those calls fall back; kdart.torch.bwd_dhu serves them).  Each new fallback reason is warned about
-once.  With fold_dg (the default) bwd_intra returns dg already
+D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512 except where
+its masked path measured slower than fla's (MASKED_DHU: state_v_first, K
+between 128 and 256, odd K or V), which fall back; kdart.torch.bwd_dhu
+serves those too.  Each new fallback reason is warned about once.  With fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
 that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
@@ -45,8 +45,11 @@ import weakref
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
-# the fallback reason of bwd_dhu's masked cases (dhu_refusal)
-MASKED_DHU = "masked bwd_dhu (K not 64/128/256, V % 64 != 0 or state_v_first): slower than fla's"
+# The fallback reason of bwd_dhu's masked cases that measured slower than fla's (dhu_refusal;
+# bench/masked_dhu.py on the H200, docs/perf.md session 11): the V-first state (0.44x at K = V = 128),
+# head dims in the K tile 256 below 256 or a partial V tile there (0.51x at 192, 0.79x at 200), odd K or
+# V (element copies: 0.18x at 63).  The others it serves: 1.5-1.9x fla at D = 18, 60, 100.
+MASKED_DHU = "masked bwd_dhu slower than fla's (state_v_first, 128 < K < 256, K = 256 with V % 32 != 0, odd K or V)"
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -205,11 +208,8 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
     K = q.shape[3]
-    if K not in (64, 128, 256) or V % 64 or state_v_first:
-        # kdart.torch serves these (correct, GPU-verified), but its masked bwd_dhu (the tail specialization:
-        # element stores) measured slower than fla's on the H200 (D = 100: 0.48x, D = 60: 0.82x, session 10),
-        # so the drop-in leaves them to fla; bwd_intra's masked path is 3.3-3.6x fla and stays served
-        return MASKED_DHU
+    if state_v_first or K % 2 or V % 2 or (K > 128 and (K != 256 or V % 32)):
+        return MASKED_DHU   # kdart.torch.bwd_dhu serves these too (correct, GPU-tested)
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

@@ -57,7 +57,8 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == kf.MASKED_DHU  # V 96
+    # V = 96 passes every Python check (meta tensors: the device check); the V-first state is fla's
+    assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == kf.MASKED_DHU
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -70,15 +71,14 @@ def test_refusal_reasons():
 
 @pytest.mark.parametrize("D", [60, 100, 256])
 def test_head_dims_served(monkeypatch, D):
-    """Issue 15: bwd_intra at D = 60, 100, 256 passes every Python check (meta tensors: the device check),
-    whatever the session-9 gate variable says; bwd_dhu only at D = 256 (its masked path, D = 60 and 100,
-    V % 64 != 0 and state_v_first, is slower than fla's and falls back); V past 512 falls back."""
+    """Issue 15: both stages at D = 60, 100, 256 pass every Python check (meta tensors: the device check),
+    whatever the session-9 gate variable says; bwd_dhu with state_v_first and V past 512 fall back."""
     q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     monkeypatch.setenv("KDART_EXPERIMENTAL", "0")
     assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == ("not a CUDA tensor" if D == 256 else kf.MASKED_DHU)
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == kf.MASKED_DHU
     big = torch.empty(1, 128, 2, 513, dtype=torch.bfloat16, device="meta")
     assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
@@ -144,15 +144,18 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
 
-@pytest.mark.parametrize("D,svf", [(100, False), (60, False), (128, True)])
-def test_masked_dhu_goes_to_fla(D, svf):
-    """bwd_dhu's masked cases (a head dim below its K tile, or the V-first state) are fla's (kdart's masked
-    bwd_dhu measured slower): the wrapper hands fla's function every argument, warns once, counts the reason,
-    and never calls kdart; the K tile 256 and the native dims do not get that reason."""
+@pytest.mark.parametrize("K,V,svf", [(192, 192, False), (200, 200, False), (256, 100, False), (63, 64, False),
+                                      (64, 63, False), (128, 128, True), (100, 100, True)])
+def test_slow_masked_dhu_goes_to_fla(K, V, svf):
+    """bwd_dhu's masked cases that measured slower than fla's (the V-first state, the K tile 256's masked
+    path, odd K or V) are fla's: the wrapper hands fla's function every argument, warns once, counts the
+    reason, and never calls kdart; the native dims and the faster masked ones (D = 18, 60, 100) do not get
+    that reason."""
     import kdart.torch as kt
-    q = torch.randn(1, 128, 2, D).to(torch.bfloat16)
-    gk = -torch.rand(1, 128, 2, D)
-    h0 = torch.randn(1, 2, D, D)
+    q = torch.randn(1, 128, 2, K).to(torch.bfloat16)
+    vv = torch.randn(1, 128, 2, V).to(torch.bfloat16)
+    gk = -torch.rand(1, 128, 2, K)
+    h0 = torch.randn(1, 2, V, K) if svf else torch.randn(1, 2, K, V)
     calls = []
     kf.reset_stats()
     with kf.enabled():
@@ -164,7 +167,7 @@ def test_masked_dhu_goes_to_fla(D, svf):
             kt.bwd_dhu = lambda *x, **y: calls.append("kdart")
             try:
                 with pytest.warns(RuntimeWarning, match="masked bwd_dhu"):
-                    r = chunk_bwd.chunk_gated_delta_rule_bwd_dhu(q, q, q, q, q, gk=gk, h0=h0, dht=h0, scale=0.1,
+                    r = chunk_bwd.chunk_gated_delta_rule_bwd_dhu(q, q, q, vv, vv, gk=gk, h0=h0, dht=h0, scale=0.1,
                                                                    state_v_first=svf)
             finally:
                 kt.bwd_dhu = before
@@ -175,10 +178,12 @@ def test_masked_dhu_goes_to_fla(D, svf):
     assert calls[0]["state_v_first"] is svf and calls[0]["scale"] == 0.1
     assert st["served"]["bwd_dhu"] == 0
     assert st["fallbacks"] == {"bwd_dhu: " + kf.MASKED_DHU: 1}
-    for K in (64, 128, 256):  # the native K tiles stop at the device check instead (CPU tensors)
-        qq = torch.empty(1, 128, 2, K, dtype=torch.bfloat16, device="meta")
-        assert kf.dhu_refusal(qq, qq, qq, qq, qq, gk=torch.empty(1, 128, 2, K, device="meta")) == \
+    for D in (64, 128, 256, 18, 60, 100):  # these stop at the device check instead (CPU tensors)
+        qq = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
+        assert kf.dhu_refusal(qq, qq, qq, qq, qq, gk=torch.empty(1, 128, 2, D, device="meta")) == \
             "not a CUDA tensor"
+
+
 
 
 def kf_value_error():

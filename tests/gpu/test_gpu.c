@@ -329,6 +329,31 @@ START_TEST(dhu_varlen_v_split) {
 }
 END_TEST
 
+/* Head pairs (bwd_dhu.cuh, kdart::dhu::pair_heads: packed sequences at the
+ * native K tile 256, HV even, a grid of 8 waves or more on up to 192 SMs):
+ * each CTA scans two heads of one sequence, the second's first chunk copied
+ * during the first's last chunk.  Lengths of 1..300 with empty sequences,
+ * exact multiples of 64, both io dtypes, with and without dht / dh0 and
+ * fla's index tensors. */
+START_TEST(dhu_varlen_head_pairs) {
+    enum { N = 24, HV = 8 };
+    for (int v = 0; v < 2; v++) {
+        static long long cu[N + 1];
+        cu[0] = 0;
+        for (int n = 0; n < N; n++) {
+            long long len = n % 7 == 3 ? 0 : n % 5 == 1 ? 64 * (1 + n % 3) : 1 + (37 * n + 11 * v) % 300;
+            cu[n + 1] = cu[n] + len;
+        }
+        kc_seqs q = {N, cu, 0, 0, 0, v, v, v, 0, v ? 0.05 : 0.0, 0};
+        kc_dhu_case c = {1, 0, HV, 256, 256, v, !v, 1, seed + 7300 + (uint64_t)v, 0, 0, 0, q, 0};
+        int bv = 0;
+        ck_assert_int_eq(kdart_dhu_v_tile(rt, N, HV, c.K, c.V, &bv), KDART_OK);
+        ck_assert_msg(bv == 32 && N * HV * (256 / bv) >= 8 * 192, "dhu_varlen_head_pairs: BV %d", bv);
+        check_dhu(&c);
+    }
+}
+END_TEST
+
 /* 1000 sequences of 1..200 tokens (K = V = 64 keeps the float64 scan short). */
 START_TEST(varlen_thousand_sequences) {
     kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05, 0};
@@ -740,7 +765,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
