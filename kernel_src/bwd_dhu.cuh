@@ -265,7 +265,7 @@ __device__ __forceinline__ void stg_g(void *p, const unsigned (&r)[G / 4]) {
     else
         asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
 }
-/* 16-bit and fp32 shared-memory accesses of the masked (generic) path */
+/* 16-bit shared-memory accesses of the masked path's element loops */
 __device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
     asm volatile("st.shared.u16 [%0], %1;" :: "r"(addr), "h"(v) : "memory");
 }
@@ -273,9 +273,6 @@ __device__ __forceinline__ unsigned short lds16(unsigned addr) {
     unsigned short v;
     asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr) : "memory");
     return v;
-}
-__device__ __forceinline__ void sts32f(unsigned addr, float v) {
-    asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
 __device__ __forceinline__ float ex2(float x) {
     float y;

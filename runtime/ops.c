@@ -463,11 +463,15 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
 
-    int bv = a->v_tile, v_split = 0;
-    if (bv == 0) {
-        int sms;
+    /* the SM count, for the tile choice and the grid shapes below (pairs: the
+     * K tile 256 on packed sequences with HV even, see "Head pairs") */
+    int bv = a->v_tile, v_split = 0, sms = 1;
+    const int pairable = sq.varlen && kt == 256 && HV % 2 == 0;
+    if (bv == 0 || pairable) {
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
+    }
+    if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
         /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
          * 64 in a grid of at most 4 waves, where one long sequence can outlast
@@ -491,10 +495,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
      * waves, which halving keeps at 4 or more (fewer CTAs than that would
      * leave SMs idle at the end instead); the sm_90a build alone has them
      * (measured there only). */
-    int sms_now;
-    const int pair = sq.varlen && kt == 256 && !tail && HV % 2 == 0 && strcmp(u->arch, "sm_90a") == 0 &&
-                     kdart__cuda_sm_count(rt, &sms_now) == KDART_OK &&
-                     N * HV * ((V + bv - 1) / bv) >= 8LL * (sms_now > 0 ? sms_now : 1);
+    const int pair = pairable && !tail && strcmp(u->arch, "sm_90a") == 0 && N * HV * ((V + bv - 1) / bv) >= 8LL * sms;
     kdart_bwd_dhu_params p = {
         (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
         (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),

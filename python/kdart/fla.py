@@ -25,7 +25,8 @@ buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
 D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512 except where
 its masked path measured slower than fla's (MASKED_DHU: state_v_first, K
 between 128 and 256, odd K or V), which fall back; kdart.torch.bwd_dhu
-serves those too.  Each new fallback reason is warned about once.  With fold_dg (the default) bwd_intra returns dg already
+serves those too.  Each new fallback reason is warned about once.  With
+fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
 that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
@@ -40,7 +41,6 @@ import inspect
 import threading
 import warnings
 import weakref
-
 
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 

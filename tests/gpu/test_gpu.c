@@ -577,7 +577,7 @@ END_TEST
 /* Head dims of the masked path and the K tile 256: outputs NaN-poisoned, against the float64 reference,
  * twice for determinism. */
 /* the masked bwd_dhu copies rows in 8-byte granules where Kr (V) % 4 == 0
- * (16, 60, 100, 192), 4-byte ones where it is 2 mod 4 (18, 190), and by
+ * (16, 60, 100), 4-byte ones where it is 2 mod 4 (18, 190), and by
  * element where it is odd (1) */
 static const int head_ks[] = {1, 16, 18, 60, 64, 100, 128, 190, 256};
 static const int head_vs[] = {1, 18, 60, 64, 100, 128, 190, 256, 512};

@@ -12,17 +12,14 @@ gc_test_gpu 280
 gc_selftest
 gc_ext_build
 gc_fla_recipes
-(mkdir -p $O/warm && WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=2 WARM_TIMEOUT=280 GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) &
+gc_warm WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=2 WARM_TIMEOUT=280
 wp=$!
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+gpu_torch_pypath
 wait $ep; cat $O/ext_build.txt
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
+gpu_torch_ext
 wait $pids; tail -qn 3 $O/test_gpu?.txt; el
 T=dhu_varlen_v_split,varlen_garbage_writes_nothing,dhu_varlen_lists
-for tool in memcheck racecheck; do
-  (KDART_GPU_TESTS=$T CK_FORK=no timeout 200 compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
-   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
-done
+gc_sanitize 200 KDART_GPU_TESTS=$T
 wait $fp; cat $O/fla_rc.txt; el
 wait $sp; tail -n 2 $O/selftest.txt
 wait; cat $O/san.txt; cat $O/warm_rc.txt $O/warm/warm.txt 2>/dev/null | tail -n 12; el

@@ -12,24 +12,21 @@ gc_test_gpu 280
 gc_selftest
 gc_ext_build
 gc_fla_recipes
-(mkdir -p $O/warm && WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=3 WARM_TIMEOUT=250 GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) &
+gc_warm WARM_SBS=5,11,12,13 WARM_VARLEN=0,1,2,3,4,5 WARM_JOBS=4 WARM_VARLEN_JOBS=3 WARM_TIMEOUT=250
 wp=$!
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+gpu_torch_pypath
 wait $ep; cat $O/ext_build.txt
 wait $pids; tail -qn 2 $O/test_gpu?.txt; el
 T=dhu_varlen_v_split,varlen_garbage_writes_nothing
-for tool in memcheck racecheck; do
-  (KDART_GPU_TESTS=$T CK_FORK=no timeout 200 compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
-   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
-done
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
+gc_sanitize 200 KDART_GPU_TESTS=$T
+gpu_torch_ext
 wait $fp; cat $O/fla_rc.txt | grep -v "^tar"; el
 wait $sp; tail -n 1 $O/selftest.txt
 wait; cat $O/san.txt; grep triton_warm $O/warm/warm.txt $O/warm_rc.txt 2>/dev/null | tail -n 3; el
-GPU_CHECK_PARTS=sbs SBS_ARGS="--rows 5,11,12,13" SBS_TIMEOUT=120 SBS_BUDGET=100 tools/gpu_check.sh build $O; el
-GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows 0,1,2,3,4,5" VARLEN_TIMEOUT=150 VARLEN_BUDGET=120 tools/gpu_check.sh build $O; el
+gpu_sbs 5,11,12,13
+gpu_varlen 0,1,2,3,4,5 150 120
 mv $O/varlen.txt $O/varlen_ext.txt; mv $O/varlen.json $O/varlen_ext.json
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows 1" VARLEN_TIMEOUT=100 VARLEN_BUDGET=80 tools/gpu_check.sh build $O; el
+KDART_TORCH_EXT=0 gpu_varlen 1 100 80
 mv $O/varlen.txt $O/varlen_pypath_row1.txt
 for ext in 0 1; do
   KDART_TORCH_EXT=$ext GPU_CHECK_PARTS=python PYTEST_LOG=pytest_beyond32_ext$ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py::test_beyond_32bit_indexing" tools/gpu_check.sh build $O; el

@@ -11,20 +11,15 @@ gc_fla_site
 gc_test_gpu 280
 gc_ext_build
 gc_fla_recipes
-(mkdir -p $O/warm && WARM_SBS=5,11,12,13 WARM_VARLEN=5 WARM_JOBS=4 WARM_VARLEN_JOBS=1 WARM_TIMEOUT=200 GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) &
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+gc_warm WARM_SBS=5,11,12,13 WARM_VARLEN=5 WARM_JOBS=4 WARM_VARLEN_JOBS=1 WARM_TIMEOUT=200
+gpu_torch_pypath
 wait $ep; cat $O/ext_build.txt
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
+gpu_torch_ext
 wait $pids; tail -qn 2 $O/test_gpu?.txt; el
 gc_selftest
-for tool in memcheck racecheck; do
-  (KDART_GPU_SMALL=1 CK_FORK=no timeout 220 compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
-   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
-done
+gc_sanitize 220 KDART_GPU_SMALL=1
 wait $fp; grep -v "^tar" $O/fla_rc.txt; el
 wait; tail -n 1 $O/selftest.txt; cat $O/san.txt; grep triton_warm $O/warm_rc.txt | tail -n 2; el
-GPU_CHECK_PARTS=sbs SBS_ARGS="--rows 5,11,12,13" SBS_TIMEOUT=120 SBS_BUDGET=100 tools/gpu_check.sh build $O; el
-GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows 5" VARLEN_TIMEOUT=100 VARLEN_BUDGET=80 tools/gpu_check.sh build $O; el
-grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
-grep -E "ERROR|^\| bwd" $O/side_by_side.txt; grep "^| bwd" $O/varlen.txt
-(cd $O && tar czf 0logs.tgz --exclude=0logs.tgz --exclude='*.tgz' .)
+gpu_sbs 5,11,12,13
+gpu_varlen 5 100 80
+gpu_finish

@@ -6,7 +6,7 @@ set -u
 . tools/gpu_calls/common.sh
 gc_fla_site
 gc_fla_recipes
-KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+gpu_torch_pypath
 wait $fp; grep -v "^tar" $O/fla_rc.txt; el
 grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
 grep -E "PASSED|FAILED" $O/pytest_fla.txt | sed 's/ \[.*//' | sort | uniq -c | sort -rn | head -30

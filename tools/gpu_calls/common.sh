@@ -1,7 +1,8 @@
-# tools/gpu_calls/common.sh: sourced by the call scripts (sessions 9-10), which run on the lent GPU machine
+# tools/gpu_calls/common.sh: sourced by the call scripts (sessions 9-11), which run on the lent GPU machine
 # from the repository root with OUT set.  What every one of them starts with: the environment, the clock,
-# and the runs they start side by side.  Each starter puts its job in the background and leaves its pid
-# (gc_test_gpu: all three in $pids).
+# the runs they start side by side, and the steps they all end with.  Each starter (gc_*) puts its job in
+# the background and leaves its pid (gc_test_gpu: all three in $pids; gc_sanitize and gc_warm: none, a
+# plain `wait` collects them); the gpu_* steps run in the foreground.
 O=$OUT; t0=$(date +%s); R=$PWD
 export KDART_TORCH_EXT_DIR=/tmp/kext LD_LIBRARY_PATH=/usr/local/cuda/lib64
 export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
@@ -26,4 +27,40 @@ gc_fla_recipes() {
   GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=250 \
     PYTEST_ARGS="-n 5 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1 &
   fp=$!
+}
+# memcheck and racecheck over test_gpu side by side; $1: each one's time limit, the rest: environment
+# assignments that pick the tests (KDART_GPU_SMALL=1 or KDART_GPU_TESTS=...)
+gc_sanitize() {
+  local limit=$1; shift
+  for tool in memcheck racecheck; do
+    (env "$@" CK_FORK=no timeout "$limit" compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
+     echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+  done
+}
+# fla's Triton warm-up (gpu_check.sh's warm part) into $O/warm; arguments: its WARM_* assignments
+gc_warm() { (mkdir -p $O/warm && env "$@" GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) & }
+# the torch tests on the Python path, then through the C++ fast path (torch_ext built: gc_ext_build)
+gpu_torch_pypath() {
+  KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 \
+    PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+}
+gpu_torch_ext() {
+  GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 \
+    PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
+}
+# the tables alone: side_by_side rows $1; varlen rows $1 with time limit $2 and budget $3
+gpu_sbs() { GPU_CHECK_PARTS=sbs SBS_ARGS="--rows $1" SBS_TIMEOUT=120 SBS_BUDGET=100 tools/gpu_check.sh build $O; el; }
+gpu_varlen() { GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows $1" VARLEN_TIMEOUT=$2 VARLEN_BUDGET=$3 tools/gpu_check.sh build $O; el; }
+# kdart bench's bwd_dhu line for B2 T8192 H16 at each K,V of the arguments, into $O/bench_masked.txt
+gpu_bench_dhu() {
+  for s in "$@"; do
+    timeout 60 build/kdart bench --shape 2,8192,16,16,$s --reps 30 2>&1 | grep -E "bwd_dhu|ERROR|error"
+  done | tee $O/bench_masked.txt; el
+}
+# the end of every call: failed tests, then every log in one archive
+gpu_finish() {
+  grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
+  [ -f $O/side_by_side.txt ] && grep -E "ERROR|^\| bwd" $O/side_by_side.txt
+  [ -f $O/varlen.txt ] && grep "^| bwd" $O/varlen.txt
+  (cd $O && tar czf 0logs.tgz --exclude=0logs.tgz --exclude='*.tgz' .)
 }
