@@ -11,9 +11,11 @@ import argparse
 import sys
 
 # (K, V, state_v_first): 8-byte granules at the K tiles 128 / 64, 4-byte and element ones, the K tile 256's
-# masked path, the V-first state at native and masked dims
-CASES = [(100, 100, False), (60, 60, False), (128, 128, True), (100, 100, True), (192, 192, False),
-         (200, 200, False), (18, 18, False), (63, 63, False)]
+# masked path (16-byte granules at 192 and 200, 8-byte ones at 196, a partial V tile at K = 256), the
+# V-first state at native dims (the native copies) and at masked ones
+CASES = [(100, 100, False), (60, 60, False), (128, 128, True), (64, 64, True), (256, 256, True),
+         (100, 100, True), (192, 192, False), (200, 200, False), (196, 196, False), (256, 200, False),
+         (200, 200, True), (18, 18, False), (63, 63, False)]
 
 
 def make(B, T, H, K, V, svf, dev):
@@ -24,6 +26,21 @@ def make(B, T, H, K, V, svf, dev):
     st = (B, H, V, K) if svf else (B, H, K, V)
     return dict(q=(r(B, T, H, K) * 0.1).to(bf), k=(r(B, T, H, K) * 0.1).to(bf), w=(r(B, T, H, K) * 0.1).to(bf),
                 do=r(B, T, H, V).to(bf), dv=r(B, T, H, V).to(bf), gk=g, h0=r(*st), dht=r(*st), scale=K ** -0.5)
+
+
+def median_ms(f, iters, warmup=3):
+    """The median of iters CUDA-event timings of f() after warmup untimed calls (tools/gpu_calls/dhu_probe.py
+    uses it too)."""
+    import torch
+    for _ in range(warmup):
+        f()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for e0, e1 in ev:
+        e0.record()
+        f()
+        e1.record()
+    torch.cuda.synchronize()
+    return sorted(e0.elapsed_time(e1) for e0, e1 in ev)[iters // 2]
 
 
 def rel(a, b):
@@ -50,16 +67,7 @@ def main():
         return 0
     import kdart.torch as kt
 
-    def timed(f):
-        for _ in range(3):
-            f()
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(a.iters)]
-        for e0, e1 in ev:
-            e0.record()
-            f()
-            e1.record()
-        torch.cuda.synchronize()
-        return sorted(e0.elapsed_time(e1) for e0, e1 in ev)[a.iters // 2]
+    timed = lambda f: median_ms(f, a.iters)  # noqa: E731
 
     print(f"B{B} T{T} H{H}, bf16; median of {a.iters} CUDA-event timings after 3 warm-up calls")
     print("| K | V | state_v_first | fla ms | kdart ms | fla/kdart | dv2 rel | dh rel |")

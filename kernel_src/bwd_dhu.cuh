@@ -23,10 +23,10 @@
  * writes nothing).  A zero-length sequence writes only dh0 = dht (or 0).
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
- *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, MASKED>, IO in {kdart::bf16, kdart::fp16},
+ *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, TAIL>, IO in {kdart::bf16, kdart::fp16},
  *              K (the K tile) in {64, 128, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
- *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}, MASKED (the
- *              registry's tail parameter) in {false, true}
+ *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}, TAIL (the
+ *              registry's tail parameter) in {0, 1, 2}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
  *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv; VARLEN at BV 64
@@ -35,11 +35,12 @@
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
- *              1 <= V.  MASKED = false (the native path) needs p.Kr == K, V % BV == 0 and
- *              !p.state_v_first; MASKED = true takes anything else (see the masked path: the same GEMMs,
- *              global accesses in 8-, 4- or 2-byte granules).  The host picks MASKED from the shapes,
- *              so the native specializations carry none of the masked path's code.
- *   pairs    : VARLEN, K = 256, MASKED = false on sm_90a with p.pair_heads != 0 (HV even, set by
+ *              1 <= V.  TAIL 0 (the native path) needs p.Kr == K, V % BV == 0 and
+ *              !p.state_v_first; TAIL 2 the same with p.state_v_first (the native copies, the
+ *              V-first checkpoint, dht and dh0); TAIL 1 (masked) takes anything (see the masked
+ *              path: the same GEMMs, global accesses in 16-, 8-, 4- or 2-byte granules).  The host
+ *              picks TAIL from the shapes, so the native specializations carry none of the others' code.
+ *   pairs    : VARLEN, K = 256, TAIL 0 on sm_90a with p.pair_heads != 0 (HV even, set by
  *              the host on grids of 8 waves or more): grid (ceil(V / BV), N * HV / 2), each CTA
  *              scanning heads 2j and 2j+1 of one sequence (kdart::dhu::pair_heads)
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
@@ -203,14 +204,18 @@ __device__ __forceinline__ void cp_async16_zfill(unsigned dst, const void *src, 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
-/* cp.async of G = 4 or 8 bytes with zero fill (the masked path's granules:
- * the wider that divides a row of Kr or V elements), through L1 (.ca, the
- * only form those sizes have) */
+/* cp.async of G = 4, 8 or 16 bytes with zero fill (the masked path's
+ * granules: the widest that divides a row of Kr or V elements); 16 bytes
+ * past L1 as the native copies (.cg), the others through it (.ca, the only
+ * form those sizes have) */
 template <int G>
 __device__ __forceinline__ void cp_async_zfill(unsigned dst, const void *src, bool valid) {
-    static_assert(G == 4 || G == 8, "the masked path's cp.async sizes");
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(dst), "l"(src), "n"(G),
-                 "r"(valid ? G : 0) : "memory");
+    static_assert(G == 4 || G == 8 || G == 16, "the masked path's cp.async sizes");
+    if constexpr (G == 16)
+        cp_async16_zfill(dst, src, valid);
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(dst), "l"(src), "n"(G),
+                     "r"(valid ? G : 0) : "memory");
 }
 template <int G> struct granule { static constexpr int value = G; };
 __device__ __forceinline__ void cp_async_commit() {
@@ -248,19 +253,25 @@ __device__ __forceinline__ T *opaque(T *p) {
     asm("" : "+l"(p));
     return p;
 }
-/* G = 4 or 8 bytes from shared memory into registers / from registers to
+/* G = 4, 8 or 16 bytes from shared memory into registers / from registers to
  * global memory: the masked path's store granules */
 template <int G>
 __device__ __forceinline__ void lds_g(unsigned addr, unsigned (&r)[G / 4]) {
-    static_assert(G == 4 || G == 8, "the masked path's store sizes");
-    if constexpr (G == 8)
+    static_assert(G == 4 || G == 8 || G == 16, "the masked path's store sizes");
+    if constexpr (G == 16)
+        asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr) : "memory");
+    else if constexpr (G == 8)
         asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
     else
         asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
 }
 template <int G>
 __device__ __forceinline__ void stg_g(void *p, const unsigned (&r)[G / 4]) {
-    if constexpr (G == 8)
+    if constexpr (G == 16)
+        asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+    else if constexpr (G == 8)
         asm volatile("st.global.v2.b32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
     else
         asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
@@ -480,7 +491,7 @@ namespace dhu {
 
 /* One CTA's scan as a device function (the kernel's own text, bwd_dhu_scan.inc),
  * its V tile bx and row by from the caller: the V split's two widths. */
-template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+template <typename IO, int K, int BV, bool VARLEN, int TAIL>
 __device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by)
 {
 #define KDART_DHU_BX dhu_bx
@@ -510,7 +521,8 @@ template <typename IO, int K, int BV>
 __device__ __forceinline__ void scan_pair1(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
                                            Loc &dhu_loc)
 {
-    constexpr bool VARLEN = true, MASKED = false;
+    constexpr bool VARLEN = true;
+    constexpr int TAIL = 0;
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
 #define KDART_DHU_PAIR 1
@@ -523,7 +535,8 @@ template <typename IO, int K, int BV>
 __device__ __forceinline__ void scan_pair2(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
                                            const Loc &dhu_loc)
 {
-    constexpr bool VARLEN = true, MASKED = false;
+    constexpr bool VARLEN = true;
+    constexpr int TAIL = 0;
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
 #define KDART_DHU_PAIR 2
@@ -599,7 +612,7 @@ __device__ __forceinline__ int long_first(const kdart_bwd_dhu_params p, unsigned
  * the others scan 64-column tiles on the even x and exit on the odd ones.
  * With p.v_split == 0 the grid is (ceil(V / 64), N * HV) and every CTA scans
  * 64 columns of its own row. */
-template <typename IO, int K, bool MASKED>
+template <typename IO, int K, int TAIL>
 __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
 {
     int bx = blockIdx.x, by = blockIdx.y;
@@ -609,13 +622,13 @@ __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
         const int n = long_first<BwdDhuTraits<K, 64>::kThreads>(p, reinterpret_cast<unsigned *>(smem), is_long);
         by = n * p.HV + (int)(blockIdx.y % p.HV);
         if (is_long) {
-            scan<IO, K, 32, true, MASKED>(p, bx, by);
+            scan<IO, K, 32, true, TAIL>(p, bx, by);
             return;
         }
         if (bx & 1) return;
         bx >>= 1;
     }
-    scan<IO, K, 64, true, MASKED>(p, bx, by);   /* one call site: the 64-column scan inlined once */
+    scan<IO, K, 64, true, TAIL>(p, bx, by);   /* one call site: the 64-column scan inlined once */
 }
 
 } /* namespace dhu */
@@ -625,16 +638,16 @@ __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
  * others are the trap stub below.  (The body stays the __global__ function
  * itself: moved into a __forceinline__ function, the native specializations'
  * SASS changed.) */
-template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+template <typename IO, int K, int BV, bool VARLEN, int TAIL>
 __global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(BwdDhuTraits<K, BV>::kThreads,
                                                                              BwdDhuTraits<K, BV>::kMinBlocks)
 kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
     if constexpr (VARLEN && BV == 64 && K <= 128) {
-        kdart::dhu::varlen64<IO, K, MASKED>(p);   /* the V split (below): its own text, two scans */
+        kdart::dhu::varlen64<IO, K, TAIL>(p);   /* the V split (below): its own text, two scans */
     } else {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)   /* measured there only; the host sets pair_heads for sm_90a alone */
-        if constexpr (VARLEN && K == 256 && !MASKED)
+        if constexpr (VARLEN && K == 256 && TAIL == 0)
             if (p.pair_heads != 0) {   /* head pairs (above) */
                 kdart::dhu::pair_heads<IO, K, BV>(p);
                 return;
@@ -650,7 +663,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
     }
 }
 
-template <typename IO, int K, int BV, bool VARLEN, bool MASKED>
+template <typename IO, int K, int BV, bool VARLEN, int TAIL>
 __global__ kdart::enable_if_t<!BwdDhuTraits<K, BV>::kValid> kdart_bwd_dhu(const kdart_bwd_dhu_params)
 {
     __trap();   /* never launched (see BwdDhuTraits::kValid) */

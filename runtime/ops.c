@@ -479,9 +479,11 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
          * sequence's length.  Larger grids keep their balance by themselves. */
         if (sq.cu && bv == 64 && kt <= 128 && N * HV * ((V + 63) / 64) <= 4LL * sms) v_split = sms;
     }
-    /* the masked specialization for what the native tiles cannot take: a head
-     * dim below its K tile, a partial last V tile, the V-first state */
-    const int tail = K != kt || V % bv != 0 || svf;
+    /* the masked specialization (tail 1) for what the native tiles cannot
+     * take: a head dim below its K tile, a partial last V tile; the V-first
+     * state at native dims has its own (tail 2: the native copies) */
+    const int full = K == kt && V % bv == 0;
+    const int tail = !full ? 1 : svf ? 2 : 0;
     int vals[5] = {io, kdart__k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
     kdart__unit *u;
     void *fn;

@@ -119,6 +119,9 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 #define K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
+/* bwd_dhu's tail: 0 native, 1 masked (head dims below the K tile, partial V
+ * tiles, the V-first state at those), 2 the V-first state at native dims */
+#define DHU_TAIL_PARAM {"tail", 3, {"0", "1", "2"}, {"0", "1", "2"}, 0}
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
@@ -128,7 +131,7 @@ const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
                              FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
                             bwd_intra_shape},
     [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
-                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
+                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), DHU_TAIL_PARAM},
                           bwd_dhu_shape},
 };
 
@@ -155,8 +158,8 @@ static int spec_is_stub(int kernel, const int *vals) {
 /* The default prewarm set.  Every native specialization (the tail
  * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
  * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
- * 192) and bf16 bwd_dhu at the K tile 128 (head dim 100, partial V tiles, the
- * V-first state of K = 128 models).  The other tail specializations compile
+ * 192) and bf16 bwd_dhu at the K tile 128 (tail 1: head dim 100, partial V
+ * tiles; tail 2: the V-first state of K = 128 models).  The other tail specializations compile
  * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
  * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
  * static.txt).  Stubs are never prewarmed. */
@@ -166,7 +169,7 @@ int kdart__spec_prewarmed(int kernel, int spec) {
     kdart__spec_values(k, spec, vals);
     if (spec_is_stub(kernel, vals)) return 0;
     if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
-    if (kernel == KDART__K_BWD_DHU && vals[4] == 1) return vals[0] == 0 && k_tiles[vals[1]] == 128;
+    if (kernel == KDART__K_BWD_DHU && vals[4] != 0) return vals[0] == 0 && k_tiles[vals[1]] == 128;
     return 1;
 }
 

@@ -74,11 +74,11 @@ START_TEST(registry_specs) {
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 96);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 72);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 108);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
-    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,256} BV={16,32,64} varlen={0,1} tail={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -127,9 +127,9 @@ START_TEST(registry_specs) {
         n_dhu += want;
     }
     ck_assert_int_eq(n_intra, 51);
-    ck_assert_int_eq(n_dhu, 38);
+    ck_assert_int_eq(n_dhu, 44);
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
-    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 72), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 108), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);
     ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
     /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
@@ -168,8 +168,9 @@ END_TEST
 /* kda_check's every-spec shapes (selftest, test_gpu's every-spec and
  * sanitizer loops): for each spec, the head dim (and for bwd_dhu V and the
  * layout) it derives are ones for which ops.c's rules (K tile; bwd_intra
- * tail = K below the tile, then varlen = 1; bwd_dhu tail = K below the tile,
- * V % BV != 0 or state_v_first) pick that very spec; the stubs are skipped. */
+ * tail = K below the tile, then varlen = 1; bwd_dhu tail 1 = K below the tile
+ * or V % BV != 0, else tail 2 = state_v_first) pick that very spec; the stubs
+ * are skipped. */
 START_TEST(check_spec_shapes) {
     char buf[128];
     int launched = 0;
@@ -189,7 +190,7 @@ START_TEST(check_spec_shapes) {
     for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
         kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
         if (!kc_dhu_spec_launchable(buf)) continue;
-        const int tail = strstr(buf, "tail=1") != NULL, bv = kc_spec_bv(buf);
+        const int tail = strstr(buf, "tail=1") ? 1 : strstr(buf, "tail=2") ? 2 : 0, bv = kc_spec_bv(buf);
         ck_assert_int_le(bv, kdart__dhu_max_bv(kc_spec_k(buf)));
         for (int variant = 0; variant < 3; variant++)
             for (int v0 = 64; v0 <= 512; v0 += 64) {
@@ -197,11 +198,11 @@ START_TEST(check_spec_shapes) {
                 kc_dhu_spec_dims(buf, variant, &K, &V, &svf);
                 ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
                 ck_assert(V >= 1 && V <= 512);
-                ck_assert_int_eq(K != kdart__k_tile(K) || V % bv != 0 || svf, tail);
+                ck_assert_int_eq(K != kdart__k_tile(K) || V % bv != 0 ? 1 : svf ? 2 : 0, tail);
             }
         launched++;
     }
-    ck_assert_int_eq(launched, 64); /* 72 less K=256 x BV=64 */
+    ck_assert_int_eq(launched, 96); /* 108 less K=256 x BV=64 */
 }
 END_TEST
 

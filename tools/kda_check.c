@@ -686,11 +686,15 @@ int kc_intra_spec_k(const char *spec) { return kc_spec_k(spec) - (kc_spec_tail(s
 void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
     *K = kc_spec_k(spec);
     *svf = 0;
+    if (spec && strstr(spec, "tail=2")) { /* the V-first state at native dims */
+        *svf = 1;
+        return;
+    }
     if (!kc_spec_tail(spec)) return;
     switch (variant % 3) {
     case 0: *K -= 4; break;
     case 1: *V -= 4; break; /* BV >= 16 divides V: V - 4 leaves a partial last tile */
-    default: *svf = 1;
+    default: *svf = 1, *K -= 4; /* the V-first state at a masked dim (at native ones: tail=2) */
     }
 }
 

@@ -23,9 +23,9 @@ the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
 buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
 D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512 except where
-its masked path measured slower than fla's (MASKED_DHU: state_v_first, K
-between 128 and 256, odd K or V), which fall back; kdart.torch.bwd_dhu
-serves those too.  Each new fallback reason is warned about once.  With
+its masked path measured slower than fla's (MASKED_DHU: K between 129 and
+192, the V-first state in the K tile 256 below K = 256 or a partial V tile,
+odd K or V), which fall back; kdart.torch.bwd_dhu serves those too.  Each new fallback reason is warned about once.  With
 fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
@@ -46,10 +46,13 @@ __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
 # The fallback reason of bwd_dhu's masked cases that measured slower than fla's (dhu_refusal;
-# bench/masked_dhu.py on the H200, docs/perf.md session 11): the V-first state (0.44x at K = V = 128),
-# head dims in the K tile 256 below 256 or a partial V tile there (0.51x at 192, 0.79x at 200), odd K or
-# V (element copies: 0.18x at 63).  The others it serves: 1.5-1.9x fla at D = 18, 60, 100.
-MASKED_DHU = "masked bwd_dhu slower than fla's (state_v_first, 128 < K < 256, K = 256 with V % 32 != 0, odd K or V)"
+# bench/masked_dhu.py on the H200, docs/perf.md session 12): K in 129..192, where fla runs three 64-column
+# blocks and kdart the K tile 256 (0.73x at 192), the V-first state in the K tile 256 other than K = 256
+# with whole 64-column V tiles (0.96x at 200), odd K or V (element copies: 0.18x at 63).  The others it
+# serves: D = 18, 60, 100 (1.4-1.6x), the V-first state at native dims (its own specialization) and at
+# K <= 128 (1.4x at 100), K in 193..255 and K = 256 with a partial V tile (1.0-1.1x).
+MASKED_DHU = ("masked bwd_dhu slower than fla's (128 < K <= 192, state_v_first at K > 128 unless K = 256 "
+              "and V % 64 == 0, odd K or V)")
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -208,7 +211,7 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
     K = q.shape[3]
-    if state_v_first or K % 2 or V % 2 or (K > 128 and (K != 256 or V % 32)):
+    if K % 2 or V % 2 or 128 < K <= 192 or (state_v_first and K > 128 and (K != 256 or V % 64)):
         return MASKED_DHU   # kdart.torch.bwd_dhu serves these too (correct, GPU-tested)
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 

@@ -467,8 +467,9 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    # the masked specialization (ops.c's choice): K below its tile, a partial V tile, the V-first state
-    tail = int(K != _lib.k_tile(K) or (v_tile > 0 and V % v_tile != 0) or bool(state_v_first))
+    # the specialization ops.c picks: masked (1) for K below its tile or a partial V tile, else the V-first
+    # state at native dims (2) or the native one (0)
+    tail = 1 if K != _lib.k_tile(K) or (v_tile > 0 and V % v_tile != 0) else 2 if state_v_first else 0
     plan.spec = f"io={_IO[q.dtype]},K={_lib.k_tile(K)},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
     plan.no_rows = rows == 0
     return plan

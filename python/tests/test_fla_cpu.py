@@ -57,9 +57,9 @@ def test_refusal_reasons():
     assert kf.intra_refusal(*_intra()) == "not a CUDA tensor"
     q = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16, device="meta")
     do = torch.empty(1, 128, 2, 96, dtype=torch.bfloat16, device="meta")
-    # V = 96 passes every Python check (meta tensors: the device check); the V-first state is fla's
+    # V = 96 passes every Python check (meta tensors: the device check), in either state layout
     assert kf.dhu_refusal(q, q, q, do, do, gk=torch.empty(1, 128, 2, 64, device="meta")) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == kf.MASKED_DHU
+    assert kf.dhu_refusal(q, q, q, do, do, gk=q, state_v_first=True) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, g=q[..., 0], gk=None) == "scalar gate g"
     do64 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
     q100 = torch.empty(1, 100, 2, 64, dtype=torch.bfloat16, device="meta")
@@ -72,14 +72,14 @@ def test_refusal_reasons():
 @pytest.mark.parametrize("D", [60, 100, 256])
 def test_head_dims_served(monkeypatch, D):
     """Issue 15: both stages at D = 60, 100, 256 pass every Python check (meta tensors: the device check),
-    whatever the session-9 gate variable says; bwd_dhu with state_v_first and V past 512 fall back."""
+    whatever the session-9 gate variable says, in either state layout; V past 512 falls back."""
     q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     monkeypatch.setenv("KDART_EXPERIMENTAL", "0")
     assert kf.intra_refusal(*_intra(K=D)) == "not a CUDA tensor"
     assert kf.dhu_refusal(q, q, q, do, do, gk=gk) == "not a CUDA tensor"
-    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == kf.MASKED_DHU
+    assert kf.dhu_refusal(q, q, q, do, do, gk=gk, state_v_first=True) == "not a CUDA tensor"
     big = torch.empty(1, 128, 2, 513, dtype=torch.bfloat16, device="meta")
     assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
 
@@ -144,13 +144,14 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
 
-@pytest.mark.parametrize("K,V,svf", [(192, 192, False), (200, 200, False), (256, 100, False), (63, 64, False),
-                                      (64, 63, False), (128, 128, True), (100, 100, True)])
+@pytest.mark.parametrize("K,V,svf", [(192, 192, False), (130, 128, False), (200, 200, True), (256, 96, True),
+                                      (63, 64, False), (64, 63, False)])
 def test_slow_masked_dhu_goes_to_fla(K, V, svf):
-    """bwd_dhu's masked cases that measured slower than fla's (the V-first state, the K tile 256's masked
-    path, odd K or V) are fla's: the wrapper hands fla's function every argument, warns once, counts the
-    reason, and never calls kdart; the native dims and the faster masked ones (D = 18, 60, 100) do not get
-    that reason."""
+    """bwd_dhu's masked cases that measured slower than fla's (K in 129..192, the V-first state in the K tile
+    256 except K = 256 with whole 64-column V tiles, odd K or V) are fla's: the wrapper hands fla's function
+    every argument, warns once, counts the reason, and never calls kdart; the native dims, the V-first state
+    at them and at K <= 128, and the faster masked ones (D = 18, 60, 100, 200, K = 256 with V = 100) do not
+    get that reason."""
     import kdart.torch as kt
     q = torch.randn(1, 128, 2, K).to(torch.bfloat16)
     vv = torch.randn(1, 128, 2, V).to(torch.bfloat16)
@@ -178,10 +179,13 @@ def test_slow_masked_dhu_goes_to_fla(K, V, svf):
     assert calls[0]["state_v_first"] is svf and calls[0]["scale"] == 0.1
     assert st["served"]["bwd_dhu"] == 0
     assert st["fallbacks"] == {"bwd_dhu: " + kf.MASKED_DHU: 1}
-    for D in (64, 128, 256, 18, 60, 100):  # these stop at the device check instead (CPU tensors)
+    for D, Dv, f in ((64, 64, False), (128, 128, False), (256, 256, False), (18, 18, False), (60, 60, False),
+                     (100, 100, False), (200, 200, False), (196, 196, False), (256, 100, False), (128, 128, True),
+                     (64, 64, True), (100, 100, True), (256, 256, True)):  # these stop at the device check (meta)
         qq = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
-        assert kf.dhu_refusal(qq, qq, qq, qq, qq, gk=torch.empty(1, 128, 2, D, device="meta")) == \
-            "not a CUDA tensor"
+        vq = torch.empty(1, 128, 2, Dv, dtype=torch.bfloat16, device="meta")
+        assert kf.dhu_refusal(qq, qq, qq, vq, vq, gk=torch.empty(1, 128, 2, D, device="meta"),
+                              state_v_first=f) == "not a CUDA tensor"
 
 
 

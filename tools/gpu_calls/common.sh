@@ -64,3 +64,6 @@ gpu_finish() {
   [ -f $O/varlen.txt ] && grep "^| bwd" $O/varlen.txt
   (cd $O && tar czf 0logs.tgz --exclude=0logs.tgz --exclude='*.tgz' .)
 }
+# the start of session 12's calls: fla's site, test_gpu in three processes, the selftest and the sanitizers
+# on small shapes side by side; $1: test_gpu's and the sanitizers' time limit
+gc_suite() { gc_fla_site; gc_test_gpu "$1"; gc_selftest; gc_sanitize "$1" KDART_GPU_SMALL=1; }
