@@ -276,6 +276,26 @@ __device__ __forceinline__ void stg_g(void *p, const unsigned (&r)[G / 4]) {
     else
         asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
 }
+/* The 4x4 transpose of 32-bit words within each lane quad (lane tq of the
+ * quad holds row tq; afterwards it holds column tq), in two shuffle rounds:
+ * the V-first checkpoint's stores (st_vfirst), where word j of lane tq is the
+ * d pair 2 tq, 2 tq + 1 of matrix j and lane tq then holds all 8 d of matrix tq */
+__device__ __forceinline__ void quad_transpose(unsigned (&r)[4], int tq) {
+    {   /* round 1, lanes tq ^ 1: the even lane keeps words 0, 2, the odd one 1, 3 */
+        const bool o = tq & 1;
+        const unsigned x0 = __shfl_xor_sync(0xffffffffu, o ? r[0] : r[1], 1);
+        const unsigned x1 = __shfl_xor_sync(0xffffffffu, o ? r[2] : r[3], 1);
+        if (o) r[0] = x0, r[2] = x1;
+        else r[1] = x0, r[3] = x1;
+    }
+    {   /* round 2, lanes tq ^ 2: the low pair keeps words 0, 1, the high pair 2, 3 */
+        const bool o = tq & 2;
+        const unsigned x0 = __shfl_xor_sync(0xffffffffu, o ? r[0] : r[2], 2);
+        const unsigned x1 = __shfl_xor_sync(0xffffffffu, o ? r[1] : r[3], 2);
+        if (o) r[0] = x0, r[1] = x1;
+        else r[2] = x0, r[3] = x1;
+    }
+}
 /* 16-bit shared-memory accesses of the masked path's element loops */
 __device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
     asm volatile("st.shared.u16 [%0], %1;" :: "r"(addr), "h"(v) : "memory");
