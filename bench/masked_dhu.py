@@ -10,12 +10,25 @@ workload of tools/triton_warm.py).  Needs torch, fla and a GPU."""
 import argparse
 import sys
 
-# (K, V, state_v_first): 8-byte granules at the K tiles 128 / 64, 4-byte and element ones, the K tile 256's
-# masked path (16-byte granules at 192 and 200, 8-byte ones at 196, a partial V tile at K = 256), the
-# V-first state at native dims (the native copies) and at masked ones
+# (K, V, state_v_first): 8-byte granules at the K tiles 128 / 64, 4-byte and element ones, the K tile 192
+# (native at 192, masked at 160 in 16-byte granules, the V-first state at both), the K tile 256's masked
+# path (16-byte granules at 200, 8-byte ones at 196, a partial V tile at K = 256), the V-first state at
+# native dims (the native copies) and at masked ones
 CASES = [(100, 100, False), (60, 60, False), (128, 128, True), (64, 64, True), (256, 256, True),
-         (100, 100, True), (192, 192, False), (200, 200, False), (196, 196, False), (256, 200, False),
-         (200, 200, True), (18, 18, False), (63, 63, False)]
+         (100, 100, True), (192, 192, False), (160, 160, False), (192, 192, True), (160, 160, True),
+         (200, 200, False), (196, 196, False), (256, 200, False), (200, 200, True), (18, 18, False),
+         (63, 63, False)]
+
+
+def pick(spec):
+    """--cases K:V[:v],...: those of CASES (v: the V-first state); empty: all of them"""
+    if not spec:
+        return CASES
+    want = []
+    for item in spec.split(","):
+        f = item.split(":")
+        want.append((int(f[0]), int(f[1]), len(f) > 2 and f[2] == "v"))
+    return want
 
 
 def make(B, T, H, K, V, svf, dev):
@@ -53,13 +66,15 @@ def main():
     ap.add_argument("--shape", default="2,8192,16", help="B,T,H (default 2,8192,16)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warm-only", action="store_true")
+    ap.add_argument("--cases", default="", help="K:V[:v],... (v: state_v_first); default: every case")
     a = ap.parse_args()
+    cases = pick(a.cases)
     import torch
     from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu as fla_dhu
     B, T, H = (int(x) for x in a.shape.split(","))
     dev = "cuda"
     if a.warm_only:
-        for K, V, svf in CASES:
+        for K, V, svf in cases:
             s = make(B, min(T, 1024), H, K, V, svf, dev)
             fla_dhu(state_v_first=svf, chunk_size=64, **s)
             torch.cuda.synchronize()
@@ -72,7 +87,7 @@ def main():
     print(f"B{B} T{T} H{H}, bf16; median of {a.iters} CUDA-event timings after 3 warm-up calls")
     print("| K | V | state_v_first | fla ms | kdart ms | fla/kdart | dv2 rel | dh rel |")
     print("|---|---|---|---|---|---|---|---|")
-    for K, V, svf in CASES:
+    for K, V, svf in cases:
         s = make(B, T, H, K, V, svf, dev)
         f = lambda: fla_dhu(state_v_first=svf, chunk_size=64, **s)
         k = lambda: kt.bwd_dhu(s["q"], s["k"], s["w"], s["do"], s["dv"], s["gk"], h0=s["h0"], dht=s["dht"],

@@ -24,8 +24,8 @@
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
  *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, TAIL>, IO in {kdart::bf16, kdart::fp16},
- *              K (the K tile) in {64, 128, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
- *              K = 256: <256, 64> is a trap stub), VARLEN in {false, true}, TAIL (the
+ *              K (the K tile) in {64, 128, 192, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
+ *              K = 192 and 256: <192, 64> and <256, 64> are trap stubs), VARLEN in {false, true}, TAIL (the
  *              registry's tail parameter) in {0, 1, 2}
  *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
@@ -74,7 +74,7 @@
  * operand and checkpoint).
  *
  * Two ways to run the GEMMs, chosen per specialization (BwdDhuTraits::kWG):
- * - wgmma (sm_90a, K = 128): each GEMM is m64nBVk16 warpgroup MMAs with both
+ * - wgmma (sm_90a, K >= 128): each GEMM is m64nBVk16 warpgroup MMAs with both
  *   operands read from shared memory by descriptor, so each operand byte is
  *   read once per CTA instead of once per warp (the ldmatrix form reads do,
  *   dv2 and S_H four times).  The scan is bound by shared-memory traffic:
@@ -91,7 +91,8 @@
  *   the next chunk's copies and the global stores of the checkpoint and of
  *   dv2 are issued after the MMAs they do not feed (kLate).
  * Inputs (kg, qg, w, do, dv and g's row 63) come in with cp.async.cg, three
- * stages deep: chunk c-2 is requested while chunk c is computed.  Shared tiles
+ * stages deep: chunk c-2 is requested while chunk c is computed (two at the
+ * K tiles 192 and 256, whose stages are 81 and 100 KB).  Shared tiles
  * use wgmma's canonical swizzled layouts (see BwdDhuTraits), which also keep
  * ldmatrix/stmatrix of 8 rows conflict-free; stages start on 1024-byte
  * boundaries.  No atomics: results are bitwise deterministic.
@@ -121,8 +122,8 @@ struct BwdDhuTraits {
     static constexpr int K = K_;
     static constexpr int kBV = BV_;
     static constexpr int kBT = KDART_CHUNK;         /* 64 rows per chunk */
-    /* cp.async ring depth: three stages; two at K = 256 (a stage is 100 KB there) */
-    static constexpr int kStages = K == 256 ? 2 : 3;
+    /* cp.async ring depth: three stages; two at K = 192 and 256 (a stage is 81 / 100 KB there) */
+    static constexpr int kStages = K >= 192 ? 2 : 3;
     static constexpr int kWarps = 4;                /* one warpgroup */
     static constexpr int kThreads = 32 * kWarps;
     static constexpr int kMT = K / 64;              /* 64-row blocks of dH; warp w owns rows 64 mt + 16 w + [0, 16) */
@@ -150,16 +151,21 @@ struct BwdDhuTraits {
     /* the V-side rows (do, dv, S_H: kBV 16-bit values) use the wgmma swizzle
      * mode of their width: 128B at BV 64, 64B at BV 32, 32B at BV 16 */
     static constexpr unsigned kSwzV = kBV == 64 ? 1u : kBV == 32 ? 2u : 3u;
-    /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4");
-     * at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
-    static constexpr bool kWG = KDART_DHU_WG && (K == 128 || K == 256);
+    /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4"), and the
+     * wider tiles; at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
+    static constexpr bool kWG = KDART_DHU_WG && K >= 128;
     /* (K, BV) pairs with a real kernel: at K = 256, dH and the qg^T do sum take
-     * 2 BV fp32 registers per thread each, so BV 64 would spill (and its stages
-     * would not fit); the registry's BV 64 x K 256 specialization is a stub that
-     * the runtime never launches (kdart__dhu_max_bv) */
-    static constexpr bool kValid = K < 256 || kBV <= 32;
+     * 2 BV fp32 registers per thread each (1.5 BV at 192), so BV 64 would spill
+     * (and its stages would not fit); the registry's BV 64 specializations of
+     * those K tiles are stubs that the runtime never launches (kdart__dhu_max_bv) */
+    static constexpr bool kValid = K < 192 || kBV <= 32;
+    /* 16-byte units of a K-side row, and whether the 128 threads split a tile's
+     * rows evenly by them: not at K = 192 (24 units), whose copies go by
+     * 64-column block (8 units) instead */
+    static constexpr int kCPR = K / 8;
+    static constexpr bool kRowSplit = kThreads % kCPR == 0;
 
-    static_assert(K == 64 || K == 128 || K == 256, "bwd_dhu: K must be 64, 128 or 256");
+    static_assert(K == 64 || K == 128 || K == 192 || K == 256, "bwd_dhu: K must be 64, 128, 192 or 256");
     static_assert(kBV == 16 || kBV == 32 || kBV == 64, "bwd_dhu: BV must be 16, 32 or 64");
     static_assert(kNB % 2 == 0, "bwd_dhu: n8 tiles in pairs");
     static_assert(kTileK % 1024 == 0 && kTileV % 512 == 0 && kStageBytes % 1024 == 0, "bwd_dhu: swizzle alignment");
@@ -181,6 +187,8 @@ static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 134144 && BwdDhuTraits<64, 32>
               BwdDhuTraits<64, 16>::kSmemBytes == 91136, "contract K=64");
 static_assert(BwdDhuTraits<256, 32>::kSmemBytes == 231424 && BwdDhuTraits<256, 16>::kSmemBytes == 215040 &&
               !BwdDhuTraits<256, 64>::kValid, "contract K=256");
+static_assert(BwdDhuTraits<192, 32>::kSmemBytes == 178176 && BwdDhuTraits<192, 16>::kSmemBytes == 163840 &&
+              !BwdDhuTraits<192, 64>::kValid, "contract K=192");
 
 namespace kdart {
 namespace dhu {

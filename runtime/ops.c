@@ -145,9 +145,9 @@ static int check_cu_overlap(kdart_rt *rt, const tcheck *c, int n, int first_out,
     return KDART_OK;
 }
 
-/* Head dims: any K in 1..256, served by the K tile above it (64, 128, 256)
- * with masked loads and stores (the tail specializations) where K is below
- * its tile. */
+/* Head dims: any K in 1..256, served by the K tile above it (64, 128, 256;
+ * bwd_dhu also 192) with masked loads and stores (the tail specializations)
+ * where K is below its tile. */
 static int check_head_dim(kdart_rt *rt, int64_t K) {
     if (K < 1 || K > 256)
         return kdart__err(rt, KDART_EUNSUPPORTED, "head dim K=%lld is not supported (K must be 1..256)", (long long)K);
@@ -417,7 +417,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
         return rc;
     if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
     const int svf = COVERS(a, kdart_bwd_dhu_args, state_v_first) && a->state_v_first;
-    const int kt = kdart__k_tile(K);
+    const int kt = kdart__dhu_k_tile(K);
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
@@ -484,7 +484,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
      * state at native dims has its own (tail 2: the native copies) */
     const int full = K == kt && V % bv == 0;
     const int tail = !full ? 1 : svf ? 2 : 0;
-    int vals[5] = {io, kdart__k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
+    int vals[5] = {io, kdart__dhu_k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
     kdart__unit *u;
     void *fn;
     int *status = NULL;

@@ -29,16 +29,16 @@
  * ([64][2 * K/64] fp32) grow with the K tile */
 #define KDART__INTRA_SMEM(K) (111872 + 64 * 4 * 2 * ((K) / 64))
 #define KDART__DHU_THREADS 128 /* BwdDhuTraits<K, BV>::kThreads */
-/* BwdDhuTraits<K, BV>::kSmemBytes: cp.async stages (three; two at K = 256)
+/* BwdDhuTraits<K, BV>::kSmemBytes: cp.async stages (three; two at K = 192, 256)
  * of kg, qg, w ([64][K] io), do, dv ([64][BV] io) and one fp32 g row, each
  * stage rounded up to 1 KB (where wgmma's swizzle patterns repeat), plus
  * IO(dH) [K][BV] */
-#define KDART__DHU_STAGES(K) ((K) == 256 ? 2 : 3)
+#define KDART__DHU_STAGES(K) ((K) >= 192 ? 2 : 3)
 #define KDART__DHU_STAGE(K, BV) ((3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4 + 1023) / 1024 * 1024)
 #define KDART__DHU_SMEM(K, BV) (KDART__DHU_STAGES(K) * KDART__DHU_STAGE(K, BV) + (K) * (BV) * 2)
 /* The widest V tile a K tile supports (dH and the qg^T do sum in registers:
- * 2 * BV floats per thread each at K = 256, so BV 64 would spill) */
-#define KDART__DHU_MAX_BV(K) ((K) == 256 ? 32 : 64)
+ * 2 * BV floats per thread each at K = 256, 1.5 * BV at 192, so BV 64 would spill) */
+#define KDART__DHU_MAX_BV(K) ((K) >= 192 ? 32 : 64)
 
 /* The V tiles of bwd_dhu, written once: the BV parameter's strings (below) and
  * the integers the tile rule works with both expand this list. */
@@ -48,11 +48,15 @@
 static const int dhu_bvs[] = {KDART__DHU_BVS(KDART__INT_)}; /* the BV parameter's values, in order */
 #define KDART__NBV ((int)(sizeof dhu_bvs / sizeof dhu_bvs[0]))
 
-/* The K tiles, in the K parameter's order. */
+/* The K tiles, in the K parameter's order; bwd_dhu's has one more (192: a
+ * head dim in 129..192 scans a quarter fewer K-side bytes than in the 256 tile). */
 static const int k_tiles[] = {64, 128, 256};
+static const int dhu_k_tiles[] = {64, 128, 192, 256};
 
 int kdart__k_tile(int64_t K) { return K < 1 || K > 256 ? -1 : K <= 64 ? 64 : K <= 128 ? 128 : 256; }
 int kdart__k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : 2; }
+int kdart__dhu_k_tile(int64_t K) { return K > 128 && K <= 192 ? 192 : kdart__k_tile(K); }
+int kdart__dhu_k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : k_tile == 192 ? 2 : 3; }
 
 static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *threads = k_tiles[vals[0]]; /* one thread per channel */
@@ -71,7 +75,7 @@ static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
  * (K, BV) past KDART__DHU_MAX_BV compiles to a stub that the runtime never
  * launches: it takes no shared memory. */
 static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
-    int K = k_tiles[vals[1]], bv = dhu_bvs[vals[2]];
+    int K = dhu_k_tiles[vals[1]], bv = dhu_bvs[vals[2]];
     *threads = KDART__DHU_THREADS;
     *smem = bv <= KDART__DHU_MAX_BV(K) ? KDART__DHU_SMEM(K, bv) : 0;
 }
@@ -101,7 +105,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
      * (K = 256: not measured yet, taken as K = 128's) */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
-    const int kt = kdart__k_tile(K) > 0 ? kdart__k_tile(K) : 128;
+    const int kt = kdart__dhu_k_tile(K) > 0 ? kdart__dhu_k_tile(K) : 128;
     const int *rel = kt == 64 ? rel64 : rel128;
     if (sms < 1) sms = 1;
     int best = -1;
@@ -117,11 +121,21 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
 #define K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}
+#define DHU_K_PARAM {"K", 4, {"64", "128", "192", "256"}, {"64", "128", "192", "256"}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 /* bwd_dhu's tail: 0 native, 1 masked (head dims below the K tile, partial V
  * tiles, the V-first state at those), 2 the V-first state at native dims */
 #define DHU_TAIL_PARAM {"tail", 3, {"0", "1", "2"}, {"0", "1", "2"}, 0}
+
+/* rt->slots keeps KDART__MAX_SPECS units per kernel, indexed by spec: every
+ * kernel's spec count (the product of its parameters' value counts, as in
+ * the table below) must fit, or the launch path's slots overrun the fields
+ * after them (session 12's 108 bwd_dhu specs did, into the status words:
+ * test_core's registry_specs now checks every kernel's count as well). */
+_Static_assert(3 <= KDART__MAX_SPECS, "chunk_rcumsum's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 2 * 2 * 3 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 4 * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
@@ -131,7 +145,7 @@ const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
                              FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
                             bwd_intra_shape},
     [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
-                          {IO_PARAM, K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), DHU_TAIL_PARAM},
+                          {IO_PARAM, DHU_K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), DHU_TAIL_PARAM},
                           bwd_dhu_shape},
 };
 
@@ -147,11 +161,11 @@ int kdart__spec_is_varlen(int kernel, int spec) {
 }
 
 /* Stubs: specializations that compile to a trap and are never launched
- * (bwd_intra's tail without varlen: FixedParams has no Kr; bwd_dhu's K tile
- * 256 with BV 64, see KDART__DHU_MAX_BV). */
+ * (bwd_intra's tail without varlen: FixedParams has no Kr; bwd_dhu's K tiles
+ * 192 and 256 with BV 64, see KDART__DHU_MAX_BV). */
 static int spec_is_stub(int kernel, const int *vals) {
     if (kernel == KDART__K_BWD_INTRA) return vals[5] == 1 && vals[4] == 0;
-    if (kernel == KDART__K_BWD_DHU) return dhu_bvs[vals[2]] > KDART__DHU_MAX_BV(k_tiles[vals[1]]);
+    if (kernel == KDART__K_BWD_DHU) return dhu_bvs[vals[2]] > KDART__DHU_MAX_BV(dhu_k_tiles[vals[1]]);
     return 0;
 }
 
@@ -159,7 +173,8 @@ static int spec_is_stub(int kernel, const int *vals) {
  * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
  * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
  * 192) and bf16 bwd_dhu at the K tile 128 (tail 1: head dim 100, partial V
- * tiles; tail 2: the V-first state of K = 128 models).  The other tail specializations compile
+ * tiles; tail 2: the V-first state of K = 128 models).  bwd_dhu's K tile 192 (head dims 129..192)
+ * is prewarmed native and bf16 only.  The other tail specializations compile
  * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
  * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
  * static.txt).  Stubs are never prewarmed. */
@@ -169,7 +184,8 @@ int kdart__spec_prewarmed(int kernel, int spec) {
     kdart__spec_values(k, spec, vals);
     if (spec_is_stub(kernel, vals)) return 0;
     if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
-    if (kernel == KDART__K_BWD_DHU && vals[4] != 0) return vals[0] == 0 && k_tiles[vals[1]] == 128;
+    if (kernel == KDART__K_BWD_DHU && dhu_k_tiles[vals[1]] == 192) return vals[0] == 0 && vals[4] == 0;
+    if (kernel == KDART__K_BWD_DHU && vals[4] != 0) return vals[0] == 0 && dhu_k_tiles[vals[1]] == 128;
     return 1;
 }
 

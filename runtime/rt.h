@@ -23,7 +23,7 @@
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
 #define KDART__MAX_PARAMS 6
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 96      /* largest spec_count of any kernel */
+#define KDART__MAX_SPECS 144     /* largest spec_count of any kernel (bwd_dhu); registry.c asserts it */
 #define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */
@@ -73,6 +73,9 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
  * value index of a tile, the widest BV a K tile's bwd_dhu supports. */
 int kdart__k_tile(int64_t K);
 int kdart__k_index(int k_tile);
+/* bwd_dhu's K tiles: those and 192 (head dims 129..192) */
+int kdart__dhu_k_tile(int64_t K);
+int kdart__dhu_k_index(int k_tile);
 int kdart__dhu_max_bv(int k_tile);
 /* 1 if spec index `spec` of kernel is a varlen=1 specialization (its units
  * take the context's device status word, see kdart__status_word). */

@@ -74,11 +74,14 @@ START_TEST(registry_specs) {
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 96);
-    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 108);
+    ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
+    /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words) */
+    for (int k = 0; k < kdart_kernel_count(); k++)
+        ck_assert_int_le(kdart_spec_count(kdart_kernel_name(k)), KDART__MAX_SPECS);
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
-    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -110,7 +113,7 @@ START_TEST(registry_specs) {
             ck_assert_int_eq(kdart__spec_is_varlen(k, i), strstr(buf, "varlen=1") != NULL);
         }
     /* the default prewarm set: natives, bf16 fold_dg=1 emit_bf16=0 intra tails (varlen), bf16 K=128 dhu
-     * tails; no stubs */
+     * tails, bf16 K=192 dhu natives only; no stubs */
     int n_intra = 0, n_dhu = 0;
     for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
         kdart_spec_at("bwd_intra", i, buf, sizeof buf);
@@ -121,15 +124,16 @@ START_TEST(registry_specs) {
     }
     for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
         kdart_spec_at("bwd_dhu", i, buf, sizeof buf);
-        int stub = strstr(buf, "K=256,BV=64") != NULL;
-        int want = !stub && (strstr(buf, "tail=0") || strstr(buf, "io=bf16,K=128,"));
+        int stub = strstr(buf, "K=256,BV=64") || strstr(buf, "K=192,BV=64");
+        int want = !stub && (strstr(buf, "K=192,") ? strstr(buf, "io=bf16,") && strstr(buf, "tail=0")
+                                                   : strstr(buf, "tail=0") || strstr(buf, "io=bf16,K=128,"));
         ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", i), want);
         n_dhu += want;
     }
     ck_assert_int_eq(n_intra, 51);
-    ck_assert_int_eq(n_dhu, 44);
+    ck_assert_int_eq(n_dhu, 48);
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
-    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 108), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 144), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);
     ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
     /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
@@ -151,7 +155,19 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart__k_tile(65), 128);
     ck_assert_int_eq(kdart__k_tile(129), 256);
     ck_assert_int_eq(kdart__k_tile(257), -1);
+    /* bwd_dhu's K tiles add 192 (129..192) */
+    ck_assert_int_eq(kdart__dhu_k_tile(1), 64);
+    ck_assert_int_eq(kdart__dhu_k_tile(128), 128);
+    ck_assert_int_eq(kdart__dhu_k_tile(129), 192);
+    ck_assert_int_eq(kdart__dhu_k_tile(192), 192);
+    ck_assert_int_eq(kdart__dhu_k_tile(193), 256);
+    ck_assert_int_eq(kdart__dhu_k_tile(0), -1);
+    ck_assert_int_eq(kdart__dhu_k_tile(257), -1);
+    ck_assert_int_eq(kdart__dhu_k_index(192), 2);
+    ck_assert_int_eq(kdart__dhu_k_index(256), 3);
+    ck_assert_int_eq(kdart__dhu_max_bv(192), 32);
     ck_assert_int_eq(kdart__dhu_max_bv(256), 32);
+    ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 160, 1), 32);
     ck_assert_int_eq(kdart__dhu_bv_index(32), 1);
     ck_assert_int_eq(kdart__dhu_bv_index(48), -1);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=96", buf, sizeof buf), KDART_ESPEC);
@@ -196,13 +212,13 @@ START_TEST(check_spec_shapes) {
             for (int v0 = 64; v0 <= 512; v0 += 64) {
                 int K, V = v0, svf;
                 kc_dhu_spec_dims(buf, variant, &K, &V, &svf);
-                ck_assert_int_eq(kdart__k_tile(K), kc_spec_k(buf));
+                ck_assert_int_eq(kdart__dhu_k_tile(K), kc_spec_k(buf));
                 ck_assert(V >= 1 && V <= 512);
-                ck_assert_int_eq(K != kdart__k_tile(K) || V % bv != 0 ? 1 : svf ? 2 : 0, tail);
+                ck_assert_int_eq(K != kdart__dhu_k_tile(K) || V % bv != 0 ? 1 : svf ? 2 : 0, tail);
             }
         launched++;
     }
-    ck_assert_int_eq(launched, 96); /* 108 less K=256 x BV=64 */
+    ck_assert_int_eq(launched, 120); /* 144 less K=192 and K=256 x BV=64 */
 }
 END_TEST
 

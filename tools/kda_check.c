@@ -675,7 +675,7 @@ int kc_spec_k(const char *spec) {
     return p ? atoi(p + 3) : 0;
 }
 
-int kc_dhu_spec_launchable(const char *spec) { return !(kc_spec_k(spec) == 256 && kc_spec_bv(spec) == 64); }
+int kc_dhu_spec_launchable(const char *spec) { return !(kc_spec_k(spec) >= 192 && kc_spec_bv(spec) == 64); }
 
 int kc_spec_tail(const char *spec) { return spec && strstr(spec, "tail=1") != NULL; }
 

@@ -262,6 +262,11 @@ def k_tile(K):
     return 64 if K <= 64 else 128 if K <= 128 else 256
 
 
+def dhu_k_tile(K):
+    """bwd_dhu's K tile for head dim K: as k_tile's, and 192 for K in 129..192."""
+    return 192 if 128 < K <= 192 else k_tile(K)
+
+
 def lib():
     return load().lib
 

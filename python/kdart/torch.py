@@ -469,8 +469,9 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
     # the specialization ops.c picks: masked (1) for K below its tile or a partial V tile, else the V-first
     # state at native dims (2) or the native one (0)
-    tail = 1 if K != _lib.k_tile(K) or (v_tile > 0 and V % v_tile != 0) else 2 if state_v_first else 0
-    plan.spec = f"io={_IO[q.dtype]},K={_lib.k_tile(K)},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
+    kt = _lib.dhu_k_tile(K)
+    tail = 1 if K != kt or (v_tile > 0 and V % v_tile != 0) else 2 if state_v_first else 0
+    plan.spec = f"io={_IO[q.dtype]},K={kt},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
     plan.no_rows = rows == 0
     return plan
 

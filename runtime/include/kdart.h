@@ -218,10 +218,11 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * prewarm' without --all, and the compile service's prewarm without a spec),
  * 0 if it compiles on first use only, a negative status for an unknown
  * kernel (EKERNEL) or index (EINVAL).  The set: every native specialization
- * (tail=0) and the tail ones most calls need (bf16 bwd_intra with fold_dg=1,
- * emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128); never the stubs that the
- * runtime does not launch (bwd_intra tail=1 with varlen=0, bwd_dhu K=256 with
- * BV=64).  The rest compile on first use, 0.5-1.5 s each. */
+ * (tail=0; at bwd_dhu's K=192, bf16 only) and the tail ones most calls need
+ * (bf16 bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at
+ * K=128); never the stubs that the runtime does not launch (bwd_intra tail=1
+ * with varlen=0, bwd_dhu K=192 and 256 with BV=64).  The rest compile on
+ * first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
 
 /* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
@@ -342,8 +343,9 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * bytes) pointers, dtypes, shapes against each other, strides, devices
  * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu),
  * HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or 256 serves
- * every K up to its tile (1..64, 65..128, 129..256) with masked loads and
- * stores, and bwd_dhu any V with its last V tile masked.  A
+ * every K up to its tile (1..64, 65..128, 129..256; bwd_dhu's tile 192 takes
+ * 129..192) with masked loads and stores, and bwd_dhu any V with its last V
+ * tile masked.  A
  * failure returns its own status with a message naming the argument, and
  * launches nothing and writes nothing.
  *

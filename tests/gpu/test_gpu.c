@@ -577,11 +577,12 @@ END_TEST
 /* Head dims of the masked path and the K tile 256: outputs NaN-poisoned, against the float64 reference,
  * twice for determinism. */
 /* the masked bwd_dhu copies rows in 16-byte granules where Kr (V) % 8 == 0
- * (16, 192, 200, the V-first state at native dims), 8-byte ones where it is
+ * (16, 160, 200, the V-first state at native dims), 8-byte ones where it is
  * 4 mod 8 (60, 100), 4-byte ones where it is 2 mod 4 (18, 190), and by
  * element where it is odd (1); the V-first checkpoint goes out in the same
- * granules of Kr */
-static const int head_ks[] = {1, 16, 18, 60, 64, 100, 128, 190, 192, 256};
+ * granules of Kr.  bwd_dhu's K tile 192 takes 160 and 190 (masked) and 192
+ * (native: its copies by 64-column block) */
+static const int head_ks[] = {1, 16, 18, 60, 64, 100, 128, 160, 190, 192, 256};
 static const int head_vs[] = {1, 18, 60, 64, 100, 128, 190, 200, 256, 512};
 #define NHK ((int)(sizeof head_ks / sizeof head_ks[0]))
 #define NHV ((int)(sizeof head_vs / sizeof head_vs[0]))
@@ -708,6 +709,8 @@ START_TEST(spec_choice) {
         {2, 256, 128, 128, 32, 1, 0, "dhu K=V=128 V-first"},
         {1, 0, 64, 128, 64, 0, 1, "dhu K=64 V=128 packed"},
         {2, 256, 200, 256, 16, 0, 0, "dhu K=200 V=256 BV=16"},
+        {2, 256, 192, 128, 32, 0, 0, "dhu K=192 V=128 (the K tile 192)"},
+        {1, 0, 160, 160, 0, 1, 1, "dhu K=V=160 V-first packed (below 192)"},
         {2, 256, 64, 192, 0, 0, 0, "dhu K=64 V=192 BV auto"},
         {1, 0, 100, 100, 0, 0, 1, "dhu K=V=100 packed BV auto"},
     };
@@ -720,7 +723,7 @@ START_TEST(spec_choice) {
         int bv = dhu[i].bv;
         if (!bv) ck_assert_int_eq(kdart_dhu_v_tile(h, dhu[i].packed ? packed.nseq : dhu[i].B, 2, dhu[i].K, dhu[i].V,
                                                    &bv), KDART_OK);
-        const int kt = dhu[i].K <= 64 ? 64 : dhu[i].K <= 128 ? 128 : 256;
+        const int kt = dhu[i].K <= 64 ? 64 : dhu[i].K <= 128 ? 128 : dhu[i].K <= 192 ? 192 : 256;
         const int tail = dhu[i].K != kt || dhu[i].V % bv != 0 ? 1 : dhu[i].svf ? 2 : 0;
         char want[128];
         snprintf(want, sizeof want, "io=bf16,K=%d,BV=%d,varlen=%d,tail=%d", kt, bv, dhu[i].packed, tail);
