@@ -102,7 +102,7 @@ int kdart__dhu_bv_index(int bv) {
  * bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
     /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value
-     * (K = 256: not measured yet, taken as K = 128's) */
+     * (K = 192 and 256: not measured yet, taken as K = 128's) */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
     const int kt = kdart__dhu_k_tile(K) > 0 ? kdart__dhu_k_tile(K) : 128;

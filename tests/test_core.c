@@ -77,9 +77,18 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
-    /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words) */
-    for (int k = 0; k < kdart_kernel_count(); k++)
+    /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words),
+     * and its parameters their tables (a value past KDART__MAX_VALUES is only a compiler warning) */
+    for (int k = 0; k < kdart_kernel_count(); k++) {
         ck_assert_int_le(kdart_spec_count(kdart_kernel_name(k)), KDART__MAX_SPECS);
+        ck_assert_int_le(kdart__kernels[k].nparams, KDART__MAX_PARAMS);
+        for (int i = 0; i < kdart__kernels[k].nparams; i++) {
+            const kdart__param *q = &kdart__kernels[k].params[i];
+            ck_assert(q->nvalues >= 1 && q->nvalues <= KDART__MAX_VALUES);
+            ck_assert(q->dflt >= 0 && q->dflt < q->nvalues);
+            for (int v = 0; v < q->nvalues; v++) ck_assert(q->values[v] != NULL && q->targs[v] != NULL);
+        }
+    }
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
     char buf[128];
