@@ -49,14 +49,22 @@ static const int dhu_bvs[] = {KDART__DHU_BVS(KDART__INT_)}; /* the BV parameter'
 #define KDART__NBV ((int)(sizeof dhu_bvs / sizeof dhu_bvs[0]))
 
 /* The K tiles, in the K parameter's order; bwd_dhu's has one more (192: a
- * head dim in 129..192 scans a quarter fewer K-side bytes than in the 256 tile). */
+ * head dim in 129..192 scans a quarter fewer K-side bytes than in the 256
+ * tile), written once as the V tiles are: its K parameter's strings and the
+ * integers below expand this list. */
 static const int k_tiles[] = {64, 128, 256};
-static const int dhu_k_tiles[] = {64, 128, 192, 256};
+#define KDART__DHU_KS(X) X(64) X(128) X(192) X(256)
+static const int dhu_k_tiles[] = {KDART__DHU_KS(KDART__INT_)};
+#define KDART__NDK ((int)(sizeof dhu_k_tiles / sizeof dhu_k_tiles[0]))
 
 int kdart__k_tile(int64_t K) { return K < 1 || K > 256 ? -1 : K <= 64 ? 64 : K <= 128 ? 128 : 256; }
 int kdart__k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : 2; }
 int kdart__dhu_k_tile(int64_t K) { return K > 128 && K <= 192 ? 192 : kdart__k_tile(K); }
-int kdart__dhu_k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : k_tile == 192 ? 2 : 3; }
+int kdart__dhu_k_index(int k_tile) {
+    for (int i = 0; i < KDART__NDK; i++)
+        if (dhu_k_tiles[i] == k_tile) return i;
+    return -1;
+}
 
 static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *threads = k_tiles[vals[0]]; /* one thread per channel */
@@ -105,7 +113,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
      * (K = 192 and 256: not measured yet, taken as K = 128's) */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
-    const int kt = kdart__dhu_k_tile(K) > 0 ? kdart__dhu_k_tile(K) : 128;
+    const int kt0 = kdart__dhu_k_tile(K), kt = kt0 > 0 ? kt0 : 128;
     const int *rel = kt == 64 ? rel64 : rel128;
     if (sms < 1) sms = 1;
     int best = -1;
@@ -121,7 +129,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 
 #define IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
 #define K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}
-#define DHU_K_PARAM {"K", 4, {"64", "128", "192", "256"}, {"64", "128", "192", "256"}, 1}
+#define DHU_K_PARAM {"K", KDART__NDK, {KDART__DHU_KS(KDART__STR_)}, {KDART__DHU_KS(KDART__STR_)}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
 /* bwd_dhu's tail: 0 native, 1 masked (head dims below the K tile, partial V
@@ -135,7 +143,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
  * test_core's registry_specs now checks every kernel's count as well). */
 _Static_assert(3 <= KDART__MAX_SPECS, "chunk_rcumsum's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * 2 * 2 * 3 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
-_Static_assert(2 * 4 * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * KDART__NDK * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
@@ -173,8 +181,9 @@ static int spec_is_stub(int kernel, const int *vals) {
  * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
  * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
  * 192) and bf16 bwd_dhu at the K tile 128 (tail 1: head dim 100, partial V
- * tiles; tail 2: the V-first state of K = 128 models).  bwd_dhu's K tile 192 (head dims 129..192)
- * is prewarmed native and bf16 only.  The other tail specializations compile
+ * tiles; tail 2: the V-first state of K = 128 models).  bwd_dhu's K tile 192
+ * (head dims 129..192) is prewarmed native and bf16 only.  The other tail
+ * specializations compile
  * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
  * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
  * static.txt).  Stubs are never prewarmed. */

@@ -25,7 +25,8 @@ buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
 D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512 except where
 its masked path measured slower than fla's (MASKED_DHU: K between 129 and
 191, the V-first state at K > 128 other than K = 192 and 256 with whole
-64-column V tiles, odd K or V), which fall back; kdart.torch.bwd_dhu serves those too.  Each new fallback reason is warned about once.  With
+64-column V tiles, odd K or V), which fall back; kdart.torch.bwd_dhu serves
+those too.  Each new fallback reason is warned about once.  With
 fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
