@@ -13,11 +13,12 @@ import sys
 # (K, V, state_v_first): 8-byte granules at the K tiles 128 / 64, 4-byte and element ones, the K tile 192
 # (native at 192, masked at 160 in 16-byte granules, the V-first state at both), the K tile 256's masked
 # path (16-byte granules at 200, 8-byte ones at 196, a partial V tile at K = 256), the V-first state at
-# native dims (the native copies) and at masked ones
+# native dims (the native copies) and at masked ones; odd dims (kdart.torch pads them to a multiple of 8)
 CASES = [(100, 100, False), (60, 60, False), (128, 128, True), (64, 64, True), (256, 256, True),
          (100, 100, True), (192, 192, False), (160, 160, False), (192, 192, True), (160, 160, True),
          (200, 200, False), (196, 196, False), (256, 200, False), (200, 200, True), (18, 18, False),
-         (63, 63, False)]
+         (63, 63, False), (130, 128, False), (144, 144, False), (250, 250, True), (256, 96, True),
+         (101, 101, False)]
 
 
 def pick(spec):

@@ -24,10 +24,10 @@
  *
  * ---- Launch contract (the runtime mirrors it; see BwdDhuTraits) ----------
  *   kernel   : kdart_bwd_dhu<IO, K, BV, VARLEN, TAIL>, IO in {kdart::bf16, kdart::fp16},
- *              K (the K tile) in {64, 128, 192, 256}, BV (V tile width) in {16, 32, 64} (16, 32 at
- *              K = 192 and 256: <192, 64> and <256, 64> are trap stubs), VARLEN in {false, true}, TAIL (the
- *              registry's tail parameter) in {0, 1, 2}
- *   block    : BwdDhuTraits<K, BV>::kThreads = 128 threads (4 warps, one warpgroup)
+ *              K (the K tile) in {64, 128, 192, 256}, BV (V tile width) in {16, 32, 64}, VARLEN in
+ *              {false, true}, TAIL (the registry's tail parameter) in {0, 1, 2}
+ *   block    : BwdDhuTraits<K, BV>::kCtaThreads = 128 threads (4 warps, one warpgroup); 256 (two
+ *              warpgroups) at <192, 64> and <256, 64>
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
  *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv; VARLEN at BV 64
  *              with p.v_split != 0, the V split: (ceil(V / 32), N * HV, 1), each CTA scanning
@@ -40,7 +40,7 @@
  *              V-first checkpoint, dht and dh0); TAIL 1 (masked) takes anything (see the masked
  *              path: the same GEMMs, global accesses in 16-, 8-, 4- or 2-byte granules).  The host
  *              picks TAIL from the shapes, so the native specializations carry none of the others' code.
- *   pairs    : VARLEN, K = 256, TAIL 0 on sm_90a with p.pair_heads != 0 (HV even, set by
+ *   pairs    : VARLEN, K = 256, BV 16 or 32, TAIL 0 on sm_90a with p.pair_heads != 0 (HV even, set by
  *              the host on grids of 8 waves or more): grid (ceil(V / BV), N * HV / 2), each CTA
  *              scanning heads 2j and 2j+1 of one sequence (kdart::dhu::pair_heads)
  *   Which BV to launch is a host decision: the scan is serial over chunks, so
@@ -97,6 +97,21 @@
  * ldmatrix/stmatrix of 8 rows conflict-free; stages start on 1024-byte
  * boundaries.  No atomics: results are bitwise deterministic.
  *
+ * Two warpgroups (the K tiles 192 and 256 at BV 64).  A K = 256 scan of 32 columns
+ * fills an SM (two 105 KB stages) with one warp per scheduler, so its chunk
+ * is a latency chain that leaves the tensor cores, shared memory and L2
+ * mostly idle (ncu: 49% L2, 39% DRAM throughput), while the 8 V-tile CTAs of
+ * a head each copy the same 96 KB of K-side tiles per chunk.  The <256, 64>
+ * kernel runs two such scans in one CTA, warpgroup g on columns 32 g ..
+ * 32 g + 31 with its own dH registers, V-side slab and S_H tile, over one
+ * copy of kg, qg and w (each warpgroup copies half of their rows): two
+ * chains interleave on one SM, and the K-side bytes per column halve.  At
+ * K = 256, two stages of kg and w, both slabs and both S_H tiles leave room
+ * for one qg buffer only (kQOne): it is refilled after B2, when both
+ * warpgroups' QD products of the chunk are done, while WD runs.  The K tile
+ * 192 (three 64-column blocks, 202 KB) does the same with qg in the stages.  The
+ * barriers are the CTA's (both warpgroups run the same chunks).
+ *
  * History: the first version kept dH transposed with warps splitting V (16
  * columns each), so every warp read all of kg/qg/w from shared memory each
  * chunk; with one 4-warp CTA per SM on small grids that cost ~2 us per
@@ -120,45 +135,63 @@
 template <int K_, int BV_>
 struct BwdDhuTraits {
     static constexpr int K = K_;
-    static constexpr int kBV = BV_;
+    static constexpr int kBV = BV_;                 /* the CTA's V tile */
     static constexpr int kBT = KDART_CHUNK;         /* 64 rows per chunk */
+    /* Warpgroups per CTA: one, or two at the K tiles 192 and 256 with BV 64, each
+     * scanning 32 of the 64 columns (kBVw) over one shared copy of the K-side
+     * tiles (see "Two warpgroups" in the structure notes above).  Everything per
+     * warpgroup (kThreads, kNB, kUV, kTileV, the V-side swizzle) is of kBVw. */
+    static constexpr int kWGs = K >= 192 && BV_ == 64 ? 2 : 1;
+    static constexpr int kBVw = BV_ / kWGs;
     /* cp.async ring depth: three stages; two at K = 192 and 256 (a stage is 81 / 100 KB there) */
     static constexpr int kStages = K >= 192 ? 2 : 3;
     static constexpr int kWarps = 4;                /* one warpgroup */
-    static constexpr int kThreads = 32 * kWarps;
+    static constexpr int kThreads = 32 * kWarps;    /* per warpgroup */
+    static constexpr int kCtaThreads = kThreads * kWGs;
     static constexpr int kMT = K / 64;              /* 64-row blocks of dH; warp w owns rows 64 mt + 16 w + [0, 16) */
     static constexpr int kDW = 16 * kMT;            /* dH rows per warp */
-    static constexpr int kNB = kBV / 8;             /* n8 tiles along V */
-    static constexpr int kUV = kBV / 8;             /* 16-byte units per V-side row */
+    static constexpr int kNB = kBVw / 8;            /* n8 tiles along V */
+    static constexpr int kUV = kBVw / 8;            /* 16-byte units per V-side row */
     /* K-side tiles ([64 rows][K], 16-bit) are stored as K/64 column blocks of
      * [64 rows][128 bytes], each with the 128-byte swizzle (16-byte unit u of
      * row r at u ^ (r & 7)): the canonical layout of wgmma's 128B mode for both
      * the K-major (kg) and the MN-major (qg^T, w^T) reading. */
     static constexpr int kColBlock = kBT * 128;
     static constexpr int kTileK = kBT * K * 2;
-    static constexpr int kTileV = kBT * kBV * 2;
+    static constexpr int kTileV = kBT * kBVw * 2;
+    /* Two warpgroups at K = 256 need two stages of kg, w and two V-side slabs
+     * plus the S_H of each: with qg in every stage too that is 258 KB, so qg has
+     * one buffer of its own (kQOne, at kOffQ past the stages), refilled once the
+     * chunk's QD products of both warpgroups are done (after B2).  At 192 all
+     * of it fits (202 KB). */
+    static constexpr bool kQOne = kWGs > 1 && K == 256;
     static constexpr int kOffKg = 0;
-    static constexpr int kOffQg = kTileK;
-    static constexpr int kOffW = 2 * kTileK;
-    static constexpr int kOffDo = 3 * kTileK;
-    static constexpr int kOffDv = 3 * kTileK + kTileV;      /* dv2 is written back in place */
-    static constexpr int kOffG = 3 * kTileK + 2 * kTileV;   /* fp32 row t0+63 of g, K floats */
+    static constexpr int kOffQg = kQOne ? 0 : kTileK;       /* in the stage (kQOne: unused, kOffQ instead) */
+    static constexpr int kOffW = kQOne ? kTileK : 2 * kTileK;
+    static constexpr int kTilesK = kQOne ? 2 : 3;           /* K-side tiles per stage */
+    static constexpr int kVSlab = 2 * kTileV;               /* do and dv of one warpgroup */
+    static constexpr int kOffDo = kTilesK * kTileK;         /* + warpgroup * kVSlab */
+    static constexpr int kOffDv = kTilesK * kTileK + kTileV;        /* dv2 is written back in place */
+    static constexpr int kOffG = kTilesK * kTileK + kWGs * kVSlab;  /* fp32 row t0+63 of g, K floats */
     /* stages start on 1024-byte boundaries, where the swizzle patterns repeat */
     static constexpr int kStageBytes = (kOffG + K * 4 + 1023) / 1024 * 1024;
-    static constexpr int kOffH = kStages * kStageBytes;     /* S_H: IO(dH) [K][BV] */
-    static constexpr int kSmemBytes = kOffH + K * kBV * 2;
+    static constexpr int kOffQ = kStages * kStageBytes;     /* kQOne: qg [64][K] */
+    static constexpr int kOffH = kOffQ + (kQOne ? kTileK : 0);   /* S_H: IO(dH) [K][kBVw] per warpgroup */
+    static constexpr int kTileH = K * kBVw * 2;
+    static constexpr int kSmemBytes = kOffH + kWGs * kTileH;
     static constexpr int kMinBlocks = (2 * (kSmemBytes + 1024) <= 228 * 1024) ? 2 : 1;
-    /* the V-side rows (do, dv, S_H: kBV 16-bit values) use the wgmma swizzle
-     * mode of their width: 128B at BV 64, 64B at BV 32, 32B at BV 16 */
-    static constexpr unsigned kSwzV = kBV == 64 ? 1u : kBV == 32 ? 2u : 3u;
+    /* the V-side rows (do, dv, S_H: kBVw 16-bit values) use the wgmma swizzle
+     * mode of their width: 128B at 64, 64B at 32, 32B at 16 */
+    static constexpr unsigned kSwzV = kBVw == 64 ? 1u : kBVw == 32 ? 2u : 3u;
     /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4"), and the
      * wider tiles; at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
     static constexpr bool kWG = KDART_DHU_WG && K >= 128;
-    /* (K, BV) pairs with a real kernel: at K = 256, dH and the qg^T do sum take
-     * 2 BV fp32 registers per thread each (1.5 BV at 192), so BV 64 would spill
-     * (and its stages would not fit); the registry's BV 64 specializations of
-     * those K tiles are stubs that the runtime never launches (kdart__dhu_max_bv) */
-    static constexpr bool kValid = K < 192 || kBV <= 32;
+    /* (K, BV) pairs with a real kernel: at K = 192 and 256, dH and the qg^T do
+     * sum take 1.5 or 2 kBVw fp32 registers per thread each, so one warpgroup
+     * at 64 columns would spill (and its stages would not fit): those tiles
+     * take 64 as two warpgroups of 32.  (Every pair is valid now; the trap
+     * stub below stays for a tile that is not.) */
+    static constexpr bool kValid = K < 192 || kBVw <= 32;
     /* 16-byte units of a K-side row, and whether the 128 threads split a tile's
      * rows evenly by them: not at K = 192 (24 units), whose copies go by
      * 64-column block (8 units) instead */
@@ -168,12 +201,13 @@ struct BwdDhuTraits {
     static_assert(K == 64 || K == 128 || K == 192 || K == 256, "bwd_dhu: K must be 64, 128, 192 or 256");
     static_assert(kBV == 16 || kBV == 32 || kBV == 64, "bwd_dhu: BV must be 16, 32 or 64");
     static_assert(kNB % 2 == 0, "bwd_dhu: n8 tiles in pairs");
+    static_assert(kWGs == 1 || (kStages == 2 && kBVw == 32), "bwd_dhu: two warpgroups at the K tiles 192, 256, BV 64 only");
     static_assert(kTileK % 1024 == 0 && kTileV % 512 == 0 && kStageBytes % 1024 == 0, "bwd_dhu: swizzle alignment");
     static_assert(!kValid || kSmemBytes <= 227 * 1024, "bwd_dhu: dynamic smem over the 227 KB opt-in limit");
     /* 16-byte unit of a V-side row after the XOR swizzle (wgmma's swizzle of
      * the row width, so the 8 rows of one ldmatrix land in 8 bank groups) */
     static __device__ __forceinline__ int swzV(int row, int u) {
-        return kBV == 64 ? (u ^ (row & 7)) : kBV == 32 ? (u ^ ((row >> 1) & 3)) : (u ^ ((row >> 2) & 1));
+        return kBVw == 64 ? (u ^ (row & 7)) : kBVw == 32 ? (u ^ ((row >> 1) & 3)) : (u ^ ((row >> 2) & 1));
     }
     /* byte offset of 16-byte unit u (0 .. K/8-1) of K-side row r */
     static __device__ __forceinline__ unsigned offK(int r, int u) {
@@ -186,9 +220,11 @@ static_assert(BwdDhuTraits<128, 64>::kSmemBytes == 216064 && BwdDhuTraits<128, 3
 static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 134144 && BwdDhuTraits<64, 32>::kSmemBytes == 105472 &&
               BwdDhuTraits<64, 16>::kSmemBytes == 91136, "contract K=64");
 static_assert(BwdDhuTraits<256, 32>::kSmemBytes == 231424 && BwdDhuTraits<256, 16>::kSmemBytes == 215040 &&
-              !BwdDhuTraits<256, 64>::kValid, "contract K=256");
+              BwdDhuTraits<256, 64>::kSmemBytes == 231424 && BwdDhuTraits<256, 64>::kCtaThreads == 256,
+              "contract K=256");
 static_assert(BwdDhuTraits<192, 32>::kSmemBytes == 178176 && BwdDhuTraits<192, 16>::kSmemBytes == 163840 &&
-              !BwdDhuTraits<192, 64>::kValid, "contract K=192");
+              BwdDhuTraits<192, 64>::kSmemBytes == 206848 && BwdDhuTraits<192, 64>::kCtaThreads == 256,
+              "contract K=192");
 
 namespace kdart {
 namespace dhu {
@@ -226,6 +262,8 @@ __device__ __forceinline__ void cp_async_zfill(unsigned dst, const void *src, bo
                      "r"(valid ? G : 0) : "memory");
 }
 template <int G> struct granule { static constexpr int value = G; };
+/* which K-side tiles a copy takes (bwd_dhu_scan.inc, gen_k) */
+template <int P> struct kpart { static constexpr int value = P; };
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -519,16 +557,18 @@ namespace dhu {
 
 /* One CTA's scan as a device function (the kernel's own text, bwd_dhu_scan.inc),
  * its V tile bx and row by from the caller: the V split's two widths. */
-template <typename IO, int K, int BV, bool VARLEN, int TAIL>
+template <typename IO, int K, int BV, bool VARLEN, int TAIL, int NWG_ = 1>
 __device__ __forceinline__ void scan(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by)
 {
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
 #define KDART_DHU_PAIR 0
+#define KDART_DHU_NWG NWG_
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
 #undef KDART_DHU_PAIR
+#undef KDART_DHU_NWG
 }
 
 /* Head pairs (VARLEN, the K tile 256, native, HV even: p.pair_heads).  A
@@ -554,10 +594,12 @@ __device__ __forceinline__ void scan_pair1(const kdart_bwd_dhu_params p, const i
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
 #define KDART_DHU_PAIR 1
+#define KDART_DHU_NWG 1
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
 #undef KDART_DHU_PAIR
+#undef KDART_DHU_NWG
 }
 template <typename IO, int K, int BV>
 __device__ __forceinline__ void scan_pair2(const kdart_bwd_dhu_params p, const int dhu_bx, const int dhu_by,
@@ -568,10 +610,12 @@ __device__ __forceinline__ void scan_pair2(const kdart_bwd_dhu_params p, const i
 #define KDART_DHU_BX dhu_bx
 #define KDART_DHU_BY dhu_by
 #define KDART_DHU_PAIR 2
+#define KDART_DHU_NWG 1
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
 #undef KDART_DHU_PAIR
+#undef KDART_DHU_NWG
 }
 template <typename IO, int K, int BV>
 __device__ __forceinline__ void pair_heads(const kdart_bwd_dhu_params p)
@@ -667,11 +711,15 @@ __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
  * itself: moved into a __forceinline__ function, the native specializations'
  * SASS changed.) */
 template <typename IO, int K, int BV, bool VARLEN, int TAIL>
-__global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(BwdDhuTraits<K, BV>::kThreads,
+__global__ kdart::enable_if_t<BwdDhuTraits<K, BV>::kValid> __launch_bounds__(BwdDhuTraits<K, BV>::kCtaThreads,
                                                                              BwdDhuTraits<K, BV>::kMinBlocks)
 kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
-    if constexpr (VARLEN && BV == 64 && K <= 128) {
+    constexpr int kNWG = BwdDhuTraits<K, BV>::kWGs;
+    if constexpr (kNWG > 1) {   /* two warpgroups of BV / 2 columns (the K tiles 192 and 256 at BV 64; no
+                                   head pairs: measured slower there, 1.298 against 1.254 ms, session 15) */
+        kdart::dhu::scan<IO, K, BV / kNWG, VARLEN, TAIL, kNWG>(p, blockIdx.x, blockIdx.y);
+    } else if constexpr (VARLEN && BV == 64 && K <= 128) {
         kdart::dhu::varlen64<IO, K, TAIL>(p);   /* the V split (below): its own text, two scans */
     } else {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)   /* measured there only; the host sets pair_heads for sm_90a alone */
@@ -684,10 +732,12 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 #define KDART_DHU_BX blockIdx.x
 #define KDART_DHU_BY blockIdx.y
 #define KDART_DHU_PAIR 0
+#define KDART_DHU_NWG 1
 #include "bwd_dhu_scan.inc"
 #undef KDART_DHU_BX
 #undef KDART_DHU_BY
 #undef KDART_DHU_PAIR
+#undef KDART_DHU_NWG
     }
 }
 

@@ -421,9 +421,6 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
-    if (a->v_tile > kdart__dhu_max_bv(kt))
-        return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported at K=%lld (the K tile %d takes at most %d)",
-                          a->v_tile, (long long)K, kt, kdart__dhu_max_bv(kt));
     const int64_t N = sq.N;
     /* dh's chunk rows: exactly ceil(T/64) per row at fixed length; varlen:
      * the total is known only on the device, so any NT >= 1 (>= the rows of
@@ -496,8 +493,10 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
      * chunk copied during the first's last.  Only on grids of at least 8
      * waves, which halving keeps at 4 or more (fewer CTAs than that would
      * leave SMs idle at the end instead); the sm_90a build alone has them
-     * (measured there only). */
-    const int pair = pairable && !tail && strcmp(u->arch, "sm_90a") == 0 && N * HV * ((V + bv - 1) / bv) >= 8LL * sms;
+     * (measured there only).  Not at BV 64, two warpgroups per CTA: there they
+     * measured slower (the docs256 row 1.298 against 1.254 ms, session 15). */
+    const int pair = pairable && !tail && bv != 64 && strcmp(u->arch, "sm_90a") == 0 &&
+                     N * HV * ((V + bv - 1) / bv) >= 8LL * sms;
     kdart_bwd_dhu_params p = {
         (const void *)addr(a->qg), (const void *)addr(a->kg),  (const void *)addr(a->w),
         (const float *)addr(a->g), (const void *)addr(a->d_o), (const void *)addr(a->dv),

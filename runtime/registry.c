@@ -28,17 +28,24 @@
 /* BwdIntraTraits<K>::kSmemBytes: 64-column passes; only the db partials
  * ([64][2 * K/64] fp32) grow with the K tile */
 #define KDART__INTRA_SMEM(K) (111872 + 64 * 4 * 2 * ((K) / 64))
-#define KDART__DHU_THREADS 128 /* BwdDhuTraits<K, BV>::kThreads */
+/* BwdDhuTraits<K, BV>::kWGs: warpgroups of 128 threads (kCtaThreads), two at
+ * the K tiles 192 and 256 with BV 64, each scanning 32 of the columns */
+#define KDART__DHU_WGS(K, BV) ((K) >= 192 && (BV) == 64 ? 2 : 1)
+#define KDART__DHU_THREADS(K, BV) (128 * KDART__DHU_WGS(K, BV))
 /* BwdDhuTraits<K, BV>::kSmemBytes: cp.async stages (three; two at K = 192, 256)
  * of kg, qg, w ([64][K] io), do, dv ([64][BV] io) and one fp32 g row, each
  * stage rounded up to 1 KB (where wgmma's swizzle patterns repeat), plus
- * IO(dH) [K][BV] */
+ * IO(dH) [K][BV]; with two warpgroups qg has one buffer outside the stages */
 #define KDART__DHU_STAGES(K) ((K) >= 192 ? 2 : 3)
-#define KDART__DHU_STAGE(K, BV) ((3 * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4 + 1023) / 1024 * 1024)
-#define KDART__DHU_SMEM(K, BV) (KDART__DHU_STAGES(K) * KDART__DHU_STAGE(K, BV) + (K) * (BV) * 2)
-/* The widest V tile a K tile supports (dH and the qg^T do sum in registers:
- * 2 * BV floats per thread each at K = 256, 1.5 * BV at 192, so BV 64 would spill) */
-#define KDART__DHU_MAX_BV(K) ((K) >= 192 ? 32 : 64)
+#define KDART__DHU_QONE(K, BV) ((K) == 256 && KDART__DHU_WGS(K, BV) > 1)
+#define KDART__DHU_STAGE(K, BV) \
+    (((3 - KDART__DHU_QONE(K, BV)) * 64 * (K) * 2 + 2 * 64 * (BV) * 2 + (K) * 4 + 1023) / 1024 * 1024)
+#define KDART__DHU_SMEM(K, BV) \
+    (KDART__DHU_STAGES(K) * KDART__DHU_STAGE(K, BV) + KDART__DHU_QONE(K, BV) * 64 * (K) * 2 + (K) * (BV) * 2)
+_Static_assert(KDART__DHU_SMEM(256, 64) == 231424 && KDART__DHU_SMEM(256, 32) == 231424 &&
+                   KDART__DHU_SMEM(128, 64) == 216064 && KDART__DHU_SMEM(192, 32) == 178176 &&
+                   KDART__DHU_SMEM(192, 64) == 206848,
+               "bwd_dhu's launch contract (kernel_src/bwd_dhu.cuh asserts the same)");
 
 /* The V tiles of bwd_dhu, written once: the BV parameter's strings (below) and
  * the integers the tile rule works with both expand this list. */
@@ -80,15 +87,14 @@ static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
 }
 
 /* BwdDhuTraits<K, BV> in kernel_src/bwd_dhu.cuh. vals: io, K, BV, varlen.
- * (K, BV) past KDART__DHU_MAX_BV compiles to a stub that the runtime never
- * launches: it takes no shared memory. */
+ * Every (K, BV) is a kernel (the K tiles 192 and 256 run BV 64 as two
+ * warpgroups of 32 columns: dH and qg^T sum in registers, 2 * BV floats per
+ * thread each at K = 256). */
 static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
     int K = dhu_k_tiles[vals[1]], bv = dhu_bvs[vals[2]];
-    *threads = KDART__DHU_THREADS;
-    *smem = bv <= KDART__DHU_MAX_BV(K) ? KDART__DHU_SMEM(K, bv) : 0;
+    *threads = KDART__DHU_THREADS(K, bv);
+    *smem = KDART__DHU_SMEM(K, bv);
 }
-
-int kdart__dhu_max_bv(int k_tile) { return KDART__DHU_MAX_BV(k_tile); }
 
 int kdart__dhu_bv_index(int bv) {
     for (int i = 0; i < KDART__NBV; i++)
@@ -113,13 +119,15 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
      * (K = 192 and 256: not measured yet, taken as K = 128's) */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
+    /* K = 192 and 256: BV 64 is two warpgroups over one copy of the K-side tiles
+     * (K = 256 one wave, B1 T8192 H4, session 15: 0.244, 0.283, 0.463 ms; 192 taken as 256's) */
+    static const int rel256[KDART__NBV] = {530, 610, 1000};
     const int kt0 = kdart__dhu_k_tile(K), kt = kt0 > 0 ? kt0 : 128;
-    const int *rel = kt == 64 ? rel64 : rel128;
+    const int *rel = kt == 64 ? rel64 : kt >= 192 ? rel256 : rel128;
     if (sms < 1) sms = 1;
     int best = -1;
     long long best_cost = -1;
     for (int i = KDART__NBV - 1; i >= 0; i--) {
-        if (dhu_bvs[i] > KDART__DHU_MAX_BV(kt)) continue;
         long long ctas = B * HV * ((V + dhu_bvs[i] - 1) / dhu_bvs[i]);
         long long cost = (ctas + sms - 1) / sms * rel[i];
         if (best_cost < 0 || cost < best_cost) best = i, best_cost = cost;
@@ -169,11 +177,9 @@ int kdart__spec_is_varlen(int kernel, int spec) {
 }
 
 /* Stubs: specializations that compile to a trap and are never launched
- * (bwd_intra's tail without varlen: FixedParams has no Kr; bwd_dhu's K tiles
- * 192 and 256 with BV 64, see KDART__DHU_MAX_BV). */
+ * (bwd_intra's tail without varlen: FixedParams has no Kr). */
 static int spec_is_stub(int kernel, const int *vals) {
     if (kernel == KDART__K_BWD_INTRA) return vals[5] == 1 && vals[4] == 0;
-    if (kernel == KDART__K_BWD_DHU) return dhu_bvs[vals[2]] > KDART__DHU_MAX_BV(dhu_k_tiles[vals[1]]);
     return 0;
 }
 

@@ -70,13 +70,12 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
 int kdart__dhu_bv_index(int bv);
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
 /* K tile of a head dim (64, 128 or 256; -1 outside 1..256), the K parameter's
- * value index of a tile, the widest BV a K tile's bwd_dhu supports. */
+ * value index of a tile. */
 int kdart__k_tile(int64_t K);
 int kdart__k_index(int k_tile);
 /* bwd_dhu's K tiles: those and 192 (head dims 129..192) */
 int kdart__dhu_k_tile(int64_t K);
 int kdart__dhu_k_index(int k_tile);
-int kdart__dhu_max_bv(int k_tile);
 /* 1 if spec index `spec` of kernel is a varlen=1 specialization (its units
  * take the context's device status word, see kdart__status_word). */
 int kdart__spec_is_varlen(int kernel, int spec);

@@ -567,12 +567,15 @@ START_TEST(head_dims) {
     ds.a.state_v_first = 1;
     ds.a.struct_size = (uint32_t)offsetof(kdart_bwd_dhu_args, state_v_first);
     EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
-    /* the K tile 256 has no BV 64 */
+    /* every K tile takes BV 64 (192 and 256: two warpgroups), and no width but 16, 32, 64 */
+    dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 192, V, 0);
+    ds.a.v_tile = 64;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
     dhu_make_kv(&ds, kDLBfloat, B, T, B, T / 64, 256, V, 0);
     ds.a.v_tile = 64;
-    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "v_tile=64");
-    ds.a.v_tile = 32;
     EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_ENOCUDA, NULL);
+    ds.a.v_tile = 48;
+    EXPECT(kdart_kda_bwd_dhu(rt, &ds.a, NULL), KDART_EUNSUPPORTED, "v_tile=48");
     unsetenv("KDART_EXPERIMENTAL");
     kdart_close(rt);
     rt = fixture;

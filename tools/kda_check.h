@@ -73,9 +73,6 @@ typedef struct kc_dhu_case {
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
 int kc_spec_k(const char *spec);
-/* Whether a bwd_dhu spec is one kdart launches (the K tile 256 has no BV 64:
- * that specialization is a stub). */
-int kc_dhu_spec_launchable(const char *spec);
 /* Whether a spec is a tail=1 one (issue 15: the masked paths). */
 int kc_spec_tail(const char *spec);
 /* Whether a bwd_intra spec is one kdart launches: varlen=0,tail=1 is a trap

@@ -22,11 +22,10 @@ cu_seqlens on the device and sizes its grids from T and the capacity, so
 the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
 buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
-D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512 except where
-its masked path measured slower than fla's (MASKED_DHU: K between 129 and
-191, the V-first state at K > 128 other than K = 192 and 256 with whole
-64-column V tiles, odd K or V), which fall back; kdart.torch.bwd_dhu serves
-those too.  Each new fallback reason is warned about once.  With
+D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512, in both
+state layouts, except an odd K or V (ODD_DHU: kdart.torch.bwd_dhu pads
+those to a multiple of 8, which measured 0.88-0.93x fla's time), which fall
+back.  Each new fallback reason is warned about once.  With
 fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
@@ -46,15 +45,13 @@ import weakref
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
-# The fallback reason of bwd_dhu's masked cases that measured slower than fla's (dhu_refusal;
-# bench/masked_dhu.py on the H200, docs/perf.md sessions 12 and 13): K in 129..191, the K tile 192's masked
-# path (0.91x at 160, 0.81x with the V-first state; 1.34x at 130 with V = 128, one wave, but a wave and a
-# bit at V = 160 is what loses), the V-first state at K > 128 other than K = 192 and 256 with whole
-# 64-column V tiles (0.98x at 200), odd K or V (element copies: 0.18x at 63).  The others it serves:
-# D = 18, 60, 100 (1.5-1.8x), K = 192 in its own tile (1.13x, the V-first state 1.40x), the V-first state
-# at native dims and at K <= 128 (1.4x at 100), K in 193..255 and K = 256 with a partial V tile (1.0-1.1x).
-MASKED_DHU = ("masked bwd_dhu slower than fla's (128 < K < 192, state_v_first at K > 128 unless K is 192 "
-              "or 256 and V % 64 == 0, odd K or V)")
+# The fallback reason of the one bwd_dhu case that measured slower than fla's (dhu_refusal; bench/masked_dhu.py
+# on the H200, docs/perf.md session 15, B2 T8192 H16): an odd K or V, which kdart.torch.bwd_dhu zero-pads to a
+# multiple of 8 (0.88x at K = V = 63, 0.93x at 101: torch's copies of rows of odd width run far below the
+# copy bandwidth).  Everything else is served: since the K tiles 192 and 256 took BV 64 (two warpgroups),
+# K in 129..191 runs 1.21-1.34x fla, the V-first state at K > 128 1.21-1.89x (K = 200, 250, 256 with V = 96),
+# K = 192 / 256 1.63x / 1.42x; D = 18, 60, 100 1.5-1.9x (session 13).
+ODD_DHU = "odd K or V in bwd_dhu (kdart pads them to a multiple of 8: slower than fla's)"
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -213,8 +210,8 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
     K = q.shape[3]
-    if K % 2 or V % 2 or 128 < K < 192 or (state_v_first and K > 128 and (K not in (192, 256) or V % 64)):
-        return MASKED_DHU   # kdart.torch.bwd_dhu serves these too (correct, GPU-tested)
+    if K % 2 or V % 2:
+        return ODD_DHU   # kdart.torch.bwd_dhu serves these too (padded; correct, GPU-tested)
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

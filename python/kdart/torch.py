@@ -582,12 +582,46 @@ def bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf1
                                      chunk_indices)
 
 
+def _pad8(n):
+    return n + (-n) % 8
+
+
+def _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                    state_v_first):
+    """bwd_dhu at an odd K or V: the odd dims zero-padded to the next multiple of 8, the outputs sliced back.
+    Exact: a padded K channel has qg = kg = w = 0 and gk = 0, so its dH rows keep dht's zeros and add nothing
+    to dv2; a padded V column has do = dv = 0, so its dH column and dv2 stay zero.  Why: at odd dims the C
+    kernel's masked path moves single elements (0.18x fla at K = V = 63, docs/perf.md session 11); padded, it
+    takes 16-byte granules (the copies cost about one extra read and write of the inputs and outputs).  The
+    arguments are checked as given first, so errors name the caller's shapes."""
+    dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets,
+             0 if cu_seqlens is not None and chunk_indices is None else None, state_v_first)
+    _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
+    K, V = q.shape[3], do.shape[3]
+    pk, pv = (_pad8(K) - K if K % 2 else 0), (_pad8(V) - V if V % 2 else 0)
+    F = torch.nn.functional
+    lastk = (lambda t: F.pad(t, (0, pk)) if pk else t)  # noqa: E731
+    lastv = (lambda t: F.pad(t, (0, pv)) if pv else t)  # noqa: E731
+    st_pad = (0, pk, 0, pv) if state_v_first else (0, pv, 0, pk)  # the state's last two dims: [V, K] or [K, V]
+    state = (lambda t: None if t is None else F.pad(t, st_pad))  # noqa: E731
+    dh, dh0, dv2 = bwd_dhu(lastk(q), lastk(k), lastk(w), lastv(do), lastv(dv), lastk(gk), state(h0), state(dht),
+                           K ** -0.5 if scale is None else scale, cu_seqlens, chunk_indices, chunk_offsets,
+                           state_v_first)
+    cut = (lambda t: t[..., :V, :K] if state_v_first else t[..., :K, :V])  # noqa: E731
+    return (cut(dh).contiguous(), None if dh0 is None else cut(dh0).contiguous(),
+            dv2[..., :V].contiguous() if pv else dv2)
+
+
 def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
             chunk_offsets=None, state_v_first=False):
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
     -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
-    state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K]."""
+    state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K].  An odd K or V
+    is zero-padded to a multiple of 8 around the kernel (exact; see _bwd_dhu_padded)."""
+    if (q.shape[-1] | do.shape[-1]) & 1 and q.dim() == 4 and do.dim() == 4:
+        return _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
+                               state_v_first)
     if not _is_compiling() and _XD is not None and type(q) is _Tensor:
         r = _XD(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets, state_v_first)
         if r is not None:

@@ -168,13 +168,14 @@ HEAD_DIM_CASES = [  # issue 15: fla's head dims beyond 64 / 128 (its tests' D = 
     (2, 1024, 2, 2, 256, 0.1, 1, torch.bfloat16, False, False, False),
     (2, 1000, 2, 4, 100, 0.1, 1, torch.float16, True, True, False),
     (2, 1024, 2, 2, 192, 0.1, 1, torch.bfloat16, False, False, False),   # bwd_dhu's K tile 192 (session 13)
+    (2, 1024, 2, 2, 160, 0.1, 1, torch.bfloat16, False, False, False),   # the K tile 192 masked (session 15)
 ]
 
 
 @pytest.mark.parametrize("case", HEAD_DIM_CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-{}-gate{}".format(
     *c[:5], str(c[7])[6:], c[8]))
 def test_head_dims_with_kdart(case):
-    """fla's test_chunk recipe at D = 60, 100, 256 and 192 (HV = 2H at 60 and at 100 with the gate in fla's
+    """fla's test_chunk recipe at D = 60, 100, 256, 192 and 160 (HV = 2H at 60 and at 100 with the gate in fla's
     kernel): kdart serves both stages (K in the next tile up with masked tails, or the K tile 256 / 192), and every
     gradient is within fla's tolerances of the float64 recurrence (kdart's error ratio printed next to
     fla's)."""
@@ -182,9 +183,10 @@ def test_head_dims_with_kdart(case):
     assert_served(st, case[4])
 
 
-@pytest.mark.parametrize("D", [60, 100, 192, 256])
+@pytest.mark.parametrize("D", [60, 100, 160, 192, 256])
 def test_head_dims_varlen_with_kdart(D):
-    """fla's varlen recipe at D = 60, 100, 256 (issue 15) and 192 (bwd_dhu's K tile 192)."""
+    """fla's varlen recipe at D = 60, 100, 256 (issue 15), 192 (bwd_dhu's K tile 192) and 160 (its masked
+    path)."""
     _varlen_recipe([0, 15, 100, 300, 1200, 2000], D)
 
 

@@ -284,6 +284,46 @@ def test_bwd_dhu_head_dims_vs_float64(K, V, state_v_first):
     assert rel_rms(tr(dh), rdh) < 1e-2 and rel_rms(dv2, rdv2) < 1e-2 and rel_rms(tr(dh0), rdh0) < 1e-2
 
 
+@pytest.mark.parametrize("K,V,state_v_first", [(63, 64, False), (64, 63, True), (101, 33, False), (1, 511, True),
+                                                (255, 255, False)])
+def test_bwd_dhu_odd_dims_padded_vs_float64(K, V, state_v_first):
+    """An odd K or V goes through kdart.torch's zero padding (to a multiple of 8): the outputs have the caller's
+    shapes, match the float64 scan, come out NaN-free from a NaN-filled pool, and the inputs are untouched."""
+    torch.manual_seed(22)
+    a, h0, dht = dhu_inputs(2, 256, 4, K, V, torch.bfloat16, "cuda")
+    rdh, rdh0, rdv2 = bwd_dhu_ref(*a, h0=h0, dht=dht, scale=K ** -0.5)
+    tr = (lambda t: t.transpose(-1, -2).contiguous()) if state_v_first else (lambda t: t)  # noqa: E731
+    h0t, dhtt = tr(h0), tr(dht)
+    before = [t.clone() for t in a] + [h0t.clone(), dhtt.clone()]
+    _poisoned_pool(1 << 28)
+    dh, dh0, dv2 = kt.bwd_dhu(*a, h0=h0t, dht=dhtt, state_v_first=state_v_first)  # scale None: K ** -0.5
+    assert all(torch.equal(x, y) for x, y in zip(list(a) + [h0t, dhtt], before))
+    assert dh.shape == tr(rdh).shape and dh0.shape == h0t.shape and dv2.shape == a[4].shape
+    assert dh.is_contiguous() and dh0.is_contiguous() and dv2.is_contiguous()
+    assert rel_rms(tr(dh), rdh) < 1e-2 and rel_rms(dv2, rdv2) < 1e-2 and rel_rms(tr(dh0), rdh0) < 1e-2
+
+
+def test_bwd_dhu_odd_dims_varlen_and_bad_input():
+    """Odd dims on packed sequences (fla's index tensors, dh0 per sequence); a bad call at an odd K is refused
+    with the caller's shapes in the message, before anything is padded or launched."""
+    torch.manual_seed(23)
+    cu_t = _cu([0, 15, 100, 300, 1200], torch.int32)
+    a, h0, dht = varlen_dhu_inputs(cu_t, 1210, 4, 63, 101, torch.float16, "cuda")
+    ci = chunk_indices(cu_t)
+    co = torch.tensor(chunk_offsets(cu_t), dtype=torch.int32, device="cuda")
+    _poisoned_pool(1 << 28)
+    dh, dh0, dv2 = kt.bwd_dhu(*a, h0=h0, dht=dht, cu_seqlens=cu_t, chunk_indices=ci, chunk_offsets=co)
+    rdh, rdh0, rdv2 = bwd_dhu_ref_varlen(*a, cu_t, h0=h0, dht=dht, scale=63 ** -0.5)
+    assert dh.shape == rdh.shape and dh0.shape == (4, 4, 63, 101)
+    assert rel_rms(dh, rdh) < 1e-2 and rel_rms(dv2[:, :1200], rdv2[:, :1200]) < 1e-2 and rel_rms(dh0, rdh0) < 1e-2
+    bad = list(a)
+    bad[1] = bad[1][..., :62].contiguous()  # k with K = 62 against q's 63
+    with pytest.raises(ValueError, match="63"):
+        kt.bwd_dhu(*bad, h0=h0, dht=dht, cu_seqlens=cu_t)
+    with pytest.raises(ValueError, match="ESTRIDE"):
+        kt.bwd_dhu(a[0], a[1], a[2], a[3].transpose(1, 2).contiguous().transpose(1, 2), *a[4:], cu_seqlens=cu_t)
+
+
 # ------------------------------------------------------------- past 32-bit indexing
 
 BIG_T = (1 << 20) + 256  # H = HV = 32, K = V = 128: 4.3e9 elements per [1,T,HV,K] tensor

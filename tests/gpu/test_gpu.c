@@ -187,12 +187,14 @@ static void check_dhu_on(kdart_rt *h, const kc_dhu_case *c, kc_report *out) {
 
 static void check_dhu(const kc_dhu_case *c) { check_dhu_on(rt, c, NULL); }
 
-START_TEST(dhu_every_spec) {
+/* every bwd_dhu spec of one io dtype (two tests: the float64 scans of 288
+ * specs take longer than one process's share of a lent GPU's time) */
+static void dhu_every_spec_io(int fp16) {
     static const int vs[3] = {64, 128, 256};
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
-        if (!kc_dhu_spec_launchable(spec)) continue; /* K=256 has no BV 64 */
+        if ((strstr(spec, "io=fp16") != NULL) != fp16) continue;
         for (int variant = 0; variant < 2; variant++) {
             /* tail=1: K below the tile, a partial V tile or the V-first state (two of them per spec) */
             int K, V = vs[(s + variant) % 3], svf;
@@ -204,6 +206,11 @@ START_TEST(dhu_every_spec) {
         }
     }
 }
+
+START_TEST(dhu_every_spec) { dhu_every_spec_io(0); }
+END_TEST
+
+START_TEST(dhu_every_spec_fp16) { dhu_every_spec_io(1); }
 END_TEST
 
 START_TEST(dhu_graph_capture_and_mixed) {
@@ -332,23 +339,24 @@ END_TEST
 /* Head pairs (bwd_dhu.cuh, kdart::dhu::pair_heads: packed sequences at the
  * native K tile 256, HV even, a grid of 8 waves or more on up to 192 SMs):
  * each CTA scans two heads of one sequence, the second's first chunk copied
- * during the first's last chunk.  Lengths of 1..300 with empty sequences,
- * exact multiples of 64, both io dtypes, with and without dht / dh0 and
- * fla's index tensors. */
+ * during the first's last chunk; at BV 32 and 16 (one warpgroup; BV 64, two
+ * warpgroups, runs without pairs: the same packed batch as its control).
+ * Lengths of 1..300 with empty sequences, exact multiples of 64, both io
+ * dtypes, with and without dht / dh0 and fla's index tensors. */
 START_TEST(dhu_varlen_head_pairs) {
-    enum { N = 24, HV = 8 };
-    for (int v = 0; v < 2; v++) {
-        static long long cu[N + 1];
+    enum { HV = 8, NMAX = 24 };
+    static const int bvs[4] = {32, 32, 16, 64};
+    for (int v = 0; v < 4; v++) {
+        const int bv = bvs[v], N = NMAX, o = v & 1;
+        static long long cu[NMAX + 1];
         cu[0] = 0;
         for (int n = 0; n < N; n++) {
             long long len = n % 7 == 3 ? 0 : n % 5 == 1 ? 64 * (1 + n % 3) : 1 + (37 * n + 11 * v) % 300;
             cu[n + 1] = cu[n] + len;
         }
-        kc_seqs q = {N, cu, 0, 0, 0, v, v, v, 0, v ? 0.05 : 0.0, 0};
-        kc_dhu_case c = {1, 0, HV, 256, 256, v, !v, 1, seed + 7300 + (uint64_t)v, 0, 0, 0, q, 0};
-        int bv = 0;
-        ck_assert_int_eq(kdart_dhu_v_tile(rt, N, HV, c.K, c.V, &bv), KDART_OK);
-        ck_assert_msg(bv == 32 && N * HV * (256 / bv) >= 8 * 192, "dhu_varlen_head_pairs: BV %d", bv);
+        kc_seqs q = {N, cu, 0, 0, 0, o, o, o, 0, o ? 0.05 : 0.0, 0};
+        kc_dhu_case c = {1, 0, HV, 256, 256, o, !o, 1, seed + 7300 + (uint64_t)v, 0, 0, bv, q, 0};
+        ck_assert_msg(bv == 64 || N * HV * (256 / bv) >= 8 * 192, "dhu_varlen_head_pairs: BV %d grid", bv);
         check_dhu(&c);
     }
 }
@@ -561,7 +569,6 @@ START_TEST(small_for_sanitizers) {
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
-        if (!kc_dhu_spec_launchable(spec)) continue;
         int K, V = 128, svf;
         kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf);
         kc_dhu_case c = {1, 128, 2, K, V, strstr(spec, "io=fp16") != NULL, s & 1, !(s & 1), seed + 50 + (uint64_t)s,
@@ -611,7 +618,6 @@ START_TEST(dhu_head_dims) {
             const int K = head_ks[i], V = head_vs[j];
             static const int bvs[4] = {0, 16, 32, 64};
             int bv = bvs[n % 4];
-            if (K > 128 && bv == 64) bv = 32;
             kc_dhu_case c = {2, 130, 2, K, V, n & 1, (n >> 1) & 1 || !(n & 1), !((n >> 1) & 1) || (n & 1),
                              seed + 9100 + (uint64_t)n, 0, 0, bv, {0}, (n / 3) & 1};
             if (n % 3 == 2) {
@@ -710,6 +716,9 @@ START_TEST(spec_choice) {
         {1, 0, 64, 128, 64, 0, 1, "dhu K=64 V=128 packed"},
         {2, 256, 200, 256, 16, 0, 0, "dhu K=200 V=256 BV=16"},
         {2, 256, 192, 128, 32, 0, 0, "dhu K=192 V=128 (the K tile 192)"},
+        {2, 256, 160, 160, 64, 0, 0, "dhu K=V=160 BV=64 (two warpgroups in the K tile 192, masked)"},
+        {2, 256, 256, 256, 64, 0, 0, "dhu K=V=256 BV=64 (two warpgroups)"},
+        {1, 0, 250, 256, 64, 1, 1, "dhu K=250 V=256 BV=64 V-first packed (two warpgroups, masked)"},
         {1, 0, 160, 160, 0, 1, 1, "dhu K=V=160 V-first packed (below 192)"},
         {2, 256, 64, 192, 0, 0, 0, "dhu K=64 V=192 BV auto"},
         {1, 0, 100, 100, 0, 0, 1, "dhu K=V=100 packed BV auto"},
@@ -770,7 +779,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

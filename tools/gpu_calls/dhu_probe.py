@@ -2,7 +2,8 @@
 """tools/gpu_calls/dhu_probe.py: kdart.torch.bwd_dhu alone on named cases (no fla), for A/B runs of kernel
 source variants (KDART_KERNEL_DIR, one process each) and as an ncu target (--iters 1).  Prints one line per
 case: the median of --iters CUDA-event timings after 3 warm-up calls.  Session 12's probes of the masked
-path (the V-first state, the K tile 256) and of the K = V = 256 varlen row."""
+path (the V-first state, the K tile 256) and of the K = V = 256 varlen row.  PROBE_BV=16|32|64: every case
+at that V tile (the C API's v_tile) instead of the one kdart picks."""
 import argparse
 import math
 import os
@@ -38,6 +39,10 @@ def cases():
         "eq256": (1, 45 * 728, 16, 256, 256, False, [728] * 45),
         "eq256x": (1, 45 * 768, 16, 256, 256, False, [768] * 45),   # whole chunks
         "docs128": (1, 32768, 16, 128, 128, False, d256),
+        "svf256": (2, 8192, 16, 256, 256, True, None),
+        "k256x": (4, 8192, 16, 256, 256, False, None),
+        "docs256v": (1, 32768, 16, 256, 256, True, d256),
+        "w256": (1, 8192, 4, 256, 256, False, None),   # one wave at every BV: the per-chunk times
     }
 
 
@@ -48,6 +53,17 @@ def main():
     a = ap.parse_args()
     import torch
     import kdart.torch as kt
+    force = int(os.environ.get("PROBE_BV", "0"))
+    if force:   # every plan launches that V tile (the C API's v_tile) instead of the picker's
+        import re
+        make = kt._dhu_plan
+
+        def forced(*args, **kwargs):
+            plan = make(*args, **kwargs)
+            plan.args.v_tile = force
+            plan.spec = re.sub(r"BV=\d+", f"BV={force}", plan.spec)
+            return plan
+        kt._dhu_plan = forced
     from masked_dhu import median_ms
     bf = torch.bfloat16
     dev = "cuda"
