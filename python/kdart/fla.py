@@ -23,9 +23,9 @@ the captured launches replay for any cu_seqlens contents; its outputs come
 from torch's allocator, the graph's pool under capture, not fla's static
 buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
 D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512, in both
-state layouts, except an odd K or V (ODD_DHU: kdart.torch.bwd_dhu pads
-those to a multiple of 8, which measured 0.88-0.93x fla's time), which fall
-back.  Each new fallback reason is warned about once.  With
+state layouts (an odd K or V zero-padded to a multiple of 8 by
+kdart.torch.bwd_dhu), except K and V both odd (ODD_DHU: padded on both
+sides it measured 0.94-1.01x fla's time), which fall back.  Each new fallback reason is warned about once.  With
 fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
@@ -46,12 +46,13 @@ __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
 # The fallback reason of the one bwd_dhu case that measured slower than fla's (dhu_refusal; bench/masked_dhu.py
-# on the H200, docs/perf.md session 15, B2 T8192 H16): an odd K or V, which kdart.torch.bwd_dhu zero-pads to a
-# multiple of 8 (0.88x at K = V = 63, 0.93x at 101: torch's copies of rows of odd width run far below the
-# copy bandwidth).  Everything else is served: since the K tiles 192 and 256 took BV 64 (two warpgroups),
+# on the H200, docs/perf.md session 15, B2 T8192 H16): K and V both odd, which kdart.torch.bwd_dhu zero-pads to
+# multiples of 8 on both sides (0.94x at K = V = 63, 0.97x at 101, 1.01x at 63 V-first: torch's copies of rows
+# of odd width run at 1.2-1.9 TB/s, far below the copy bandwidth, and every input and output needs one).  One
+# odd side pads half of them: K = 63 with V = 64 1.28x, K = 64 with V = 63 1.15x.  Everything else is served: since the K tiles 192 and 256 took BV 64 (two warpgroups),
 # K in 129..191 runs 1.21-1.34x fla, the V-first state at K > 128 1.21-1.89x (K = 200, 250, 256 with V = 96),
 # K = 192 / 256 1.63x / 1.42x; D = 18, 60, 100 1.5-1.9x (session 13).
-ODD_DHU = "odd K or V in bwd_dhu (kdart pads them to a multiple of 8: slower than fla's)"
+ODD_DHU = "K and V both odd in bwd_dhu (kdart pads both to a multiple of 8: slower than fla's)"
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -210,7 +211,7 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
     K = q.shape[3]
-    if K % 2 or V % 2:
+    if K % 2 and V % 2:
         return ODD_DHU   # kdart.torch.bwd_dhu serves these too (padded; correct, GPU-tested)
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 

@@ -586,30 +586,45 @@ def _pad8(n):
     return n + (-n) % 8
 
 
+def _zero_padded(t, sizes):
+    """t copied into a new tensor whose trailing dims have the given sizes (each >= t's), zero past t: only the
+    pad region is zero-filled (F.pad fills the whole output first, one more write of every byte)."""
+    nd = len(sizes)
+    out = t.new_empty(t.shape[:-nd] + tuple(sizes))
+    for i, n in enumerate(sizes):
+        d = t.dim() - nd + i
+        if n > t.shape[d]:
+            out.narrow(d, t.shape[d], n - t.shape[d]).zero_()
+    out[(Ellipsis,) + tuple(slice(0, s) for s in t.shape[-nd:])].copy_(t)
+    return out
+
+
 def _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
                     state_v_first):
     """bwd_dhu at an odd K or V: the odd dims zero-padded to the next multiple of 8, the outputs sliced back.
     Exact: a padded K channel has qg = kg = w = 0 and gk = 0, so its dH rows keep dht's zeros and add nothing
     to dv2; a padded V column has do = dv = 0, so its dH column and dv2 stay zero.  Why: at odd dims the C
     kernel's masked path moves single elements (0.18x fla at K = V = 63, docs/perf.md session 11); padded, it
-    takes 16-byte granules (the copies cost about one extra read and write of the inputs and outputs).  The
-    arguments are checked as given first, so errors name the caller's shapes."""
+    takes 16-byte granules, and the copies (one read and write of each padded input and output, at about a
+    third of the copy bandwidth for rows of odd width) leave it at 1.15-1.28x fla with one odd side and
+    0.94-1.01x with both (docs/perf.md session 15).  The arguments are checked as given first, so errors name
+    the caller's shapes."""
     dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets,
              0 if cu_seqlens is not None and chunk_indices is None else None, state_v_first)
     _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
     K, V = q.shape[3], do.shape[3]
-    pk, pv = (_pad8(K) - K if K % 2 else 0), (_pad8(V) - V if V % 2 else 0)
-    F = torch.nn.functional
-    lastk = (lambda t: F.pad(t, (0, pk)) if pk else t)  # noqa: E731
-    lastv = (lambda t: F.pad(t, (0, pv)) if pv else t)  # noqa: E731
-    st_pad = (0, pk, 0, pv) if state_v_first else (0, pv, 0, pk)  # the state's last two dims: [V, K] or [K, V]
-    state = (lambda t: None if t is None else F.pad(t, st_pad))  # noqa: E731
-    dh, dh0, dv2 = bwd_dhu(lastk(q), lastk(k), lastk(w), lastv(do), lastv(dv), lastk(gk), state(h0), state(dht),
+    Kp, Vp = (_pad8(K) if K % 2 else K), (_pad8(V) if V % 2 else V)
+    lastk = (lambda t: _zero_padded(t, (Kp,)) if Kp != K else t)  # noqa: E731
+    lastv = (lambda t: _zero_padded(t, (Vp,)) if Vp != V else t)  # noqa: E731
+    S = (Vp, Kp) if state_v_first else (Kp, Vp)  # the state's last two dims: [V, K] or [K, V]
+    dht = None if dht is None else _zero_padded(dht, S)
+    h0 = None if h0 is None else h0.new_empty(h0.shape[:-2] + S)  # only its shape is read (dh0 is h0's shape)
+    dh, dh0, dv2 = bwd_dhu(lastk(q), lastk(k), lastk(w), lastv(do), lastv(dv), lastk(gk), h0, dht,
                            K ** -0.5 if scale is None else scale, cu_seqlens, chunk_indices, chunk_offsets,
                            state_v_first)
     cut = (lambda t: t[..., :V, :K] if state_v_first else t[..., :K, :V])  # noqa: E731
     return (cut(dh).contiguous(), None if dh0 is None else cut(dh0).contiguous(),
-            dv2[..., :V].contiguous() if pv else dv2)
+            dv2[..., :V].contiguous() if Vp != V else dv2)
 
 
 def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,

@@ -43,6 +43,12 @@ def cases():
         "k256x": (4, 8192, 16, 256, 256, False, None),
         "docs256v": (1, 32768, 16, 256, 256, True, d256),
         "w256": (1, 8192, 4, 256, 256, False, None),   # one wave at every BV: the per-chunk times
+        # odd dims (kdart.torch pads them to a multiple of 8) next to the padded dims themselves
+        "k63": (2, 8192, 16, 63, 63, False, None),
+        "k64": (2, 8192, 16, 64, 64, False, None),
+        "k63v64": (2, 8192, 16, 63, 64, False, None),
+        "k101": (2, 8192, 16, 101, 101, False, None),
+        "k104": (2, 8192, 16, 104, 104, False, None),
     }
 
 
