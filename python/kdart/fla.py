@@ -24,9 +24,8 @@ from torch's allocator, the graph's pool under capture, not fla's static
 buffers).  bwd_intra is served at every head dim fla takes (K up to 256:
 D = 60, 100, 256, ...); bwd_dhu at those and any V up to 512, in both
 state layouts (an odd K or V zero-padded to a multiple of 8 by
-kdart.torch.bwd_dhu), except K and V both odd (ODD_DHU: padded on both
-sides it measured 0.94-1.01x fla's time), which fall back.  Each new fallback reason is warned about once.  With
-fold_dg (the default) bwd_intra returns dg already
+kdart.torch.bwd_dhu).  Each new fallback reason is warned about once.
+With fold_dg (the default) bwd_intra returns dg already
 reverse-cumsummed within each chunk, and the chunk_local_cumsum(dg, 64,
 reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
 that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
@@ -45,14 +44,13 @@ import weakref
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
-# The fallback reason of the one bwd_dhu case that measured slower than fla's (dhu_refusal; bench/masked_dhu.py
-# on the H200, docs/perf.md session 15, B2 T8192 H16): K and V both odd, which kdart.torch.bwd_dhu zero-pads to
-# multiples of 8 on both sides (0.94x at K = V = 63, 0.97x at 101, 1.01x at 63 V-first: torch's copies of rows
-# of odd width run at 1.2-1.9 TB/s, far below the copy bandwidth, and every input and output needs one).  One
-# odd side pads half of them: K = 63 with V = 64 1.28x, K = 64 with V = 63 1.15x.  Everything else is served: since the K tiles 192 and 256 took BV 64 (two warpgroups),
-# K in 129..191 runs 1.21-1.34x fla, the V-first state at K > 128 1.21-1.89x (K = 200, 250, 256 with V = 96),
-# K = 192 / 256 1.63x / 1.42x; D = 18, 60, 100 1.5-1.9x (session 13).
-ODD_DHU = "K and V both odd in bwd_dhu (kdart pads both to a multiple of 8: slower than fla's)"
+# bwd_dhu is served at every head dim (bench/masked_dhu.py on the H200, docs/perf.md session 15, B2 T8192
+# H16): since the K tiles 192 and 256 took BV 64 (two warpgroups), K in 129..191 runs 1.21-1.34x fla, the
+# V-first state at K > 128 1.21-1.89x, K = 192 / 256 1.63x / 1.42x; D = 18, 60, 100 1.5-1.9x.  An odd K or V
+# goes through kdart.torch.bwd_dhu's zero padding (only the pad region filled, h0 never copied): 1.28x at
+# K = 63 with V = 64, 1.15x at K = 64 with V = 63; with both odd the padding's copies (rows of odd width run
+# at a third of the copy bandwidth) leave the stage at 0.94-1.01x fla's (K = V = 63, 101), served all the
+# same: the call's bwd_intra runs 3.3-3.6x fla's at D = 60 and 100, and kdart runs every head dim fla takes.
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
@@ -211,8 +209,6 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
     K = q.shape[3]
-    if K % 2 and V % 2:
-        return ODD_DHU   # kdart.torch.bwd_dhu serves these too (padded; correct, GPU-tested)
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

@@ -144,46 +144,15 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
 
-@pytest.mark.parametrize("K,V,svf", [(63, 63, False), (101, 101, False), (63, 63, True), (255, 511, True),
-                                      (1, 1, False)])
-def test_odd_dhu_goes_to_fla(K, V, svf):
-    """bwd_dhu at K and V both odd (kdart pads both, which measured slower than fla's) is fla's: the wrapper
-    hands fla's function every argument, warns once, counts the reason, and never calls kdart; every other
-    head dim (the native ones, the masked ones in 129..191 and 193..255, both state layouts, partial V
-    tiles, one odd side) does not get that reason."""
-    import kdart.torch as kt
-    q = torch.randn(1, 128, 2, K).to(torch.bfloat16)
-    vv = torch.randn(1, 128, 2, V).to(torch.bfloat16)
-    gk = -torch.rand(1, 128, 2, K)
-    h0 = torch.randn(1, 2, V, K) if svf else torch.randn(1, 2, K, V)
-    calls = []
-    kf.reset_stats()
-    with kf.enabled():
-        orig = kf._state["orig"]
-        saved = dict(orig)
-        try:
-            orig["chunk_gated_delta_rule_bwd_dhu"] = lambda *x, **y: calls.append(y) or ("fla",)
-            before = kt.bwd_dhu
-            kt.bwd_dhu = lambda *x, **y: calls.append("kdart")
-            try:
-                with pytest.warns(RuntimeWarning, match="both odd"):
-                    r = chunk_bwd.chunk_gated_delta_rule_bwd_dhu(q, q, q, vv, vv, gk=gk, h0=h0, dht=h0, scale=0.1,
-                                                                   state_v_first=svf)
-            finally:
-                kt.bwd_dhu = before
-        finally:
-            orig.update(saved)
-        st = kf.stats()
-    assert r == ("fla",) and len(calls) == 1 and calls[0]["gk"] is gk and calls[0]["h0"] is h0
-    assert calls[0]["state_v_first"] is svf and calls[0]["scale"] == 0.1
-    assert st["served"]["bwd_dhu"] == 0
-    assert st["fallbacks"] == {"bwd_dhu: " + kf.ODD_DHU: 1}
+def test_every_dhu_head_dim_is_served():
+    """bwd_dhu at every head dim (the native ones, the masked ones in 129..191 and 193..255, both state layouts,
+    partial V tiles, odd K or V: padded by kdart.torch) gets no fallback reason from dhu_refusal."""
     for D, Dv, f in ((64, 64, False), (128, 128, False), (256, 256, False), (18, 18, False), (60, 60, False),
                      (100, 100, False), (200, 200, False), (196, 196, False), (256, 100, False), (128, 128, True),
                      (64, 64, True), (100, 100, True), (256, 256, True), (192, 192, False), (192, 192, True),
                      (192, 100, False), (160, 160, False), (130, 128, False), (160, 160, True), (200, 200, True),
                      (256, 96, True), (192, 96, True), (250, 250, True), (144, 144, False), (63, 64, False),
-                     (64, 63, False), (63, 64, True), (101, 100, False), (256, 511, True)):
+                     (64, 63, False), (101, 101, False), (63, 63, True), (255, 511, True), (1, 1, False)):
         # these stop at the device check (meta)
         qq = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
         vq = torch.empty(1, 128, 2, Dv, dtype=torch.bfloat16, device="meta")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_calls/call15e.sh (session 15's last call; OUT set; carry build, .whl): kdart.fla's final odd-dim rule
+# tools/gpu_calls/call15e.sh (session 15's last call; OUT set; carry build, .whl): a kdart.fla odd-dim rule, not kept
 # (fall back only when K and V are both odd): the torch tests on the Python path (test_fla_cpu's routing
 # tests among them) and the C++ fast path's.
 set -u
