@@ -115,8 +115,7 @@ int kdart__dhu_bv_index(int bv) {
  * waves are paid for; ties go to the wider tile, which moves fewer K-side
  * bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
-    /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value
-     * (K = 192 and 256: not measured yet, taken as K = 128's) */
+    /* per-chunk time, per mille of the widest tile; one entry per dhu_bvs value */
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
     /* K = 192 and 256: BV 64 is two warpgroups over one copy of the K-side tiles

@@ -187,8 +187,8 @@ static void check_dhu_on(kdart_rt *h, const kc_dhu_case *c, kc_report *out) {
 
 static void check_dhu(const kc_dhu_case *c) { check_dhu_on(rt, c, NULL); }
 
-/* every bwd_dhu spec of one io dtype (two tests: the float64 scans of 288
- * specs take longer than one process's share of a lent GPU's time) */
+/* every bwd_dhu spec of one io dtype (two tests: the float64 scans of all 144
+ * specs, two shapes each, take longer than one process's share of a lent GPU's time) */
 static void dhu_every_spec_io(int fp16) {
     static const int vs[3] = {64, 128, 256};
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
@@ -344,11 +344,11 @@ END_TEST
  * Lengths of 1..300 with empty sequences, exact multiples of 64, both io
  * dtypes, with and without dht / dh0 and fla's index tensors. */
 START_TEST(dhu_varlen_head_pairs) {
-    enum { HV = 8, NMAX = 24 };
+    enum { N = 24, HV = 8 };
     static const int bvs[4] = {32, 32, 16, 64};
     for (int v = 0; v < 4; v++) {
-        const int bv = bvs[v], N = NMAX, o = v & 1;
-        static long long cu[NMAX + 1];
+        const int bv = bvs[v], o = v & 1;
+        static long long cu[N + 1];
         cu[0] = 0;
         for (int n = 0; n < N; n++) {
             long long len = n % 7 == 3 ? 0 : n % 5 == 1 ? 64 * (1 + n % 3) : 1 + (37 * n + 11 * v) % 300;

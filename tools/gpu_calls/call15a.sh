@@ -26,4 +26,4 @@ for rep in 1 2; do
   [ $rep = 1 ] && PROBE_TAG=b16 PROBE_BV=16 timeout 40 $P w256 k256 2>&1 | tee -a $O/probe.txt
   el
 done
-(cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null)
+gc_pack

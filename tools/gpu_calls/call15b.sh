@@ -8,32 +8,24 @@
 set -u
 . tools/gpu_calls/common.sh
 CASES=160:160,160:160:v,130:128,144:144,192:192:v,200:200:v,250:250:v,256:96:v,63:63,101:101,256:256,192:192
-pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 gc_fla_site
-pids=""
-for i in 0 1 2 3 4 5; do
-  (KDART_GPU_PART=$i/6 CK_FORK=no timeout 330 build/tests/test_gpu > $O/test_gpu$i.txt 2>&1
-   echo "test_gpu part $i/6 rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
-  pids="$pids $!"
-done
+gc_test_gpu 330 6
 gc_selftest
 gc_sanitize 300 KDART_GPU_SMALL=1
-(PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 timeout 250 \
-   python3 tools/triton_warm.py -j 4 --log /tmp/warm-mdhu -- python3 bench/masked_dhu.py --warm-only --cases $CASES \
-   >> $O/warm_mdhu.txt 2>&1; echo "warm rc=$?" >> $O/warm_mdhu.txt) &
+gc_warm_mdhu 250 4 $CASES
 gc_warm WARM_VARLEN=5,0 WARM_VARLEN_JOBS=2 WARM_TIMEOUT=250
 gpu_torch_pypath
-pack
+gc_pack
 wait $pids; tail -qn 2 $O/test_gpu?.txt; el
 wait; tail -n 1 $O/selftest.txt; cat $O/san.txt; tail -n 2 $O/warm_mdhu.txt; el
-pack
+gc_pack
 PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 timeout 120 \
   python3 bench/masked_dhu.py --cases $CASES > $O/masked_dhu.txt 2>&1; cat $O/masked_dhu.txt; el
-pack
+gc_pack
 [ $(( $(date +%s) - t0 )) -lt 470 ] && GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows 5,0 --stage dhu" VARLEN_TIMEOUT=80 VARLEN_BUDGET=70 tools/gpu_check.sh build $O
 [ $(( $(date +%s) - t0 )) -lt 520 ] && GPU_CHECK_PARTS=sbs SBS_ARGS="--rows 11,5 --stage dhu" SBS_TIMEOUT=50 SBS_BUDGET=45 tools/gpu_check.sh build $O
 el
 grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
 [ -f $O/varlen.txt ] && grep "^| bwd" $O/varlen.txt
 [ -f $O/side_by_side.txt ] && grep -E "ERROR|^\| bwd" $O/side_by_side.txt
-pack
+gc_pack

@@ -7,7 +7,6 @@
 # 5 (K = 128, the reference row).  The archive is rewritten after every phase.
 set -u
 . tools/gpu_calls/common.sh
-pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 gc_fla_site
 (timeout 400 build/kdart selftest > $O/selftest.txt 2>&1; echo "selftest rc=$?" >> $O/selftest.txt) &
 gc_ext_build
@@ -16,12 +15,12 @@ gc_fla_recipes
 gpu_torch_pypath
 wait $ep; tail -n 1 $O/ext_build.txt
 gpu_torch_ext
-pack
+gc_pack
 wait $fp; grep -v "^tar" $O/fla_rc.txt; el
 wait; tail -n 2 $O/selftest.txt; grep triton_warm $O/warm_rc.txt $O/warm/warm.txt 2>/dev/null | tail -n 2; el
 grep -hE "passed|failed" $O/pytest_*.txt | tail -5
 grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
-pack
+gc_pack
 GPU_CHECK_PARTS=sbs SBS_ARGS="--rows 11,12,13,5" SBS_TIMEOUT=150 SBS_BUDGET=130 tools/gpu_check.sh build $O; el
 [ -f $O/side_by_side.txt ] && grep -E "ERROR|^\| bwd|^\| row|ratio" $O/side_by_side.txt
-pack
+gc_pack

@@ -7,18 +7,15 @@
 set -u
 . tools/gpu_calls/common.sh
 CASES=63:63,101:101,63:64,64:63,63:63:v
-pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 gc_fla_site
-(PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 timeout 200 \
-   python3 tools/triton_warm.py -j 5 --log /tmp/warm-mdhu -- python3 bench/masked_dhu.py --warm-only --cases $CASES \
-   >> $O/warm_mdhu.txt 2>&1; echo "warm rc=$?" >> $O/warm_mdhu.txt) &
+gc_warm_mdhu 200 5 $CASES
 gpu_torch_pypath
 rm -rf /tmp/pyflip && cp -r python /tmp/pyflip && cp build/var/pyflip/fla.py /tmp/pyflip/kdart/ && \
   cp build/var/pyflip/test_fla_cpu.py /tmp/pyflip/tests/ && \
   (cd /tmp/pyflip && PYTHONPATH="/tmp/site:/tmp/pyflip" KDART_TORCH_EXT=0 KDART_LIBRARY=$R/build/libkdart.so \
    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_fla_cpu.py > $O/pytest_flip.txt 2>&1; \
    echo "flip rc=$?" >> $O/pytest_flip.txt); tail -n 3 $O/pytest_flip.txt; el
-pack
+gc_pack
 wait; tail -n 2 $O/warm_mdhu.txt; el
 export PYTHONPATH=$R/python KDART_LIBRARY=$R/build/libkdart.so KDART_TORCH_EXT=0
 timeout 60 python3 tools/gpu_calls/pad_probe.py 63 101 2>&1 | tee $O/pad_probe.txt
@@ -27,4 +24,4 @@ unset KDART_TORCH_EXT
 PYTHONPATH="/tmp/site:$R/python" FLA_DISABLE_BACKEND_DISPATCH=1 timeout 120 \
   python3 bench/masked_dhu.py --cases $CASES > $O/masked_dhu.txt 2>&1; cat $O/masked_dhu.txt; el
 grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
-pack
+gc_pack

@@ -10,4 +10,4 @@ gpu_torch_pypath
 gpu_torch_ext
 grep -hE "passed|failed" $O/pytest_*.txt | tail -3
 grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
-(cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null)
+gc_pack

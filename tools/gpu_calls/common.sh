@@ -11,12 +11,14 @@ DS="--deselect=python/tests/test_torch_gpu.py::test_beyond_32bit_indexing --dese
 el() { echo "t=$(( $(date +%s) - t0 ))"; }
 # fla for every gpu_check that follows (once, before they run side by side)
 gc_fla_site() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; }
-# test_gpu in three processes, every test in exactly one (KDART_GPU_PART); $1: each one's time limit
+# test_gpu in $2 processes (default three), every test in exactly one (KDART_GPU_PART); $1: each one's
+# time limit
 gc_test_gpu() {
+  local n=${2:-3}
   pids=""
-  for i in 0 1 2; do
-    (KDART_GPU_PART=$i/3 CK_FORK=no timeout "$1" build/tests/test_gpu > $O/test_gpu$i.txt 2>&1
-     echo "test_gpu part $i/3 rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
+  for i in $(seq 0 $((n - 1))); do
+    (KDART_GPU_PART=$i/$n CK_FORK=no timeout "$1" build/tests/test_gpu > $O/test_gpu$i.txt 2>&1
+     echo "test_gpu part $i/$n rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
     pids="$pids $!"
   done
 }
@@ -36,6 +38,13 @@ gc_sanitize() {
     (env "$@" CK_FORK=no timeout "$limit" compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
      echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
   done
+}
+# fla's Triton warm-up of bench/masked_dhu.py's cases $3 (K:V[:v],...) into $O/warm_mdhu.txt; $1: time
+# limit, $2: workers
+gc_warm_mdhu() {
+  (PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 timeout "$1" \
+     python3 tools/triton_warm.py -j "$2" --log /tmp/warm-mdhu -- python3 bench/masked_dhu.py --warm-only --cases "$3" \
+     >> $O/warm_mdhu.txt 2>&1; echo "warm rc=$?" >> $O/warm_mdhu.txt) &
 }
 # fla's Triton warm-up (gpu_check.sh's warm part) into $O/warm; arguments: its WARM_* assignments
 gc_warm() { (mkdir -p $O/warm && env "$@" GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) & }
@@ -57,6 +66,8 @@ gpu_bench_dhu() {
     timeout 60 build/kdart bench --shape 2,8192,16,16,$s --reps 30 2>&1 | grep -E "bwd_dhu|ERROR|error"
   done | tee $O/bench_masked.txt; el
 }
+# every log under $OUT in one archive (only a few files come back from a call; rewritten at each phase)
+gc_pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 # the end of every call: failed tests, then every log in one archive
 gpu_finish() {
   grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
