@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
 """bench/e2e.py: fla's chunk_kda forward + backward with and without kdart.fla, in one process.
 
-For each shape: builds chunk_kda's inputs (bf16, fla's test recipe), warms both ways once (fla autotunes
-for minutes on a new shape), then times the backward (CUDA events around .backward(), median of --iters)
-without kdart and with kdart.fla enabled, and prints both and the ratio.  Then the Python call overhead of
-each op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
+For each configuration and shape: builds chunk_kda's inputs, warms both ways once (fla autotunes for
+minutes on a new shape), then times the backward (CUDA events around .backward(), median of --iters)
+without kdart and with kdart.fla enabled, and prints both and the ratio; with --profile, also each
+kernel's CUDA time per backward (torch.profiler, --profile-iters steps) of fla alone and with kdart,
+grouped by stage, so that the share of what is left is visible.  Then the Python call overhead of each
+op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
 struct (host time per call, median of batches; the GPU work queues behind).
+
+Configurations (--configs):
+  recipe  fla's test recipe: pre-computed fp32 log-space gates, post-sigmoid bf16 beta, no l2norm
+  prod    the configuration people train with: use_qk_l2norm_in_kernel, use_gate_in_kernel with A_log
+          and dt_bias, safe_gate with lower_bound -5, use_beta_sigmoid_in_kernel (bwd_intra gets fp32
+          beta), initial and final state
+
+Shapes (--shapes): b2_t8192_h32, prod8192 (B16 T8192 H16 K128 V256), packed_t32768_hv32 (B1, 7 packed
+documents), b1_t32768_h32, b4_t4096_h16_hv32.
 
 Needs torch, fla-core 0.6.0 and the kdart package (pip install ./python, or PYTHONPATH=python with
 KDART_LIBRARY=build/libkdart.so).  `--help` works without torch.
@@ -20,37 +31,76 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
-SHAPES = {  # name: B, T, H, HV, K, V
-    "b2_t8192_h32": (2, 8192, 32, 32, 128, 128),
-    "prod8192": (16, 8192, 16, 16, 128, 256),
-    "b1_t32768_h32": (1, 32768, 32, 32, 128, 128),
-    "b4_t4096_h16_hv32": (4, 4096, 16, 32, 128, 128),
+SHAPES = {  # name: B, T, H, HV, K, V, document lengths (packed into one row of T tokens) or None
+    "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
+    "prod8192": (16, 8192, 16, 16, 128, 256, None),
+    "packed_t32768_hv32": (1, 32768, 32, 32, 128, 128, (8192, 2048, 6144, 4096, 1000, 7000, 4288)),
+    "b1_t32768_h32": (1, 32768, 32, 32, 128, 128, None),
+    "b4_t4096_h16_hv32": (4, 4096, 16, 32, 128, 128, None),
 }
+CONFIGS = ("recipe", "prod")
+LOWER = -5.0
+
+# kernel name fragments -> stage, for the per-stage profile (fla 0.6.0's Triton kernels and kdart's)
+STAGES = (("kdart_bwd_intra", "bwd_intra (kdart)"), ("kdart_bwd_dhu", "bwd_dhu (kdart)"),
+          ("kdart_chunk_rcumsum", "dg cumsum (kdart)"), ("wy_dqkg", "wy_dqkg_fused"), ("bwd_kernel_intra", "bwd_intra"),
+          ("bwd_kernel_dhu", "bwd_dhu"), ("dAv", "bwd_dAv"), ("fwd_kernel_h", "fwd_h (recompute)"),
+          ("recompute_w_u", "recompute_w_u"), ("gate_chunk_cumsum", "gate cumsum"), ("gate_bwd", "kda_gate_bwd"),
+          ("l2norm_bwd", "l2norm_bwd"), ("l2norm_fwd", "l2norm_fwd"), ("beta_sigmoid", "beta sigmoid"),
+          ("chunk_local_cumsum", "dg cumsum"), ("cumsum", "cumsum"))
 
 
-def inputs(B, T, H, HV, K, V):
+def inputs(B, T, H, HV, K, V, docs=None, config="recipe"):
+    """(leaves, do, dht, kwargs of chunk_kda)."""
     import torch
     import torch.nn.functional as F
     dev, bf = "cuda", torch.bfloat16
-    q = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
-    k = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
-    v = torch.rand(B, T, HV, V, device=dev).to(bf).requires_grad_(True)
-    g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev)).requires_grad_(True)
-    beta = torch.randn(B, T, HV, device=dev).sigmoid().to(bf).requires_grad_(True)
-    h0 = torch.randn(B, HV, K, V, device=dev).requires_grad_(True)
+    N = len(docs) if docs else B
+    kw = dict(initial_state=None, output_final_state=True)
+    if docs:
+        assert sum(docs) <= T
+        cu = [0]
+        for n in docs:
+            cu.append(cu[-1] + n)
+        kw["cu_seqlens"] = torch.tensor(cu, dtype=torch.long, device=dev)
+    h0 = torch.randn(N, HV, K, V, device=dev).requires_grad_(True)
     do = torch.randn(B, T, HV, V, device=dev).to(bf)
-    dht = torch.randn(B, HV, K, V, device=dev)
-    return (q, k, v, g, beta, h0), do, dht
+    dht = torch.randn(N, HV, K, V, device=dev)
+    if config == "recipe":
+        q = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
+        k = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
+        v = torch.rand(B, T, HV, V, device=dev).to(bf).requires_grad_(True)
+        g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev)).requires_grad_(True)
+        beta = torch.randn(B, T, HV, device=dev).sigmoid().to(bf).requires_grad_(True)
+        leaves = [q, k, v, g, beta, h0]
+    else:  # the production flags: raw projections in bf16, the gate's parameters in fp32
+        q = torch.randn(B, T, H, K, device=dev).to(bf).requires_grad_(True)
+        k = torch.randn(B, T, H, K, device=dev).to(bf).requires_grad_(True)
+        v = torch.randn(B, T, HV, V, device=dev).to(bf).requires_grad_(True)
+        g = torch.randn(B, T, HV, K, device=dev).to(bf).requires_grad_(True)
+        beta = torch.randn(B, T, HV, device=dev).to(bf).requires_grad_(True)
+        A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16)).requires_grad_(True)
+        dt_bias = torch.randn(HV * K, device=dev).requires_grad_(True)
+        leaves = [q, k, v, g, beta, h0, A_log, dt_bias]
+        kw.update(A_log=A_log, dt_bias=dt_bias, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                  safe_gate=True, lower_bound=LOWER, use_beta_sigmoid_in_kernel=True)
+    kw["initial_state"] = h0
+    return leaves, do, dht, kw
 
 
-def backward_ms(leaves, do, dht, iters):
-    import torch
+def step(leaves, do, dht, kw):
+    """One forward; returns the loss whose backward is timed."""
     from fla.ops.kda import chunk_kda
-    q, k, v, g, beta, h0 = leaves
+    q, k, v, g, beta = leaves[:5]
+    o, ht = chunk_kda(q, k, v, g, beta, **kw)
+    return (o * do).sum() + (ht * dht).sum()
+
+
+def backward_ms(leaves, do, dht, kw, iters):
+    import torch
     ts = []
     for _ in range(iters):
-        o, ht = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)
-        loss = (o * do).sum() + (ht * dht).sum()
+        loss = step(leaves, do, dht, kw)
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
@@ -61,6 +111,49 @@ def backward_ms(leaves, do, dht, iters):
         for x in leaves:
             x.grad = None
     return statistics.median(ts)
+
+
+def stage_of(name):
+    for frag, stage in STAGES:
+        if frag in name:
+            return stage
+    return "other: " + name[:48]
+
+
+def profile_backward(leaves, do, dht, kw, iters):
+    """{stage: ms per backward}, the sum of each kernel's CUDA time in the backward (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    losses = []
+    for _ in range(iters):
+        losses.append(step(leaves, do, dht, kw))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for loss in losses:
+            loss.backward()
+            for x in leaves:
+                x.grad = None
+        torch.cuda.synchronize()
+    out = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None)
+        if t is None:
+            t = getattr(ev, "cuda_time_total", 0)
+        if t <= 0 or ev.key.startswith("ProfilerStep"):
+            continue
+        st = stage_of(ev.key)
+        out[st] = out.get(st, 0.0) + t / 1e3 / iters
+    return out
+
+
+def print_profile(name, base, ours):
+    stages = sorted(set(base) | set(ours), key=lambda s: -max(base.get(s, 0), ours.get(s, 0)))
+    tb, to = sum(base.values()), sum(ours.values())
+    print(f"  per-stage kernel time per backward, {name} (ms; fla alone | with kdart):")
+    for s in stages:
+        b, o = base.get(s, 0.0), ours.get(s, 0.0)
+        print(f"    {s:34s} {b:8.3f} {100 * b / tb:5.1f}% | {o:8.3f} {100 * o / to:5.1f}%")
+    print(f"    {'kernel total':34s} {tb:8.3f}        | {to:8.3f}         ratio {tb / to:.2f}", flush=True)
 
 
 def host_us(fn, n=200, batches=15):
@@ -85,7 +178,7 @@ def overhead(row):
     import kdart.torch as kt
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python", "tests"))
     from kda_ref import dhu_inputs, intra_inputs
-    B, T, H, HV, K, V = row
+    B, T, H, HV, K, V = row[:6]
     T = 1024  # (the host side does not depend on the shape)
     a = intra_inputs(B, T, H, HV, K, torch.bfloat16, "cuda")
     d, h0, dht = dhu_inputs(B, T, HV, K, V, torch.bfloat16, "cuda")
@@ -100,7 +193,7 @@ def overhead(row):
         # the Python path's plan holds the prebuilt struct of the raw calls; its last call's outputs, kept
         # alive here, are what the struct points at while the raw calls write them
         keep = py_call()
-        plan = [p for kk, p in kt._thread_plans().items() if kk[-2] == key][-1]  # the newest: these shapes
+        plan = [p for kk, p in kt._thread_plans().items() if kk[3] == key][-1]  # the newest: these shapes
         st = kt._fast()
         fn, h, addr = st[key], st["handle"], plan.addr
         stream = torch.cuda.current_stream().cuda_stream
@@ -123,47 +216,69 @@ def overhead(row):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of: " + ", ".join(SHAPES))
+    ap.add_argument("--shapes", default="b2_t8192_h32,prod8192,packed_t32768_hv32",
+                    help="comma list of: " + ", ".join(SHAPES))
+    ap.add_argument("--configs", default="prod,recipe", help="comma list of: " + ", ".join(CONFIGS))
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--profile", action="store_true", help="also the per-stage kernel times (torch.profiler)")
+    ap.add_argument("--profile-iters", type=int, default=4)
     ap.add_argument("--warm-only", action="store_true",
                     help="one forward+backward per shape each way at T <= 1024 (the same Triton specializations), "
                          "no timing: the workload of tools/triton_warm.py")
     ap.add_argument("--overhead-only", action="store_true", help="only the Python call overhead (no fla needed)")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the Python call overhead")
     args = ap.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    for c in configs:
+        if c not in CONFIGS:
+            ap.error(f"unknown configuration {c!r} (one of {', '.join(CONFIGS)})")
+    shapes = [s for s in args.shapes.split(",") if s] if not args.overhead_only else []
+    for s in shapes:
+        if s not in SHAPES:
+            ap.error(f"unknown shape {s!r} (one of {', '.join(SHAPES)})")
     import torch
-    if args.overhead_only:
-        args.shapes = ""
-    else:
+    if not args.overhead_only:
         import kdart.fla as kf
     if args.warm_only:
-        for name in args.shapes.split(","):
-            B, T, H, HV, K, V = SHAPES[name]
-            leaves, do, dht = inputs(B, min(T, 1024), H, HV, K, V)
-            backward_ms(leaves, do, dht, 1)
-            with kf.enabled():
-                backward_ms(leaves, do, dht, 1)
+        for name in shapes:
+            B, T, H, HV, K, V, docs = SHAPES[name]
+            small = min(T, 1024)
+            docs = (200, 300, 524) if docs else None
+            for config in configs:
+                leaves, do, dht, kw = inputs(B, small, H, HV, K, V, docs, config)
+                backward_ms(leaves, do, dht, kw, 1)
+                with kf.enabled():
+                    backward_ms(leaves, do, dht, kw, 1)
         return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
-    print(f"{'shape':24s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
-    for name in filter(None, args.shapes.split(",")):
-        row = SHAPES[name]
-        leaves, do, dht = inputs(*row)
-        t0 = time.time()
-        backward_ms(leaves, do, dht, 1)  # warm fla (autotune)
-        t1 = time.time()
-        with kf.enabled():
-            backward_ms(leaves, do, dht, 1)  # warm kdart (prepare) and fla's other stages
-        print(f"  ({name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart {time.time() - t1:.1f} s)",
-              flush=True)
-        base = backward_ms(leaves, do, dht, args.iters)
-        kf.reset_stats()
-        with kf.enabled():
-            ours = backward_ms(leaves, do, dht, args.iters)
-        st = kf.stats()
-        print(f"{name:24s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  {st['served']} {st['fallbacks']}",
-              flush=True)
-        del leaves, do, dht
-        torch.cuda.empty_cache()
+    print(f"{'config':7s} {'shape':22s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
+    for name in shapes:
+        B, T, H, HV, K, V, docs = SHAPES[name]
+        for config in configs:
+            leaves, do, dht, kw = inputs(B, T, H, HV, K, V, docs, config)
+            t0 = time.time()
+            backward_ms(leaves, do, dht, kw, 1)  # warm fla (autotune)
+            t1 = time.time()
+            with kf.enabled():
+                backward_ms(leaves, do, dht, kw, 1)  # warm kdart (prepare) and fla's other stages
+            print(f"  ({config} {name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart "
+                  f"{time.time() - t1:.1f} s)", flush=True)
+            base = backward_ms(leaves, do, dht, kw, args.iters)
+            kf.reset_stats()
+            with kf.enabled():
+                ours = backward_ms(leaves, do, dht, kw, args.iters)
+            st = kf.stats()
+            print(f"{config:7s} {name:22s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  {st['served']} "
+                  f"{st['fallbacks']}", flush=True)
+            if args.profile:
+                pb = profile_backward(leaves, do, dht, kw, args.profile_iters)
+                with kf.enabled():
+                    po = profile_backward(leaves, do, dht, kw, args.profile_iters)
+                print_profile(f"{config} {name}", pb, po)
+            del leaves, do, dht, kw
+            torch.cuda.empty_cache()
+    if args.no_overhead:
+        return
     import kdart.torch as kt
     path = "the C++ fast path (kdart.torch_ext)" if kt._EXT is not None else "the Python path (no kdart.torch_ext)"
     print(f"\nPython call overhead through {path} (host us per call; op allocates its outputs, raw = ctypes call "

@@ -10,9 +10,10 @@
  *   dg = dg_in + q*Aq + (beta*Ak - Ct)*k      (suffix-summed per chunk if FOLD_DG)
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see BwdIntraTraits below):
- *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN, TAIL>, IO in {kdart::bf16,
- *            kdart::fp16}, K (the K tile) in {64, 128, 256}, TAIL (the registry's tail
- *            parameter) in {false, true}; only parameter kdart_bwd_intra_params
+ *   kernel   kdart_bwd_intra<IO, FOLD_DG, EMIT_IO, K, VARLEN, TAIL, BETA_F32>, IO in
+ *            {kdart::bf16, kdart::fp16}, K (the K tile) in {64, 128, 256}, TAIL (the
+ *            registry's tail parameter) in {false, true}, BETA_F32 (the registry's beta
+ *            parameter: beta in fp32 rather than the io dtype); only parameter kdart_bwd_intra_params
  *            (VARLEN = false: its fixed-length prefix, see FixedParams).  TAIL = true
  *            needs VARLEN (<.., false, true> is a trap stub that is never launched);
  *            see "HEAD DIM" below.
@@ -386,7 +387,7 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
  * picks varlen = 1 with the tail).  (The body is the __global__ function itself: as a
  * __forceinline__ function called from a wrapper kernel, the native specializations'
  * SASS changed on sm_100a.) */
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32>
 __global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<K>::kThreads,
                                                                 BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
@@ -649,7 +650,10 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
             sRow[2] = 0; /* opaque zero */
         }
         if (tid < 64) {
-            const IO *gb = static_cast<const IO *>(p.beta);
+            /* beta in the io dtype, or fp32 (BETA_F32: what fla hands this stage when
+             * chunk_kda applies the beta sigmoid itself); read once per row either way */
+            using BetaT = kdart::conditional_t<BETA_F32, float, IO>;
+            const BetaT *gb = static_cast<const BetaT *>(p.beta);
             if constexpr (VARLEN)
                 sBeta[tid] = tid < *sNv ? kdart::to_float(gb[rowV0 + (long long)tid * HV]) : 0.f;
             else
@@ -1184,7 +1188,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     }
 }
 
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL>
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32>
 __global__ kdart::enable_if_t<!VARLEN && TAIL> kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type) {
     __trap(); /* never launched */
 }

@@ -67,7 +67,6 @@ __device__ __forceinline__ unsigned smem_u32(const void *p) {
     return r;
 }
 
-/* Compile-time tag so kernels can pick the mma.sync type string. */
 /* std::enable_if (NVRTC has no <type_traits>): a kernel template whose
  * specializations split into real and stub bodies declares both with it, so
  * that the real body is the __global__ function itself (as a __forceinline__
@@ -75,7 +74,12 @@ __device__ __forceinline__ unsigned smem_u32(const void *p) {
 template <bool C, typename T = void> struct enable_if {};
 template <typename T> struct enable_if<true, T> { using type = T; };
 template <bool C, typename T = void> using enable_if_t = typename enable_if<C, T>::type;
+/* std::conditional, for the same reason: a type chosen by a template flag */
+template <bool C, typename A, typename B> struct conditional { using type = A; };
+template <typename A, typename B> struct conditional<false, A, B> { using type = B; };
+template <bool C, typename A, typename B> using conditional_t = typename conditional<C, A, B>::type;
 
+/* Compile-time tag so kernels can pick the mma.sync type string. */
 template <typename T> struct io_traits;
 template <> struct io_traits<bf16> { static constexpr bool is_bf16 = true; };
 template <> struct io_traits<fp16> { static constexpr bool is_bf16 = false; };

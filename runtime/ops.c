@@ -354,9 +354,15 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
                           (long long)HV, (long long)grid_x);
     int odt = a->emit_bf16 ? -1 : 32;
+    /* beta: the io dtype, or fp32 (its own specialization: what fla hands the
+     * stage when chunk_kda applies the beta sigmoid) */
+    const int beta_f32 = a->beta && dtype_of(a->beta) == 32;
+    if (a->beta && !beta_f32 && dtype_of(a->beta) != io)
+        return kdart__err(rt, KDART_EDTYPE, "tensor beta is %s, expected %s (the io dtype) or float32",
+                          dtype_name(dtype_of(a->beta)), dtype_name(io));
     tcheck c[] = {
         {"q", a->q, -1, 4, {B, T, H, K}},           {"k", a->k, -1, 4, {B, T, H, K}},
-        {"g", a->g, 32, 4, {B, T, HV, K}},          {"beta", a->beta, -1, 3, {B, T, HV}},
+        {"g", a->g, 32, 4, {B, T, HV, K}},          {"beta", a->beta, beta_f32 ? 32 : -1, 3, {B, T, HV}},
         {"dAqk", a->dAqk, 32, 4, {B, T, HV, 64}},   {"dAkk", a->dAkk, 32, 4, {B, T, HV, 64}},
         {"dq_in", a->dq_in, 32, 4, {B, T, HV, K}},  {"dk_in", a->dk_in, 32, 4, {B, T, HV, K}},
         {"dg_in", a->dg_in, 32, 4, {B, T, HV, K}},  {"db_in", a->db_in, 32, 3, {B, T, HV}},
@@ -371,7 +377,8 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
-    int vals[6] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail};
+    int vals[7] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail,
+                   beta_f32};
     kdart__unit *u;
     void *fn;
     int *status = NULL;

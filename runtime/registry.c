@@ -78,8 +78,8 @@ static void rcumsum_shape(const int *vals, int *threads, int *smem) {
     *smem = 0;
 }
 
-/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K, varlen
- * (the varlen specializations launch with the same shape). */
+/* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh. vals: io, fold, emit, K, varlen,
+ * tail, beta (every specialization of one K tile launches with the same shape). */
 static void bwd_intra_shape(const int *vals, int *threads, int *smem) {
     int K = k_tiles[vals[3]];
     *threads = KDART__INTRA_THREADS(K);
@@ -139,6 +139,10 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 #define DHU_K_PARAM {"K", KDART__NDK, {KDART__DHU_KS(KDART__STR_)}, {KDART__DHU_KS(KDART__STR_)}, 1}
 #define BV_PARAM {"BV", KDART__NBV, {KDART__DHU_BVS(KDART__STR_)}, {KDART__DHU_BVS(KDART__STR_)}, KDART__NBV - 1}
 #define FLAG_PARAM(n) {n, 2, {"0", "1"}, {"false", "true"}, 0}
+/* bwd_intra's beta: in the io dtype, or fp32 (fla hands the stage fp32 beta
+ * when chunk_kda applies the beta sigmoid itself, the configuration most
+ * models train with) */
+#define BETA_PARAM {"beta", 2, {"io", "f32"}, {"false", "true"}, 0}
 /* bwd_dhu's tail: 0 native, 1 masked (head dims below the K tile, partial V
  * tiles, the V-first state at those), 2 the V-first state at native dims */
 #define DHU_TAIL_PARAM {"tail", 3, {"0", "1", "2"}, {"0", "1", "2"}, 0}
@@ -149,15 +153,15 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
  * after them (session 12's 108 bwd_dhu specs did, into the status words:
  * test_core's registry_specs now checks every kernel's count as well). */
 _Static_assert(3 <= KDART__MAX_SPECS, "chunk_rcumsum's specs exceed KDART__MAX_SPECS");
-_Static_assert(2 * 2 * 2 * 3 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 2 * 2 * 3 * 2 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * KDART__NDK * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
                           {K_PARAM}, rcumsum_shape},
-    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 6,
+    [KDART__K_BWD_INTRA] = {"bwd_intra", "bwd_intra.cuh", "kdart_bwd_intra", 7,
                             {IO_PARAM, FLAG_PARAM("fold_dg"), FLAG_PARAM("emit_bf16"), K_PARAM,
-                             FLAG_PARAM("varlen"), FLAG_PARAM("tail")},
+                             FLAG_PARAM("varlen"), FLAG_PARAM("tail"), BETA_PARAM},
                             bwd_intra_shape},
     [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
                           {IO_PARAM, DHU_K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), DHU_TAIL_PARAM},
@@ -183,20 +187,23 @@ static int spec_is_stub(int kernel, const int *vals) {
 }
 
 /* The default prewarm set.  Every native specialization (the tail
- * parameter 0) and the tail ones most calls need: bf16 bwd_intra as
- * kdart.fla calls it (fold_dg=1, emit_bf16=0; every K tile: head dims 60, 100,
- * 192) and bf16 bwd_dhu at the K tile 128 (tail 1: head dim 100, partial V
+ * parameter 0) with beta in the io dtype, and the ones most calls need:
+ * bwd_intra with fp32 beta as kdart.fla calls it (fold_dg=1, emit_bf16=0:
+ * the beta sigmoid inside chunk_kda, both io dtypes), bf16 bwd_intra's tail
+ * as kdart.fla calls it (every K tile, either beta: head dims 60, 100, 192)
+ * and bf16 bwd_dhu at the K tile 128 (tail 1: head dim 100, partial V
  * tiles; tail 2: the V-first state of K = 128 models).  bwd_dhu's K tile 192
- * (head dims 129..192) is prewarmed native and bf16 only.  The other tail
- * specializations compile
- * on first use (about 1.5 s each for bwd_intra, 0.5 s for bwd_dhu): all of
- * them would double the prewarm time (docs/runs/2026-12-01-s8-issue15-
- * static.txt).  Stubs are never prewarmed. */
+ * (head dims 129..192) is prewarmed native and bf16 only.  The other
+ * specializations compile on first use (about 1.5 s each for bwd_intra,
+ * 0.5 s for bwd_dhu): all of them would double the prewarm time.  Stubs
+ * are never prewarmed. */
 int kdart__spec_prewarmed(int kernel, int spec) {
     const kdart__kernel *k = &kdart__kernels[kernel];
     int vals[KDART__MAX_PARAMS];
     kdart__spec_values(k, spec, vals);
     if (spec_is_stub(kernel, vals)) return 0;
+    /* beta in fp32: as kdart.fla calls it (fold_dg=1, emit_bf16=0), both io dtypes */
+    if (kernel == KDART__K_BWD_INTRA && vals[6] == 1 && (vals[1] != 1 || vals[2] != 0)) return 0;
     if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
     if (kernel == KDART__K_BWD_DHU && dhu_k_tiles[vals[1]] == 192) return vals[0] == 0 && vals[4] == 0;
     if (kernel == KDART__K_BWD_DHU && vals[4] != 0) return vals[0] == 0 && dhu_k_tiles[vals[1]] == 128;

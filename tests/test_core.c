@@ -73,7 +73,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_kernel_count(), 3);
     ck_assert_ptr_null(kdart_kernel_name(3));
     ck_assert_ptr_null(kdart_kernel_name(-1));
-    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 96);
+    ck_assert_int_eq(kdart_spec_count("bwd_intra"), 192);
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
@@ -89,7 +89,7 @@ START_TEST(registry_specs) {
             for (int v = 0; v < q->nvalues; v++) ck_assert(q->values[v] != NULL && q->targs[v] != NULL);
         }
     }
-    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
@@ -103,9 +103,12 @@ START_TEST(registry_specs) {
         }
     }
     ck_assert_int_gt(kdart_spec_canonical("bwd_intra", " K=64 , io=fp16", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0,tail=0");
+    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=64,varlen=0,tail=0,beta=io");
     ck_assert_int_gt(kdart_spec_canonical("bwd_intra", "tail=1,varlen=1,K=256", buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=256,varlen=1,tail=1");
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=256,varlen=1,tail=1,beta=io");
+    ck_assert_int_gt(kdart_spec_canonical("bwd_intra", "beta=f32,io=fp16", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=fp16,fold_dg=0,emit_bf16=0,K=128,varlen=0,tail=0,beta=f32");
+    ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "beta=bf16", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "tail=2", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_gt(kdart_spec_canonical("bwd_dhu", "", buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=0,tail=0");
@@ -121,13 +124,15 @@ START_TEST(registry_specs) {
             ck_assert_int_gt(kdart_spec_at(kdart_kernel_name(k), i, buf, sizeof buf), 0);
             ck_assert_int_eq(kdart__spec_is_varlen(k, i), strstr(buf, "varlen=1") != NULL);
         }
-    /* the default prewarm set: natives, bf16 fold_dg=1 emit_bf16=0 intra tails (varlen), bf16 K=128 dhu
-     * tails, bf16 K=192 dhu natives only; no stubs */
+    /* the default prewarm set: natives (beta=f32 ones only with fold_dg=1 emit_bf16=0), bf16 fold_dg=1
+     * emit_bf16=0 intra tails (varlen, either beta), bf16 K=128 dhu tails, bf16 K=192 dhu natives only;
+     * no stubs */
     int n_intra = 0, n_dhu = 0;
     for (int i = 0; i < kdart_spec_count("bwd_intra"); i++) {
         kdart_spec_at("bwd_intra", i, buf, sizeof buf);
-        int want = strstr(buf, "tail=0") ||
-                   (strstr(buf, "io=bf16,fold_dg=1,emit_bf16=0,") && strstr(buf, "varlen=1,tail=1"));
+        const int kdart_fla = strstr(buf, "fold_dg=1,emit_bf16=0,") != NULL;
+        int want = (strstr(buf, "tail=0") && (strstr(buf, "beta=io") || kdart_fla)) ||
+                   (strstr(buf, "io=bf16,") && kdart_fla && strstr(buf, "varlen=1,tail=1"));
         ck_assert_int_eq(kdart_spec_prewarmed("bwd_intra", i), want);
         n_intra += want;
     }
@@ -139,7 +144,7 @@ START_TEST(registry_specs) {
         ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", i), want);
         n_dhu += want;
     }
-    ck_assert_int_eq(n_intra, 51);
+    ck_assert_int_eq(n_intra, 66);
     ck_assert_int_eq(n_dhu, 54);
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
     ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 144), KDART_EINVAL);
@@ -188,7 +193,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64,K=128", buf, sizeof buf), KDART_ESPEC);
     ck_assert_int_eq(kdart_spec_canonical("bwd_intra", "K=64", buf, 4), KDART_EINVAL);
-    ck_assert_int_eq(kdart_spec_at("bwd_intra", 96, buf, sizeof buf), KDART_EINVAL);
+    ck_assert_int_eq(kdart_spec_at("bwd_intra", 192, buf, sizeof buf), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_at("bwd_intra", 0, NULL, 0), KDART_ENULL);
 }
 END_TEST
@@ -213,7 +218,7 @@ START_TEST(check_spec_shapes) {
         ck_assert_int_eq(K != kdart__k_tile(K), tail);
         launched++;
     }
-    ck_assert_int_eq(launched, 72); /* 96 less the 24 varlen=0,tail=1 stubs */
+    ck_assert_int_eq(launched, 144); /* 192 less the 48 varlen=0,tail=1 stubs */
     launched = 0;
     for (int i = 0; i < kdart_spec_count("bwd_dhu"); i++) {
         kdart_spec_at("bwd_dhu", i, buf, sizeof buf);

@@ -97,6 +97,10 @@ START_TEST(intra_valid_reaches_launch) {
     mk(&s.dq, kDLBfloat, 16, 4, B, T, H, K, 0);
     mk(&s.dk, kDLBfloat, 16, 4, B, T, H, K, 0);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* beta in fp32 (fla's with the beta sigmoid inside chunk_kda): its own specialization */
+    intra_make(&s, HV);
+    mk(&s.beta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
 }
 END_TEST
 
@@ -126,6 +130,16 @@ START_TEST(intra_bad_arguments) {
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "dAqk");
     intra_make(&s, HV);
     s.beta.shape[1] = T / 2;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "beta");
+    /* beta: the io dtype or fp32, nothing else (fp16 beside bf16 q, fp64), and an fp32 beta's shape */
+    intra_make(&s, HV);
+    s.beta.t.dtype.code = kDLFloat;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDTYPE, "beta is float16, expected bfloat16");
+    intra_make(&s, HV);
+    s.beta.t.dtype.code = kDLFloat, s.beta.t.dtype.bits = 64;
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_EDTYPE, "or float32");
+    intra_make(&s, HV);
+    mk(&s.beta, kDLFloat, 32, 3, B, T, H, 0, 0);
     EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ESHAPE, "beta");
     intra_make(&s, HV);
     s.db.t.ndim = 4;

@@ -196,16 +196,21 @@ static int dpoison(const dbuf *b) {
 /* bwd_intra's tensors in kdart_bwd_intra_args order: in[0..9] are q, k, g,
  * beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in; out[0..3] (when out is not
  * NULL) dq, dk (out_dtype), dg, db.  Returns 0 or -1. */
-static int intra_alloc(dbuf *in, dbuf *out, int B, int T, int H, int HV, int K, int io, int out_dtype) {
+static int intra_alloc_b(dbuf *in, dbuf *out, int B, int T, int H, int HV, int K, int io, int out_dtype,
+                         int beta_dtype) {
     int64_t sqk[4] = {B, T, H, K}, sg[4] = {B, T, HV, K}, sb[3] = {B, T, HV}, sA[4] = {B, T, HV, 64};
     int ok = !dalloc(&in[0], io, 4, sqk) && !dalloc(&in[1], io, 4, sqk) && !dalloc(&in[2], DT_F32, 4, sg) &&
-             !dalloc(&in[3], io, 3, sb) && !dalloc(&in[4], DT_F32, 4, sA) && !dalloc(&in[5], DT_F32, 4, sA) &&
+             !dalloc(&in[3], beta_dtype, 3, sb) && !dalloc(&in[4], DT_F32, 4, sA) && !dalloc(&in[5], DT_F32, 4, sA) &&
              !dalloc(&in[6], DT_F32, 4, sg) && !dalloc(&in[7], DT_F32, 4, sg) && !dalloc(&in[8], DT_F32, 4, sg) &&
              !dalloc(&in[9], DT_F32, 3, sb);
     if (ok && out)
         ok = !dalloc(&out[0], out_dtype, 4, sg) && !dalloc(&out[1], out_dtype, 4, sg) &&
              !dalloc(&out[2], DT_F32, 4, sg) && !dalloc(&out[3], DT_F32, 3, sb);
     return ok ? 0 : -1;
+}
+/* (beta in the io dtype) */
+static int intra_alloc(dbuf *in, dbuf *out, int B, int T, int H, int HV, int K, int io, int out_dtype) {
+    return intra_alloc_b(in, out, B, T, H, HV, K, io, out_dtype, io);
 }
 
 static kdart_bwd_intra_args intra_args(dbuf *in, dbuf *out, int fold_dg, int emit_bf16) {
@@ -549,7 +554,7 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     kref_gen_normal(&rng, nb, 1.0, db_in);
     round_to(q, nqk, io);
     round_to(k, nqk, io);
-    round_to(beta, nb, io);
+    round_to(beta, nb, c->beta_f32 ? DT_F32 : io);
     round_to(g, ng, DT_F32);
     round_to(dAqk, nA, DT_F32);
     round_to(dAkk, nA, DT_F32);
@@ -558,7 +563,8 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     round_to(dg_in, ng, DT_F32);
     round_to(db_in, nb, DT_F32);
 
-    if (intra_alloc(d, d + 10, B, T, H, HV, K, io, c->emit_bf16 ? io : DT_F32) || layout_upload(&L, &c->seqs, r)) {
+    if (intra_alloc_b(d, d + 10, B, T, H, HV, K, io, c->emit_bf16 ? io : DT_F32, c->beta_f32 ? DT_F32 : io) ||
+        layout_upload(&L, &c->seqs, r)) {
         if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
@@ -676,6 +682,8 @@ int kc_spec_k(const char *spec) {
 }
 
 int kc_spec_tail(const char *spec) { return spec && strstr(spec, "tail=1") != NULL; }
+
+int kc_spec_beta_f32(const char *spec) { return strstr(spec, "beta=f32") != NULL; }
 
 int kc_intra_spec_launchable(const char *spec) { return !(kc_spec_tail(spec) && strstr(spec, "varlen=0")); }
 
@@ -913,14 +921,15 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
     uint64_t seed = kref_pick_seed();
     fprintf(out, "kdart selftest (seed %llu): error vs the float64 reference (rel RMS), time per call\n",
             (unsigned long long)seed);
-    fprintf(out, "%-10s %-36s %-28s %-44s %9s\n", "kernel", "spec", "shape", "rel RMS per output", "ms/call");
+    fprintf(out, "%-10s %-58s %-28s %-44s %9s\n", "kernel", "spec", "shape", "rel RMS per output", "ms/call");
     for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a stub */
         kc_intra_case c = {2, 512, 2, 4, kc_intra_spec_k(spec), strstr(spec, "fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL,
-                           KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+                           KREF_GATE_FUSED, seed + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec),
+                           kc_spec_beta_f32(spec)};
         if (kc_spec_tail(spec) && ((s >> 2) & 1)) c.seqs.nseq = 0; /* fixed length */
         if (c.emit_bf16) c.HV = c.H;
         if (c.seqs.nseq) c.B = 1, c.T = 0;
@@ -930,7 +939,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
                  c.T, c.H, c.HV, c.K);
         int ran = kc_run_intra(rt, &c, &r) == 0;
         if (!ran || r.status != KDART_OK) {
-            fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
+            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
             failures++;
             continue;
         }
@@ -941,7 +950,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
             snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= t ? "" : "!");
             failures += !(r.rel_rms[i] <= t);
         }
-        fprintf(out, "%-10s %-36s %-28s %-44s %9.4f\n", "bwd_intra", spec, shape, errs, r.ms);
+        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "bwd_intra", spec, shape, errs, r.ms);
     }
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
@@ -957,7 +966,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
                  c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V, svf ? " Vfirst" : "");
         int ran = kc_run_dhu(rt, &c, &r) == 0;
         if (!ran || r.status != KDART_OK) {
-            fprintf(out, "%-10s %-36s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
+            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
             failures++;
             continue;
         }
@@ -967,7 +976,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
             snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= t ? "" : "!");
             failures += !(r.rel_rms[i] <= t);
         }
-        fprintf(out, "%-10s %-36s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
+        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
     fprintf(out, "\n");

@@ -54,6 +54,7 @@ typedef struct kc_intra_case {
     int reps;      /* timed launches after the checked one (0: no timing) */
     int graph;     /* also capture the launch in a CUDA graph and compare */
     kc_seqs seqs;  /* zero: fixed length */
+    int beta_f32;  /* beta in fp32 (the beta=f32 specialization), else the io dtype */
 } kc_intra_case;
 
 typedef struct kc_dhu_case {
@@ -73,8 +74,10 @@ typedef struct kc_dhu_case {
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
 int kc_spec_k(const char *spec);
-/* Whether a spec is a tail=1 one (issue 15: the masked paths). */
+/* Whether a spec is a tail=1 one (the masked paths). */
 int kc_spec_tail(const char *spec);
+/* Whether a bwd_intra spec takes beta in fp32 (beta=f32). */
+int kc_spec_beta_f32(const char *spec);
 /* Whether a bwd_intra spec is one kdart launches: varlen=0,tail=1 is a trap
  * stub (the tail body reads Kr from the varlen params; ops.c sends a head
  * dim below its tile to varlen=1 at fixed length too). */

@@ -13,7 +13,12 @@ takes and fla's own function for every call it refuses (decided in Python
 before calling: K outside 1..256, V outside 1..512, chunk size != 64,
 a scalar gate g, cu_seqlens off q's device or with
 B != 1, dtypes other than kdart's, non-CUDA or non-contiguous tensors; and
-any call where kdart raises ValueError).  Any T and variable-length
+any call where kdart raises ValueError).  Every configuration of chunk_kda's
+flags at chunk size 64 is served, the one people train with included
+(l2norm, the gate and the beta sigmoid inside chunk_kda, safe gate, packed
+documents): with use_beta_sigmoid_in_kernel fla hands bwd_intra beta in fp32,
+which kdart reads as such (its beta=f32 specialization).  docs/chunk_kda_flags.md
+lists what each stage receives, flag by flag.  Any T and variable-length
 batches (cu_seqlens, with or without fla's chunk_indices / chunk_offsets)
 are served, and so is fla's use_graph mode (cu_seqlens padded with
 zero-length sequences to a fixed capacity, chunk_indices of nt_max rows with
@@ -146,8 +151,12 @@ def _torch():
     return torch
 
 
+def _is_cuda(t):
+    return t.is_cuda
+
+
 def _io_reason(torch, q, others_io, others_f32):
-    if not q.is_cuda:
+    if not _is_cuda(q):
         return "not a CUDA tensor"
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"io dtype {q.dtype}"
@@ -188,7 +197,11 @@ def intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, ch
         return r
     if g.shape[2] % q.shape[2]:
         return "HV % H != 0"
-    return _io_reason(_torch(), q, (k, beta), (g, dAqk, dAkk, dq, dk, db, dg))
+    torch = _torch()
+    # beta: the io dtype, or fp32 (fla's with use_beta_sigmoid_in_kernel; kdart's beta=f32 specialization)
+    if beta.dtype == torch.float32:
+        return _io_reason(torch, q, (k,), (beta, g, dAqk, dAkk, dq, dk, db, dg))
+    return _io_reason(torch, q, (k, beta), (g, dAqk, dAkk, dq, dk, db, dg))
 
 
 def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
@@ -208,7 +221,6 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     V = do.shape[3]
     if not 1 <= V <= 512:
         return f"V={V} (V > 512)"
-    K = q.shape[3]
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 

@@ -9,9 +9,10 @@
 Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra
 and chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu); dh0 is None
 when h0 is None, as in fla.  Outputs are new tensors on the inputs' device;
-nothing is written to the inputs.  Shapes and dtypes: shared/spec/kda_backward.md
-sections 3.1 and 4.1 (io dtype bf16 or fp16; g/gk, dAqk, dAkk, dq, dk, dg, db,
-dht, h0 fp32; any T >= 1, K in 1..256, V in 1..512, contiguous; bwd_dhu also takes fla's
+nothing is written to the inputs.  Shapes and dtypes: docs/chunk_kda_flags.md (io dtype
+bf16 or fp16; beta in the io dtype or fp32, as fla hands it when chunk_kda
+applies the beta sigmoid; g/gk, dAqk, dAkk, dq, dk, dg, db, dht, h0 fp32; any
+T >= 1, K in 1..256, V in 1..512, contiguous; bwd_dhu also takes fla's
 state_v_first layout).
 
 Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
@@ -148,8 +149,13 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
         raise _bad(f"ESHAPE: HV={HV} (value heads, from g) is not a multiple of H={H} (from q)")
     if emit_bf16 and HV != H:
         raise _lib.KdartValueError(-24, "EUNSUPPORTED", "EUNSUPPORTED: emit_bf16 needs HV == H")
+    # beta: the io dtype, or fp32 (fla's when chunk_kda applies the beta sigmoid; its own specialization)
+    bdt = _F32 if isinstance(beta, torch.Tensor) and beta.dtype == _F32 else io
+    if isinstance(beta, torch.Tensor) and beta.dtype not in (io, _F32):
+        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: beta is {beta.dtype}, expected {io} (the io dtype) "
+                                                  "or torch.float32")
     for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("g", g, (B, T, HV, K), _F32),
-                               ("beta", beta, (B, T, HV), io), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
+                               ("beta", beta, (B, T, HV), bdt), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
                                ("dAkk", dAkk, (B, T, HV, CHUNK), _F32), ("dq", dq, (B, T, HV, K), _F32),
                                ("dk", dk, (B, T, HV, K), _F32), ("db", db, (B, T, HV), _F32),
                                ("dg", dg, (B, T, HV, K), _F32)):
@@ -382,7 +388,7 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     tail = int(K != _lib.k_tile(K))
     varlen = _varlen(T, cu_seqlens) | tail | int(B * g.shape[2] > 65535)
     plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={_lib.k_tile(K)},varlen={varlen},tail={tail}")
+                 f"K={_lib.k_tile(K)},varlen={varlen},tail={tail},beta={'f32' if beta.dtype == _F32 else 'io'}")
     return plan
 
 

@@ -1,4 +1,5 @@
 """kdart.fla without a GPU: patching and restoring fla's names, the signature guard, acceptance checks."""
+import contextlib
 import os
 
 import pytest
@@ -165,3 +166,158 @@ def test_every_dhu_head_dim_is_served():
 def kf_value_error():
     from kdart import KdartValueError
     return KdartValueError(-20, "ESHAPE", "ESHAPE: test")
+
+
+# ------------------------------------------------- the configuration people train with, routed
+
+def _meta(*shape, dt=torch.float32):
+    return torch.empty(*shape, dtype=dt, device="meta")
+
+
+def _standins(monkeypatch, log):
+    """fla's other stages in chunk_kda_bwd replaced by recorders that return meta tensors of the shapes and dtypes
+    fla 0.6.0's kernels return (docs/chunk_kda_flags.md), so chunk_kda_bwd runs on a CPU machine."""
+    def gate_cumsum(g, **kw):
+        log.append("gate_cumsum")
+        return torch.empty_like(g, dtype=torch.float32)
+
+    def recompute_w_u(q, k, v, beta, A, gk, **kw):
+        log.append("recompute_w_u")
+        B, T, HV = v.shape[:3]
+        kk = _meta(B, T, HV, k.shape[3], dt=k.dtype)
+        return kk, torch.empty_like(v), kk.clone(), kk.clone()
+
+    def fwd_h(k, w, u, gk, state_v_first=False, **kw):
+        log.append("fwd_h")
+        B, T, HV, K = k.shape
+        V, NT = u.shape[3], (T + 63) // 64
+        return _meta(B, NT, HV, *((V, K) if state_v_first else (K, V)), dt=k.dtype), torch.empty_like(u), None
+
+    def dAv(q, k, v, do, A, scale, **kw):
+        log.append("dAv")
+        return _meta(*v.shape[:3], 64), torch.empty_like(do)
+
+    def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, **kw):
+        log.append("wy_dqkg")
+        f = torch.empty_like(g, dtype=torch.float32)
+        return f, f.clone(), torch.empty_like(v), torch.empty_like(beta, dtype=torch.float32), f.clone(), \
+            _meta(*v.shape[:3], 64)
+
+    def gate_bwd(g, A_log=None, dt_bias=None, dyg=None, lower_bound=None):
+        log.append("gate_bwd")
+        return torch.empty_like(g), None if A_log is None else torch.empty_like(A_log), \
+            None if dt_bias is None else torch.empty_like(dt_bias)
+    for name, fn in (("kda_gate_chunk_cumsum", gate_cumsum), ("recompute_w_u_fwd", recompute_w_u),
+                     ("chunk_gated_delta_rule_fwd_h", fwd_h), ("chunk_kda_bwd_dAv", dAv),
+                     ("chunk_kda_bwd_wy_dqkg_fused", wy_dqkg), ("kda_gate_bwd", gate_bwd)):
+        monkeypatch.setattr(chunk_bwd, name, fn)
+
+
+# (io dtype, H, HV, K, V, varlen, state_v_first, use_gate_in_kernel, beta dtype, disable_recompute, chunk_size)
+PROD = [
+    (torch.bfloat16, 4, 4, 128, 128, True, False, True, torch.float32, False, 64),   # the production flags
+    (torch.bfloat16, 4, 4, 128, 128, True, True, True, torch.float32, False, 64),    # + the V-first state
+    (torch.float16, 2, 4, 128, 256, False, False, True, torch.float32, False, 64),   # fp16, GVA, K128 V256
+    (torch.bfloat16, 4, 4, 100, 100, True, True, True, torch.float32, True, 64),     # D = 100, saved activations
+    (torch.bfloat16, 4, 4, 128, 128, False, False, False, torch.bfloat16, False, 64),  # fla's test recipe
+    (torch.bfloat16, 4, 4, 64, 64, False, False, False, torch.float32, False, 64),   # fp32 beta, log-space gate
+    (torch.bfloat16, 4, 4, 128, 128, True, False, True, torch.float32, False, 32),   # chunk 32: fla's
+]
+
+
+@pytest.mark.parametrize("case", PROD, ids=lambda c: "{}-H{}-HV{}-K{}-V{}-{}{}-gate{}-beta{}-norec{}-C{}".format(
+    str(c[0])[6:], c[1], c[2], c[3], c[4], "varlen" if c[5] else "fixed", "-vfirst" if c[6] else "", int(c[7]),
+    str(c[8])[6:], int(c[9]), c[10]))
+def test_production_config_routing(monkeypatch, case):
+    """fla 0.6.0's chunk_kda_bwd run on a CPU machine with its other stages replaced by stand-ins, kdart's ops by
+    recorders, and the tensors as chunk_kda hands them in each configuration (beta in fp32 when chunk_kda
+    applies the beta sigmoid): kdart.fla takes bwd_intra, bwd_dhu and the folded dg cumsum with no fallback at
+    chunk size 64 (fla's 32 stays fla's, counted)."""
+    import kdart.torch as kt
+    io, H, HV, K, V, varlen, svf, gate_in, beta_dt, norec, C = case
+    log = []
+    _standins(monkeypatch, log)
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)  # meta tensors stand in for CUDA ones
+
+    def fake_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+                   chunk_indices=None):
+        log.append(("kdart bwd_intra", beta.dtype, fold_dg))
+        return torch.empty_like(dq), torch.empty_like(dk), torch.empty_like(db), torch.empty_like(dg)
+
+    def fake_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
+                 chunk_offsets=None, state_v_first=False):
+        log.append(("kdart bwd_dhu", state_v_first))
+        B, T = q.shape[:2]
+        S = (V, K) if state_v_first else (K, V)
+        return _meta(B, (T + 63) // 64, HV, *S, dt=q.dtype), torch.empty_like(h0), torch.empty_like(dv)
+    monkeypatch.setattr(kt, "bwd_intra", fake_intra)
+    monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
+    T, N = 300, 3
+    B = 1 if varlen else 2
+    n_seq = N if varlen else B
+    q, k = _meta(B, T, H, K, dt=io), _meta(B, T, H, K, dt=io)
+    v, do = _meta(B, T, HV, V, dt=io), _meta(B, T, HV, V, dt=io)
+    S = (V, K) if svf else (K, V)
+    h0, dht = _meta(n_seq, HV, *S), _meta(n_seq, HV, *S)
+    beta = _meta(B, T, HV, dt=beta_dt)
+    g_cum = _meta(B, T, HV, K)                     # the forward's g_cumsum (fp32), when the gate is not fused
+    g_raw = _meta(B, T, HV, K, dt=io)              # the raw gate, when it is
+    A_log, dt_bias = _meta(HV), _meta(HV * K)
+    Aqk, Akk = _meta(B, T, HV, C), _meta(B, T, HV, C)
+    cu = torch.tensor([0, 1, 100, 300]) if varlen else None
+    ci = torch.empty(1 + 2 + 4, 2, dtype=torch.int64) if varlen else None
+    co = torch.empty(N + 1, dtype=torch.int64) if varlen else None
+    saved = {}
+    if norec:
+        kk = _meta(B, T, HV, K, dt=io)
+        saved = dict(w=kk, u=_meta(B, T, HV, V, dt=io), qg=kk.clone(), kg=kk.clone(), v_new=_meta(B, T, HV, V, dt=io),
+                     h=_meta(B, (T + 63) // 64, HV, *S, dt=io))
+    kf.reset_stats()
+    with kf.enabled():
+        orig = kf._state["orig"]
+        keep = dict(orig)
+        try:
+            orig["chunk_kda_bwd_intra"] = lambda *x, **y: log.append("fla bwd_intra") or (x[6], x[7], x[8], x[9])
+            orig["chunk_gated_delta_rule_bwd_dhu"] = lambda *x, **y: log.append("fla bwd_dhu") or (
+                None, y["h0"], x[4])
+            orig["chunk_local_cumsum"] = lambda *x, **y: log.append("fla cumsum") or x[0]
+            with pytest.warns(RuntimeWarning) if C != 64 else contextlib.nullcontext():
+                out = chunk_bwd.chunk_kda_bwd(
+                    q=q, k=k, v=v, beta=beta, Aqk=Aqk, Akk=Akk, scale=K ** -0.5, initial_state=h0, do=do, dht=dht,
+                    g=None if gate_in and not norec else g_cum, g_org=g_raw if gate_in else None,
+                    state_v_first=svf, cu_seqlens=cu, chunk_indices=ci, chunk_size=C, safe_gate=gate_in,
+                    lower_bound=-5.0 if gate_in else None, use_gate_in_kernel=gate_in, A_log=A_log if gate_in else None,
+                    dt_bias=dt_bias if gate_in else None, disable_recompute=norec, chunk_offsets=co, **saved)
+        finally:
+            orig.update(keep)
+        st = kf.stats()
+    dq, dk, dv, db, dg, dh0, dA, dbias = out
+    assert dq.shape == (B, T, H, K) and dk.shape == (B, T, H, K) and dg.shape == (B, T, HV, K)
+    assert (dA is not None) == gate_in and (dbias is not None) == gate_in
+    if C != 64:
+        assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log
+        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0}
+        assert set(st["fallbacks"]) == {"bwd_intra: chunk_size=32", "bwd_dhu: chunk_size=32"}
+        return
+    assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
+    assert ("kdart bwd_intra", beta_dt, True) in log and ("kdart bwd_dhu", svf) in log
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1} and st["fallbacks"] == {}
+    assert ("recompute_w_u" in log) == (not norec) and ("gate_bwd" in log) == gate_in
+
+
+def test_beta_dtypes_routed():
+    """bwd_intra's beta: the io dtype or fp32 are kdart's (each its own specialization); another dtype is fla's."""
+    import kdart.fla as f
+    a = _intra()
+    old = f._is_cuda
+    f._is_cuda = lambda t: True
+    try:
+        assert kf.intra_refusal(*a) is None
+        a[3] = _meta(1, 128, 2)                       # fp32 beta: what chunk_kda's beta sigmoid hands the stage
+        assert kf.intra_refusal(*a) is None
+        a[3] = _meta(1, 128, 2, dt=torch.float16)     # fp16 beta beside bf16 q
+        assert kf.intra_refusal(*a) == "mixed io dtypes (torch.bfloat16, torch.float16)"
+        a[3] = _meta(1, 128, 2, dt=torch.float64)
+        assert kf.intra_refusal(*a) == "mixed io dtypes (torch.bfloat16, torch.float64)"
+    finally:
+        f._is_cuda = old

@@ -27,7 +27,7 @@ def test_open_info(cpu_runtime, tmp_path):
 
 
 def test_prepare_and_list(cpu_runtime):
-    spec = "io=bf16,fold_dg=1,emit_bf16=0,K=64,varlen=0,tail=0"  # canonical: every parameter
+    spec = "io=bf16,fold_dg=1,emit_bf16=0,K=64,varlen=0,tail=0,beta=io"  # canonical: every parameter
     p = cpu_runtime.prepare("bwd_intra", spec, "sm_100a")
     assert p["source"] == "compiled" and len(p["key"]) == 64 and not p["loaded"]
     again = cpu_runtime.prepare("bwd_intra", spec, "sm_100a")

@@ -259,7 +259,26 @@ def test_plan_specs_are_ops_c_choices(K, B, T, HV, cu, want):
     a = intra_args(B=B, T=T, H=HV // 2, HV=HV, K=K, device="meta")  # metadata only
     cus = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="meta")
     plan = kt._intra_plan(*a, True, False, cus)
-    assert plan.spec == f"io=bf16,fold_dg=1,emit_bf16=0,{want}"
+    assert plan.spec == f"io=bf16,fold_dg=1,emit_bf16=0,{want},beta=io"
+    a[3] = torch.empty(a[3].shape, dtype=torch.float32, device="meta")  # beta in fp32: its own specialization
+    plan = kt._intra_plan(*a, True, False, cus)
+    assert plan.spec == f"io=bf16,fold_dg=1,emit_bf16=0,{want},beta=f32"
+
+
+def test_intra_beta_dtypes():
+    """bwd_intra's beta: the io dtype or fp32 (the outputs as ever); any other dtype is refused, naming beta."""
+    a = intra_args(B=1, T=128, H=2, HV=4, K=64, device="meta")
+    for dt in (torch.bfloat16, torch.float32):
+        a[3] = torch.empty(1, 128, 4, dtype=dt, device="meta")
+        outs = kt.intra_meta(*a)
+        assert [o[1] for o in outs] == [torch.float32] * 4
+    for dt in (torch.float16, torch.float64):
+        a[3] = torch.empty(1, 128, 4, dtype=dt, device="meta")
+        with pytest.raises(ValueError, match="EDTYPE: beta is"):
+            kt.intra_meta(*a)
+    a[3] = torch.empty(1, 128, 2, dtype=torch.float32, device="meta")
+    with pytest.raises(ValueError, match="ESHAPE: beta"):
+        kt.intra_meta(*a)
 
 
 @pytest.mark.parametrize("K,svf,tail", [(64, False, 0), (128, False, 0), (60, False, 1), (200, False, 1),

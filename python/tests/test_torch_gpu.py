@@ -33,6 +33,40 @@ def test_bwd_intra_vs_float64(io, K, fold, emit, H, HV):
 
 
 @pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("K", [64, 100, 128])
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "packed"])
+def test_bwd_intra_beta_f32_vs_float64(io, K, varlen):
+    """beta in fp32 (what fla hands the stage when chunk_kda applies the beta sigmoid), as kdart.fla calls it
+    (fold_dg), fixed length with a partial chunk and packed with one-token documents, GVA."""
+    torch.manual_seed(5)
+    cu = [0, 1, 64, 65, 300, 301, 400]
+    if varlen:
+        a = varlen_intra_inputs(cu, cu[-1], 2, 4, K, io, "cuda")
+    else:
+        a = list(intra_inputs(2, 192, 2, 4, K, io, "cuda"))
+        a = [t[:, :170].contiguous() for t in a]
+    a = list(a)
+    a[3] = torch.rand(a[3].shape, device="cuda") * 2  # fp32, not rounded to the io dtype: (0, 2)
+    cus = torch.tensor(cu, dtype=torch.int32, device="cuda") if varlen else None
+    out = kt.bwd_intra(*a, fold_dg=True, cu_seqlens=cus)
+    ref = bwd_intra_ref_varlen(*a, cu, fold_dg=True) if varlen else bwd_intra_ref_padded(a)
+    for name, o, r in zip(("dq", "dk", "db", "dg"), out, ref):
+        assert o.dtype == torch.float32 and o.shape == r.shape
+        assert rel_rms(o, r) < 2e-3, (name, rel_rms(o, r))
+    again = kt.bwd_intra(*a, fold_dg=True, cu_seqlens=cus)
+    assert all(torch.equal(x, y) for x, y in zip(out, again))
+
+
+def bwd_intra_ref_padded(a):
+    """The float64 reference at a T that is not a multiple of 64: every input zero-padded to whole chunks
+    (zero dA rows add nothing), the outputs cut back."""
+    T = a[0].shape[1]
+    Tp = -(-T // 64) * 64
+    pad = [torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, Tp - T)) for t in a]
+    return [r[:, :T] for r in bwd_intra_ref(*pad, fold_dg=True)]
+
+
+@pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("K,V", [(64, 64), (128, 128), (128, 256)])
 @pytest.mark.parametrize("with_h0,with_dht", [(True, True), (False, True), (True, False)])
 def test_bwd_dhu_vs_float64(io, K, V, with_h0, with_dht):

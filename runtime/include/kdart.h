@@ -218,11 +218,11 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * prewarm' without --all, and the compile service's prewarm without a spec),
  * 0 if it compiles on first use only, a negative status for an unknown
  * kernel (EKERNEL) or index (EINVAL).  The set: every native specialization
- * (tail=0; at bwd_dhu's K=192, bf16 only) and the tail ones most calls need
- * (bf16 bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at
- * K=128); never the stubs that the runtime does not launch (bwd_intra tail=1
- * with varlen=0, bwd_dhu K=192 and 256 with BV=64).  The rest compile on
- * first use, 0.5-1.5 s each. */
+ * (tail=0; at bwd_dhu's K=192, bf16 only; bwd_intra's beta=f32 with
+ * fold_dg=1, emit_bf16=0 only) and the tail ones most calls need (bf16
+ * bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128);
+ * never the stubs that the runtime does not launch (bwd_intra tail=1 with
+ * varlen=0).  The rest compile on first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
 
 /* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
@@ -391,7 +391,7 @@ typedef struct kdart_bwd_intra_args {
     uint32_t struct_size;      /* sizeof(kdart_bwd_intra_args) */
     const DLTensor *q, *k;     /* [B,T,H,K]   bf16 or fp16 (the io dtype) */
     const DLTensor *g;         /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
-    const DLTensor *beta;      /* [B,T,HV]    io dtype */
+    const DLTensor *beta;      /* [B,T,HV]    io dtype or fp32 (each its own specialization) */
     const DLTensor *dAqk;      /* [B,T,HV,64] fp32 */
     const DLTensor *dAkk;      /* [B,T,HV,64] fp32 */
     const DLTensor *dq_in, *dk_in, *dg_in; /* [B,T,HV,K] fp32 */

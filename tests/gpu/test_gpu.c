@@ -83,8 +83,8 @@ static void check_intra_on(kdart_rt *h, const kc_intra_case *c, kc_report *out) 
     kc_report r;
     char what[256];
     char spec[128];
-    snprintf(spec, sizeof spec, "io=%s,fold_dg=%d,emit_bf16=%d,K=%d", c->io ? "fp16" : "bf16", c->fold_dg,
-             c->emit_bf16, c->K);
+    snprintf(spec, sizeof spec, "io=%s,fold_dg=%d,emit_bf16=%d,K=%d%s", c->io ? "fp16" : "bf16", c->fold_dg,
+             c->emit_bf16, c->K, c->beta_f32 ? ",beta=f32" : "");
     char sq[64];
     seqs_label(&c->seqs, sq, sizeof sq);
     snprintf(what, sizeof what, "intra %s %s B%d T%d H%d HV%d%s", spec, kref_gate_name((kref_gate_family)c->gate),
@@ -107,19 +107,22 @@ static void check_intra_on(kdart_rt *h, const kc_intra_case *c, kc_report *out) 
 
 static void check_intra(const kc_intra_case *c) { check_intra_on(rt, c, NULL); }
 
-START_TEST(intra_every_spec) {
-    /* Every specialization; gate families rotate; T=1024 for K=128. */
+/* Every specialization with beta in the io dtype (beta_f32 = 0) or fp32 (1); gate
+ * families rotate; T=1024 for K=128. */
+static void intra_every_spec_of(int beta_f32) {
     int n = kdart_spec_count("bwd_intra");
     for (int s = 0; s < n; s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a trap stub, never launched */
-        kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0, {0}};
+        if (kc_spec_beta_f32(spec) != beta_f32) continue;
+        kc_intra_case c = {2, 0, 2, 4, 0, 0, 0, 0, 0, seed + (uint64_t)s, 0, 0, {0}, 0};
         c.K = kc_intra_spec_k(spec); /* tail=1: 4 below the tile, so that the tail body runs */
         c.T = kc_spec_k(spec) >= 128 ? 1024 : 512;
         c.io = strstr(spec, "io=fp16") != NULL;
         c.fold_dg = strstr(spec, "fold_dg=1") != NULL;
         c.emit_bf16 = strstr(spec, "emit_bf16=1") != NULL;
+        c.beta_f32 = kc_spec_beta_f32(spec);
         if (c.emit_bf16) c.HV = c.H; /* emit needs HV == H */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
@@ -127,6 +130,29 @@ START_TEST(intra_every_spec) {
         if (strstr(spec, "varlen=1") && !(kc_spec_tail(spec) && ((s >> 2) & 1)))
             every_spec_seqs(&c.seqs, &c.B, &c.T, s);
         check_intra(&c);
+    }
+}
+START_TEST(intra_every_spec) { intra_every_spec_of(0); }
+END_TEST
+START_TEST(intra_every_spec_beta_f32) { intra_every_spec_of(1); }
+END_TEST
+
+/* bwd_intra as kdart.fla calls it when chunk_kda applies the beta sigmoid (fp32 beta,
+ * fold_dg): the safe gate's bound (-5 per step), the fused gate and strong gates, packed
+ * documents with one-token and partial-chunk ones, grouped value heads, both io dtypes,
+ * native and tail head dims. */
+START_TEST(intra_beta_f32_production) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int gates[3] = {KREF_GATE_CONST5, KREF_GATE_FUSED, KREF_GATE_STRONG};
+    static const int ks[3] = {128, 64, 100};
+    for (int v = 0; v < 6; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, 0.0, 0};
+        kc_intra_case c = {1, 2100, 2, 4, ks[v % 3], v & 1, 1, 0, gates[v % 3], seed + 9500 + (uint64_t)v, 0,
+                           v == 0, q, 1};
+        check_intra(&c);
+        kc_intra_case f = {2, 300, 4, 4, ks[v % 3], (v >> 1) & 1, 1, 0, gates[(v + 1) % 3], seed + 9600 + (uint64_t)v,
+                           0, 0, {0}, 1};
+        check_intra(&f); /* fixed length, a partial last chunk */
     }
 }
 END_TEST
@@ -137,7 +163,7 @@ START_TEST(intra_gate_families) {
     for (int gi = 0; gi < 5; gi++)
         for (int io = 0; io < 2; io++) {
             kc_intra_case c = {3, 256, 2, 4, io ? 64 : 128, io, gi & 1, 0, gates[gi], seed + 1000 + (uint64_t)(gi * 2 + io),
-                               0, 0, {0}};
+                               0, 0, {0}, 0};
             check_intra(&c);
         }
 }
@@ -148,16 +174,16 @@ START_TEST(intra_k64_equal_heads) {
      * under emit_bf16), both io types, fold_dg off and on. */
     for (int v = 0; v < 4; v++) {
         kc_intra_case c = {2, 512, 4, 4, 64, v & 1, v >> 1, 0, v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED,
-                           seed + 3000 + (uint64_t)v, 0, 0, {0}};
+                           seed + 3000 + (uint64_t)v, 0, 0, {0}, 0};
         check_intra(&c);
     }
-    kc_intra_case odd = {1, 256, 3, 3, 64, 0, 0, 0, KREF_GATE_MILD, seed + 3010, 0, 0, {0}};
+    kc_intra_case odd = {1, 256, 3, 3, 64, 0, 0, 0, KREF_GATE_MILD, seed + 3010, 0, 0, {0}, 0};
     check_intra(&odd);
 }
 END_TEST
 
 START_TEST(intra_graph_capture) {
-    kc_intra_case c = {2, 1024, 4, 8, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 2000, 0, 1, {0}};
+    kc_intra_case c = {2, 1024, 4, 8, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 2000, 0, 1, {0}, 0};
     check_intra(&c);
 }
 END_TEST
@@ -248,7 +274,7 @@ static const int partial_ts[] = {1, 63, 64, 65, 127, 1000, 4160};
 START_TEST(intra_fixed_any_t) {
     for (int i = 0; i < NPARTIAL; i++) {
         kc_intra_case c = {2, partial_ts[i], 2, 4, i & 1 ? 64 : 128, i & 1, (i >> 1) & 1, 0, KREF_GATE_FUSED,
-                           seed + 5000 + (uint64_t)i, 0, 0, {0}};
+                           seed + 5000 + (uint64_t)i, 0, 0, {0}, 0};
         if (i % 3 == 2) c.emit_bf16 = 1, c.HV = c.H;
         check_intra(&c);
     }
@@ -284,7 +310,7 @@ START_TEST(intra_varlen_lists) {
     for (int i = 0; i < NLISTS; i++)
         for (int v = 0; v < 4; v++) {
             kc_intra_case c = {1, cu_lists[i].T, 2, 4, v & 1 ? 64 : 128, (i + v) & 1, v >> 1, 0, KREF_GATE_FUSED,
-                               seed + 6000 + (uint64_t)(i * 4 + v), 0, v == 3, list_seqs(i, v)};
+                               seed + 6000 + (uint64_t)(i * 4 + v), 0, v == 3, list_seqs(i, v), 0};
             if (v == 2) c.emit_bf16 = 1, c.HV = c.H;
             check_intra(&c);
         }
@@ -365,7 +391,7 @@ END_TEST
 /* 1000 sequences of 1..200 tokens (K = V = 64 keeps the float64 scan short). */
 START_TEST(varlen_thousand_sequences) {
     kc_seqs q = {1000, NULL, 1, 200, 1, 0, 1, 1, 0, 0.05, 0};
-    kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q};
+    kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q, 0};
     check_intra(&a);
     q.cu32 = 1;
     kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q, 0};
@@ -381,7 +407,7 @@ START_TEST(intra_varlen_short_sequences) {
     for (int v = 0; v < 4; v++) {
         kc_seqs q = {600, NULL, 1, 17, !(v & 1), v & 1, (v >> 1) & 1, 1, 0, v & 2 ? 0.05 : 0.0, 0};
         kc_intra_case c = {1, 0, 2, 4, v & 1 ? 64 : 128, (v >> 1) & 1, v == 1 || v == 2, v >= 2,
-                           v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED, seed + 7100 + (uint64_t)v, 0, v == 0, q};
+                           v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED, seed + 7100 + (uint64_t)v, 0, v == 0, q, 0};
         if (c.emit_bf16) c.HV = c.H;
         check_intra(&c);
     }
@@ -412,7 +438,7 @@ START_TEST(varlen_garbage_writes_nothing) {
         kc_report r;
         expect_garbage("dhu", gk, kc_run_dhu(rt, &d, &r), &r, bits[gk]);
         if (gk == 4) break; /* bwd_intra has no dh */
-        kc_intra_case c = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 8100 + (uint64_t)gk, 0, 0, q};
+        kc_intra_case c = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 8100 + (uint64_t)gk, 0, 0, q, 0};
         expect_garbage("intra", gk, kc_run_intra(rt, &c, &r), &r, bits[gk]);
     }
     int after = -1;
@@ -446,8 +472,8 @@ static const char *const ctx_specs[4][2] = {
  * in dig[case], the function kdart launched in fn[case]. */
 static void ctx_cases(kdart_rt *h, unsigned long long dig[4][4], void *fn[4]) {
     const kc_seqs q = {3, cu_b, 0, 0, 0, 0, 1, 2, 0, 0.0, 0};
-    const kc_intra_case a = {1, 1000, 2, 4, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 9000, 0, 0, q};
-    const kc_intra_case b = {2, 512, 2, 4, 64, 1, 0, 0, KREF_GATE_STRONG, seed + 9001, 0, 0, {0}};
+    const kc_intra_case a = {1, 1000, 2, 4, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 9000, 0, 0, q, 0};
+    const kc_intra_case b = {2, 512, 2, 4, 64, 1, 0, 0, KREF_GATE_STRONG, seed + 9001, 0, 0, {0}, 0};
     const kc_dhu_case c = {1, 1000, 2, 128, 128, 0, 1, 1, seed + 9002, 0, 0, 32, q, 0};
     const kc_dhu_case d = {2, 1024, 2, 64, 64, 1, 1, 1, seed + 9003, 0, 0, 64, {0}, 0};
     kc_report r[4];
@@ -495,7 +521,7 @@ START_TEST(second_context) {
     ck_assert_int_eq(kc_ctx_use(NULL), 0);
     ck_assert_int_eq(kdart_device_status(h, &bits, 1), KDART_OK);
     ck_assert_int_eq(bits, 0);
-    const kc_intra_case gi = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 9100, 0, 0, past_t};
+    const kc_intra_case gi = {1, 2100, 2, 4, 128, 1, 0, 0, KREF_GATE_FUSED, seed + 9100, 0, 0, past_t, 0};
     expect_garbage("intra, primary context,", 2, kc_run_intra(h, &gi, &r), &r, KDART_DEVERR_CU_RANGE);
     const int primary_bits = r.devstatus;
     ck_assert_int_eq(primary_bits & KDART_DEVERR_CU_ORDER, 0);
@@ -561,7 +587,7 @@ START_TEST(small_for_sanitizers) {
         if (!kc_intra_spec_launchable(spec)) continue;
         kc_intra_case c = {1, 128, 1, 2, kc_intra_spec_k(spec), strstr(spec, "io=fp16") != NULL,
                            strstr(spec, "fold_dg=1") != NULL, strstr(spec, "emit_bf16=1") != NULL, KREF_GATE_FUSED,
-                           seed + (uint64_t)s, 0, 0, {0}};
+                           seed + (uint64_t)s, 0, 0, {0}, kc_spec_beta_f32(spec)};
         if (c.emit_bf16 || !(s & 1)) c.H = c.HV; /* every other spec with H == HV = 2 */
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, kc_spec_tail(spec) ? s >> 1 : s);
         check_intra(&c); /* tail specs: packed and fixed length (T = 65) in turn */
@@ -599,7 +625,7 @@ START_TEST(intra_head_dims) {
     for (int i = 0; i < NHK; i++)
         for (int v = 0; v < 2; v++) {
             kc_intra_case c = {2, 200, 2, 4, head_ks[i], (i + v) & 1, v, 0, KREF_GATE_FUSED,
-                               seed + 9000 + (uint64_t)(2 * i + v), 0, 0, {0}};
+                               seed + 9000 + (uint64_t)(2 * i + v), 0, 0, {0}, 0};
             if (v) {
                 kc_seqs q = {3, NULL, 1, 150, 1, i & 1, 1, 1, 0, 0.0, 0};
                 c.seqs = q, c.B = 1, c.T = 0;
@@ -698,7 +724,7 @@ START_TEST(spec_choice) {
         char dir[256];
         kdart_rt *h = fresh_handle(dir, sizeof dir);
         kc_intra_case c = {intra[i].B, intra[i].T, 2, 4, intra[i].K, intra[i].io, 1, 0, KREF_GATE_FUSED,
-                           seed + 9500 + (uint64_t)i, 0, 0, {0}};
+                           seed + 9500 + (uint64_t)i, 0, 0, {0}, 0};
         if (intra[i].packed) c.seqs = packed;
         check_intra_on(h, &c, NULL);
         expect_launched(h, dir, "bwd_intra", intra[i].want, intra[i].what);
@@ -779,7 +805,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
