@@ -264,9 +264,9 @@ def test_production_config_routing(monkeypatch, case):
     g_raw = _meta(B, T, HV, K, dt=io)              # the raw gate, when it is
     A_log, dt_bias = _meta(HV), _meta(HV * K)
     Aqk, Akk = _meta(B, T, HV, C), _meta(B, T, HV, C)
-    cu = torch.tensor([0, 1, 100, 300]) if varlen else None
-    ci = torch.empty(1 + 2 + 4, 2, dtype=torch.int64) if varlen else None
-    co = torch.empty(N + 1, dtype=torch.int64) if varlen else None
+    cu = _meta(N + 1, dt=torch.int64) if varlen else None  # [0, 1, 100, 300]: on q's device, as fla's
+    ci = _meta(1 + 2 + 4, 2, dt=torch.int64) if varlen else None
+    co = _meta(N + 1, dt=torch.int64) if varlen else None
     saved = {}
     if norec:
         kk = _meta(B, T, HV, K, dt=io)

@@ -25,7 +25,7 @@ def _no_cuda(monkeypatch, tmp_path, private_shared_runtime):
     monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))  # read when the test's runtime opens, on first use
 
 
-@pytest.mark.parametrize("which,bad", [(2, F32), (0, torch.float32), (3, F32), (4, BF)])
+@pytest.mark.parametrize("which,bad", [(2, F32), (0, torch.float32), (3, torch.float64), (4, BF)])  # beta: io or fp32
 def test_intra_wrong_dtype(which, bad):
     a = intra_args()
     a[which] = a[which].to(bad if a[which].dtype != bad else torch.float16)
