@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/masked_dhu.py: bwd_dhu's masked cases, kdart.torch.bwd_dhu against fla's
-chunk_gated_delta_rule_bwd_dhu in one process (issue 15): head dims below their K
+chunk_gated_delta_rule_bwd_dhu in one process: head dims below their K
 tile with 8-byte, 4-byte and element granules, the K tile 256's masked path, and
 the V-first state.  Both get the same inputs (fixed length, dht and h0 given);
 CUDA-event medians after warm-up; dv2 and dh compared (rel RMS, kdart vs fla).
@@ -43,8 +43,7 @@ def make(B, T, H, K, V, svf, dev):
 
 
 def median_ms(f, iters, warmup=3):
-    """The median of iters CUDA-event timings of f() after warmup untimed calls (tools/gpu_calls/dhu_probe.py
-    uses it too)."""
+    """The median of iters CUDA-event timings of f() after warmup untimed calls."""
     import torch
     for _ in range(warmup):
         f()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/varlen.py: kdart against fla on variable-length (packed, cu_seqlens) batches and any T.
 
-The issue's rows: B1 T65536 HK16 HV32 of documents averaging 1K tokens, B1 T32768 H32 of 8 sequences,
+The rows: B1 T65536 HK16 HV32 of documents averaging 1K tokens, B1 T32768 H32 of 8 sequences,
 1000 sequences of 1..200 tokens (H = HV = 16), and the fixed-length B2 T8191 and T4160 (H16), all
 K = V = 128, bf16 io.  For each row and stage (bwd_intra, bwd_intra with fold_dg, bwd_dhu) it runs fla's
 varlen path (cu_seqlens with fla's prepare_chunk_indices / prepare_chunk_offsets passed, so fla does not
@@ -12,8 +12,8 @@ chunk_local_cumsum(dg, 64, reverse=True, cu_seqlens=...)), times both with CUDA 
 B1 without cu_seqlens) in the same run, to give kdart's time per token relative to fixed length.
 Targets printed next to the ratios: bwd_intra >= 4x fla, bwd_dhu >= 1.3x, varlen within 5% of fixed per token.
 
-Shares the input recipe, timer, fla calls and table with bench/side_by_side.py (also reachable as
-`side_by_side.py --varlen`).  `--help` and `--list` work without torch; `--check-inputs` checks the
+Shares the input recipe, timer, fla calls and table with bench/side_by_side.py through bench/common.py
+(also reachable as `side_by_side.py --varlen`).  `--help` and `--list` work without torch; `--check-inputs` checks the
 input builders on the CPU (torch, and fla's prepare_chunk_indices if fla imports) without a GPU.
 """
 import argparse
@@ -25,9 +25,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import side_by_side as sbs  # noqa: E402
+from common import (CHUNK, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dhu_bytes, dump_json,  # noqa: E402
+                    fla_dhu, fla_intra, fmt, import_fla, intra_bytes, make_dhu, make_intra, nsets_for, print_table,
+                    rel_rms, seq_layout)
 
-CHUNK = sbs.CHUNK
 TARGET = {"bwd_intra": 4.0, "bwd_intra fold": 4.0, "bwd_dhu": 1.3}
 PER_TOKEN_TARGET = 1.05  # varlen time per token within 5% of fixed length's
 
@@ -59,7 +60,7 @@ def uniform_lengths(n, lo, hi, seed):
     return [rng.randint(lo, hi) for _ in range(n)]
 
 
-class VRow(sbs.Row):
+class VRow(Row):
     """A shape row; lens: packed sequence lengths (B = 1, sum T) or None (B sequences of T);
     ref: the fixed-length row of the same total tokens whose kdart time per token is the reference."""
 
@@ -98,7 +99,7 @@ def make_rows():
              note="fixed length T = 65 x 64 (no power of two; no reference row)"),
         VRow("docs_t32768_h16_k256", 1, 32768, 16, 16, 256, 256, lens=docs256,
              ref=fixed("fixed_t32768_h16_k256", 1, 32768, 16, 16, 256, 256),
-             note=f"issue 15: K = V = 256, documents of mean ~1K (seed 36): {len(docs256)} of "
+             note=f"K = V = 256, documents of mean ~1K (seed 36): {len(docs256)} of "
                   f"{min(docs256)}..{max(docs256)}"),
     ]
 
@@ -166,9 +167,9 @@ def kdart_dhu(kt, s, cu, ci, co):
 
 
 STAGES = {  # name: (input builder, bytes, output names in return order)
-    "bwd_intra": (sbs.make_intra, lambda r, lay: sbs.intra_bytes(r), ("dq", "dk", "db", "dg")),
-    "bwd_intra fold": (sbs.make_intra, lambda r, lay: sbs.intra_bytes(r), ("dq", "dk", "db", "dg")),
-    "bwd_dhu": (sbs.make_dhu, lambda r, lay: sbs.dhu_bytes(r, NT=lay["NT"], N=lay["N"]), ("dh", "dh0", "dv2")),
+    "bwd_intra": (make_intra, lambda r, lay: intra_bytes(r), ("dq", "dk", "db", "dg")),
+    "bwd_intra fold": (make_intra, lambda r, lay: intra_bytes(r), ("dq", "dk", "db", "dg")),
+    "bwd_dhu": (make_dhu, lambda r, lay: dhu_bytes(r, NT=lay["NT"], N=lay["N"]), ("dh", "dh0", "dv2")),
 }
 
 
@@ -176,12 +177,12 @@ def calls(stage, ctx, cu, ci, co):
     """(kdart call, fla call) of one input set for this stage."""
     kt, fla = ctx["kt"], ctx["fla"]
     if stage == "bwd_dhu":
-        return (lambda s: kdart_dhu(kt, s, cu, ci, co)), (lambda s: sbs.fla_dhu(fla, s, cu, ci, co))
+        return (lambda s: kdart_dhu(kt, s, cu, ci, co)), (lambda s: fla_dhu(fla, s, cu, ci, co))
     if stage == "bwd_intra":
-        return (lambda s: kdart_intra(kt, s, False, cu, ci)), (lambda s: sbs.fla_intra(fla, s, cu, ci))
+        return (lambda s: kdart_intra(kt, s, False, cu, ci)), (lambda s: fla_intra(fla, s, cu, ci))
 
     def fla_fold(s):  # what fold_dg fuses: fla's intra, then its reverse chunk-local cumsum of dg
-        dq, dk, db, dg = sbs.fla_intra(fla, s, cu, ci)
+        dq, dk, db, dg = fla_intra(fla, s, cu, ci)
         return dq, dk, db, fla["cumsum"](dg, CHUNK, reverse=True, cu_seqlens=cu, chunk_indices=ci)
     return (lambda s: kdart_intra(kt, s, True, cu, ci)), fla_fold
 
@@ -190,8 +191,8 @@ def kdart_ms(stage, r, ctx, cu=None, ci=None, co=None):
     """kdart's median ms for row r (no fla, no checks): the fixed-length reference."""
     import torch
     build, nbytes, _ = STAGES[stage]
-    lay = sbs.seq_layout(r.B, r.T, r.lens, ctx["device"])
-    sets = [build(r, ctx["device"], lay) for _ in range(sbs.nsets_for(nbytes(r, lay)))]
+    lay = seq_layout(r.B, r.T, r.lens, ctx["device"])
+    sets = [build(r, ctx["device"], lay) for _ in range(nsets_for(nbytes(r, lay)))]
     kd, _ = calls(stage, ctx, cu, ci, co)
     ms, _ = ctx["timer"]([lambda s=s: kd(s) for s in sets])
     del sets
@@ -203,11 +204,11 @@ def run_stage(stage, r, ctx):
     import torch
     fla, dev, timer = ctx["fla"], ctx["device"], ctx["timer"]
     build, nbytes, names = STAGES[stage]
-    lay = sbs.seq_layout(r.B, r.T, r.lens, dev)
+    lay = seq_layout(r.B, r.T, r.lens, dev)
     res = dict(stage=stage, row=r.name, shape=r.shape_str(), N=lay["N"], NT=lay["NT"], tokens=r.B * r.T,
                bytes=nbytes(r, lay), checks={}, flags=[])
     cu, ci, co = indices(r, fla, ctx["idx_dtype"], dev, res)
-    sets = [build(r, dev, lay) for _ in range(sbs.nsets_for(res["bytes"]))]
+    sets = [build(r, dev, lay) for _ in range(nsets_for(res["bytes"]))]
     res["nsets"] = len(sets)
     kd, fl = calls(stage, ctx, cu, ci, co)
     t0 = time.perf_counter()
@@ -218,7 +219,7 @@ def run_stage(stage, r, ctx):
     if st:
         res["flags"].append(f"DEVERR:{st}")
     for n, t in zip(names, ko):
-        if t is not None and not sbs.all_finite(t):
+        if t is not None and not all_finite(t):
             res["flags"].append(f"NONFINITE:{n}")
     res["kdart_ms"], res["kdart_min_ms"] = timer([lambda s=s: kd(s) for s in sets])
     if fla is not None:
@@ -229,7 +230,7 @@ def run_stage(stage, r, ctx):
             res["fla_first_call_s"] = time.perf_counter() - t0
             for n, a, b in zip(names, ko, fo):
                 if a is not None and b is not None:
-                    res["checks"][n] = sbs.rel_rms(a, b)
+                    res["checks"][n] = rel_rms(a, b)
             del fo
             res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fl(s) for s in sets])
         except Exception as e:  # fla broke on this row: keep kdart's numbers
@@ -273,7 +274,7 @@ def check_inputs(rows, idx_dtype_name):
     torch.manual_seed(0)
     for r in rows:
         print(f"[{r.name}] {r.shape_str()}: {r.note}")
-        lay = sbs.seq_layout(r.B, r.T, r.lens)
+        lay = seq_layout(r.B, r.T, r.lens)
         lens = r.lens or [r.T] * r.B
         ok(sum(lens) == r.B * r.T and min(lens) >= 1, f"lengths sum {sum(lens)} == B*T {r.B * r.T}, "
            f"N {len(lens)}, mean {sum(lens) / len(lens):.0f}")
@@ -293,7 +294,7 @@ def check_inputs(rows, idx_dtype_name):
                "token -> chunk row")
         # inputs at reduced size (2 value heads, K = V = 16 would break nothing in the builders)
         small = VRow(r.name, r.B, r.T, min(r.H, 2), min(r.H, 2) * (r.HV // r.H), 16, 16, r.lens)
-        s = sbs.make_intra(small, "cpu", lay)
+        s = make_intra(small, "cpu", lay)
         ok(s["q"].shape == (r.B, r.T, small.H, 16) and s["g"].shape == (r.B, r.T, small.HV, 16)
            and s["dAqk"].shape == (r.B, r.T, small.HV, CHUNK) and s["db"].shape == (r.B, r.T, small.HV),
            "intra shapes")
@@ -310,7 +311,7 @@ def check_inputs(rows, idx_dtype_name):
            "dAqk zero for s > r (own chunk)")
         dA = s["dAkk"].reshape(-1, small.HV, CHUNK)
         ok(bool((dA[(col[None, None, :] >= pos[:, None, None]).expand_as(dA)] == 0).all()), "dAkk zero for s >= r")
-        d = sbs.make_dhu(small, "cpu", lay)
+        d = make_dhu(small, "cpu", lay)
         ok(d["h0"].shape == (len(lens), small.HV, 16, 16) and d["dht"].shape == d["h0"].shape
            and d["do"].shape == (r.B, r.T, small.HV, 16), "dhu shapes (h0, dht [N,HV,K,V])")
         del s, d, g
@@ -325,7 +326,7 @@ def main(argv=None):
         description="kdart vs fla on variable-length batches (cu_seqlens) and odd T: bwd_intra, bwd_intra "
                     "fold_dg, bwd_dhu; fla's varlen path and kdart.torch with fla's chunk_indices, plus kdart on "
                     "a fixed-length batch of the same tokens.")
-    ap.add_argument("--lib", default=os.path.join(sbs.ROOT, "build", "libkdart.so"),
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libkdart.so"),
                     help="libkdart.so for kdart.torch (sets KDART_LIBRARY unless set; default build/libkdart.so)")
     ap.add_argument("--rows", default="", help="comma-separated row indices or names (see --list); default: all")
     ap.add_argument("--stage", choices=("all", "intra", "fold", "dhu"), default="all",
@@ -356,23 +357,23 @@ def main(argv=None):
         return check_inputs(rows, args.idx_dtype)
 
     import torch
-    dev = sbs.cuda_setup()
+    dev = cuda_setup()
     if dev is None:
         return 3
     os.environ.setdefault("KDART_LIBRARY", os.path.abspath(args.lib))
-    sys.path.insert(0, os.path.join(sbs.ROOT, "python"))
+    sys.path.insert(0, os.path.join(ROOT, "python"))
     import kdart.torch as kt
-    fla = None if args.no_fla else sbs.import_fla()
+    fla = None if args.no_fla else import_fla()
     props = torch.cuda.get_device_properties(dev)
     print(f"device {props.name}; torch {torch.__version__}; kdart.torch ({os.environ['KDART_LIBRARY']}); "
           f"fla {fla['version'] if fla else 'off'}; KDART_CACHE_DIR={os.environ.get('KDART_CACHE_DIR', '(default)')}",
           flush=True)
-    timer = sbs.Timer(args.iters, args.warmup, args.pad_cycles)
+    timer = Timer(args.iters, args.warmup, args.pad_cycles)
     ctx = dict(kt=kt, fla=fla, timer=timer, device=dev, idx_dtype=getattr(torch, args.idx_dtype), ref_ms={})
     stages = [s for s, k in (("bwd_intra", "intra"), ("bwd_intra fold", "fold"), ("bwd_dhu", "dhu"))
               if args.stage in ("all", k)]
     meta = dict(device=props.name, torch=torch.__version__, fla=fla["version"] if fla else None, iters=args.iters,
-                warmup=args.warmup, pad_cycles=args.pad_cycles, mismatch_at=sbs.MISMATCH_AT, targets=TARGET,
+                warmup=args.warmup, pad_cycles=args.pad_cycles, mismatch_at=MISMATCH_AT, targets=TARGET,
                 per_token_target=PER_TOKEN_TARGET, idx_dtype=args.idx_dtype,
                 rows={r.name: dict(shape=r.shape_str(), lens=r.lens, note=r.note,
                                    fixed=r.ref.name if r.ref else None) for r in rows}, skipped=[])
@@ -403,17 +404,17 @@ def main(argv=None):
         if "error" not in res:
             res["ratio"] = res["fla_ms"] / res["kdart_ms"] if "fla_ms" in res else None
             for n, v in res["checks"].items():
-                if not math.isfinite(v) or v > sbs.MISMATCH_AT:
+                if not math.isfinite(v) or v > MISMATCH_AT:
                     res["flags"].append(f"MISMATCH:{n}")
             if any(f.startswith(("MISMATCH", "NONFINITE", "DEVERR", "INDEX_DIFF")) for f in res["flags"]):
                 failed = True
             chk = " ".join(f"{n}={v:.2e}" for n, v in res["checks"].items())
-            print(f"  kdart {res['kdart_ms']:.3f} ms, fla {sbs.fmt(res.get('fla_ms'), '.3f')} ms, "
-                  f"fixed {sbs.fmt(res.get('fixed_kdart_ms'), '.3f')} ms; rel-RMS vs fla: {chk or '-'} "
+            print(f"  kdart {res['kdart_ms']:.3f} ms, fla {fmt(res.get('fla_ms'), '.3f')} ms, "
+                  f"fixed {fmt(res.get('fixed_kdart_ms'), '.3f')} ms; rel-RMS vs fla: {chk or '-'} "
                   f"{' '.join(res['flags'])}", flush=True)
         results.append(res)
         if args.json:
-            sbs.dump_json(args.json, meta, results)
+            dump_json(args.json, meta, results)
     elapsed = time.time() - t_start
 
     def verdict(x, target, more_is_better=True):
@@ -432,12 +433,12 @@ def main(argv=None):
             continue
         worst = max((v if math.isfinite(v) else math.inf) for v in res["checks"].values()) if res["checks"] else None
         pt = res.get("per_token_vs_fixed")
-        lines.append((res["stage"], res["row"], res["shape"], str(res["NT"]), sbs.fmt(res.get("fla_ms"), ".3f"),
-                      f"{res['kdart_ms']:.3f}", sbs.fmt(res.get("ratio"), ".2f") + ("x" if res.get("ratio") else ""),
-                      verdict(res.get("ratio"), TARGET[res["stage"]]), sbs.fmt(res.get("fixed_kdart_ms"), ".3f"),
-                      sbs.fmt(pt, ".3f"), verdict(pt, PER_TOKEN_TARGET, False), sbs.fmt(worst, ".1e"),
+        lines.append((res["stage"], res["row"], res["shape"], str(res["NT"]), fmt(res.get("fla_ms"), ".3f"),
+                      f"{res['kdart_ms']:.3f}", fmt(res.get("ratio"), ".2f") + ("x" if res.get("ratio") else ""),
+                      verdict(res.get("ratio"), TARGET[res["stage"]]), fmt(res.get("fixed_kdart_ms"), ".3f"),
+                      fmt(pt, ".3f"), verdict(pt, PER_TOKEN_TARGET, False), fmt(worst, ".1e"),
                       ",".join(res["flags"])))
-    sbs.print_table(hdr, lines)
+    print_table(hdr, lines)
     print(f"\nbf16 io, K = V = 128 (the last row 256), cu_seqlens {args.idx_dtype} with fla's chunk_indices/offsets passed to both; "
           f"median of {args.iters} CUDA-event timings after warm-up; 'bwd_intra fold': kdart fold_dg=1 vs fla intra + "
           f"chunk_local_cumsum(dg, reverse, cu_seqlens); per token vs fixed: (kdart ms / tokens) over the same for "
@@ -446,7 +447,7 @@ def main(argv=None):
         print(f"skipped (budget): {', '.join(meta['skipped'])}")
     if args.json:
         meta["elapsed_s"] = elapsed
-        sbs.dump_json(args.json, meta, results)
+        dump_json(args.json, meta, results)
         print(f"wrote {args.json}")
     return 1 if failed else 0
 

@@ -21,7 +21,7 @@
  *     each key once: a row in `leases`, taken in one transaction, that
  *     stops blocking others at its expiry or when its owner is seen dead.
  * Strings and blobs handed out are allocated with kdart__malloc and freed
- * with kdart__entry_release.  Not thread-safe by itself: the runtime
+ * with kdart__row_release.  Not thread-safe by itself: the runtime
  * serializes calls on one store with its own lock.
  */
 #ifndef KDART_CACHE_STORE_H

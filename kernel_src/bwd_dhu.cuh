@@ -116,7 +116,9 @@
  * columns each), so every warp read all of kg/qg/w from shared memory each
  * chunk; with one 4-warp CTA per SM on small grids that cost ~2 us per
  * chunk (0.72-0.79x fla).  Splitting K rows instead, with narrower tiles on
- * small grids, is docs/perf.md's "bwd_dhu v2"; the wgmma path is "bwd_dhu v4".
+ * small grids, and then warpgroup MMAs (wgmma, which read each K-side tile
+ * from shared memory once per warpgroup instead of once per warp) made it
+ * faster than fla's on every row.
  */
 #ifndef KDART_BWD_DHU_CUH
 #define KDART_BWD_DHU_CUH
@@ -183,7 +185,7 @@ struct BwdDhuTraits {
     /* the V-side rows (do, dv, S_H: kBVw 16-bit values) use the wgmma swizzle
      * mode of their width: 128B at 64, 64B at 32, 32B at 16 */
     static constexpr unsigned kSwzV = kBVw == 64 ? 1u : kBVw == 32 ? 2u : 3u;
-    /* wgmma where it measured faster: K = 128 (docs/perf.md, "bwd_dhu v4"), and the
+    /* wgmma where it measured faster on the H200: K = 128, and the
      * wider tiles; at K = 64 the scan is DRAM-bound and mma.sync measured 4-5% faster */
     static constexpr bool kWG = KDART_DHU_WG && K >= 128;
     /* (K, BV) pairs with a real kernel: at K = 192 and 256, dH and the qg^T do
@@ -717,7 +719,7 @@ kdart_bwd_dhu(const kdart_bwd_dhu_params p)
 {
     constexpr int kNWG = BwdDhuTraits<K, BV>::kWGs;
     if constexpr (kNWG > 1) {   /* two warpgroups of BV / 2 columns (the K tiles 192 and 256 at BV 64; no
-                                   head pairs: measured slower there, 1.298 against 1.254 ms, session 15) */
+                                   head pairs: measured slower there, 1.298 against 1.254 ms on the H200) */
         kdart::dhu::scan<IO, K, BV / kNWG, VARLEN, TAIL, kNWG>(p, blockIdx.x, blockIdx.y);
     } else if constexpr (VARLEN && BV == 64 && K <= 128) {
         kdart::dhu::varlen64<IO, K, TAIL>(p);   /* the V split (below): its own text, two scans */

@@ -20,11 +20,14 @@
  *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
  *            VARLEN: (NT, HV, 1): blockIdx.x = global chunk i of all sequences
  *            (p.NT >= the total), blockIdx.y = hv; see "VARLEN" below.
- *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for both K.
- *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory
- *            (112896 for K=128, 112384 for K=64); the runtime must set
+ *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for every K tile.
+ *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory:
+ *            111872 + 512 per 64-column pass (only the db partials grow), so
+ *            112384 for K=64, 112896 for K=128, 113920 for K=256 (registry.c's
+ *            KDART__INTRA_SMEM); the runtime must set
  *            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it.
- *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM.
+ *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM, at
+ *            every K tile.
  *   Requires T % 64 == 0 (VARLEN: any T), HV % H == 0; outputs never alias inputs; every
  *   tensor 16-byte aligned (16-byte cp.async copies, vector loads and stores;
  *   the runtime checks it); sm_80 or newer (cp.async, ldmatrix, tf32 mma).
@@ -34,7 +37,8 @@
  *
  * Structure (one CTA per (chunk, b*hv), two CTAs per SM so that one's loads
  * overlap the other's compute).  Everything but db is column-separable, so the
- * CTA walks the K columns in passes of 64 (K=128: two passes, K=64: one).
+ * CTA walks the K columns in passes of 64 (K=256: four passes, K=128: two,
+ * K=64: one).
  * Before the first pass, the lower blocks of dAqk, dAkk are cp.async'd into a
  * compact shared layout (the first phase A waits for them) and beta is loaded.
  * Per pass:
@@ -146,7 +150,7 @@
  *     sequences are never touched.
  *   Offsets are 64-bit in both paths (token bases and strides are long long).
  *
- * HEAD DIM (issue 15): K is the K tile (64-column passes: 1, 2 or 4); the head dim
+ * HEAD DIM: K is the K tile (64-column passes: 1, 2 or 4); the head dim
  * Kr = p.Kr may be anything in 1..K.  Kr == K runs the TAIL = false bodies, which
  * are the kernels as they were before head dims existed; any other Kr runs the
  * TAIL = true specialization (VARLEN only: FixedParams has no Kr, so the host
@@ -748,7 +752,7 @@ kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
                 row0s(rowQ0, rowV0);
                 /* 384 lines: line v is (array v / 128, row v % 128 / 2, half v % 2).
                  * The two spellings issue the same lines; they differ in what ptxas
-                 * makes of them (SASS read in session 6).  At K = 128 the written-out
+                 * makes of them (read in the SASS).  At K = 128 the written-out
                  * form (v = tid, and v = tid + 256 for tid < 128) stays at the start
                  * of phase B and ptxas peels the pass loop: 2% faster than the loop.
                  * At K = 64 ptxas sinks that form to the end of phase B, 2% slower

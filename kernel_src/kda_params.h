@@ -48,7 +48,7 @@ typedef struct kdart_bwd_intra_params {
     int N;                  /* sequences (B when cu_seqlens is NULL) */
     int NT;                 /* grid chunks: upper bound of the total chunk count */
     int cu_is64;            /* cu_seqlens holds int64 */
-    /* Head dim (issue 15): the kernel's K template argument is the K tile; Kr is the real
+    /* Head dim: the kernel's K template argument is the K tile; Kr is the real
      * head dim, 1 <= Kr <= K tile (columns >= Kr are neither read nor written). */
     int Kr;
 } kdart_bwd_intra_params;
@@ -75,7 +75,7 @@ typedef struct kdart_bwd_dhu_params {
     int N;                  /* sequences (B when cu_seqlens is NULL); dht/dh0 are [N,HV,K,V] */
     int NT;                 /* dh's chunk rows (its second dimension) */
     int cu_is64;
-    /* Head dims (issue 15): Kr <= the K tile, V any (the last V tile masked).
+    /* Head dims: Kr <= the K tile, V any (the last V tile masked).
      * state_v_first: dh is [.., V, K] and dht/dh0 [N, HV, V, K] (fla's transposed layout). */
     int Kr;
     int state_v_first;

@@ -1,16 +1,36 @@
 /*
  * internal.h: declarations shared between kdart's modules.  Nothing here is
  * API; every name is kdart__ (two underscores) and may change at any time.
+ * This header holds the helpers every module uses (allocator, SHA-256,
+ * parsing, clocks); the runtime's own interfaces are in rt.h, the service's
+ * in service.h, the store's in cache/store.h.
  *
- * Modules: error.c (status table, per-handle messages), alloc.c (the
- * allocator seam), sys.c (the file-system seam), sha256.c, parse.c
- * (sizes and counts people write), registry.c (the
- * kernel table), source.c (kernel_src loading and include closure),
- * locate.c (where the kernels are when nobody said),
- * compile.c (NVRTC + nvJitLink behind the compiler seam), cuda.c (libcuda
- * by dlopen, per-context module tables), runtime.c (kdart_open/close,
- * kdart_prepare), cache_api.c (the public cache calls), ops.c (the KDA
- * operations), and cache/store.c (SQLite).
+ * Modules (runtime/ unless named):
+ *   alloc.c      the allocator seam and the growable string (kdart__buf)
+ *   sha256.c     SHA-256 for cache keys and blob digests
+ *   parse.c      sizes and counts people write (kdart_parse_bytes)
+ *   clock.c      monotonic and wall-clock time
+ *   error.c      the status table, per-thread messages, the log
+ *   registry.c   the kernel table: parameters, specs, launch shapes, the
+ *                default prewarm set, bwd_dhu's V-tile choice
+ *   source.c     kernel_src loading and its include closure
+ *   locate.c     where the kernels are when nobody said
+ *   compile.c    NVRTC + nvJitLink behind the compiler seam
+ *   cuda.c       libcuda by dlopen (the table in cuda_api.h), per-context
+ *                function tables and status words, the launch
+ *   runtime.c    kdart_open / kdart_close: options, environment, the
+ *                cache tiers
+ *   prepare.c    kdart_prepare and kdart_why: manifest, key, cache
+ *                lookup, compile leases, compile and load
+ *   jobs.c       background compiles (kdart_prepare_async) and the
+ *                handle's threads
+ *   cache_api.c  the public cache calls (list, stats, verify, gc, ...)
+ *   ops.c        the KDA operations: argument checks, specialization
+ *                choice, launch
+ *   client.c     the compile service's protocol and client, and the
+ *                KDART_SERVICE hook of the prepare path
+ *   service.c    kdart_serve, the compile service itself (libuv)
+ *   cache/store.c  the SQLite compile cache
  */
 #ifndef KDART_INTERNAL_H
 #define KDART_INTERNAL_H

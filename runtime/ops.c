@@ -501,7 +501,8 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
      * waves, which halving keeps at 4 or more (fewer CTAs than that would
      * leave SMs idle at the end instead); the sm_90a build alone has them
      * (measured there only).  Not at BV 64, two warpgroups per CTA: there they
-     * measured slower (the docs256 row 1.298 against 1.254 ms, session 15). */
+     * measured slower on the H200 (45 packed documents at K = V = 256: 1.298
+     * against 1.254 ms without pairs). */
     const int pair = pairable && !tail && bv != 64 && strcmp(u->arch, "sm_90a") == 0 &&
                      N * HV * ((V + bv - 1) / bv) >= 8LL * sms;
     kdart_bwd_dhu_params p = {

@@ -107,11 +107,11 @@ int kdart__dhu_bv_index(int bv) {
  * runs, and the launch takes ceil(CTAs / SMs) of those times (every tile
  * width runs one CTA per SM at K = 128; at K = 64 two fit, but the pair
  * shares the SM, so it is not counted as free).  The relative per-chunk
- * times below were measured on the H200 with the ldmatrix kernel (docs/perf.md,
- * "bwd_dhu v2": at K = 128 a 64-column scan took 2.15 us per chunk, 32 columns
- * 1.35 us, 16 columns 1.01 us); with the wgmma kernel (v4) they still pick the
- * measured-best tile on every row of the table (docs/runs/2026-11-29-s5-
- * experiments.txt, runs 2 and 5).  The narrower tile wins only when its extra
+ * times below were measured on the H200 with an earlier, mma.sync-only form of
+ * the kernel (at K = 128 a 64-column scan took 2.15 us per chunk, 32 columns
+ * 1.35 us, 16 columns 1.01 us); with the wgmma kernel of today they still pick
+ * the measured-best tile on every row of the standard table (measured on the
+ * H200 at every tile width).  The narrower tile wins only when its extra
  * waves are paid for; ties go to the wider tile, which moves fewer K-side
  * bytes. */
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
@@ -119,7 +119,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
     static const int rel128[KDART__NBV] = {470, 630, 1000};
     static const int rel64[KDART__NBV] = {550, 745, 1000};
     /* K = 192 and 256: BV 64 is two warpgroups over one copy of the K-side tiles
-     * (K = 256 one wave, B1 T8192 H4, session 15: 0.244, 0.283, 0.463 ms; 192 taken as 256's) */
+     * (K = 256 on one wave, B1 T8192 H4, on the H200: 0.244, 0.283, 0.463 ms; 192 taken as 256's) */
     static const int rel256[KDART__NBV] = {530, 610, 1000};
     const int kt0 = kdart__dhu_k_tile(K), kt = kt0 > 0 ? kt0 : 128;
     const int *rel = kt == 64 ? rel64 : kt >= 192 ? rel256 : rel128;
@@ -150,8 +150,9 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 /* rt->slots keeps KDART__MAX_SPECS units per kernel, indexed by spec: every
  * kernel's spec count (the product of its parameters' value counts, as in
  * the table below) must fit, or the launch path's slots overrun the fields
- * after them (session 12's 108 bwd_dhu specs did, into the status words:
- * test_core's registry_specs now checks every kernel's count as well). */
+ * after them (108 bwd_dhu specs once did, into the device status words, and
+ * crashed GPU processes: test_core's registry_specs checks every kernel's
+ * count as well). */
 _Static_assert(3 <= KDART__MAX_SPECS, "chunk_rcumsum's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * 2 * 2 * 3 * 2 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * KDART__NDK * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");

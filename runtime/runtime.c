@@ -1,29 +1,16 @@
 /*
- * runtime.c: kdart_open / kdart_close, and kdart_prepare, the path from a
- * (kernel, spec, arch) request to a loaded cubin.
+ * runtime.c: kdart_options_init, kdart_open and kdart_close: a handle's
+ * options and environment (KDART_* variables, read through
+ * kdart__env_number, which refuses a value that does not read), the default
+ * cache path, the writable cache and the read-only tiers after it, and the
+ * teardown.  The path from a (kernel, spec, arch) request to a loaded cubin,
+ * kdart_prepare, is prepare.c.
  *
- * DESIGN.  A request is turned into a manifest: sorted "name=value" lines
- * naming everything that can change the cubin (kernel, spec values, arch,
- * the NVRTC and nvJitLink options and versions, NVRTC's build id, the key
- * schema, and the SHA-256 of every kernel_src file the unit includes).  The
- * cache key is the SHA-256 of that text.  No absolute path is in it, so a
- * cache file copied to another machine or directory still hits.  The
- * manifest is stored with the entry, which is what lets `kdart why`
- * explain a miss field by field.
- *
- * Lookup order: units already in this process, the writable cache, the
- * read-only caches in the order given, and only then a compile.  A
- * recorded compile failure is returned as such (negative caching) until
- * something in the key changes or the caller forces a rebuild.
- *
- * Degradation: a cache that cannot be opened or written never stops a
- * prepare: the runtime compiles in memory and warns once through the log.
- * One that can be read but not written (a read-only directory or mount, a
- * full disk) is opened read-only as the first tier: its hits are served,
- * misses compile in memory.
- *
- * Locking: rt->lock protects the unit list and the stores; it is released
- * during the compile itself so that prewarm threads compile in parallel.
+ * Degradation: a cache that cannot be opened never stops kdart_open: the
+ * handle compiles in memory and warns once through the log.  One that can
+ * be read but not written (a read-only directory or mount, a full disk) is
+ * opened read-only as the first tier: its hits are served, misses compile
+ * in memory.
  */
 #include <errno.h>
 #include <stdio.h>

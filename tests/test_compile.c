@@ -92,11 +92,11 @@ START_TEST(every_spec_compiles) {
     }
     printf("prewarm of %d entries on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
     ck_assert_int_eq(j.total, 246);
-    /* No specialization spills (the ptxas report is in each entry); the bwd_intra tail
-     * bodies on sm_90a included since session 8b (they spilled 8..104 bytes before).  The one
-     * exception: bwd_dhu's K tile 256 at BV 64 on sm_100a, whose mma.sync path (no wgmma there)
-     * holds 255 registers and spills at most a few words on packed sequences (4 bytes in
-     * session 15); it is checked to stay within 32 bytes. */
+    /* No specialization spills (the ptxas report is in each entry), the bwd_intra tail
+     * bodies on sm_90a included (their first form spilled 8..104 bytes).  The one exception:
+     * bwd_dhu's K tile 256 at BV 64 on sm_100a, whose mma.sync path (no wgmma there) holds 255
+     * registers and spills at most a few words on packed sequences (4 bytes when last
+     * measured); it is checked to stay within 32 bytes. */
     for (int i = 0; i < j.total; i++) {
         kdart_entry *ent;
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);

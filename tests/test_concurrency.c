@@ -1,5 +1,5 @@
 /*
- * test_concurrency.c: many threads, many processes, one cache (issue 5).
+ * test_concurrency.c: many threads, many processes, one cache.
  *
  *   - single flight in one process: 8 threads preparing one uncompiled
  *     specialization cause one compile (a compile failure too);

@@ -151,7 +151,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);
     ck_assert_int_eq(kdart_spec_canonical("bwd_dhu", "BV=48", buf, sizeof buf), KDART_ESPEC);
     /* bwd_dhu's tile choice on a 132-SM H200: the measured-best tile of every
-     * row of docs/perf.md's table */
+     * row of the standard table (docs/performance.md) */
     ck_assert_int_eq(kdart__dhu_pick_bv(16, 16, 256, 128, 132), 64); /* prod8192: 8 waves of 64 */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 96, 128, 128, 132), 32);  /* 2 waves of 64 vs 3 of 32 */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 32, 128, 128, 132), 32);  /* 64 of 64 -> 128 of 32 */
@@ -161,7 +161,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 132), 16);    /* tiny: narrowest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 1), 64);      /* one SM: widest */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 128, 0), 64);      /* no SM count: as one */
-    /* issue 15: the K tiles 192 and 256 take BV 64 as two warpgroups; a partial last V tile counts as a CTA */
+    /* the K tiles 192 and 256 take BV 64 as two warpgroups; a partial last V tile counts as a CTA */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 192, 1), 64);
     ck_assert_int_eq(kdart__dhu_pick_bv(2, 16, 192, 160, 132), 64);  /* 96 of 64: one wave, 160 of 32 two */
     ck_assert_int_eq(kdart__dhu_pick_bv(1, 1, 64, 256, 1), 64);

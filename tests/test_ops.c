@@ -399,7 +399,7 @@ START_TEST(dhu_varlen_validation) {
 }
 END_TEST
 
-/* Past 32-bit indexing (issue 14): more than 2^32 elements in one tensor
+/* Past 32-bit indexing: more than 2^32 elements in one tensor
  * passes every check (both kernels index with 64-bit offsets), and so does a
  * bwd_intra batch past the grid's 65535 rows in y (the varlen body takes it);
  * only bwd_dhu's one scan per (sequence, value head) stays bounded by the grid. */
@@ -505,10 +505,10 @@ START_TEST(device_status_and_check) {
 }
 END_TEST
 
-/* Issue 15's head dims: K outside 1..256 and V outside 1..512 are refused
- * with their limits; every K and V inside, and state_v_first, pass
- * validation (ENOCUDA here), and the session-9 gate variable
- * KDART_EXPERIMENTAL no longer changes anything. */
+/* Head dims: K outside 1..256 and V outside 1..512 are refused with their
+ * limits; every K and V inside, and state_v_first, pass validation
+ * (ENOCUDA here), and KDART_EXPERIMENTAL, a gate of earlier versions, no
+ * longer changes anything. */
 START_TEST(head_dims) {
     static const int64_t ks[] = {1, 16, 60, 64, 100, 128, 192, 256};
     static const int64_t vs[] = {1, 16, 60, 64, 100, 128, 192, 256, 512};

@@ -9,7 +9,7 @@
  * KDART_* variable is dropped.  chunk_rcumsum, the cheapest kernel, for
  * sm_90a is the only thing compiled, except in the two-rank tests: two
  * processes sharing one cache, with and without the service, prepare a
- * few small specializations of all three kernels for sm_100a (issue 17).
+ * few small specializations of all three kernels for sm_100a.
  * No GPU is needed.
  *
  * Each test prints one "test_service: ..." line with its figures.

@@ -6,8 +6,8 @@ may have added parameters (the new spec is the reference spec plus SUFFIX, e.g.
 as the extra template arguments change it), instruction count, the ELF sections whose
 bytes differ, and the ptxas report (registers / spill store / spill load / stack bytes)
 of both.  Then the newer cache's entries that have no reference (new specializations),
-with their report.  nvdisasm must be on PATH.  (Written for the varlen parameter, issue 9,
-as cmp_intra_cubins.py; generalized for issue 15's tail parameter.)
+with their report.  nvdisasm must be on PATH.  (Written when bwd_intra gained its varlen
+parameter, as cmp_intra_cubins.py; generalized when the tail parameter came.)
 usage: cmp_cubins.py KERNEL SUFFIX KDART_REF CACHE_REF KDART_NEW CACHE_NEW OUTDIR"""
 import json, subprocess, sys, os, re, struct
 kernel, suffix, km, cm, kh, ch, out = sys.argv[1:8]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh BUILD_DIR OUT_DIR: the whole GPU verification in one
-# go, for a lent GPU machine (see docs/perf.md): the GPU test suite, the
+# go, on a GPU machine (see docs/performance.md): the GPU test suite, the
 # selftest, compute-sanitizer memcheck and racecheck on small shapes,
 # `kdart bench` (standard table, launch overhead), tensor-core and spill
 # evidence from the SASS, the Python package's tests on the GPU (python/tests:
@@ -50,8 +50,8 @@ if want core; then
   wait
   cat "$out"/test_gpu.[012].txt > "$out/test_gpu.txt" && rm -f "$out"/test_gpu.[012].txt
   echo "test_gpu: $(grep -E '^test_gpu part|Checks' "$out/test_gpu.txt" | tr '\n' ' ')"
-  # the tail specializations run with the shapes that select them (issue 15; they compile on first use
-  # unless prewarmed with --all)
+  # the tail specializations run with the shapes that select them (head dims below their K tile;
+  # they compile on first use unless prewarmed with --all)
   timeout 240 "$b/kdart" selftest > "$out/selftest.txt" 2>&1
   echo "selftest rc=$? $(tail -1 "$out/selftest.txt")"
   for tool in memcheck racecheck; do

@@ -22,7 +22,7 @@
  * Returns 0, or 77 (ctest's skip code) when there is no GPU, with why. */
 int kc_init(char *why, size_t n);
 
-/* Sequences of a case (issue 14).  nseq = 0: fixed length, B rows of any
+/* Sequences of a case.  nseq = 0: fixed length, B rows of any
  * T >= 1 tokens (T % 64 != 0 runs the varlen=1 specialization with no
  * cu_seqlens).  nseq > 0: one packed row (B must be 1) of T storage tokens
  * holding nseq sequences per cu (nseq+1 entries) or, when cu is NULL,

@@ -2,7 +2,7 @@
 """tools/triton_warm.py [-j N] [--log DIR] -- CMD...: fill Triton's compile cache for CMD's workload in parallel.
 
 fla autotunes every new shape by compiling each of its Triton configs in turn, which on the GPU machine takes
-minutes per shape (docs/perf.md) while 15 of its 16 cores idle.  This runs CMD N times side by side, worker
+minutes per shape (docs/performance.md) while 15 of its 16 cores idle.  This runs CMD N times side by side, worker
 i with KDART_TRITON_WARM=i/N and tools/triton_warm/ first on PYTHONPATH (its sitecustomize.py makes each
 autotuner compile and run only configs i, i+N, ...), all writing the same cache (TRITON_CACHE_DIR, or
 Triton's default).  The real run that follows still autotunes (benchmarks every config, keeps the fastest,

@@ -6,7 +6,7 @@
 # fla's Triton warm-up of bench/e2e.py's rows.  Then alone: bench/e2e.py, production and recipe rows, with
 # the per-stage profile.
 set -u
-. tools/gpu_calls/common.sh
+. lab/calls/common.sh
 export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR
 gc_fla_site
 gc_test_gpu 330 4

@@ -77,7 +77,7 @@ class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
 class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
     _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in DHU_TENSORS]
                 + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)] + [(n, _PT) for n in DHU_SEQS]
-                + [("state_v_first", ctypes.c_int)])  # added in 0.2 after DHU_SEQS (issue 15)
+                + [("state_v_first", ctypes.c_int)])  # added in 0.2 after DHU_SEQS (head dims)
 
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)

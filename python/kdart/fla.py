@@ -49,8 +49,8 @@ import weakref
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
 MODULE = "fla.ops.kda.chunk_bwd"
-# bwd_dhu is served at every head dim (bench/masked_dhu.py on the H200, docs/perf.md session 15, B2 T8192
-# H16): since the K tiles 192 and 256 took BV 64 (two warpgroups), K in 129..191 runs 1.21-1.34x fla, the
+# bwd_dhu is served at every head dim (bench/masked_dhu.py on the H200, docs/performance.md, B2 T8192
+# H16): with BV 64 at the K tiles 192 and 256 (two warpgroups), K in 129..191 runs 1.21-1.34x fla, the
 # V-first state at K > 128 1.21-1.89x, K = 192 / 256 1.63x / 1.42x; D = 18, 60, 100 1.5-1.9x.  An odd K or V
 # goes through kdart.torch.bwd_dhu's zero padding (only the pad region filled, h0 never copied): 1.28x at
 # K = 63 with V = 64, 1.15x at K = 64 with V = 63; with both odd the padding's copies (rows of odd width run
@@ -174,7 +174,7 @@ def _io_reason(torch, q, others_io, others_f32):
 
 def _common_reason(chunk_size, q, other, cu_seqlens):
     """The checks both stages share (q [B,T,*,K], other a second 4-d tensor).  Any T and variable
-    length (cu_seqlens, B = 1, on q's device) are kdart's since issue 14, fla's use_graph mode with them."""
+    length (cu_seqlens, B = 1, on q's device) are kdart's, fla's use_graph mode with them."""
     if chunk_size != 64:
         return f"chunk_size={chunk_size}"
     if q.dim() != 4 or other.dim() != 4:

@@ -610,11 +610,11 @@ def _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indic
     """bwd_dhu at an odd K or V: the odd dims zero-padded to the next multiple of 8, the outputs sliced back.
     Exact: a padded K channel has qg = kg = w = 0 and gk = 0, so its dH rows keep dht's zeros and add nothing
     to dv2; a padded V column has do = dv = 0, so its dH column and dv2 stay zero.  Why: at odd dims the C
-    kernel's masked path moves single elements (0.18x fla at K = V = 63, docs/perf.md session 11); padded, it
-    takes 16-byte granules, and the copies (one read and write of each padded input and output, at about a
-    third of the copy bandwidth for rows of odd width) leave it at 1.15-1.28x fla with one odd side and
-    0.94-1.01x with both (docs/perf.md session 15).  The arguments are checked as given first, so errors name
-    the caller's shapes."""
+    kernel's masked path moves single elements (0.18x fla at K = V = 63 on the H200); padded, it takes
+    16-byte granules, and the copies (one read and write of each padded input and output, at about a third of
+    the copy bandwidth for rows of odd width) leave it at 1.15-1.28x fla with one odd side and 0.94-1.01x with
+    both (docs/performance.md).  The arguments are checked as given first, so errors name the caller's
+    shapes."""
     dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets,
              0 if cu_seqlens is not None and chunk_indices is None else None, state_v_first)
     _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))

@@ -72,8 +72,9 @@ def test_refusal_reasons():
 
 @pytest.mark.parametrize("D", [60, 100, 256])
 def test_head_dims_served(monkeypatch, D):
-    """Issue 15: both stages at D = 60, 100, 256 pass every Python check (meta tensors: the device check),
-    whatever the session-9 gate variable says, in either state layout; V past 512 falls back."""
+    """Both stages at D = 60, 100, 256 pass every Python check (meta tensors: the device check), whatever
+    KDART_EXPERIMENTAL (a gate of earlier versions, now without effect) says, in either state layout; V past
+    512 falls back."""
     q = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")
     gk = torch.empty(1, 128, 2, D, device="meta")
     do = torch.empty(1, 128, 2, D, dtype=torch.bfloat16, device="meta")

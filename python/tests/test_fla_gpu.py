@@ -128,7 +128,7 @@ def test_chunk_kda_with_kdart(case):
 
 
 def test_t1000_served():
-    """T % 64 != 0 (a partial last chunk) is kdart's since issue 14 (bwd_intra's varlen body included)."""
+    """T % 64 != 0 (a partial last chunk) is kdart's (bwd_intra's varlen body included)."""
     case = (2, 1000, 2, 2, 64, 0.1, 1, torch.float16, False, False, False)
     kf.reset_stats()
     with kf.enabled():
@@ -162,13 +162,13 @@ def test_chunk_kda_varlen_with_kdart(cu, D):
     _varlen_recipe(cu, D)
 
 
-HEAD_DIM_CASES = [  # issue 15: fla's head dims beyond 64 / 128 (its tests' D = 60, 100, 256), fixed length
+HEAD_DIM_CASES = [  # fla's head dims beyond 64 / 128 (its tests' D = 60, 100, 256), fixed length
     (2, 1024, 2, 4, 60, 0.1, 1, torch.float16, False, False, False),
     (2, 1024, 2, 2, 100, 0.1, 1, torch.bfloat16, False, False, False),
     (2, 1024, 2, 2, 256, 0.1, 1, torch.bfloat16, False, False, False),
     (2, 1000, 2, 4, 100, 0.1, 1, torch.float16, True, True, False),
-    (2, 1024, 2, 2, 192, 0.1, 1, torch.bfloat16, False, False, False),   # bwd_dhu's K tile 192 (session 13)
-    (2, 1024, 2, 2, 160, 0.1, 1, torch.bfloat16, False, False, False),   # the K tile 192 masked (session 15)
+    (2, 1024, 2, 2, 192, 0.1, 1, torch.bfloat16, False, False, False),   # bwd_dhu's K tile 192
+    (2, 1024, 2, 2, 160, 0.1, 1, torch.bfloat16, False, False, False),   # the K tile 192 masked
 ]
 
 
@@ -185,7 +185,7 @@ def test_head_dims_with_kdart(case):
 
 @pytest.mark.parametrize("D", [60, 100, 160, 192, 256])
 def test_head_dims_varlen_with_kdart(D):
-    """fla's varlen recipe at D = 60, 100, 256 (issue 15), 192 (bwd_dhu's K tile 192) and 160 (its masked
+    """fla's varlen recipe at D = 60, 100, 256, 192 (bwd_dhu's K tile 192) and 160 (its masked
     path)."""
     _varlen_recipe([0, 15, 100, 300, 1200, 2000], D)
 

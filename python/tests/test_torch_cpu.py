@@ -222,7 +222,7 @@ def test_opcheck_meta_varlen():
 
 @pytest.mark.parametrize("K,V", [(1, 1), (60, 100), (100, 192), (256, 512), (192, 16)])
 def test_head_dims(K, V):
-    """Issue 15: any K in 1..256 and V in 1..512 reaches kdart (CPU tensors: EDEVICE) and the fakes give
+    """Any K in 1..256 and V in 1..512 reaches kdart (CPU tensors: EDEVICE) and the fakes give
     fla's shapes, K-first or V-first."""
     with pytest.raises(ValueError, match="EDEVICE"):
         kt.bwd_intra(*intra_args(K=K))

@@ -34,7 +34,7 @@ def test_refusals_are_kdart_statuses(private_shared_runtime):
 
 
 def test_dhu_passes_state_v_first(private_shared_runtime):
-    """state_v_first reaches kdart (issue 15): with the V-first state shapes the call passes the direct
+    """state_v_first reaches kdart: with the V-first state shapes the call passes the direct
     entry's and kdart's checks up to the device (CPU tensors: EDEVICE, -23; kdart checks the device before
     the shapes, so the layouts themselves are test_torch_gpu's)."""
     st = kt._fast()

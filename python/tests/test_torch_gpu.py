@@ -240,7 +240,7 @@ def test_varlen_cuda_graph_bitwise():
 
 
 def test_varlen_graph_capacity_replay():
-    """fla's use_graph contract (issue 14): both ops captured once for a fixed capacity (N = 6 sequences of
+    """fla's use_graph contract: both ops captured once for a fixed capacity (N = 6 sequences of
     T = 1200 tokens, dh rows nt_max = ceil(T/64) + N - 1, chunk_indices never read), then replayed after
     cu_seqlens's contents change in place: the replay equals eager calls on the new contents, bitwise, on
     every token, dh row and state the new batch owns."""
@@ -294,7 +294,7 @@ def test_bwd_intra_batch_past_grid_y():
             assert rel_rms(o[rows], r) < 2e-3, (name, rows)
 
 
-# ---------------------------------------------- head dims (issue 15)
+# ------------------------------------------------------------ head dims
 
 @pytest.mark.parametrize("K", [1, 16, 60, 100, 192, 256])
 def test_bwd_intra_head_dims_vs_float64(K):
@@ -375,7 +375,7 @@ def _poisoned_pool(nbytes):
 @pytest.mark.skipif(torch.cuda.get_device_properties(0).total_memory < BIG_BYTES + (20 << 30),
                     reason="needs about 100 GB of GPU memory")
 def test_beyond_32bit_indexing():
-    """Issue 14: one [1,T,32,128] tensor of 4.3e9 elements, fixed length and varlen, both ops.  bwd_intra is
+    """Past 32-bit indexing: one [1,T,32,128] tensor of 4.3e9 elements, fixed length and varlen, both ops.  bwd_intra is
     chunk-local and bwd_dhu's scan of the last tokens needs only those tokens, so the outputs past element
     2^32 (and bwd_intra's first tokens) must equal, bitwise, those of a small call on a copy of the same
     tokens, which is itself checked against float64.  Inputs are aliased (q = k, g = dq = dk = dg;

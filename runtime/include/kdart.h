@@ -420,14 +420,14 @@ typedef struct kdart_bwd_dhu_args {
     const DLTensor *dh0;       /* out [B,HV,K,V] fp32 ([N,HV,K,V] varlen), or NULL: not produced */
     float scale;
     int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick
-                                  for the device (kdart_dhu_v_tile), or 16, 32, 64 (16, 32 at
-                                  K > 128: the K tile 256 has no BV 64) */
+                                  for the device (kdart_dhu_v_tile), or 16, 32, 64 (every K
+                                  tile has all three) */
     /* Added in 0.2 (variable length), read only when struct_size covers them (0.1 callers' smaller
      * struct_size means NULL): */
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: dh's NT >= it */
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
-    /* Added in 0.2 after the varlen fields (issue 15), read only when struct_size covers it
+    /* Added in 0.2 after the varlen fields (head dims), read only when struct_size covers it
      * (smaller: 0): the state's
      * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K]. */
     int state_v_first;
@@ -461,7 +461,7 @@ KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
  * v_tile = 0 for B x HV scans of V columns at head dim K on the current
  * device.  Each CTA runs one serial scan of BV columns, so the choice trades
  * waves of CTAs (B*HV*V/BV of them) against the time per chunk of a tile,
- * from measurements (docs/perf.md).  For callers that launch the "BV="
+ * from measurements on the H200 (docs/performance.md).  For callers that launch the "BV="
  * specialization themselves. */
 KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
 

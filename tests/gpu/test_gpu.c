@@ -290,7 +290,7 @@ START_TEST(dhu_fixed_any_t) {
 }
 END_TEST
 
-/* The issue's cu_seqlens lists (and one with a zero-length sequence). */
+/* Sample cu_seqlens lists (fla's varlen test lists among them), the last with zero-length sequences. */
 static const long long cu_a[] = {0, 15}, cu_b[] = {0, 256, 500, 1000}, cu_c[] = {0, 15, 100, 300, 1200, 2000},
                        cu_d[] = {0, 100, 300, 1200, 3000, 4096}, cu_e[] = {0, 100, 100, 357, 357, 421};
 static const struct {
@@ -447,7 +447,7 @@ START_TEST(varlen_garbage_writes_nothing) {
 }
 END_TEST
 
-/* ------------------------------------------ a second context (issue 17)
+/* ---------------------------------------------------- a second context
  *
  * kdart binds each cubin per CUDA context and launches in the calling
  * thread's current one.  A second, non-primary context on device 0
@@ -605,7 +605,7 @@ START_TEST(small_for_sanitizers) {
 }
 END_TEST
 
-/* ------------------------------------------------ head dims (issue 15) */
+/* ------------------------------------------------------------ head dims */
 
 /* Head dims of the masked path and the K tile 256: outputs NaN-poisoned, against the float64 reference,
  * twice for determinism. */
@@ -661,7 +661,7 @@ START_TEST(dhu_head_dims) {
 }
 END_TEST
 
-/* ------------------------------------ the specialization ops.c picks (issue 15)
+/* -------------------------------------------- the specialization ops.c picks
  *
  * Each case runs (checked against the reference) on a handle of its own over
  * a fresh cache file, which then holds exactly what the call compiled: one

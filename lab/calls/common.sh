@@ -1,0 +1,80 @@
+# lab/calls/common.sh: sourced by the call scripts (sessions 9-11), which run on the lent GPU machine
+# from the repository root with OUT set.  What every one of them starts with: the environment, the clock,
+# the runs they start side by side, and the steps they all end with.  Each starter (gc_*) puts its job in
+# the background and leaves its pid (gc_test_gpu: all three in $pids; gc_sanitize and gc_warm: none, a
+# plain `wait` collects them); the gpu_* steps run in the foreground.
+O=$OUT; t0=$(date +%s); R=$PWD
+export KDART_TORCH_EXT_DIR=/tmp/kext LD_LIBRARY_PATH=/usr/local/cuda/lib64
+export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
+# pytest ids of the 80 GB test, both as the repo root and as python/ (pytest's rootdir there) spell them
+DS="--deselect=python/tests/test_torch_gpu.py::test_beyond_32bit_indexing --deselect=tests/test_torch_gpu.py::test_beyond_32bit_indexing"
+el() { echo "t=$(( $(date +%s) - t0 ))"; }
+# fla for every gpu_check that follows (once, before they run side by side)
+gc_fla_site() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; }
+# test_gpu in $2 processes (default three), every test in exactly one (KDART_GPU_PART); $1: each one's
+# time limit
+gc_test_gpu() {
+  local n=${2:-3}
+  pids=""
+  for i in $(seq 0 $((n - 1))); do
+    (KDART_GPU_PART=$i/$n CK_FORK=no timeout "$1" build/tests/test_gpu > $O/test_gpu$i.txt 2>&1
+     echo "test_gpu part $i/$n rc=$? t=$(( $(date +%s) - t0 ))" >> $O/test_gpu$i.txt) &
+    pids="$pids $!"
+  done
+}
+gc_selftest() { (timeout 240 build/kdart selftest > $O/selftest.txt 2>&1; echo "selftest rc=$?" >> $O/selftest.txt) & sp=$!; }
+gc_ext_build() { (cd python && timeout 150 python3 -m kdart.torch_ext > $O/ext_build.txt 2>&1; echo "ext build rc=$?" >> $O/ext_build.txt) & ep=$!; }
+# fla's recipes in first-config mode, five workers
+gc_fla_recipes() {
+  GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=250 \
+    PYTEST_ARGS="-n 5 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1 &
+  fp=$!
+}
+# memcheck and racecheck over test_gpu side by side; $1: each one's time limit, the rest: environment
+# assignments that pick the tests (KDART_GPU_SMALL=1 or KDART_GPU_TESTS=...)
+gc_sanitize() {
+  local limit=$1; shift
+  for tool in memcheck racecheck; do
+    (env "$@" CK_FORK=no timeout "$limit" compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
+     echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+  done
+}
+# fla's Triton warm-up of bench/masked_dhu.py's cases $3 (K:V[:v],...) into $O/warm_mdhu.txt; $1: time
+# limit, $2: workers
+gc_warm_mdhu() {
+  (PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 timeout "$1" \
+     python3 tools/triton_warm.py -j "$2" --log /tmp/warm-mdhu -- python3 bench/masked_dhu.py --warm-only --cases "$3" \
+     >> $O/warm_mdhu.txt 2>&1; echo "warm rc=$?" >> $O/warm_mdhu.txt) &
+}
+# fla's Triton warm-up (gpu_check.sh's warm part) into $O/warm; arguments: its WARM_* assignments
+gc_warm() { (mkdir -p $O/warm && env "$@" GPU_CHECK_PARTS=warm tools/gpu_check.sh build $O/warm > $O/warm_rc.txt 2>&1) & }
+# the torch tests on the Python path, then through the C++ fast path (torch_ext built: gc_ext_build)
+gpu_torch_pypath() {
+  KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_pypath PYTEST_TIMEOUT=150 \
+    PYTEST_ARGS="python/tests --ignore=python/tests/test_fla_gpu.py $DS" tools/gpu_check.sh build $O; el
+}
+gpu_torch_ext() {
+  GPU_CHECK_PARTS=python PYTEST_LOG=pytest_torch_ext PYTEST_TIMEOUT=120 \
+    PYTEST_ARGS="python/tests/test_torch_gpu.py python/tests/test_torch_ext.py $DS" tools/gpu_check.sh build $O; el
+}
+# the tables alone: side_by_side rows $1; varlen rows $1 with time limit $2 and budget $3
+gpu_sbs() { GPU_CHECK_PARTS=sbs SBS_ARGS="--rows $1" SBS_TIMEOUT=120 SBS_BUDGET=100 tools/gpu_check.sh build $O; el; }
+gpu_varlen() { GPU_CHECK_PARTS=varlen VARLEN_ARGS="--rows $1" VARLEN_TIMEOUT=$2 VARLEN_BUDGET=$3 tools/gpu_check.sh build $O; el; }
+# kdart bench's bwd_dhu line for B2 T8192 H16 at each K,V of the arguments, into $O/bench_masked.txt
+gpu_bench_dhu() {
+  for s in "$@"; do
+    timeout 60 build/kdart bench --shape 2,8192,16,16,$s --reps 30 2>&1 | grep -E "bwd_dhu|ERROR|error"
+  done | tee $O/bench_masked.txt; el
+}
+# every log under $OUT in one archive (only a few files come back from a call; rewritten at each phase)
+gc_pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
+# the end of every call: failed tests, then every log in one archive
+gpu_finish() {
+  grep -hE "^FAILED|^ERROR" $O/pytest_*.txt | head -20
+  [ -f $O/side_by_side.txt ] && grep -E "ERROR|^\| bwd" $O/side_by_side.txt
+  [ -f $O/varlen.txt ] && grep "^| bwd" $O/varlen.txt
+  (cd $O && tar czf 0logs.tgz --exclude=0logs.tgz --exclude='*.tgz' .)
+}
+# the start of session 12's calls: fla's site, test_gpu in three processes, the selftest and the sanitizers
+# on small shapes side by side; $1: test_gpu's and the sanitizers' time limit
+gc_suite() { gc_fla_site; gc_test_gpu "$1"; gc_selftest; gc_sanitize "$1" KDART_GPU_SMALL=1; }
