@@ -1,19 +1,15 @@
 /*
- * internal.h: declarations shared between kdart's modules.  Nothing here is
- * API; every name is kdart__ (two underscores) and may change at any time.
+ * base.h: the base layer, the helpers every other layer stands on: the
+ * allocator seam (alloc.c), the clocks (clock.c), SHA-256 (sha256.c),
+ * parsing of numbers people write (parse.c) and reading the environment
+ * (env.c).  Internal: kdart__ names.
  *
- * Modules: error.c (status table, per-handle messages), alloc.c (the
- * allocator seam), sys.c (the file-system seam), sha256.c, parse.c
- * (sizes and counts people write), registry.c (the
- * kernel table), source.c (kernel_src loading and include closure),
- * locate.c (where the kernels are when nobody said),
- * compile.c (NVRTC + nvJitLink behind the compiler seam), cuda.c (libcuda
- * by dlopen, per-context module tables), runtime.c (kdart_open/close,
- * kdart_prepare), cache_api.c (the public cache calls), ops.c (the KDA
- * operations), and cache/store.c (SQLite).
+ * The store (cache/) and the core (runtime/core/) both use it, so it may
+ * use neither: it includes only libc and the public header, whose status
+ * codes it returns (docs/design.md, "Layers").
  */
-#ifndef KDART_INTERNAL_H
-#define KDART_INTERNAL_H
+#ifndef KDART_BASE_H
+#define KDART_BASE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -77,4 +73,15 @@ int kdart__parse_count(const char *text, int64_t max, int64_t *out);
 double kdart__now_ms(void);   /* monotonic milliseconds */
 int64_t kdart__unix_time(void);
 
-#endif /* KDART_INTERNAL_H */
+/* ---------------------------------------------------------- environment */
+
+/* The value of a variable, NULL when it is unset or empty, and NULL for
+ * every name when no_env (a handle opened with KDART_OPEN_NO_ENV reads no
+ * variable). */
+const char *kdart__env_get(int no_env, const char *name);
+/* Reads a numeric variable's text: a count 0..max, or with bytes a size as
+ * kdart_parse_bytes reads it (and at most max).  KDART_OK and *out, else
+ * KDART_EINVAL; the caller says why (it knows the variable's use). */
+int kdart__env_parse(const char *text, int bytes, int64_t max, int64_t *out);
+
+#endif /* KDART_BASE_H */

@@ -1,5 +1,6 @@
 /*
- * runtime.c: kdart_open / kdart_close, and kdart_prepare, the path from a
+ * runtime.c: kdart__open (the core of kdart_open, runtime/open.c) and
+ * kdart_close, and the design of kdart_prepare (prepare.c), the path from a
  * (kernel, spec, arch) request to a loaded cubin.
  *
  * DESIGN.  A request is turned into a manifest: sorted "name=value" lines
@@ -46,9 +47,7 @@ void kdart_options_init(kdart_options *opts) {
 }
 
 static const char *env(const kdart_rt *rt, const char *name) {
-    if (rt->flags & KDART_OPEN_NO_ENV) return NULL;
-    const char *v = getenv(name);
-    return v && v[0] ? v : NULL;
+    return kdart__env_get((rt->flags & KDART_OPEN_NO_ENV) != 0, name);
 }
 
 /* Default cache file: KDART_CACHE_DIR, XDG_CACHE_HOME/kdart, ~/.cache/kdart. */
@@ -72,13 +71,8 @@ static char *default_cache_path(const kdart_rt *rt) {
  * keeps its default), never half-read. */
 int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out) {
     const char *v = env(rt, name);
-    int64_t n;
     if (!v) return 0;
-    int rc = bytes ? kdart_parse_bytes(v, &n) : kdart__parse_count(v, max, &n);
-    if (rc == KDART_OK && n <= max) {
-        *out = n;
-        return 1;
-    }
+    if (kdart__env_parse(v, bytes, max, out) == KDART_OK) return 1;
     kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v,
                bytes ? "a size like 512M or 2G" : "a non-negative whole number");
     return 0;
@@ -111,7 +105,7 @@ static void open_stores(kdart_rt *rt) {
     rt->tiers[0] = rt->rw;
 }
 
-int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
+int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     if (!out) return KDART_ENULL;
     *out = NULL;
     kdart_options opts;
