@@ -74,7 +74,7 @@
 
 #include <sqlite3.h>
 
-#include "internal.h"
+#include "base.h"
 #include "store.h"
 
 #define BUSY_TIMEOUT_MS 10000

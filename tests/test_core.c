@@ -2,9 +2,10 @@
  * test_core.c: the parts of kdart that need neither a compiler run nor a
  * GPU: the status table, SHA-256, the kernel registry and spec parsing,
  * arch strings, option handling in kdart_open, the source loader and its
- * file seam, per-thread error messages, and allocation-failure injection
- * on kdart_open.
+ * file seam, the remote-prepare hook, per-thread error messages, and
+ * allocation-failure injection on kdart_open.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -534,6 +535,57 @@ START_TEST(unreadable_source) {
 }
 END_TEST
 
+/* The remote-prepare hook (rt.h): kdart_open installs the service client's
+ * on a handle that reads the environment and none on a KDART_OPEN_NO_ENV
+ * one; the core calls whatever hook a handle has, once per miss, with
+ * rt->lock held, before compiling itself when the hook cannot help. */
+typedef struct hook_calls {
+    int calls, locked;
+    char kernel[32], key[65];
+} hook_calls;
+
+static int count_remote(void *ctx, kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
+                        uint32_t flags, const char *key) {
+    hook_calls *h = ctx;
+    h->calls++;
+    h->locked = pthread_mutex_trylock(&rt->lock) == EBUSY;
+    snprintf(h->kernel, sizeof h->kernel, "%s", kernel);
+    snprintf(h->key, sizeof h->key, "%s", key);
+    return KDART_ENOENT;
+}
+
+static int refuse_compile(void *user, const kdart__compile_in *in, kdart__compile_out *out) {
+    memset(out, 0, sizeof *out);
+    out->log = kdart__strdup("kdart_unit.cu(1): error: not compiled in this test");
+    return KDART_ECOMPILE;
+}
+
+START_TEST(remote_prepare_hook) {
+    kdart_rt *rt = test_open("", NULL, NULL);
+    ck_assert_ptr_null(rt->remote_prepare);
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.kernel_dir = TEST_KERNEL_DIR;
+    kdart_rt *env_rt = NULL;
+    ck_assert_int_eq(kdart_open(&env_rt, &o), KDART_OK);
+    ck_assert_ptr_nonnull(env_rt->remote_prepare);
+    kdart_close(env_rt);
+
+    hook_calls h = {0};
+    rt->remote_prepare = count_remote;
+    rt->remote_ctx = &h;
+    rt->compile = refuse_compile;
+    kdart_prepared p;
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, &p), KDART_ECOMPILE);
+    ck_assert_int_eq(h.calls, 1);
+    ck_assert_int_eq(h.locked, 1);
+    ck_assert_str_eq(h.kernel, "chunk_rcumsum");
+    ck_assert_str_eq(h.key, p.key);
+    kdart_close(rt);
+}
+END_TEST
+
 typedef struct err_thread_arg {
     kdart_rt *rt;
     int ok;
@@ -613,6 +665,7 @@ int main(void) {
     tcase_add_test(tc, sources_closure);
     tcase_add_test(tc, symlink_escape);
     tcase_add_test(tc, unreadable_source);
+    tcase_add_test(tc, remote_prepare_hook);
     tcase_add_test(tc, per_thread_errors);
     tcase_add_test(tc, open_alloc_failures);
     suite_add_tcase(s, tc);

@@ -10,8 +10,8 @@
  * write anyway, and a path under a regular file covers EIO for everyone.
  *
  * Built on its own (no kdart_testlib needed):
- *   gcc -std=c11 -D_GNU_SOURCE -Iruntime/include -Iruntime -Icache \
- *       cache/store.c runtime/sha256.c runtime/alloc.c runtime/clock.c \
+ *   gcc -std=c11 -D_GNU_SOURCE -Iruntime/include -Iruntime/base -Icache \
+ *       cache/store.c runtime/base/sha256.c runtime/base/alloc.c runtime/base/clock.c \
  *       tests/test_store.c -lsqlite3 -lcheck_pic -lsubunit -lm -lrt -lpthread
  */
 #ifndef _GNU_SOURCE
@@ -34,7 +34,7 @@
 
 #include <sqlite3.h>
 
-#include "internal.h"
+#include "base.h"
 #include "store.h"
 
 /* ------------------------------------------------------------- helpers */

@@ -1,6 +1,6 @@
 /*
  * test_gpu.c: the KDA kernels on a real GPU, through the public API,
- * against the float64 reference (tools/kda_check.c does the running and
+ * against the float64 reference (tests/check/kda_check.c does the running and
  * measuring; this file holds the cases and the tolerances).
  *
  * Exits 77 (ctest's skip code) when there is no CUDA device.  Runs with

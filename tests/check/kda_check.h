@@ -9,6 +9,13 @@
  * but the public header.  Every output buffer is filled with NaN before
  * each launch, so an element the kernel fails to write shows up as an
  * infinite error.
+ *
+ * Interfaces it uses, and no others (the layering test checks the
+ * includes): kdart.h, the public API; kernel_src/kda_params.h, the
+ * kernels' launch ABI (a raw launch to time against); tests/ref/kda_ref.h,
+ * the float64 reference; the CUDA toolkit's cuda.h, for its libcuda table.
+ * The library kdart_check (this and the reference) is linked by the CLI
+ * (`kdart selftest`, `kdart bench`) and by the test suites.
  */
 #ifndef KDART_KDA_CHECK_H
 #define KDART_KDA_CHECK_H

@@ -1,39 +1,15 @@
 /*
- * internal.h: declarations shared between kdart's modules.  Nothing here is
- * API; every name is kdart__ (two underscores) and may change at any time.
- * This header holds the helpers every module uses (allocator, SHA-256,
- * parsing, clocks); the runtime's own interfaces are in rt.h, the service's
- * in service.h, the store's in cache/store.h.
+ * base.h: the base layer, the helpers every other layer stands on: the
+ * allocator seam (alloc.c), the clocks (clock.c), SHA-256 (sha256.c),
+ * parsing of numbers people write (parse.c) and reading the environment
+ * (env.c).  Internal: kdart__ names.
  *
- * Modules (runtime/ unless named):
- *   alloc.c      the allocator seam and the growable string (kdart__buf)
- *   sha256.c     SHA-256 for cache keys and blob digests
- *   parse.c      sizes and counts people write (kdart_parse_bytes)
- *   clock.c      monotonic and wall-clock time
- *   error.c      the status table, per-thread messages, the log
- *   registry.c   the kernel table: parameters, specs, launch shapes, the
- *                default prewarm set, bwd_dhu's V-tile choice
- *   source.c     kernel_src loading and its include closure
- *   locate.c     where the kernels are when nobody said
- *   compile.c    NVRTC + nvJitLink behind the compiler seam
- *   cuda.c       libcuda by dlopen (the table in cuda_api.h), per-context
- *                function tables and status words, the launch
- *   runtime.c    kdart_open / kdart_close: options, environment, the
- *                cache tiers
- *   prepare.c    kdart_prepare and kdart_why: manifest, key, cache
- *                lookup, compile leases, compile and load
- *   jobs.c       background compiles (kdart_prepare_async) and the
- *                handle's threads
- *   cache_api.c  the public cache calls (list, stats, verify, gc, ...)
- *   ops.c        the KDA operations: argument checks, specialization
- *                choice, launch
- *   client.c     the compile service's protocol and client, and the
- *                KDART_SERVICE hook of the prepare path
- *   service.c    kdart_serve, the compile service itself (libuv)
- *   cache/store.c  the SQLite compile cache
+ * The store (cache/) and the core (runtime/core/) both use it, so it may
+ * use neither: it includes only libc and the public header, whose status
+ * codes it returns (docs/design.md, "Layers").
  */
-#ifndef KDART_INTERNAL_H
-#define KDART_INTERNAL_H
+#ifndef KDART_BASE_H
+#define KDART_BASE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -97,4 +73,15 @@ int kdart__parse_count(const char *text, int64_t max, int64_t *out);
 double kdart__now_ms(void);   /* monotonic milliseconds */
 int64_t kdart__unix_time(void);
 
-#endif /* KDART_INTERNAL_H */
+/* ---------------------------------------------------------- environment */
+
+/* The value of a variable, NULL when it is unset or empty, and NULL for
+ * every name when no_env (a handle opened with KDART_OPEN_NO_ENV reads no
+ * variable). */
+const char *kdart__env_get(int no_env, const char *name);
+/* Reads a numeric variable's text: a count 0..max, or with bytes a size as
+ * kdart_parse_bytes reads it (and at most max).  KDART_OK and *out, else
+ * KDART_EINVAL; the caller says why (it knows the variable's use). */
+int kdart__env_parse(const char *text, int bytes, int64_t max, int64_t *out);
+
+#endif /* KDART_BASE_H */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static atomic_long fail_countdown; /* 0: off; else fail when it reaches 1 */
 static atomic_long live;

@@ -698,11 +698,11 @@ static int service_timeout_ms(const kdart_rt *rt) {
     return (int)(s * 1000);
 }
 
-int kdart__service_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, uint32_t flags,
-                           const char *key) {
-    if (kdart__service_worker || (rt->flags & KDART_OPEN_NO_ENV)) return KDART_ENOENT;
-    const char *path = getenv("KDART_SERVICE");
-    if (!path || !path[0]) return KDART_ENOENT;
+int kdart__service_prepare(void *ctx, kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
+                           uint32_t flags, const char *key) {
+    if (kdart__service_worker) return KDART_ENOENT;
+    const char *path = kdart__env_get((rt->flags & KDART_OPEN_NO_ENV) != 0, "KDART_SERVICE");
+    if (!path) return KDART_ENOENT;
     if (!rt->rw || kdart__store_readonly(rt->rw)) {
         service_failed(rt, "compile service %s not used: this process has no writable cache to share with it", path);
         return KDART_ENOENT;
@@ -744,4 +744,13 @@ int kdart__service_prepare(kdart_rt *rt, const char *kernel, const char *spec, c
                failed_compile ? "failed to compile" : res.source == KDART_FROM_COMPILE ? "compiled" : "had", kernel,
                spec, arch, key);
     return KDART_OK;
+}
+
+/* Every handle that reads the environment gets the hook, and the hook reads
+ * KDART_SERVICE at each prepare, so a variable set after kdart_open is
+ * still honoured. */
+void kdart__client_install(kdart_rt *rt) {
+    if (rt->flags & KDART_OPEN_NO_ENV) return;
+    rt->remote_prepare = kdart__service_prepare;
+    rt->remote_ctx = NULL;
 }

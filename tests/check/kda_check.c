@@ -18,9 +18,12 @@
  * checkpoints and dv2 as its operands, so one rounding flip cannot compound
  * and the remaining difference is the kernel's fp32 arithmetic.
  *
- * The GPU is reached for memory and timing through a private dlopen of
- * libcuda (the driver table of runtime/cuda_api.h), never through kdart's
- * internals: the CLI that links this file stays on the public API.
+ * Interfaces (kda_check.h says the same): kdart's public API (kdart.h),
+ * the kernels' launch ABI (kernel_src/kda_params.h, for the raw launch of
+ * kc_launch_overhead), the float64 reference (tests/ref/kda_ref.h), and the
+ * CUDA driver through a private dlopen of libcuda with its own table below
+ * (the toolkit's cuda.h for the types): never kdart's internal headers, so
+ * the CLI that links this file stays on the public API.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -30,12 +33,29 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_api.h"
+#include <cuda.h>
+
 #include "kda_check.h"
 #include "kda_params.h"
 #include "kda_ref.h"
 
-static struct kdart__cuda cu;
+/* The driver entry points the harness calls, resolved by kc_init.  Its own
+ * list, not the runtime's: the harness must not see kdart's internals.  The
+ * types come from cuda.h's prototypes (which name the versioned symbols,
+ * cuMemAlloc_v2 and the like), so no signature is written twice. */
+#define KC_CUDA_FUNCS(X)                                                                                    \
+    X(cuInit) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain)             \
+    X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuLaunchKernel) X(cuMemAlloc_v2) X(cuMemFree_v2)              \
+    X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoD_v2) X(cuMemsetD32_v2) X(cuStreamCreate)           \
+    X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)          \
+    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)                \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime_v2) X(cuEventDestroy_v2)
+
+static struct kc_cuda {
+#define KC_FIELD(name) __typeof__(&name) name;
+    KC_CUDA_FUNCS(KC_FIELD)
+#undef KC_FIELD
+} cu;
 static int cu_ready;
 /* Device 0's primary context (kc_init), and the two entry points of
  * kc_ctx_create, resolved apart from the table: the runtime never creates
@@ -57,12 +77,12 @@ int kc_init(char *why, size_t n) {
         snprintf(why, n, "no CUDA driver (libcuda.so.1 not found)");
         return 77;
     }
-#define KC_SYM(name, ret, args)                                      \
+#define KC_SYM(name)                                                 \
     if (!(*(void **)&cu.name = dlsym(lib, #name))) {                 \
         snprintf(why, n, "libcuda lacks %s", #name);                 \
         return 77;                                                   \
     }
-    KDART__CUDA_FUNCS(KC_SYM)
+    KC_CUDA_FUNCS(KC_SYM)
 #undef KC_SYM
     int count = 0;
     CUdevice dev;

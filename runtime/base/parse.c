@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* Decimal digits into *v (<= max).  Returns the first byte after them, or
  * NULL when there is no digit or the value exceeds max. */

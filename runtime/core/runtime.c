@@ -1,6 +1,7 @@
 /*
- * runtime.c: kdart_options_init, kdart_open and kdart_close: a handle's
- * options and environment (KDART_* variables, read through
+ * runtime.c: kdart_options_init, kdart__open (the core of kdart_open, which
+ * runtime/open.c completes with the service client's hook) and kdart_close:
+ * a handle's options and environment (KDART_* variables, read through
  * kdart__env_number, which refuses a value that does not read), the default
  * cache path, the writable cache and the read-only tiers after it, and the
  * teardown.  The path from a (kernel, spec, arch) request to a loaded cubin,
@@ -33,9 +34,7 @@ void kdart_options_init(kdart_options *opts) {
 }
 
 static const char *env(const kdart_rt *rt, const char *name) {
-    if (rt->flags & KDART_OPEN_NO_ENV) return NULL;
-    const char *v = getenv(name);
-    return v && v[0] ? v : NULL;
+    return kdart__env_get((rt->flags & KDART_OPEN_NO_ENV) != 0, name);
 }
 
 /* Default cache file: KDART_CACHE_DIR, XDG_CACHE_HOME/kdart, ~/.cache/kdart. */
@@ -59,13 +58,8 @@ static char *default_cache_path(const kdart_rt *rt) {
  * keeps its default), never half-read. */
 int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out) {
     const char *v = env(rt, name);
-    int64_t n;
     if (!v) return 0;
-    int rc = bytes ? kdart_parse_bytes(v, &n) : kdart__parse_count(v, max, &n);
-    if (rc == KDART_OK && n <= max) {
-        *out = n;
-        return 1;
-    }
+    if (kdart__env_parse(v, bytes, max, out) == KDART_OK) return 1;
     kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v,
                bytes ? "a size like 512M or 2G" : "a non-negative whole number");
     return 0;
@@ -98,7 +92,7 @@ static void open_stores(kdart_rt *rt) {
     rt->tiers[0] = rt->rw;
 }
 
-int kdart_open(kdart_rt **out, const kdart_options *user_opts) {
+int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     if (!out) return KDART_ENULL;
     *out = NULL;
     kdart_options opts;

@@ -217,6 +217,23 @@ typedef struct kdart__flight {
 
 typedef struct kdart__jobs kdart__jobs; /* jobs.c */
 
+/* ------------------------------------------------------- remote prepare */
+
+/* The remote-prepare hook: another process (the node's compile service)
+ * compiles a key on this handle's behalf.  The core only calls it; a layer
+ * above installs it on the handle (runtime/open.c installs the service
+ * client's, runtime/service/client.c), so the core never names the service.
+ * Called by the flight's owner (prepare.c, find_or_compile) after a miss in
+ * every cache and BEFORE it takes the key's compile lease (the remote side
+ * takes that lease in its own process; holding it here would make it wait
+ * for us).  Called and returns with rt->lock held; it may release the lock
+ * while it waits.
+ *   KDART_OK: key is published (a cubin or a recorded compile failure) in
+ *     rt's writable cache: the caller reads it from there.
+ *   KDART_ENOENT: it could not help: the caller goes on as without a hook. */
+typedef int (*kdart__remote_prepare_fn)(void *ctx, kdart_rt *rt, const char *kernel, const char *spec,
+                                        const char *arch, uint32_t flags, const char *key);
+
 /* --------------------------------------------------------------- handle */
 
 struct kdart_rt {
@@ -274,7 +291,14 @@ struct kdart_rt {
     _Atomic int stopping;       /* kdart_close is shutting the threads down */
     _Atomic long compiles;      /* compiles this handle ran (statistics, tests) */
     kdart__jobs *jobs;          /* background compiles; NULL until the first */
+
+    kdart__remote_prepare_fn remote_prepare; /* NULL: none; set once, before the handle is shared */
+    void *remote_ctx;
 };
+
+/* kdart_open's body (runtime.c): the handle, with no remote-prepare hook;
+ * kdart_open (runtime/open.c) adds the layers above the core. */
+int kdart__open(kdart_rt **out, const kdart_options *opts);
 
 /* A numeric KDART_* variable (runtime.c): 1 and *out when set and valid
  * (a count 0..max, or with bytes a size as kdart_parse_bytes reads it);

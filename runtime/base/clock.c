@@ -5,7 +5,7 @@
  */
 #include <time.h>
 
-#include "internal.h"
+#include "base.h"
 
 double kdart__now_ms(void) {
     struct timespec ts;

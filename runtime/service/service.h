@@ -2,7 +2,9 @@
  * service.h: the compile service's wire protocol (docs/protocol.md), its
  * blocking client, and the KDART_SERVICE hook of the prepare path.
  * Internal: kdart__ names.  The server is in service.c, the protocol
- * codec and the client in client.c.
+ * codec and the client in client.c.  The service layer stands on the core
+ * (rt.h) and the core never includes this header: the client reaches the
+ * prepare path only through the hook it installs on a handle.
  */
 #ifndef KDART_SERVICE_H
 #define KDART_SERVICE_H
@@ -78,21 +80,19 @@ void kdart__proto_buf_free(kdart__proto_buf *b);
 int kdart__service_call(const char *path, const char *payload, size_t len, char **reply, size_t *reply_len,
                         int timeout_ms, char *err, size_t errlen);
 
-/* The KDART_SERVICE hook of the prepare path.  Called by the flight's
- * owner (runtime/prepare.c, find_or_compile) after a miss in every cache
- * and BEFORE it takes the key's compile lease (the service takes that lease
- * in its own process; holding it here would make the service wait for us).
- * Called and returns with rt->lock held; releases it while it waits for
- * the service.
- *   KDART_OK: the service has published key (a cubin or a recorded compile
- *     failure) in rt's writable cache: the caller reads it from there.
+/* The KDART_SERVICE hook of the prepare path: a kdart__remote_prepare_fn
+ * (rt.h, which gives the contract: when it is called, with which lock,
+ * what KDART_OK means).  ctx is unused.
  *   KDART_ENOENT: no service is configured (KDART_SERVICE unset, handle
  *     opened with KDART_OPEN_NO_ENV, or the caller is one of the service's
  *     own workers) or it could not help (unreachable, an error, another
  *     key, another cache): the caller goes on as without a service.  A
  *     failure is logged once as a warning, until the service answers again. */
-int kdart__service_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char *arch, uint32_t flags,
-                           const char *key);
+int kdart__service_prepare(void *ctx, kdart_rt *rt, const char *kernel, const char *spec, const char *arch,
+                           uint32_t flags, const char *key);
+/* Installs kdart__service_prepare as rt's remote-prepare hook, unless rt
+ * was opened with KDART_OPEN_NO_ENV (kdart_open, runtime/open.c). */
+void kdart__client_install(kdart_rt *rt);
 
 /* Set on the service's worker threads, so that their prepares never ask
  * the service (themselves) again. */

@@ -31,7 +31,6 @@
 #include <time.h>
 
 #include "rt.h"
-#include "service.h" /* kdart__service_prepare: the KDART_SERVICE hook */
 
 #define KDART__MANIFEST_MAX 64 /* lines */
 
@@ -613,10 +612,12 @@ static int find_or_compile(kdart_rt *rt, request *q, uint32_t flags, kdart_prepa
         }
         int rc = flight_begin(rt, q->key, &f);
         if (rc) return rc;
-        /* KDART_SERVICE hook (runtime/client.c): the node's compile service compiles and
-         * publishes the key, then it is read from the cache; before the lease, which the
-         * service takes itself.  KDART_ENOENT: no service, or it could not help. */
-        rc = kdart__service_prepare(rt, q->k->name, q->spec, q->arch, flags, q->key);
+        /* The remote-prepare hook (rt.h; the KDART_SERVICE client installs it): the node's
+         * compile service compiles and publishes the key, then it is read from the cache;
+         * before the lease, which the service takes itself.  KDART_ENOENT: no service, or
+         * it could not help. */
+        rc = rt->remote_prepare ? rt->remote_prepare(rt->remote_ctx, rt, q->k->name, q->spec, q->arch, flags, q->key)
+                                : KDART_ENOENT;
         rc = rc == KDART_OK ? lookup_cached(rt, q, info, out) : KDART_ENOENT;
         if (rc == KDART_ENOENT) rc = lease_or_wait(rt, q, f, flags, info, out);
         if (rc == KDART_ENOENT) {
