@@ -402,6 +402,92 @@ START_TEST(test_usage_errors) {
 }
 END_TEST
 
+/* Every command's options, as scripts and the README use them: NAME= takes
+ * a value, NAME is a flag.  `kdart CMD --help` (written from the command's
+ * option table) must list each one, and the parser must refuse each value
+ * option given without its value. */
+static const struct {
+    const char *command;
+    const char *options;
+} command_options[] = {
+    {"prewarm", "arch= kernel= spec= all jobs= force service="},
+    {"ls", "kernel= arch= json"},
+    {"show", "json"},
+    {"sass", ""},
+    {"export", "output="},
+    {"verify", ""},
+    {"gc", "max-bytes="},
+    {"rm", ""},
+    {"clear", ""},
+    {"stats", "json"},
+    {"why", "arch="},
+    {"serve", "socket= jobs= max-clients= idle-timeout= stop timeout= status"},
+    {"kernels", ""},
+    {"selftest", ""},
+    {"bench", "shape= io= fold-dg emit-bf16 reps="},
+    {"help", ""},
+};
+
+START_TEST(test_help_lists_options) {
+    for (size_t i = 0; i < sizeof command_options / sizeof command_options[0]; i++) {
+        run_result r, h;
+        RUN(&r, command_options[i].command, "--help");
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, "-h, --help");
+        EXPECT_IN(r.out, "Options:");
+        char opts[256];
+        snprintf(opts, sizeof opts, "%s", command_options[i].options);
+        for (char *save = NULL, *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save)) {
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%.*s", (int)strcspn(o, "="), o);
+            EXPECT_IN(r.out, flag);
+        }
+        /* `kdart help CMD` prints the same text. */
+        RUN(&h, "help", command_options[i].command);
+        EXPECT_STATUS(&h, 0);
+        ck_assert_str_eq(h.out, r.out);
+        run_free(&h);
+        run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_option_parser) {
+    /* A value option at the end of the line: exit 2, naming the option. */
+    for (size_t i = 0; i < sizeof command_options / sizeof command_options[0]; i++) {
+        char opts[256];
+        snprintf(opts, sizeof opts, "%s", command_options[i].options);
+        for (char *save = NULL, *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save)) {
+            size_t n = strcspn(o, "=");
+            if (o[n] != '=') continue;
+            char flag[64], msg[96];
+            snprintf(flag, sizeof flag, "--%.*s", (int)n, o);
+            snprintf(msg, sizeof msg, "option %s needs a value", flag);
+            RUN_EXPECT(2, err, msg, command_options[i].command, flag);
+        }
+        /* An option no table has: exit 2, naming it. */
+        RUN_EXPECT(2, err, "unknown option '--no-such-option'", command_options[i].command, "--no-such-option");
+    }
+    RUN_EXPECT(2, err, "option --cache needs a value", "ls", "--cache");
+    RUN_EXPECT(2, err, "option -o needs a value", "export", "abcdef", "-o");
+    RUN_EXPECT(2, err, "option --json takes no value", "ls", "--json=yes");
+    RUN_EXPECT(2, err, "unknown option '-x'", "stats", "-x");
+    RUN_EXPECT(2, err, "unexpected argument 'b'", "show", "a", "b");
+    RUN_EXPECT(2, err, "unexpected argument 'extra'", "kernels", "extra");
+    /* Values: range, attached short form, a missing required option. */
+    RUN_EXPECT(2, err, "-j wants 1..256, not '0'", "prewarm", "-j0");
+    RUN_EXPECT(2, err, "--reps wants 1..64, not 'many'", "bench", "--reps=many");
+    RUN_EXPECT(2, err, "--idle-timeout wants seconds", "serve", "--socket", "s", "--idle-timeout", "0");
+    RUN_EXPECT(2, err, "option --socket needs a value", "serve", "--socket=");
+    RUN_EXPECT(2, err, "missing --socket PATH", "serve", "--stop");
+    /* Global flags bundled, and anywhere on the line; "--" ends the global
+     * options, so what follows is the command's. */
+    RUN_EXPECT(0, out, "chunk_rcumsum", "kernels", "-qv");
+    RUN_EXPECT(0, out, "chunk_rcumsum", "-q", "kernels", "-v");
+    RUN_EXPECT(2, err, "unknown option '--quiet'", "kernels", "--", "--quiet");
+}
+END_TEST
+
 /* A target the kernels or NVRTC do not support fails once, up front, with
  * its reason and exit 2: never once per specialization, never compiled
  * (sm_89 used to fail each of the 34 specializations, sm_97a to compile
@@ -1009,6 +1095,8 @@ static Suite *cli_suite(void) {
     tcase_add_test(usage, test_selftest_placeholder);
     tcase_add_test(usage, test_stats);
     tcase_add_test(usage, test_show_absent_key);
+    tcase_add_test(usage, test_help_lists_options);
+    tcase_add_test(usage, test_option_parser);
     suite_add_tcase(s, usage);
 
     TCase *cache = tcase_create("cache");

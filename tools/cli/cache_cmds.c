@@ -1,0 +1,802 @@
+/*
+ * cache_cmds.c: the commands that look inside the compile cache and keep
+ * it healthy: ls, show, sass, export, verify, gc, rm, clear, stats, why.
+ *
+ * None of them compiles or launches anything, so all but stats (which
+ * reports whether CUDA is available) and why (whose default target comes
+ * from the device) open the runtime without CUDA and work on machines with
+ * no GPU.  Their JSON output (ls, show, stats --json) is what scripts
+ * parse: keys and number formats are kept stable.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+#define MISSING_KEY "missing KEY (a key or a unique prefix, see 'kdart ls')"
+/* The operand of show, sass and export: one key or key prefix. */
+#define ONE_KEY .operands = "KEY", .min_args = 1, .max_args = 1, .missing = MISSING_KEY
+
+/* -------------------------------------------------------------- output */
+
+/* "2026-11-29 07:45:17 +0000" in local time; "-" for 0 (never). */
+static const char *format_time(int64_t t, char *buf, size_t n, int compact) {
+    if (t <= 0) {
+        snprintf(buf, n, "-");
+        return buf;
+    }
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!localtime_r(&tt, &tm) || strftime(buf, n, compact ? "%Y-%m-%dT%H:%M" : "%Y-%m-%d %H:%M:%S %z", &tm) == 0)
+        snprintf(buf, n, "%" PRId64, t);
+    return buf;
+}
+
+/* "512B", "12.3K", "4.0M": binary units, short enough for a table column. */
+static const char *format_size(int64_t bytes, char *buf, size_t n) {
+    static const char units[] = "BKMGTP";
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, n, "%" PRId64 "B", bytes);
+    else
+        snprintf(buf, n, "%.1f%c", v, units[u]);
+    return buf;
+}
+
+static const char *tier_name(int tier, char *buf, size_t n) {
+    if (tier == 0)
+        snprintf(buf, n, "rw");
+    else
+        snprintf(buf, n, "ro%d", tier);
+    return buf;
+}
+
+/* Writes s as a JSON string literal: quotes, backslashes and control
+ * characters escaped; bytes that are not valid UTF-8 (a compiler log can
+ * contain anything) become U+FFFD so that the output always parses. */
+static void json_string(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned char ch = *p;
+        if (ch == '"' || ch == '\\') {
+            fputc('\\', f);
+            fputc(ch, f);
+            p++;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            switch (ch) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", ch); break;
+            }
+            p++;
+        } else if (ch < 0x80) {
+            fputc(ch, f);
+            p++;
+        } else {
+            /* Length of a well-formed UTF-8 sequence starting here, or 0. */
+            int len = ch >= 0xc2 && ch <= 0xdf ? 2 : ch >= 0xe0 && ch <= 0xef ? 3 : ch >= 0xf0 && ch <= 0xf4 ? 4 : 0;
+            for (int k = 1; k < len; k++)
+                if ((p[k] & 0xc0) != 0x80) len = 0;
+            if (len == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f))) len = 0;
+            if (len == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))) len = 0;
+            if (len) {
+                fwrite(p, 1, (size_t)len, f);
+                p += len;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+/* Calls fn on each non-empty line of text (not NUL-terminated: n bytes). */
+static void each_line(const char *text, void (*fn)(void *user, const char *line, size_t n), void *user) {
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0) fn(user, p, n);
+        p += n + (nl ? 1 : 0);
+    }
+}
+
+typedef struct json_lines_state {
+    FILE *f;
+    int first;
+} json_lines_state;
+
+static void json_line(void *user, const char *line, size_t n) {
+    json_lines_state *s = user;
+    char *copy = strndup(line, n);
+    if (!s->first) fputs(", ", s->f);
+    json_string(s->f, copy ? copy : "");
+    free(copy);
+    s->first = 0;
+}
+
+/* Writes "name=value" lines as a JSON array of strings (lossless: the
+ * manifest and report may repeat a name). */
+static void json_lines(FILE *f, const char *text) {
+    json_lines_state s = {f, 1};
+    fputc('[', f);
+    each_line(text, json_line, &s);
+    fputc(']', f);
+}
+
+static void indented_line(void *user, const char *line, size_t n) {
+    printf("%s%.*s\n", (const char *)user, (int)n, line);
+}
+
+/* ------------------------------------------------------------- entries */
+
+/* Looks a key prefix up; prints the standard message when it fails. */
+static int get_entry(cli *c, const char *prefix, kdart_entry **out) {
+    int rc = kdart_cache_get(c->rt, prefix, out);
+    if (rc == KDART_OK) return EXIT_OK;
+    *out = NULL;
+    if (rc == KDART_ENOENT) {
+        cli_error(c, "no cache entry has a key starting with '%s'", prefix);
+        return EXIT_NOTFOUND;
+    }
+    if (rc == KDART_EAMBIGUOUS) {
+        cli_error(c, "key prefix '%s' matches more than one entry; give more digits", prefix);
+        return EXIT_AMBIGUOUS;
+    }
+    if (rc == KDART_EINVAL) {
+        cli_error(c, "'%s' is not a key: keys are hexadecimal (see 'kdart ls')", prefix);
+        return EXIT_USAGE;
+    }
+    return cli_fail(c, rc, "cache lookup failed");
+}
+
+/* Opens the cache without CUDA and looks up the entry KEY names; with
+ * need_cubin, refuses entries that hold none (recorded compile failures). */
+static int open_entry(cli *c, const char *key, int need_cubin, kdart_entry **e) {
+    *e = NULL;
+    if (!key[0]) return cli_usage(c, MISSING_KEY);
+    int rc = cli_open(c, 0);
+    if (rc == EXIT_OK) rc = get_entry(c, key, e);
+    if (rc != EXIT_OK || !need_cubin) return rc;
+    if ((*e)->failed || !(*e)->cubin || (*e)->cubin_size == 0) {
+        cli_error(c,
+                  "entry %.12s (%s %s %s) is a recorded compile failure and has no cubin; 'kdart show %.12s' "
+                  "prints its log",
+                  (*e)->key, (*e)->kernel, (*e)->spec, (*e)->arch, (*e)->key);
+        kdart_entry_free(*e);
+        *e = NULL;
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ ls */
+
+typedef struct ls_opts {
+    const char *kernel, *arch; /* only such rows (NULL: all) */
+    int json;
+} ls_opts;
+
+/* The listed entries, copied: the list's own live only during its callback.
+ * The copies own their strings; list fills no blobs, logs or manifests. */
+typedef struct ls_rows {
+    kdart_entry *v;
+    size_t n, cap;
+    int oom;
+    const ls_opts *filter;
+} ls_rows;
+
+static void ls_free(ls_rows *rows) {
+    for (size_t i = 0; i < rows->n; i++)
+        free((void *)rows->v[i].kernel), free((void *)rows->v[i].spec), free((void *)rows->v[i].arch);
+    free(rows->v);
+}
+
+static int ls_collect(void *user, const kdart_entry *e) {
+    ls_rows *rows = user;
+    if (rows->filter->kernel && strcmp(rows->filter->kernel, e->kernel ? e->kernel : "") != 0) return 0;
+    if (rows->filter->arch && strcmp(rows->filter->arch, e->arch ? e->arch : "") != 0) return 0;
+    if (rows->n == rows->cap) {
+        size_t cap = rows->cap ? rows->cap * 2 : 64;
+        kdart_entry *v = realloc(rows->v, cap * sizeof *v);
+        if (!v) {
+            rows->oom = 1;
+            return 1;
+        }
+        rows->v = v;
+        rows->cap = cap;
+    }
+    kdart_entry *r = &rows->v[rows->n];
+    *r = *e;
+    r->key[64] = '\0';
+    r->manifest = r->report = r->log = r->cubin_sha256 = NULL;
+    r->cubin = NULL;
+    r->kernel = strdup(e->kernel ? e->kernel : "");
+    r->spec = strdup(e->spec ? e->spec : "");
+    r->arch = strdup(e->arch ? e->arch : "");
+    rows->n++;
+    if (!r->kernel || !r->spec || !r->arch) rows->oom = 1; /* ls_free frees what was copied */
+    return rows->oom;
+}
+
+static int ls_order(const void *pa, const void *pb) {
+    const kdart_entry *a = pa, *b = pb;
+    int d = strcmp(a->kernel, b->kernel);
+    if (!d) d = strcmp(a->spec, b->spec);
+    if (!d) d = strcmp(a->arch, b->arch);
+    if (!d) d = a->tier - b->tier;
+    return d;
+}
+
+static void ls_json(const ls_rows *rows) {
+    fputs("[", stdout);
+    for (size_t i = 0; i < rows->n; i++) {
+        const kdart_entry *r = &rows->v[i];
+        fputs(i ? ",\n  {" : "\n  {", stdout);
+        fputs("\"key\": ", stdout), json_string(stdout, r->key);
+        fputs(", \"kernel\": ", stdout), json_string(stdout, r->kernel);
+        fputs(", \"spec\": ", stdout), json_string(stdout, r->spec);
+        fputs(", \"arch\": ", stdout), json_string(stdout, r->arch);
+        printf(", \"status\": \"%s\", \"tier\": %d, \"cubin_size\": %zu, \"compile_ms\": %.3f",
+               r->failed ? "failed" : "ok", r->tier, r->cubin_size, r->compile_ms);
+        printf(", \"hits\": %" PRId64 ", \"created\": %" PRId64 ", \"last_used\": %" PRId64 "}", r->hits, r->created,
+               r->last_used);
+    }
+    fputs(rows->n ? "\n]\n" : "]\n", stdout);
+}
+
+static void ls_table(const ls_rows *rows) {
+    char t1[40], sz[32], tier[16];
+    int wk = 6, ws = 4, wa = 4; /* widths of KERNEL, SPEC, ARCH */
+    for (size_t i = 0; i < rows->n; i++) {
+        int l;
+        if ((l = (int)strlen(rows->v[i].kernel)) > wk) wk = l;
+        if ((l = (int)strlen(rows->v[i].spec)) > ws) ws = l;
+        if ((l = (int)strlen(rows->v[i].arch)) > wa) wa = l;
+    }
+    printf("%-12s  %-*s  %-*s  %-*s  %7s  %10s  %6s  %-16s  %-6s  %s\n", "KEY", wk, "KERNEL", ws, "SPEC", wa, "ARCH",
+           "SIZE", "COMPILE_MS", "HITS", "LAST_USED", "STATUS", "TIER");
+    for (size_t i = 0; i < rows->n; i++) {
+        const kdart_entry *r = &rows->v[i];
+        printf("%-12.12s  %-*s  %-*s  %-*s  %7s  %10.0f  %6" PRId64 "  %-16s  %-6s  %s\n", r->key, wk, r->kernel, ws,
+               r->spec, wa, r->arch, format_size((int64_t)r->cubin_size, sz, sizeof sz), r->compile_ms, r->hits,
+               format_time(r->last_used, t1, sizeof t1, 1), r->failed ? "FAILED" : "ok",
+               tier_name(r->tier, tier, sizeof tier));
+    }
+}
+
+static int run_ls(cli *c, const void *opts, int nargs, char **args) {
+    const ls_opts *o = opts;
+    ls_rows rows = {.filter = o};
+    if (o->kernel && cli_check_kernel(c, o->kernel) != EXIT_OK) return EXIT_NOTFOUND;
+    if (o->arch && cli_check_arch(c, o->arch) != EXIT_OK) return EXIT_USAGE;
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+
+    int st = kdart_cache_list(c->rt, ls_collect, &rows);
+    if (rows.oom) st = KDART_ENOMEM;
+    if (st != KDART_OK) {
+        rc = cli_fail(c, st, "cannot list the cache");
+    } else {
+        qsort(rows.v, rows.n, sizeof *rows.v, ls_order);
+        if (o->json)
+            ls_json(&rows);
+        else if (rows.n > 0)
+            ls_table(&rows);
+        else if (!c->g.quiet)
+            cli_error(c, o->kernel || o->arch ? "no entry matches" : "the cache has no entries");
+    }
+    ls_free(&rows);
+    return rc;
+}
+
+static const cli_option ls_options[] = {
+    {"kernel", 0, CLI_STRING, "NAME", offsetof(ls_opts, kernel), 0, 0, 0,
+     "only this kernel's entries (see 'kdart kernels')"},
+    {"arch", 0, CLI_STRING, "ARCH", offsetof(ls_opts, arch), 0, 0, 0, "only entries for this target, e.g. sm_90a"},
+    {"json", 0, CLI_FLAG, NULL, offsetof(ls_opts, json), 0, 0, 0,
+     "a JSON array of objects with the full key and raw numbers"},
+    {NULL},
+};
+
+CLI_COMMAND(ls, "list cache entries",
+    CLI_OPTIONS(ls_options, ls_opts, NULL),
+    .about = "One line per entry of the writable cache and every --ro-cache:\n"
+             "KEY (first 12 hex digits), KERNEL, SPEC, ARCH, SIZE (cubin), COMPILE_MS,\n"
+             "HITS, LAST_USED (local time), STATUS (ok, or FAILED for a recorded compile\n"
+             "failure) and TIER (rw: the writable cache; roN: the N-th --ro-cache).\n",
+    .exits = "Exit status: 0 ok (also when nothing matches), 2 usage, 4 unknown kernel.\n");
+
+/* ---------------------------------------------------------------- show */
+
+typedef struct json_opts {
+    int json;
+} json_opts;
+
+static const cli_option json_options[] = {
+    {"json", 0, CLI_FLAG, NULL, offsetof(json_opts, json), 0, 0, 0, "the same as one JSON object"},
+    {NULL},
+};
+
+static void show_text(const kdart_entry *e) {
+    char t[64], sz[32], tier[16];
+    printf("key          %s\n", e->key);
+    printf("kernel       %s\n", e->kernel ? e->kernel : "");
+    printf("spec         %s\n", e->spec ? e->spec : "");
+    printf("arch         %s\n", e->arch ? e->arch : "");
+    printf("status       %s\n", e->failed ? "FAILED (a recorded compile failure; see the log)" : "ok");
+    printf("tier         %s\n", tier_name(e->tier, tier, sizeof tier));
+    printf("cubin        %zu bytes (%s)\n", e->cubin_size, format_size((int64_t)e->cubin_size, sz, sizeof sz));
+    if (e->cubin_sha256 && e->cubin_sha256[0]) printf("cubin sha256 %s\n", e->cubin_sha256);
+    printf("compile      %.1f ms\n", e->compile_ms);
+    printf("created      %s\n", format_time(e->created, t, sizeof t, 0));
+    printf("last used    %s\n", format_time(e->last_used, t, sizeof t, 0));
+    printf("hits         %" PRId64 "\n", e->hits);
+    printf("\nmanifest (everything in the key):\n");
+    each_line(e->manifest, indented_line, "  ");
+    printf("\nreport:\n");
+    each_line(e->report, indented_line, "  ");
+    printf("\nlog:\n");
+    if (e->log && e->log[0])
+        each_line(e->log, indented_line, "  ");
+    else
+        printf("  (empty)\n");
+}
+
+static void show_json(const kdart_entry *e) {
+    fputs("{\"key\": ", stdout), json_string(stdout, e->key);
+    fputs(",\n \"kernel\": ", stdout), json_string(stdout, e->kernel);
+    fputs(",\n \"spec\": ", stdout), json_string(stdout, e->spec);
+    fputs(",\n \"arch\": ", stdout), json_string(stdout, e->arch);
+    printf(",\n \"status\": \"%s\",\n \"tier\": %d,\n \"cubin_size\": %zu", e->failed ? "failed" : "ok", e->tier,
+           e->cubin_size);
+    fputs(",\n \"cubin_sha256\": ", stdout), json_string(stdout, e->cubin_sha256);
+    printf(",\n \"compile_ms\": %.3f,\n \"created\": %" PRId64 ",\n \"last_used\": %" PRId64 ",\n \"hits\": %" PRId64,
+           e->compile_ms, e->created, e->last_used, e->hits);
+    fputs(",\n \"manifest\": ", stdout), json_lines(stdout, e->manifest);
+    fputs(",\n \"report\": ", stdout), json_lines(stdout, e->report);
+    fputs(",\n \"log\": ", stdout), json_string(stdout, e->log ? e->log : "");
+    fputs("}\n", stdout);
+}
+
+static int run_show(cli *c, const void *opts, int nargs, char **args) {
+    const json_opts *o = opts;
+    kdart_entry *e;
+    int rc = open_entry(c, args[0], 0, &e);
+    if (rc != EXIT_OK) return rc;
+    if (o->json)
+        show_json(e);
+    else
+        show_text(e);
+    kdart_entry_free(e);
+    return EXIT_OK;
+}
+
+CLI_COMMAND(show, "print everything about one entry",
+    CLI_OPTIONS(json_options, json_opts, NULL),
+    ONE_KEY,
+    .about = "KEY is a full key or a unique prefix of one.  Prints the key, kernel, spec,\n"
+             "arch, status, sizes, compile time, times and hits, the manifest (every\n"
+             "line that went into the key), the report (registers, spills, stack, shared\n"
+             "and constant memory per kernel) and the compiler and linker logs.\n",
+    .exits = "Exit status: 0 found, 4 no such key, 5 the prefix is ambiguous.\n");
+
+/* -------------------------------------------------------- sass, export */
+
+/* Writes the whole buffer; 0 on success, else errno is set. */
+static int write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Finds an executable: every $PATH directory, then $CUDA_HOME/bin, then
+ * /usr/local/cuda/bin (where the toolkit lives when it is not on PATH). */
+static int find_tool(const char *name, char *out, size_t n) {
+    const char *path = getenv("PATH");
+    const char *cuda_home = getenv("CUDA_HOME");
+    char dirs[8192];
+    snprintf(dirs, sizeof dirs, "%s:%s%s:/usr/local/cuda/bin", path ? path : "",
+             cuda_home && cuda_home[0] ? cuda_home : "", cuda_home && cuda_home[0] ? "/bin" : "");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        struct stat st;
+        snprintf(out, n, "%s/%s", d, name);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Runs tool_argv (its file at tool_argv[0]) to completion, our stdout so
+ * far first; EXIT_OK when it succeeded. */
+static int run_tool(cli *c, char **tool_argv) {
+    fflush(stdout);
+    pid_t pid;
+    int err = posix_spawn(&pid, tool_argv[0], NULL, NULL, tool_argv, environ);
+    int status = 0;
+    if (err == 0)
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    if (err != 0) {
+        cli_error(c, "cannot run %s: %s", tool_argv[0], strerror(err));
+        return EXIT_MISSING;
+    }
+    /* SIGPIPE: whoever reads our stdout (`kdart sass KEY | head`) stopped
+     * reading, which is what they asked for, not a failure. */
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE) return EXIT_OK;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        cli_error(c, "%s failed (%s %d)", tool_argv[0], WIFEXITED(status) ? "exit status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK;
+}
+
+static int run_sass(cli *c, const void *opts, int nargs, char **args) {
+    kdart_entry *e;
+    int rc = open_entry(c, args[0], 1, &e);
+    if (rc != EXIT_OK) return rc;
+
+    /* nvdisasm reads a bare cubin directly; cuobjdump is the fallback. */
+    char tool[4096];
+    char *tool_argv[4] = {tool, NULL, NULL, NULL};
+    if (find_tool("nvdisasm", tool, sizeof tool)) {
+        tool_argv[1] = "-c";
+    } else if (find_tool("cuobjdump", tool, sizeof tool)) {
+        tool_argv[1] = "-sass";
+    } else {
+        cli_error(c,
+                  "neither nvdisasm nor cuobjdump was found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin; "
+                  "'kdart export %.12s -o FILE' writes the cubin for disassembly elsewhere",
+                  e->key);
+        kdart_entry_free(e);
+        return EXIT_MISSING;
+    }
+
+    const char *tmpdir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kdart-%.12s-XXXXXX.cubin", tmpdir && tmpdir[0] ? tmpdir : "/tmp", e->key);
+    int fd = mkstemps(path, 6);
+    if (fd < 0) {
+        cli_error(c, "cannot create a temporary file %s: %s", path, strerror(errno));
+        kdart_entry_free(e);
+        return EXIT_FAIL;
+    }
+    int werr = write_all(fd, e->cubin, e->cubin_size) != 0 ? errno : 0;
+    if (close(fd) != 0 && !werr) werr = errno;
+    kdart_entry_free(e);
+    if (werr) {
+        cli_error(c, "cannot write %s: %s", path, strerror(werr));
+        unlink(path);
+        return EXIT_FAIL;
+    }
+    tool_argv[2] = path;
+    rc = run_tool(c, tool_argv);
+    unlink(path);
+    return rc;
+}
+
+CLI_COMMAND(sass, "disassemble an entry's cubin (nvdisasm or cuobjdump)",
+    ONE_KEY,
+    .about = "Writes the entry's cubin to a temporary file and runs 'nvdisasm -c' on it,\n"
+             "or 'cuobjdump -sass' when nvdisasm is missing.  Both are looked for on PATH,\n"
+             "in $CUDA_HOME/bin and in /usr/local/cuda/bin.\n",
+    .exits = "Exit status: 0 ok, 1 the tool failed, 3 no disassembler found, 4 no such\n"
+             "key, 5 ambiguous prefix.\n");
+
+typedef struct export_opts {
+    const char *output;
+} export_opts;
+
+/* Writes the cubin to path; EXIT_OK or EXIT_FAIL (said why). */
+static int write_file(cli *c, const kdart_entry *e, const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        cli_error(c, "cannot create %s: %s", path, strerror(errno));
+        return EXIT_FAIL;
+    }
+    int ok = fwrite(e->cubin, 1, e->cubin_size, f) == e->cubin_size;
+    int err = errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) {
+        cli_error(c, "cannot write %s: %s", path, strerror(err));
+        return EXIT_FAIL;
+    }
+    if (!c->g.quiet)
+        fprintf(stderr, "kdart export: wrote %zu bytes (%s %s %s) to %s\n", e->cubin_size, e->kernel, e->spec, e->arch,
+                path);
+    return EXIT_OK;
+}
+
+static int run_export(cli *c, const void *opts, int nargs, char **args) {
+    const export_opts *o = opts;
+    kdart_entry *e;
+    int rc = open_entry(c, args[0], 1, &e);
+    if (rc != EXIT_OK) return rc;
+    if (strcmp(o->output, "-") != 0) {
+        rc = write_file(c, e, o->output);
+    } else if (isatty(STDOUT_FILENO)) {
+        cli_error(c, "refusing to write a binary cubin to a terminal; redirect stdout or give -o FILE");
+        rc = EXIT_USAGE;
+    } else if (fwrite(e->cubin, 1, e->cubin_size, stdout) != e->cubin_size || fflush(stdout) != 0) {
+        cli_error(c, "cannot write to stdout: %s", strerror(errno));
+        rc = EXIT_FAIL;
+    }
+    kdart_entry_free(e);
+    return rc;
+}
+
+static const cli_option export_options[] = {
+    {"output", 'o', CLI_STRING, "FILE", offsetof(export_opts, output), 0, 0, CLI_REQUIRED,
+     "where to write it; '-' for stdout (not a terminal)"},
+    {NULL},
+};
+
+CLI_COMMAND(export, "write an entry's cubin to a file",
+    CLI_OPTIONS(export_options, export_opts, NULL),
+    ONE_KEY,
+    .about = "Writes the raw cubin (an ELF file that cuobjdump and nvdisasm read).\n",
+    .exits = "Exit status: 0 written, 1 a recorded compile failure (no cubin) or a write\n"
+             "error, 2 usage (also: stdout is a terminal), 4 no such key, 5 ambiguous prefix.\n");
+
+/* ------------------------------------------------- verify, gc, rm, clear */
+
+static int run_verify(cli *c, const void *opts, int nargs, char **args) {
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    int64_t checked = 0, damaged = 0;
+    int st = kdart_cache_verify(c->rt, &checked, &damaged);
+    if (st != KDART_OK && st != KDART_ECORRUPT) return cli_fail(c, st, "verify failed");
+    if (st == KDART_ECORRUPT) cli_error(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
+    printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
+           damaged ? " (quarantined; they will be recompiled on next use)" : "");
+    return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
+}
+
+CLI_COMMAND(verify, "check the cache's integrity and every cubin's checksum",
+    .about = "Runs SQLite's integrity check and compares every cubin with its stored\n"
+             "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
+             "needed); damaged indexes are rebuilt; damage in the file's pages that\n"
+             "cannot be rebuilt is healed by salvaging every entry that can still be\n"
+             "read into a fresh file (the damaged one is moved aside as\n"
+             "kdart.db.corrupt-TIME-PID).  What was wrong and what was done goes to\n"
+             "stderr.\n",
+    .exits = "Exit status: 0 clean, 1 damage found (and repaired: the next run is clean).\n");
+
+typedef struct gc_opts {
+    int64_t max_bytes;
+} gc_opts;
+
+static int run_gc(cli *c, const void *opts, int nargs, char **args) {
+    const gc_opts *o = opts;
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    int64_t evicted = 0, freed = 0;
+    int st = kdart_cache_gc(c->rt, o->max_bytes, &evicted, &freed);
+    if (st != KDART_OK) return cli_fail(c, st, "gc failed");
+    char sz[32];
+    printf("evicted %" PRId64 " entr%s, freed %" PRId64 " bytes (%s)\n", evicted, evicted == 1 ? "y" : "ies", freed,
+           format_size(freed, sz, sizeof sz));
+    return EXIT_OK;
+}
+
+static const cli_option gc_options[] = {
+    {"max-bytes", 0, CLI_BYTES, "N", offsetof(gc_opts, max_bytes), 0, 0, CLI_REQUIRED,
+     "the most bytes of cubins to keep; 0 evicts every entry that holds a cubin"},
+    {NULL},
+};
+
+CLI_COMMAND(gc, "evict least recently used entries down to a size",
+    CLI_OPTIONS(gc_options, gc_opts, NULL),
+    .about = "Evicts least recently used entries until the cubins in the writable cache\n"
+             "take at most N bytes.  N takes a binary suffix: K, M, G, T (512M, 2G, 1.5GiB;\n"
+             "read as KDART_CACHE_MAX_BYTES is).\n",
+    .exits = "Exit status: 0 ok, 1 the cache failed, 2 usage.\n");
+
+static int run_rm(cli *c, const void *opts, int nargs, char **args) {
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    /* Every key is tried; the exit status is the first failure's. */
+    for (int i = 0; i < nargs; i++) {
+        char key[65];
+        int st = kdart_cache_remove(c->rt, args[i], key);
+        int e = st == KDART_OK ? EXIT_OK : cli_fail(c, st, "cannot remove");
+        if (st == KDART_OK && !c->g.quiet) printf("removed %s\n", key);
+        if (rc == EXIT_OK) rc = e;
+    }
+    return rc;
+}
+
+CLI_COMMAND(rm, "remove entries from the writable cache",
+    .operands = "KEY...",
+    .min_args = 1,
+    .max_args = -1,
+    .missing = MISSING_KEY,
+    .about = "Removes each entry whose key starts with KEY (a full key or a unique\n"
+             "prefix, see 'kdart ls') from the writable cache; read-only caches are\n"
+             "never changed.  The next prepare of a removed specialization compiles it.\n",
+    .exits = "Exit status: 0 all removed, 1 the cache failed, 4 no such key (in the\n"
+             "writable cache), 5 an ambiguous prefix; every KEY is tried, the status is\n"
+             "the first failure's.\n");
+
+static int run_clear(cli *c, const void *opts, int nargs, char **args) {
+    int rc = cli_open(c, 0);
+    if (rc != EXIT_OK) return rc;
+    int64_t removed = 0;
+    int st = kdart_cache_clear(c->rt, &removed);
+    if (st != KDART_OK) return cli_fail(c, st, "clear failed");
+    printf("removed %" PRId64 " entr%s\n", removed, removed == 1 ? "y" : "ies");
+    return EXIT_OK;
+}
+
+CLI_COMMAND(clear, "remove every entry from the writable cache",
+    .about = "Removes every entry, including recorded compile failures and quarantined\n"
+             "rows, from the writable cache in one transaction.  Read-only caches are\n"
+             "never changed.\n",
+    .exits = "Exit status: 0 ok, 1 the cache failed or there is no writable cache.\n");
+
+/* --------------------------------------------------------------- stats */
+
+static void stats_json(const cli *c, const kdart_rt_info *info, const kdart_cache_stats *cs) {
+    fputs("{\"version\": ", stdout), json_string(stdout, kdart_version());
+    fputs(",\n \"cache_path\": ", stdout), json_string(stdout, info->cache_path);
+    printf(",\n \"cache_writable\": %s", info->cache_writable ? "true" : "false");
+    fputs(",\n \"ro_cache_paths\": [", stdout);
+    for (int i = 0; i < c->g.ro_cache.n; i++) {
+        if (i) fputs(", ", stdout);
+        json_string(stdout, c->g.ro_cache.v[i]);
+    }
+    fputs("]", stdout);
+    fputs(",\n \"kernel_dir\": ", stdout), json_string(stdout, info->kernel_dir);
+    fputs(",\n \"default_arch\": ", stdout), json_string(stdout, info->default_arch);
+    printf(",\n \"nvrtc_version\": \"%d.%d\"", info->nvrtc_major, info->nvrtc_minor);
+    fputs(",\n \"nvrtc_build\": ", stdout), json_string(stdout, info->nvrtc_build);
+    printf(",\n \"nvjitlink_version\": \"%d.%d\"", info->nvjitlink_major, info->nvjitlink_minor);
+    printf(",\n \"cuda_available\": %s", info->cuda_available ? "true" : "false");
+    printf(",\n \"cache_max_bytes\": %" PRId64, info->cache_max_bytes);
+    if (cs)
+        printf(",\n \"entries\": %" PRId64 ",\n \"failed_entries\": %" PRId64 ",\n \"quarantined\": %" PRId64
+               ",\n \"bytes\": %" PRId64 ",\n \"hits\": %" PRId64 ",\n \"misses\": %" PRId64
+               ",\n \"compile_ms_total\": %.3f",
+               cs->entries, cs->failed_entries, cs->quarantined, cs->bytes, cs->hits, cs->misses, cs->compile_ms_total);
+    fputs("}\n", stdout);
+}
+
+static void stats_text(const cli *c, const kdart_rt_info *info, const kdart_cache_stats *cs) {
+    char sz[32], sz2[32];
+    printf("kdart            %s\n", kdart_version());
+    if (info->cache_path && info->cache_path[0])
+        printf("cache path       %s (%s)\n", info->cache_path, info->cache_writable ? "writable" : "read-only");
+    else
+        printf("cache path       none: compiling in memory\n");
+    for (int i = 0; i < c->g.ro_cache.n; i++) printf("read-only cache  %s (tier ro%d)\n", c->g.ro_cache.v[i], i + 1);
+    printf("kernel dir       %s\n", info->kernel_dir ? info->kernel_dir : "");
+    printf("default arch     %s\n", info->default_arch ? info->default_arch : "");
+    printf("NVRTC            %d.%d (%s)\n", info->nvrtc_major, info->nvrtc_minor,
+           info->nvrtc_build ? info->nvrtc_build : "?");
+    printf("nvJitLink        %d.%d\n", info->nvjitlink_major, info->nvjitlink_minor);
+    printf("CUDA             %s\n", info->cuda_available ? "available" : "not available (no driver or no device)");
+    if (!cs) return;
+    printf("entries          %" PRId64 " (%" PRId64 " failed compiles, %" PRId64 " quarantined)\n", cs->entries,
+           cs->failed_entries, cs->quarantined);
+    printf("cubin bytes      %" PRId64 " (%s) of %s allowed\n", cs->bytes, format_size(cs->bytes, sz, sizeof sz),
+           cs->max_bytes < 0 ? "unlimited"
+                             : format_size(cs->max_bytes ? cs->max_bytes : info->cache_max_bytes, sz2, sizeof sz2));
+    printf("hits             %" PRId64 "\n", cs->hits);
+    if (cs->misses >= 0)
+        printf("misses           %" PRId64 " (prepares that found no entry and compiled)\n", cs->misses);
+    else
+        printf("misses           unknown (the counter could not be read)\n");
+    printf("compile time     %.1f s in total\n", cs->compile_ms_total / 1000.0);
+}
+
+static int run_stats(cli *c, const void *opts, int nargs, char **args) {
+    const json_opts *o = opts;
+    /* CUDA is loaded here on purpose: "is CUDA available" is a question
+     * stats answers. */
+    int rc = cli_open(c, 1);
+    if (rc != EXIT_OK) return rc;
+    kdart_rt_info info;
+    int st = kdart_info(c->rt, &info);
+    if (st != KDART_OK) return cli_fail(c, st, "cannot read the runtime's settings");
+    /* Without a disk cache (":memory:", or one that could not be opened,
+     * which the runtime has already warned about) there are no totals to
+     * show, and that is not an error of `stats`. */
+    kdart_cache_stats cs;
+    memset(&cs, 0, sizeof cs);
+    int have_cache = info.cache_path && info.cache_path[0];
+    int st2 = have_cache ? kdart_cache_stats_get(c->rt, &cs) : KDART_OK;
+    if (st2 != KDART_OK && !o->json) cli_fail(c, st2, "cannot read cache statistics");
+    const kdart_cache_stats *shown = have_cache && st2 == KDART_OK ? &cs : NULL;
+    if (o->json)
+        stats_json(c, &info, shown);
+    else
+        stats_text(c, &info, shown);
+    return st2 == KDART_OK ? EXIT_OK : cli_exit_for_status(st2);
+}
+
+static const cli_option stats_options[] = {
+    {"json", 0, CLI_FLAG, NULL, offsetof(json_opts, json), 0, 0, 0, "the same as one JSON object, with raw numbers"},
+    {NULL},
+};
+
+CLI_COMMAND(stats, "cache statistics and the runtime's settings",
+    CLI_OPTIONS(stats_options, json_opts, NULL),
+    .about = "Prints the cache path and whether it is writable, the read-only caches,\n"
+             "the kernel source directory, the default architecture, the NVRTC and\n"
+             "nvJitLink versions, whether CUDA is available, and the cache's entry,\n"
+             "byte, hit, miss and compile-time totals (hits: entries served from the\n"
+             "cache; misses: prepares that found no entry and compiled).\n",
+    .exits = "Exit status: 0 ok, 1 the cache's totals could not be read.\n");
+
+/* ----------------------------------------------------------------- why */
+
+typedef struct why_opts {
+    const char *arch;
+} why_opts;
+
+static int run_why(cli *c, const void *opts, int nargs, char **args) {
+    const why_opts *o = opts;
+    const char *kernel = args[0], *spec = nargs > 1 ? args[1] : "";
+    if (cli_check_kernel(c, kernel) != EXIT_OK) return EXIT_NOTFOUND;
+    if (o->arch && cli_check_arch(c, o->arch) != EXIT_OK) return EXIT_USAGE;
+    /* Without --arch the answer is about the device's default target. */
+    int rc = cli_open(c, o->arch == NULL);
+    if (rc != EXIT_OK) return rc;
+    char *text = NULL;
+    int st = kdart_why(c->rt, kernel, spec, o->arch, &text);
+    if (st != KDART_OK) {
+        free(text);
+        if (st != KDART_ESPEC) return cli_fail(c, st, "why failed");
+        cli_error(c, "'%s' is not a specialization of %s, whose parameters are: %s", spec, kernel,
+                  kdart_kernel_params(kernel));
+        return EXIT_USAGE;
+    }
+    fputs(text ? text : "", stdout);
+    if (text && text[0] && text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+    free(text);
+    return EXIT_OK;
+}
+
+static const cli_option why_options[] = {
+    {"arch", 0, CLI_STRING, "A", offsetof(why_opts, arch), 0, 0, 0,
+     "the target to ask about (default: the runtime's default architecture)"},
+    {NULL},
+};
+
+CLI_COMMAND(why, "explain the key of a specialization and how the cache differs",
+    CLI_OPTIONS(why_options, why_opts, NULL),
+    .operands = "KERNEL [SPEC]",
+    .min_args = 1,
+    .max_args = 2,
+    .missing = "missing KERNEL",
+    .about = "Prints the manifest that (KERNEL, SPEC, A) would be keyed by and how the\n"
+             "nearest cached entries differ from it, field by field: the answer to\n"
+             "\"why did this compile again?\".  SPEC defaults to the kernel's default\n"
+             "specialization.\n",
+    .exits = "Exit status: 0 ok, 2 bad spec or arch, 4 unknown kernel.\n");

@@ -1,0 +1,314 @@
+/*
+ * options.c: the command line read against option tables, and the help
+ * text written from the same tables.
+ *
+ * Every command declares its options once, as rows of a cli_option table
+ * (long name, short letter, kind of value, help sentence, and where the
+ * value goes in the command's options struct).  This file is the one
+ * parser that reads argv against such a table and the one writer of the
+ * help that lists them, so what `--help` promises is what the parser
+ * accepts.  The model is curl's tool_getparam.c (a table of long name,
+ * letter and argument kind read by one parser) and tool_help.c.
+ *
+ * Accepted: "--name VALUE", "--name=VALUE", "-x VALUE", "-xVALUE" (also
+ * "-x=VALUE"), bundled short flags ("-vv", "-qv"), operands between the
+ * options, and "--", after which everything is an operand.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define HELP_WIDTH 79 /* columns the help text is wrapped to */
+#define LABEL_MAX 26  /* a longer "-x, --name META" puts its help on the next line */
+
+/* Every command takes -h/--help; the parser answers it, so the tables do
+ * not repeat it, but the help lists it like any other row. */
+static const cli_option help_row[] = {
+    {"help", 'h', CLI_ACTION, NULL, 0, 0, 0, 0, "print this text and exit"},
+    {NULL},
+};
+
+static int takes_value(const cli_option *o) { return o->arg >= CLI_STRING; }
+
+static const cli_option *find_long(const cli_option *t, const char *name, size_t len) {
+    for (; t && t->name; t++)
+        if (strlen(t->name) == len && strncmp(t->name, name, len) == 0) return t;
+    return NULL;
+}
+
+static const cli_option *find_letter(const cli_option *t, char letter) {
+    for (; t && t->name; t++)
+        if (t->letter && t->letter == letter) return t;
+    return NULL;
+}
+
+const cli_option *cli_lookup(const cli_option *table, const char *token) {
+    if (token[0] != '-') return NULL;
+    if (token[1] == '-') return token[2] ? find_long(table, token + 2, strlen(token + 2)) : NULL;
+    return token[1] && !token[2] ? find_letter(table, token[1]) : NULL;
+}
+
+static int is_help(const char *token) { return strcmp(token, "--help") == 0 || strcmp(token, "-h") == 0; }
+
+/* One pass over argv against one table. */
+typedef struct reader {
+    cli *c;
+    const cli_option *table;
+    void *opts;     /* the struct the table's offsets point into */
+    uint64_t given; /* bit k: row k was given (for CLI_REQUIRED; rows past 64 are never required) */
+    int argc;
+    char **argv;
+} reader;
+
+/* Checks value against o's kind and stores it.  `as` is the option as the
+ * user spelled it ("-j" or "--jobs"), so that messages quote it. */
+static int store(reader *r, const cli_option *o, const char *as, const char *value) {
+    const cli *c = r->c;
+    char *at = (char *)r->opts + o->offset;
+    char *end;
+    if (o - r->table < 64) r->given |= (uint64_t)1 << (o - r->table); /* tables are far shorter */
+    if (takes_value(o) && (o->flags & CLI_NONEMPTY) && !value[0]) return cli_usage(c, "option %s needs a value", as);
+    switch (o->arg) {
+    case CLI_FLAG: *(int *)at = 1; break;
+    case CLI_COUNT: ++*(int *)at; break;
+    case CLI_ACTION: break;
+    case CLI_STRING: *(const char **)at = value; break;
+    case CLI_LIST: {
+        cli_list *l = (cli_list *)at;
+        if (l->n >= (int)o->hi || l->n >= CLI_LIST_MAX) return cli_usage(c, "at most %d %s options", (int)o->hi, as);
+        l->v[l->n++] = value;
+        break;
+    }
+    case CLI_INT: {
+        errno = 0;
+        long v = strtol(value, &end, 10);
+        if (errno || end == value || *end || v < o->lo || v > o->hi)
+            return cli_usage(c, "%s wants %.0f..%.0f, not '%s'", as, o->lo, o->hi, value);
+        *(int *)at = (int)v;
+        break;
+    }
+    case CLI_SECONDS: {
+        double v = strtod(value, &end);
+        if (end == value || *end || !(v >= o->lo && v <= o->hi))
+            return cli_usage(c, "%s wants seconds (%g to %g), not '%s'", as, o->lo, o->hi, value);
+        *(double *)at = v;
+        break;
+    }
+    case CLI_BYTES:
+        if (kdart_parse_bytes(value, (int64_t *)at) != KDART_OK)
+            return cli_usage(c, "%s wants a size like 512M or 2G, not '%s'", as, value);
+        break;
+    }
+    return EXIT_OK;
+}
+
+/* Stores the value of option o at argv[*i]: `inline_value` when the token
+ * carried one, else the next argument (consumed). */
+static int store_value(reader *r, const cli_option *o, const char *as, const char *inline_value, int *i) {
+    if (inline_value) return store(r, o, as, inline_value);
+    if (*i + 1 >= r->argc) return cli_usage(r->c, "option %s needs a value", as);
+    return store(r, o, as, r->argv[++*i]);
+}
+
+/* "--name" or "--name=VALUE" at argv[*i]; o is its row. */
+static int take_long(reader *r, const cli_option *o, int *i) {
+    const char *eq = strchr(r->argv[*i], '=');
+    char as[64];
+    snprintf(as, sizeof as, "--%s", o->name);
+    if (takes_value(o)) return store_value(r, o, as, eq ? eq + 1 : NULL, i);
+    return eq ? cli_usage(r->c, "option %s takes no value", as) : store(r, o, as, NULL);
+}
+
+/* 1 when the table knows every letter of the bundle "-xyz" (looking no
+ * further than a letter that takes the rest of the token as its value). */
+static int bundle_known(const cli_option *t, const char *token) {
+    for (const char *p = token + 1; *p; p++) {
+        const cli_option *o = find_letter(t, *p);
+        if (!o || o->arg == CLI_ACTION) return 0;
+        if (takes_value(o)) break;
+    }
+    return 1;
+}
+
+/* The bundle "-xyz" at argv[*i], every letter known. */
+static int take_letters(reader *r, int *i) {
+    for (const char *p = r->argv[*i] + 1; *p; p++) {
+        const cli_option *o = find_letter(r->table, *p);
+        char as[3] = {'-', *p, '\0'};
+        if (takes_value(o)) return store_value(r, o, as, p[1] == '=' ? p + 2 : p[1] ? p + 1 : NULL, i);
+        if (store(r, o, as, NULL) != EXIT_OK) return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Reads argv[1..argc) against r's table.  What the table does not know
+ * goes to rest[] when `pass` is set (main's first pass, which takes the
+ * global options from anywhere and leaves everything else, unknown options
+ * included, to the command); otherwise an unknown option is an error and
+ * rest[] collects the operands.  Returns EXIT_OK, CLI_HELP or EXIT_USAGE;
+ * *n is the count left in rest[]. */
+static int read_argv(reader *r, int pass, char **rest, int *n) {
+    *n = 0;
+    for (int i = 1; i < r->argc; i++) {
+        const char *a = r->argv[i];
+        if (strcmp(a, "--") == 0) {
+            while (++i < r->argc) rest[(*n)++] = r->argv[i];
+            break;
+        }
+        if (!pass && is_help(a)) return CLI_HELP;
+        if (a[0] != '-' || a[1] == '\0') {
+            rest[(*n)++] = r->argv[i]; /* an operand ("-" included: stdout, a file) */
+            continue;
+        }
+        const cli_option *o = NULL;
+        if (a[1] == '-')
+            o = find_long(r->table, a + 2, strcspn(a + 2, "="));
+        else if (bundle_known(r->table, a))
+            o = find_letter(r->table, a[1]);
+        if (o && o->arg == CLI_ACTION) o = NULL; /* acted on by the caller, where it stands */
+        if (!o && pass) {
+            rest[(*n)++] = r->argv[i];
+            continue;
+        }
+        /* A long option is named without its value, a bundle whole. */
+        if (!o) return cli_usage(r->c, "unknown option '%.*s'", (int)(a[1] == '-' ? strcspn(a, "=") : strlen(a)), a);
+        int rc = a[1] == '-' ? take_long(r, o, &i) : take_letters(r, &i);
+        if (rc != EXIT_OK) return rc;
+    }
+    return EXIT_OK;
+}
+
+int cli_take_options(cli *c, const cli_option *table, int argc, char **argv, void *opts, char **rest) {
+    reader r = {c, table, opts, 0, argc, argv};
+    int n;
+    int rc = read_argv(&r, 1, rest, &n);
+    rest[n] = NULL;
+    return rc == EXIT_OK ? n : -1;
+}
+
+/* "--name META" ("--name" for an option without a value). */
+static int long_form(char *buf, size_t n, const cli_option *o) {
+    return snprintf(buf, n, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
+}
+
+/* A required option as messages and the synopsis name it: "-o FILE" where
+ * it has a letter, else "--name META". */
+static int short_form(char *buf, size_t n, const cli_option *o) {
+    if (!o->letter) return long_form(buf, n, o);
+    return snprintf(buf, n, "-%c%s%s", o->letter, o->meta ? " " : "", o->meta ? o->meta : "");
+}
+
+int cli_parse(cli *c, const cli_command *cmd, int argc, char **argv, void *opts, char **args, int *nargs) {
+    reader r = {c, cmd->options, opts, 0, argc, argv};
+    int rc = read_argv(&r, 0, args, nargs);
+    if (rc != EXIT_OK) return rc;
+    if (cmd->max_args >= 0 && *nargs > cmd->max_args)
+        return cli_usage(c, "unexpected argument '%s'", args[cmd->max_args]);
+    if (*nargs < cmd->min_args) return cli_usage(c, "%s", cmd->missing ? cmd->missing : "missing arguments");
+    for (const cli_option *o = cmd->options; o && o->name; o++) {
+        if ((o->flags & CLI_REQUIRED) && !(r.given & ((uint64_t)1 << (o - cmd->options)))) {
+            char what[96];
+            short_form(what, sizeof what, o);
+            return cli_usage(c, "missing %s", what);
+        }
+    }
+    return EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- help */
+
+/* Writes one word (len bytes of w) at column *col, first breaking the line
+ * (and indenting to `indent`) when it would run past HELP_WIDTH. */
+static void put_word(FILE *f, int *col, int indent, const char *w, int len) {
+    if (*col > indent && *col + 1 + len > HELP_WIDTH) {
+        fprintf(f, "\n%*s", indent, "");
+        *col = indent;
+    } else if (*col > indent) {
+        fputc(' ', f);
+        (*col)++;
+    }
+    fprintf(f, "%.*s", len, w);
+    *col += len;
+}
+
+/* Writes text word by word from column *col, wrapping to `indent`. */
+static void put_text(FILE *f, int *col, int indent, const char *text) {
+    for (const char *p = text; *p;) {
+        p += strspn(p, " ");
+        int len = (int)strcspn(p, " ");
+        if (len) put_word(f, col, indent, p, len);
+        p += len;
+    }
+}
+
+/* "-x, --name META", or "    --name META" for an option without a letter,
+ * so that the long names line up. */
+static int label(char *buf, size_t n, const cli_option *o) {
+    int k = o->letter ? snprintf(buf, n, "-%c, ", o->letter) : snprintf(buf, n, "    ");
+    return k + long_form(buf + k, n - (size_t)k, o);
+}
+
+static int label_width(const cli_option *t, int w) {
+    char buf[128];
+    for (; t && t->name; t++) {
+        int len = label(buf, sizeof buf, t);
+        if (len > w && len <= LABEL_MAX) w = len;
+    }
+    return w;
+}
+
+static void print_rows(FILE *f, const cli_option *t, int width) {
+    for (; t && t->name; t++) {
+        char buf[128];
+        int len = label(buf, sizeof buf, t);
+        fprintf(f, "  %s", buf);
+        int col = 2 + len;
+        if (len > width) {
+            fputc('\n', f);
+            col = 0;
+        }
+        fprintf(f, "%*s", 2 + 2 + width - col, "");
+        col = 4 + width;
+        put_text(f, &col, col, t->help);
+        fputc('\n', f);
+    }
+}
+
+void cli_print_options(FILE *f, const cli_option *table) { print_rows(f, table, label_width(table, 0)); }
+
+/* "usage: kdart NAME OPERANDS [--opt META]... -x META", wrapped. */
+static void print_synopsis(FILE *f, const cli_command *cmd) {
+    int col = fprintf(f, "usage: kdart %s", cmd->name);
+    if (cmd->operands || (cmd->options && cmd->options->name)) col += fprintf(f, " ");
+    int indent = col;
+    if (cmd->operands) put_text(f, &col, indent, cmd->operands);
+    for (const cli_option *o = cmd->options; o && o->name; o++) {
+        char form[96], item[112];
+        int len;
+        if (o->flags & CLI_REQUIRED) {
+            len = short_form(item, sizeof item, o);
+        } else {
+            long_form(form, sizeof form, o);
+            len = snprintf(item, sizeof item, "[%s]%s", form, o->arg == CLI_LIST ? "..." : "");
+        }
+        put_word(f, &col, indent, item, len);
+    }
+    fputc('\n', f);
+}
+
+void cli_print_help(FILE *f, const cli_command *cmd) {
+    if (cmd->synopsis)
+        fputs(cmd->synopsis, f);
+    else
+        print_synopsis(f, cmd);
+    if (cmd->about) fprintf(f, "\n%s", cmd->about);
+    /* One column for the command's rows and the help row. */
+    int width = label_width(help_row, label_width(cmd->options, 0));
+    fputs("\nOptions:\n", f);
+    print_rows(f, cmd->options, width);
+    print_rows(f, help_row, width);
+    fputs("  (and the global options: see 'kdart --help')\n", f);
+    if (cmd->exits) fprintf(f, "\n%s", cmd->exits);
+}
