@@ -221,6 +221,53 @@ static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n,
 }
 static void dhu_make(dhu_set *s, int io_code) { dhu_make_v(s, io_code, B, T, B, T / 64); }
 
+/* kdart_spec_for: the spec a launch would prepare, from the same checks and choices, without CUDA
+ * and without looking at memory (NULL data is fine there; a launch refuses it). */
+START_TEST(spec_for) {
+    char buf[128];
+    intra_set s;
+    intra_make(&s, HV);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_intra", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=64,varlen=0,tail=0,beta=io");
+    s.a.fold_dg = 1;
+    mk(&s.beta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    s.q.t.data = NULL;
+    ck_assert_int_eq(kdart_spec_for(rt, "bwd_intra", &s.a, buf, sizeof buf), (int)strlen(buf));
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=1,emit_bf16=0,K=64,varlen=0,tail=0,beta=f32");
+    EXPECT(kdart_kda_bwd_intra(rt, &s.a, NULL), KDART_ENULL, "q");
+    intra_make_btk(&s, HV, B, 100, 60); /* a partial chunk and a head dim below its tile */
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_intra", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=64,varlen=1,tail=1,beta=io");
+    intra_make_btk(&s, HV, B, T, 200);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_intra", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,fold_dg=0,emit_bf16=0,K=256,varlen=1,tail=1,beta=io");
+    /* the operation's own refusals, with its messages; a buffer too small */
+    intra_make(&s, HV);
+    s.dAkk.shape[3] = 32;
+    EXPECT(kdart_spec_for(rt, "bwd_intra", &s.a, buf, sizeof buf), KDART_ESHAPE, "dAkk");
+    intra_make(&s, HV);
+    EXPECT(kdart_spec_for(rt, "bwd_intra", &s.a, buf, 8), KDART_EINVAL, "fit");
+    EXPECT(kdart_spec_for(rt, "bwd_intra", NULL, buf, sizeof buf), KDART_ENULL, NULL);
+    EXPECT(kdart_spec_for(rt, "chunk_rcumsum", &s.a, buf, sizeof buf), KDART_EINVAL, "no operation");
+    EXPECT(kdart_spec_for(rt, "nope", &s.a, buf, sizeof buf), KDART_EKERNEL, "nope");
+    /* bwd_dhu: its V tile needs the device's SM count, unless args.v_tile names one */
+    dhu_set d;
+    dhu_make(&d, kDLBfloat);
+    EXPECT(kdart_spec_for(rt, "bwd_dhu", &d.a, buf, sizeof buf), KDART_ENOCUDA, NULL);
+    d.a.v_tile = 32;
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dhu", &d.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=32,varlen=0,tail=0");
+    dhu_make_kv(&d, kDLFloat, B, T, B, T / 64, 100, 64, 1); /* fp16, K below its tile, the V-first state */
+    d.a.v_tile = 64;
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dhu", &d.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=fp16,K=128,BV=64,varlen=0,tail=1");
+    dhu_make_kv(&d, kDLBfloat, B, T, B, T / 64, 192, 128, 1);
+    d.a.v_tile = 64;
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dhu", &d.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=192,BV=64,varlen=0,tail=2");
+}
+END_TEST
+
 START_TEST(dhu_validation) {
     dhu_set s;
     dhu_make(&s, kDLBfloat);
@@ -602,6 +649,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, intra_valid_reaches_launch);
+    tcase_add_test(tc, spec_for);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

@@ -140,6 +140,7 @@ _SIGNATURES = {
     "kdart_kda_bwd_dhu": (_i, [_vp, ctypes.POINTER(DhuArgs), _vp]),
     "kdart_get_function": (_i, [_vp, _cp, _cp, _vp]),
     "kdart_dhu_v_tile": (_i, [_vp, _i64, _i64, _i64, _i64, ctypes.POINTER(_i)]),
+    "kdart_spec_for": (_i, [_vp, _cp, _vp, _cp, ctypes.c_size_t]),
     "kdart_device_status": (_i, [_vp, ctypes.POINTER(_i), _i]),
 }
 
@@ -294,6 +295,29 @@ def error_for(status, message):
     return cls(status, name, msg)
 
 
+_statuses = {}
+
+
+def status_of(name):
+    """The status number of an error name ("ESHAPE"), from the library's own table (kdart_errname)."""
+    if not _statuses:
+        L = lib()
+        for code in range(0, -128, -1):
+            n = L.kdart_errname(code)
+            if n:
+                _statuses.setdefault(n.decode(), code)
+    return _statuses[name]
+
+
+def value_error(name, message):
+    """KdartValueError for an argument kdart refuses, numbered as the C library numbers name."""
+    return KdartValueError(status_of(name), name, message)
+
+
+def runtime_error(name, message):
+    return KdartRuntimeError(status_of(name), name, message)
+
+
 def _b(s):
     return None if s is None else (s.encode() if isinstance(s, str) else s)
 
@@ -382,6 +406,16 @@ class Runtime:
         self.check(self.lib.kdart_device_status(self.handle, ctypes.byref(bits), int(bool(clear))),
                    "kdart_device_status")
         return bits.value
+
+    def spec_for(self, kernel, args):
+        """The canonical spec kdart_kda_<kernel> would launch for args (a ctypes IntraArgs / DhuArgs or its
+        address): kdart's own checks and choices (kdart_spec_for), nothing launched."""
+        buf = ctypes.create_string_buffer(256)
+        addr = args if isinstance(args, int) else ctypes.addressof(args)
+        rc = self.lib.kdart_spec_for(self.handle, kernel.encode(), addr, buf, len(buf))
+        if rc < 0:  # (else the spec's length)
+            self.check(rc, "kdart_spec_for")
+        return buf.value.decode()
 
     def dhu_v_tile(self, B, HV, K, V):
         bv = ctypes.c_int()

@@ -65,18 +65,18 @@ assert ctypes.sizeof(_lib.DLTensor) == 48  # 6 words: DLTensor i's data pointer 
 
 
 def _bad(msg):
-    return _lib.KdartValueError(-20, "ESHAPE", msg)
+    return _lib.value_error("ESHAPE", msg)
 
 
 def _want(name, t, shape, dtype):
     """ValueError unless t has this shape and dtype (dtype None: any io dtype)."""
     if not isinstance(t, torch.Tensor):
-        raise _lib.KdartValueError(-18, "ENULL", f"{name} must be a tensor, got {type(t).__name__}")
+        raise _lib.value_error("ENULL", f"{name} must be a tensor, got {type(t).__name__}")
     if dtype is None and t.dtype not in _IO:
-        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: {name} is {t.dtype}; the io dtype must be "
+        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}; the io dtype must be "
                                                   f"torch.bfloat16 or torch.float16")
     if dtype is not None and t.dtype != dtype:
-        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected {dtype}")
+        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected {dtype}")
     if tuple(t.shape) != tuple(shape):
         raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
 
@@ -87,7 +87,7 @@ def _dims(q, g):
     B, T, H, K = q.shape
     HV = g.shape[2]
     if not 1 <= K <= 256:
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} is not supported "
+        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} is not supported "
                                                         "(K must be 1..256)")
     if T < 1:
         raise _bad(f"ESHAPE: empty tensor: T={T}")
@@ -98,12 +98,12 @@ def _seqs(B, cu_seqlens, chunk_indices, chunk_offsets=None):
     """Checks cu_seqlens and fla's index tensors (shapes and dtypes only); returns N, the sequence count."""
     if cu_seqlens is None:
         if chunk_indices is not None or chunk_offsets is not None:
-            raise _lib.KdartValueError(-1, "EINVAL", "EINVAL: chunk_indices/chunk_offsets given without cu_seqlens")
+            raise _lib.value_error("EINVAL", "EINVAL: chunk_indices/chunk_offsets given without cu_seqlens")
         return B
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
         raise _bad("ESHAPE: cu_seqlens must be a 1-D tensor [N+1], N >= 1")
     if cu_seqlens.dtype not in _IDX:
-        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: cu_seqlens is {cu_seqlens.dtype}; expected int32 or int64")
+        raise _lib.value_error("EDTYPE", f"EDTYPE: cu_seqlens is {cu_seqlens.dtype}; expected int32 or int64")
     if B != 1:
         raise _bad(f"ESHAPE: cu_seqlens needs B == 1 (sequences packed along T), got B={B}")
     N = cu_seqlens.shape[0] - 1
@@ -112,7 +112,7 @@ def _seqs(B, cu_seqlens, chunk_indices, chunk_offsets=None):
         if t is None:
             continue
         if t.dtype != cu_seqlens.dtype:
-            raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: {name} is {t.dtype}; cu_seqlens is {cu_seqlens.dtype}")
+            raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}; cu_seqlens is {cu_seqlens.dtype}")
         if not ok(t):
             raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}")
     return N
@@ -134,10 +134,6 @@ def _fla_nt(T, cu_seqlens, chunk_indices, nt=None):
     return _chunk_count(cu_seqlens) if nt is None else nt
 
 
-def _varlen(T, cu_seqlens):
-    return int(cu_seqlens is not None or T % CHUNK != 0)
-
-
 def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
                chunk_indices=None):
     """Checks bwd_intra's arguments (ValueError); returns its outputs' (shape, dtype) list."""
@@ -148,11 +144,11 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
     if HV % H:
         raise _bad(f"ESHAPE: HV={HV} (value heads, from g) is not a multiple of H={H} (from q)")
     if emit_bf16 and HV != H:
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", "EUNSUPPORTED: emit_bf16 needs HV == H")
+        raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: emit_bf16 needs HV == H")
     # beta: the io dtype, or fp32 (fla's when chunk_kda applies the beta sigmoid; its own specialization)
     bdt = _F32 if isinstance(beta, torch.Tensor) and beta.dtype == _F32 else io
     if isinstance(beta, torch.Tensor) and beta.dtype not in (io, _F32):
-        raise _lib.KdartValueError(-19, "EDTYPE", f"EDTYPE: beta is {beta.dtype}, expected {io} (the io dtype) "
+        raise _lib.value_error("EDTYPE", f"EDTYPE: beta is {beta.dtype}, expected {io} (the io dtype) "
                                                   "or torch.float32")
     for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("g", g, (B, T, HV, K), _F32),
                                ("beta", beta, (B, T, HV), bdt), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
@@ -177,7 +173,7 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
         raise _bad("ESHAPE: do must be [B,T,HV,V]")
     V = do.shape[3]
     if not 1 <= V <= 512:
-        raise _lib.KdartValueError(-24, "EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
+        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
                                                         "(V must be 1..512)")
     S = (V, K) if state_v_first else (K, V)
     io = q.dtype
@@ -311,13 +307,13 @@ def _check_layout(tensors):
         if t is None:
             continue
         if not t.is_contiguous():
-            raise _lib.KdartValueError(-21, "ESTRIDE", "ESTRIDE: kdart takes contiguous tensors "
+            raise _lib.value_error("ESTRIDE", "ESTRIDE: kdart takes contiguous tensors "
                                                        f"(shape {list(t.shape)}, strides {list(t.stride())})")
         d = t.device
         if dev is None:
             dev = d
         elif d != dev:
-            raise _lib.KdartValueError(-23, "EDEVICE", f"EDEVICE: tensors on {dev} and {d}")
+            raise _lib.value_error("EDEVICE", f"EDEVICE: tensors on {dev} and {d}")
     return dev
 
 
@@ -355,7 +351,7 @@ def _prepare_plan(kernel, plan, dev):
     done = (dev.index, kernel, spec)
     if done not in _prepared:
         if _capturing(dev):
-            raise _lib.KdartRuntimeError(-17, "EMISUSE", f"kdart: {kernel} [{spec}] is not prepared and the "
+            raise _lib.runtime_error("EMISUSE", f"kdart: {kernel} [{spec}] is not prepared and the "
                                          "stream is capturing a CUDA graph: call it once eagerly (or "
                                          "kdart.torch.prepare_for) before capture")
         st = _fast()
@@ -382,13 +378,8 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     for i in range(10, 14):  # the outputs are on the inputs' device
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    # the spec that ops.c launches: a head dim below its K tile runs the tail body, a varlen one; past
-    # the fixed-length grid's 65535 in y (B*HV) the varlen body takes the batch
-    B, T, _, K = q.shape
-    tail = int(K != _lib.k_tile(K))
-    varlen = _varlen(T, cu_seqlens) | tail | int(B * g.shape[2] > 65535)
-    plan.spec = (f"io={_IO[q.dtype]},fold_dg={int(bool(fold_dg))},emit_bf16={int(bool(emit_bf16))},"
-                 f"K={_lib.k_tile(K)},varlen={varlen},tail={tail},beta={'f32' if beta.dtype == _F32 else 'io'}")
+    # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for)
+    plan.spec = _fast()["rt"].spec_for("bwd_intra", plan.args)
     return plan
 
 
@@ -454,30 +445,28 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
         outs[0] = ((outs[0][0][0], 1) + outs[0][0][2:], outs[0][1])
     dev = _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
     fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]
-    B, T, HV, K = q.shape
-    V = do.shape[3]
-    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    v_tile = 0
-    if dev.type == "cuda":
-        with torch.cuda.device(dev):
-            v_tile = _fast()["rt"].dhu_v_tile(N, HV, K, V)
     tensors = (q, k, w, gk, do, dv, dht, fake[0], fake[2], fake[1] if h0 is not None else None, cu_seqlens,
                chunk_indices, chunk_offsets)
 
     def fill(a):
-        # 0: ops.c picks the same tile (kdart_dhu_v_tile's) and, for packed sequences at BV 64, may add the
-        # V split; v_tile above only names the specialization the plan prepares (the C++ fast path passes 0 too)
+        # 0: ops.c picks the tile (kdart_dhu_v_tile's) and, for packed sequences at BV 64, may add the V split
+        # (the C++ fast path passes 0 too)
         a.v_tile = 0
         a.state_v_first = int(bool(state_v_first))
     plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS + _lib.DHU_SEQS, tensors, fill)
     for i in (7, 8, 9):
         plan.dls[i].device = plan.dls[0].device
     plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    # the specialization ops.c picks: masked (1) for K below its tile or a partial V tile, else the V-first
-    # state at native dims (2) or the native one (0)
-    kt = _lib.dhu_k_tile(K)
-    tail = 1 if K != kt or (v_tile > 0 and V % v_tile != 0) else 2 if state_v_first else 0
-    plan.spec = f"io={_IO[q.dtype]},K={kt},BV={v_tile},varlen={_varlen(T, cu_seqlens)},tail={tail}"
+    # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for): on the
+    # device its V tile is the one kdart picks for the device's SM count; elsewhere (never launched) the
+    # widest, the choice for one SM
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            plan.spec = _fast()["rt"].spec_for("bwd_dhu", plan.args)
+    else:
+        plan.args.v_tile = 64
+        plan.spec = _fast()["rt"].spec_for("bwd_dhu", plan.args)
+        plan.args.v_tile = 0
     plan.no_rows = rows == 0
     return plan
 

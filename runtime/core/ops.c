@@ -66,18 +66,10 @@ static void shape_str(const DLTensor *t, char *buf, size_t n) {
     if (u < n) snprintf(buf + u, n - u, "]");
 }
 
-/* Checks one tensor; device_id is taken from the first tensor checked. */
-static int check_tensor(kdart_rt *rt, const tcheck *c, int io, int *device_id) {
+/* A tensor's dtype, shape and strides (what kdart_spec_for checks: nothing
+ * that depends on where its memory is). */
+static int check_layout(kdart_rt *rt, const tcheck *c, int io) {
     const DLTensor *t = c->t;
-    if (!t) return kdart__err(rt, KDART_ENULL, "tensor %s is NULL", c->name);
-    if (!t->data) return kdart__err(rt, KDART_ENULL, "tensor %s has NULL data", c->name);
-    if (t->device.device_type != kDLCUDA)
-        return kdart__err(rt, KDART_EDEVICE, "tensor %s is not in CUDA device memory (device_type %d)", c->name,
-                          (int)t->device.device_type);
-    if (*device_id < 0) *device_id = t->device.device_id;
-    if (t->device.device_id != *device_id)
-        return kdart__err(rt, KDART_EDEVICE, "tensor %s is on cuda:%d, the others on cuda:%d", c->name,
-                          t->device.device_id, *device_id);
     int want = c->dtype < 0 ? io : c->dtype;
     int have = dtype_of(t);
     if (have != want)
@@ -107,6 +99,25 @@ static int check_tensor(kdart_rt *rt, const tcheck *c, int io, int *device_id) {
             expect *= t->shape[i];
         }
     }
+    return KDART_OK;
+}
+
+/* Checks one tensor; device_id is taken from the first tensor checked.
+ * plan: only its layout (kdart_spec_for). */
+static int check_tensor(kdart_rt *rt, const tcheck *c, int io, int *device_id, int plan) {
+    const DLTensor *t = c->t;
+    if (!t) return kdart__err(rt, KDART_ENULL, "tensor %s is NULL", c->name);
+    if (plan) return check_layout(rt, c, io); /* kdart_spec_for: no memory is looked at */
+    if (!t->data) return kdart__err(rt, KDART_ENULL, "tensor %s has NULL data", c->name);
+    if (t->device.device_type != kDLCUDA)
+        return kdart__err(rt, KDART_EDEVICE, "tensor %s is not in CUDA device memory (device_type %d)", c->name,
+                          (int)t->device.device_type);
+    if (*device_id < 0) *device_id = t->device.device_id;
+    if (t->device.device_id != *device_id)
+        return kdart__err(rt, KDART_EDEVICE, "tensor %s is on cuda:%d, the others on cuda:%d", c->name,
+                          t->device.device_id, *device_id);
+    int rc = check_layout(rt, c, io);
+    if (rc) return rc;
     if (addr(t) % 16 != 0)
         return kdart__err(rt, KDART_EALIGN, "tensor %s data is not 16-byte aligned (address %#llx)", c->name,
                           (unsigned long long)addr(t));
@@ -219,7 +230,7 @@ static int int_bits(const DLTensor *t) {
  * bwd_intra, which fla does not pass it): shapes and dtypes only, on the
  * host; nothing here reads device memory. */
 static int check_seqs(kdart_rt *rt, const DLTensor *cu, const DLTensor *ci, const DLTensor *co, int64_t B, int64_t T,
-                      seqs *s) {
+                      int plan, seqs *s) {
     memset(s, 0, sizeof *s);
     s->N = B;
     s->ci_rows = -1;
@@ -231,8 +242,8 @@ static int check_seqs(kdart_rt *rt, const DLTensor *cu, const DLTensor *ci, cons
     }
     s->cu = cu;
     s->varlen = 1;
-    if (!cu->data) return kdart__err(rt, KDART_ENULL, "cu_seqlens has NULL data");
-    if (cu->device.device_type != kDLCUDA)
+    if (!plan && !cu->data) return kdart__err(rt, KDART_ENULL, "cu_seqlens has NULL data");
+    if (!plan && cu->device.device_type != kDLCUDA)
         return kdart__err(rt, KDART_EDEVICE,
                           "cu_seqlens is not in CUDA device memory (device_type %d): the kernels read it on the device",
                           (int)cu->device.device_type);
@@ -247,7 +258,7 @@ static int check_seqs(kdart_rt *rt, const DLTensor *cu, const DLTensor *ci, cons
                           (long long)cu->shape[0]);
     if (cu->strides && cu->shape[0] != 1 && cu->strides[0] != 1)
         return kdart__err(rt, KDART_ESTRIDE, "cu_seqlens is not contiguous (stride %lld)", (long long)cu->strides[0]);
-    if (addr(cu) % (uintptr_t)(bits / 8) != 0)
+    if (!plan && addr(cu) % (uintptr_t)(bits / 8) != 0)
         return kdart__err(rt, KDART_EALIGN, "cu_seqlens data is not %d-byte aligned (address %#llx)", bits / 8,
                           (unsigned long long)addr(cu));
     if (B != 1)
@@ -308,7 +319,22 @@ static int host_check(kdart_rt *rt, const seqs *s, int64_t T, int64_t max_chunks
     return rc;
 }
 
-int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *stream) {
+/* kdart_spec_for's answer: the canonical spec written into buf (n bytes). */
+typedef struct spec_out {
+    char *buf;
+    size_t n;
+} spec_out;
+
+/* The end of an op's checks in kdart_spec_for: the spec it would launch. */
+static int plan_answer(kdart_rt *rt, int kernel, const int *vals, const spec_out *so) {
+    int len = kdart__spec_format(&kdart__kernels[kernel], vals, so->buf, so->n);
+    if (len < 0) return kdart__err(rt, KDART_EINVAL, "the spec does not fit in %zu bytes", so->n);
+    return len;
+}
+
+/* bwd_intra: launched (so NULL), or only checked and its spec written (so:
+ * kdart_spec_for; the checks of its arguments' memory are then skipped). */
+static int bwd_intra_call(kdart_rt *rt, const kdart_bwd_intra_args *a, void *stream, const spec_out *so) {
     KDART__CHECK_RT(rt);
     if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
     int rc;
@@ -330,7 +356,7 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     seqs sq;
     if ((rc = check_seqs(rt, COVERS(a, kdart_bwd_intra_args, cu_seqlens) ? a->cu_seqlens : NULL,
                          COVERS(a, kdart_bwd_intra_args, chunk_indices) ? a->chunk_indices : NULL, NULL, B, T,
-                         &sq)) != KDART_OK)
+                         so != NULL, &sq)) != KDART_OK)
         return rc;
     if (HV % H != 0)
         return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from g) is not a multiple of H=%lld (from q)",
@@ -372,13 +398,14 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
     const int n = (int)(sizeof c / sizeof c[0]);
     int device_id = -1;
     for (int i = 0; i < n; i++)
-        if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
+        if ((rc = check_tensor(rt, &c[i], io, &device_id, so != NULL)) != KDART_OK) return rc;
+    int vals[7] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail,
+                   beta_f32};
+    if (so) return plan_answer(rt, KDART__K_BWD_INTRA, vals, so);
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
     if ((rc = host_check(rt, &sq, T, grid_x)) != KDART_OK) return rc;
 
-    int vals[7] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail,
-                   beta_f32};
     kdart__unit *u;
     void *fn;
     int *status = NULL;
@@ -396,7 +423,12 @@ int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *strea
                          stream, &p);
 }
 
-int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
+int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a, void *stream) {
+    return bwd_intra_call(rt, a, stream, NULL);
+}
+
+/* bwd_dhu, launched or (so) only checked, as bwd_intra_call. */
+static int bwd_dhu_call(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream, const spec_out *so) {
     KDART__CHECK_RT(rt);
     if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
     int rc;
@@ -419,7 +451,8 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     seqs sq;
     if ((rc = check_seqs(rt, COVERS(a, kdart_bwd_dhu_args, cu_seqlens) ? a->cu_seqlens : NULL,
                          COVERS(a, kdart_bwd_dhu_args, chunk_indices) ? a->chunk_indices : NULL,
-                         COVERS(a, kdart_bwd_dhu_args, chunk_offsets) ? a->chunk_offsets : NULL, B, T, &sq)) !=
+                         COVERS(a, kdart_bwd_dhu_args, chunk_offsets) ? a->chunk_offsets : NULL, B, T,
+                         so != NULL, &sq)) !=
         KDART_OK)
         return rc;
     if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
@@ -461,17 +494,19 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     int device_id = -1;
     for (int i = 0; i < n; i++) {
         if ((i == 6 || i == 9) && !c[i].t) continue; /* dht and dh0 are optional */
-        if ((rc = check_tensor(rt, &c[i], io, &device_id)) != KDART_OK) return rc;
+        if ((rc = check_tensor(rt, &c[i], io, &device_id, so != NULL)) != KDART_OK) return rc;
     }
-    if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
-    if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
-    if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
+    if (!so) {
+        if ((rc = check_overlap(rt, c, n, 7)) != KDART_OK) return rc;
+        if ((rc = check_cu_overlap(rt, c, n, 7, sq.cu)) != KDART_OK) return rc;
+        if ((rc = host_check(rt, &sq, T, NT)) != KDART_OK) return rc;
+    }
 
     /* the SM count, for the tile choice and the grid shapes below (pairs: the
      * K tile 256 on packed sequences with HV even, see "Head pairs") */
     int bv = a->v_tile, v_split = 0, sms = 1;
     const int pairable = sq.varlen && kt == 256 && HV % 2 == 0;
-    if (bv == 0 || pairable) {
+    if (bv == 0 || (pairable && !so)) { /* (kdart_spec_for: the pairs are no part of the spec) */
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
     }
@@ -489,6 +524,7 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     const int full = K == kt && V % bv == 0;
     const int tail = !full ? 1 : svf ? 2 : 0;
     int vals[5] = {io, kdart__dhu_k_index(kt), kdart__dhu_bv_index(bv), sq.varlen, tail};
+    if (so) return plan_answer(rt, KDART__K_BWD_DHU, vals, so);
     kdart__unit *u;
     void *fn;
     int *status = NULL;
@@ -516,6 +552,22 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     const int64_t tile = v_split ? 32 : bv; /* the split grid has a CTA per 32 columns */
     return kdart__launch(rt, fn, (unsigned)((V + tile - 1) / tile), (unsigned)(pair ? N * HV / 2 : N * HV), 1,
                          u->threads, u->smem, stream, &p);
+}
+
+int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
+    return bwd_dhu_call(rt, a, stream, NULL);
+}
+
+int kdart_spec_for(kdart_rt *rt, const char *kernel, const void *args, char *buf, size_t n) {
+    KDART__CHECK_RT(rt);
+    if (!kernel || !args || !buf) return kdart__err(rt, KDART_ENULL, "kernel, args and buf must not be NULL");
+    const spec_out so = {buf, n};
+    if (strcmp(kernel, "bwd_intra") == 0) return bwd_intra_call(rt, args, NULL, &so);
+    if (strcmp(kernel, "bwd_dhu") == 0) return bwd_dhu_call(rt, args, NULL, &so);
+    if (kdart__kernel_find(kernel))
+        return kdart__err(rt, KDART_EINVAL, "%s has no operation of its own (kdart_spec_for takes bwd_intra, bwd_dhu)",
+                          kernel);
+    return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
 }
 
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {

@@ -465,6 +465,19 @@ KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
  * specialization themselves. */
 KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
 
+/* The specialization that kdart_kda_<kernel> would launch for these
+ * arguments (args: a kdart_bwd_intra_args or kdart_bwd_dhu_args, kernel
+ * "bwd_intra" or "bwd_dhu"), in canonical form, written into buf (n bytes
+ * with the terminator); returns its length or a negative status.  The call
+ * makes every check of the operation that does not look at memory (shapes,
+ * dtypes, strides, sizes, cu_seqlens's shape; not the tensors' devices,
+ * data pointers, alignment or overlaps) and the same choices (K tile,
+ * varlen, tail, beta; bwd_dhu's V tile, which needs the current device's SM
+ * count unless args.v_tile names one), and launches nothing.  Bindings use
+ * it to prepare exactly what a launch will need (kdart.torch.prepare_for)
+ * without writing down kdart's rules a second time.  Any thread. */
+KDART_EXTERN int kdart_spec_for(kdart_rt *rt, const char *kernel, const void *args, char *buf, size_t n);
+
 /* ------------------------------------------------------ compile service */
 
 /* `kdart serve`: one compile service per node, on a Unix domain socket
