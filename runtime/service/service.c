@@ -20,11 +20,27 @@
  * small (READ_CHUNK) and grows only as far as the frame being read needs
  * (at most 4 + 64 KiB), and are handled in order, one at a time: while a
  * request waits for its jobs, reading stops, so a client may pipeline and
- * still gets replies in order.  A connection over max_clients costs no
- * buffer and no conn: it is accepted (libuv has already taken it off the
- * backlog and accepts nothing more until we do), sent a fixed EAGAIN reply
- * with one non-blocking write from the stack, and closed at once, so the
- * service's memory stays at the slots' worth whatever the connection rate.
+ * still gets replies in order.
+ *
+ * Accepting.  libuv's listener accepts until the backlog is empty, which
+ * under a storm of connects never happens, and meanwhile nothing else
+ * runs: not the reads that would free slots (a client's EOF), not the
+ * pings, not the close phase that frees closed handles.  So a loop
+ * iteration admits at most ACCEPT_BATCH connections; the next one, and any
+ * that finds every slot taken, is left with libuv (which stops watching
+ * the listener until we take it) and decided in the check phase, after
+ * this iteration's reads have freed what slots they could: admitted if one
+ * is free now, else refused.  A slot is free as soon as its connection is
+ * being closed, not only once libuv has finished with it.
+ *
+ * A refused connection costs no buffer and no conn: it is accepted into
+ * the one handle kept for refusals, sent a fixed EAGAIN reply with one
+ * non-blocking write from the stack, and closed at once (the fd goes at
+ * once; the handle is back for the next iteration after this one's close
+ * phase).  One refusal per iteration is plenty: each takes a few
+ * microseconds, and refusing many in a row would only refuse connections
+ * that the next iteration's EOFs could have served.  Whatever the
+ * connection rate, the service's memory stays at the slots' worth.
  *
  * Idle connections: a slot is held only while the client makes use of it.
  * A connection must deliver a complete request within idle_timeout_ms of
@@ -67,6 +83,10 @@
 /* What a connection's read buffer starts with: requests are a few hundred
  * bytes, so most connections never grow it. */
 #define READ_CHUNK 4096
+/* Connections admitted per loop iteration, at most: one batch costs well
+ * under a millisecond, and a burst of clients is admitted in a few
+ * iterations. */
+#define ACCEPT_BATCH 64
 /* Replies not yet written to a client that does not read them: past this
  * many the service stops reading its requests, so a client cannot make it
  * buffer without bound. */
@@ -137,7 +157,9 @@ struct service {
     uv_signal_t sigterm, sigint;
     uv_async_t wake;
     uv_timer_t sweep;  /* the idle sweep */
-    int have_server, have_signals, have_wake, have_sweep;
+    uv_check_t decide; /* each iteration: takes the connection left with libuv */
+    uv_pipe_t refuser; /* the handle refused connections are accepted into */
+    int have_server, have_signals, have_wake, have_sweep, have_decide;
     dev_t sock_dev;
     ino_t sock_ino;
     int stopping, finished;
@@ -145,7 +167,11 @@ struct service {
     int max_clients;
     uint64_t idle_ms;  /* idle_timeout_ms */
     conn *conns;
-    int nconns;
+    int nconns;      /* in svc->conns, closing or not */
+    int held;        /* not closing: the slots in use (max_clients) */
+    int batch;       /* connections admitted in this loop iteration */
+    int deferred;    /* a connection waits in libuv for uv_accept, for decide_cb */
+    int refusing;    /* refuser is closing */
     job *active;     /* loop thread: jobs queued or running */
     /* worker pool */
     pthread_mutex_t mu;
@@ -230,6 +256,7 @@ static void close_cb(uv_handle_t *h) {
 static void conn_close(conn *c) {
     if (c->closing) return;
     c->closing = 1;
+    c->svc->held--; /* nothing more is read or served: the slot is free */
     if (!uv_is_closing((uv_handle_t *)&c->pipe)) uv_close((uv_handle_t *)&c->pipe, close_cb);
 }
 
@@ -460,7 +487,7 @@ static void handle_stats(conn *c) {
     kdart__proto_put(&b, "version", kdart_version());
     kdart__proto_putf(&b, "uptime_s", "%.1f", (kdart__now_ms() - svc->t0) / 1000.0);
     kdart__proto_putf(&b, "jobs", "%d", svc->nthreads);
-    kdart__proto_putf(&b, "clients", "%d", svc->nconns);
+    kdart__proto_putf(&b, "clients", "%d", svc->held);
     kdart__proto_putf(&b, "connections", "%lld", svc->st_connections);
     kdart__proto_putf(&b, "rejected", "%lld", svc->st_rejected);
     kdart__proto_putf(&b, "requests", "%lld", svc->st_requests);
@@ -712,60 +739,92 @@ static void conn_process(conn *c) {
     c->in_process = 0;
 }
 
-static void refused_close_cb(uv_handle_t *h) { kdart__free(h); }
+static void refused_close_cb(uv_handle_t *h) {
+    service *svc = h->data;
+    svc->refusing = 0;
+}
 
-/* A connection over max_clients: answered EAGAIN and closed, with nothing
- * allocated but the handle libuv needs to accept it (uv_close closes the
- * fd at once; the handle is freed in this loop iteration's close phase). */
-static void refuse(service *svc, uv_stream_t *server) {
-    uv_pipe_t *p = kdart__malloc(sizeof *p);
-    if (!p) return;
+/* The connection libuv holds, over max_clients (answer set: answered
+ * EAGAIN) or one that could not get a conn: closed at once, with nothing
+ * allocated.  The reply is written from the stack, or not at all when the
+ * socket cannot take it at once (the client then sees just the close). */
+static void refuse(service *svc, int answer) {
+    uv_pipe_t *p = &svc->refuser;
     uv_pipe_init(&svc->loop, p, 0);
+    p->data = svc;
+    svc->refusing = 1;
     svc->st_connections++;
     svc->st_rejected++;
     svc->st_errors++;
-    if (uv_accept(server, (uv_stream_t *)p) == 0) {
+    if (uv_accept((uv_stream_t *)&svc->server, (uv_stream_t *)p) == 0 && answer) {
         char frame[FRAME_HDR + 256];
         int n = snprintf(frame + FRAME_HDR, sizeof frame - FRAME_HDR,
                          "kdart-proto=%d\nstatus=%d\nstatus_name=%s\nclients=%d\nmax_clients=%d\n"
                          "message=the service is full (%d clients); try again\n",
-                         KDART__PROTO_VERSION, KDART_EAGAIN, kdart_errname(KDART_EAGAIN), svc->nconns,
-                         svc->max_clients, svc->nconns);
+                         KDART__PROTO_VERSION, KDART_EAGAIN, kdart_errname(KDART_EAGAIN), svc->held,
+                         svc->max_clients, svc->held);
         frame[0] = frame[1] = 0;
         frame[2] = (char)(n >> 8);
         frame[3] = (char)n;
         uv_buf_t b = uv_buf_init(frame, (unsigned)(FRAME_HDR + n));
-        (void)uv_try_write((uv_stream_t *)p, &b, 1); /* a socket buffer that cannot take it: just the close */
+        (void)uv_try_write((uv_stream_t *)p, &b, 1);
     }
-    uv_close((uv_handle_t *)p, refused_close_cb);
+    uv_close((uv_handle_t *)p, refused_close_cb); /* the fd is closed here and now */
 }
 
-static void on_connection(uv_stream_t *server, int status) {
-    service *svc = server->data;
-    if (status < 0 || svc->stopping) return;
-    if (svc->nconns >= svc->max_clients) {
-        refuse(svc, server);
-        return;
-    }
+/* Takes the connection libuv holds into a new conn, if a slot is free and
+ * memory allows; 0 if not (it stays with libuv). */
+static int admit(service *svc) {
+    if (svc->held >= svc->max_clients) return 0;
     conn *c = kdart__calloc(1, sizeof *c);
-    if (!c) return;
-    c->svc = svc;
-    c->refs = 1;
+    if (!c) return 0;
     if (uv_pipe_init(&svc->loop, &c->pipe, 0) != 0) {
         kdart__free(c);
-        return;
+        return 0;
     }
+    c->svc = svc;
+    c->refs = 1;
     c->next = svc->conns;
     if (svc->conns) svc->conns->prev = c;
     svc->conns = c;
     svc->nconns++;
-    if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+    svc->held++;
+    if (uv_accept((uv_stream_t *)&svc->server, (uv_stream_t *)&c->pipe) != 0) {
         conn_close(c);
-        return;
+        return 1;
     }
     svc->st_connections++;
     c->since = uv_now(&svc->loop);
     conn_process(c);
+    return 1;
+}
+
+/* In the poll phase, as libuv accepts each connection. */
+static void on_connection(uv_stream_t *server, int status) {
+    service *svc = server->data;
+    if (status < 0 || svc->stopping) return;
+    if (svc->batch < ACCEPT_BATCH && admit(svc)) {
+        svc->batch++;
+        return;
+    }
+    svc->deferred = 1; /* libuv keeps it and stops accepting: decide_cb takes it */
+}
+
+/* The check phase, after the poll phase's reads and writes: the batch is
+ * over, and the connection left with libuv is admitted (a slot may have
+ * been freed since) or refused, which lets libuv accept again. */
+static void decide_cb(uv_check_t *h) {
+    service *svc = h->data;
+    svc->batch = 0;
+    if (!svc->deferred || svc->stopping) return;
+    if (admit(svc)) {
+        svc->batch++;
+    } else if (!svc->refusing) { /* refuser comes back in this iteration's close phase: never seen busy here */
+        refuse(svc, svc->held >= svc->max_clients); /* else out of memory: dropped, not left with libuv */
+    } else {
+        return;
+    }
+    svc->deferred = 0;
 }
 
 /* Closes the connections that kept their slot idle for idle_ms: first an
@@ -867,6 +926,7 @@ static void maybe_finish(service *svc) {
     svc->finished = 1;
     if (svc->have_wake) uv_close((uv_handle_t *)&svc->wake, NULL);
     if (svc->have_sweep) uv_close((uv_handle_t *)&svc->sweep, NULL);
+    if (svc->have_decide) uv_close((uv_handle_t *)&svc->decide, NULL);
     if (svc->have_signals) {
         uv_close((uv_handle_t *)&svc->sigterm, NULL);
         uv_close((uv_handle_t *)&svc->sigint, NULL);
@@ -1012,6 +1072,13 @@ int kdart_serve(kdart_rt *rt, const char *socket_path, const kdart_serve_options
     }
     svc->sweep.data = svc;
     svc->have_sweep = 1;
+    if ((e = uv_check_init(&svc->loop, &svc->decide)) != 0 || (e = uv_check_start(&svc->decide, decide_cb)) != 0) {
+        rc = kdart__err(rt, KDART_EIO, "uv_check_start: %s", uv_strerror(e));
+        goto out;
+    }
+    svc->decide.data = svc;
+    svc->have_decide = 1;
+    uv_unref((uv_handle_t *)&svc->decide); /* it alone does not keep the loop running */
 
     int fd = bind_socket(svc);
     if (fd < 0) {

@@ -6,11 +6,12 @@
  * The service itself is the library's (kdart_serve): this file only turns
  * the command line into its options and its answers into messages and
  * exit codes.  What a client may be told apart is: nobody listens at the
- * socket (exit 4), the service is full (its EAGAIN reply, exit 1), or it
- * answered with another failure.
+ * socket (exit 4), the service is full (its EAGAIN reply, exit 1; --stop
+ * asks again for a while first), or it answered with another failure.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -88,21 +89,56 @@ static int serve_status(cli *c, const char *path, int timeout_ms) {
     return ex;
 }
 
+static double clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* How often --stop asks a full service, at most (within --timeout), and
+ * the pause between two asks: doubling up to the last, so that a slot
+ * freed at once is caught at once and a busy service is not hammered
+ * (about 9 s of pauses in all). */
+#define STOP_TRIES 40
+#define STOP_PAUSE_FIRST_MS 5
+#define STOP_PAUSE_MAX_MS 250
+
+/* --stop.  A full service refuses the stop request with EAGAIN, which
+ * kdart_serve_stop_request also returns when nobody listens; whether a
+ * reply came at all tells them apart: a ping is answered (OK, or itself
+ * "full") only where a service runs.  A full service is asked again, with
+ * a growing pause, until it takes the stop, STOP_TRIES asks are spent or
+ * the timeout passes (then exit 1: it has not stopped); nobody listening
+ * is exit 4 at once. */
 static int serve_stop(cli *c, const char *path, int timeout_ms) {
-    int st = kdart_serve_stop_request(path, timeout_ms);
-    if (st == KDART_OK) {
-        if (!c->g.quiet) cli_error(c, "the service on %s has stopped", path);
-        return EXIT_OK;
-    }
-    if (st == KDART_EAGAIN) {
-        /* Nobody listens, or a full service answered EAGAIN: a ping tells
-         * them apart (and says which). */
+    double t0 = clock_ms(), deadline = t0 + timeout_ms;
+    int pause_ms = STOP_PAUSE_FIRST_MS, tries = 0;
+    char clients[32] = "?";
+    for (;;) {
+        double left = deadline - clock_ms();
+        int st = kdart_serve_stop_request(path, left < 1 ? 1 : (int)left);
+        tries++;
+        if (st == KDART_OK) {
+            if (!c->g.quiet)
+                cli_error(c, "the service on %s has stopped%s", path, tries > 1 ? " (it was full at first)" : "");
+            return EXIT_OK;
+        }
+        if (st != KDART_EAGAIN) return service_failed(c, path, st, "stopping");
         char *pong = NULL;
-        int ex = cli_service_ask(c, path, "kdart-proto=1\nop=ping\n", timeout_ms, &pong);
+        left = deadline - clock_ms();
+        int pt = kdart_service_request(path, "kdart-proto=1\nop=ping\n", &pong, left < 1 ? 1 : (int)left);
+        if (pt != KDART_OK) return service_failed(c, path, pt, "stopping"); /* nobody listens: exit 4 */
+        if (reply_field(pong, "clients", clients, sizeof clients)[0] == '\0') snprintf(clients, sizeof clients, "?");
         free(pong);
-        if (ex != EXIT_OK) return ex;
+        if (tries >= STOP_TRIES || clock_ms() + pause_ms >= deadline) break;
+        struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        pause_ms = pause_ms * 2 > STOP_PAUSE_MAX_MS ? STOP_PAUSE_MAX_MS : pause_ms * 2;
     }
-    return service_failed(c, path, st, "stopping");
+    cli_error(c, "the service on %s is full (%s clients) and refused the stop request %d times in %.1f s; it has not "
+                 "stopped (try again later, or send it SIGTERM)",
+              path, clients, tries, (clock_ms() - t0) / 1000);
+    return EXIT_FAIL;
 }
 
 static int run_serve(cli *c, const void *opts, int nargs, char **args) {
@@ -162,6 +198,7 @@ CLI_COMMAND(serve, "run the node's compile service on a Unix socket",
              "Protocol: docs/protocol.md.\n",
     .exits = "Exit status: 0 stopped cleanly (or --stop/--status answered OK), 1 failure\n"
              "(another service already listens on PATH, the socket cannot be created,\n"
-             "--status: the service is full or did not answer OK), 2 usage (also: PATH\n"
-             "exists and is not a socket, or is too long), 4 no service at PATH (--stop,\n"
-             "--status).\n");
+             "--status: the service is full or did not answer OK, --stop: the service\n"
+             "stayed full through 40 asks in about 9 s, or --timeout, and has not\n"
+             "stopped), 2 usage (also: PATH exists and is not a socket, or is too\n"
+             "long), 4 no service at PATH (--stop, --status).\n");
