@@ -1080,6 +1080,30 @@ START_TEST(test_show_absent_key) {
 }
 END_TEST
 
+/* Caches with no entry at all (a path that is not a cache file, a cache
+ * not yet created): nothing to list, sort or print, and no undefined
+ * behaviour on the way (qsort of no rows). */
+START_TEST(test_empty_caches) {
+    RUN_EXPECT(0, err, "the cache has no entries", "--cache", "/dev/null", "ls");
+    RUN_EXPECT(0, out, "[]", "--cache", "/dev/null", "ls", "--json");
+    RUN_EXPECT(0, err, "the cache has no entries", "ls");
+}
+END_TEST
+
+/* A bad KDART_ARCH fails only what compiles for the default arch, and the
+ * message names the variable; listing and checking a cache work. */
+START_TEST(test_bad_env_arch) {
+    static const char *const env[] = {"KDART_ARCH=garbage", NULL};
+    extra_env = env;
+    RUN_EXPECT(0, err, "warning: KDART_ARCH: 'garbage' is not a target architecture", "ls");
+    RUN_STATUS(0, "verify");
+    RUN_STATUS(0, "stats");
+    RUN_EXPECT(2, err, "kdart prewarm: KDART_ARCH: 'garbage'", "-q", "prewarm", "--kernel", "chunk_rcumsum");
+    RUN_EXPECT(2, err, "EARCH: KDART_ARCH: 'garbage'", "-q", "why", "chunk_rcumsum", "K=64");
+    extra_env = NULL;
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
 
@@ -1095,6 +1119,8 @@ static Suite *cli_suite(void) {
     tcase_add_test(usage, test_selftest_placeholder);
     tcase_add_test(usage, test_stats);
     tcase_add_test(usage, test_show_absent_key);
+    tcase_add_test(usage, test_empty_caches);
+    tcase_add_test(usage, test_bad_env_arch);
     tcase_add_test(usage, test_help_lists_options);
     tcase_add_test(usage, test_option_parser);
     suite_add_tcase(s, usage);

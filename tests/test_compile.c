@@ -452,7 +452,7 @@ END_TEST
 
 START_TEST(works_without_cuda) {
     setenv("KDART_DISABLE_CUDA", "1", 1);
-    kdart_rt *rt = test_open(db, NULL, NULL);
+    kdart_rt *rt = test_open_flags(db, NULL, NULL, 0); /* a handle that reads the variable */
     kdart_rt_info info;
     ck_assert_int_eq(kdart_info(rt, &info), KDART_OK);
     ck_assert_int_eq(info.cuda_available, 0);

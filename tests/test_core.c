@@ -6,10 +6,14 @@
  * allocation-failure injection on kdart_open.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "kda_check.h"
@@ -306,8 +310,6 @@ START_TEST(env_overrides) {
     ck_assert_str_eq(info.default_arch, "sm_100a");
     ck_assert_int_eq(info.cuda_available, 0);
     kdart_close(rt);
-    setenv("KDART_ARCH", "garbage", 1);
-    ck_assert_int_eq(kdart_open(&rt, NULL), KDART_EARCH);
     unsetenv("KDART_ARCH");
     unsetenv("KDART_CACHE_DIR");
     unsetenv("KDART_CACHE_MAX_BYTES");
@@ -404,7 +406,7 @@ START_TEST(env_bad_values) {
         setenv("KDART_LEASE_WAIT_MS", waits[i], 1);
         kdart_rt *rt = env_open(&log);
         int64_t v;
-        ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX, &v), 0);
+        ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, 0, INT64_MAX, &v), 0);
         ck_assert_int_eq(log.count[KDART_LOG_WARN], 1);
         ck_assert_ptr_nonnull(strstr(log.last[KDART_LOG_WARN], "KDART_LEASE_WAIT_MS"));
         kdart_close(rt);
@@ -412,7 +414,7 @@ START_TEST(env_bad_values) {
     setenv("KDART_LEASE_WAIT_MS", "250", 1);
     kdart_rt *rt = env_open(NULL);
     int64_t v = 0;
-    ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX, &v), 1);
+    ck_assert_int_eq(kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, 0, INT64_MAX, &v), 1);
     ck_assert_int_eq(v, 250);
     kdart_close(rt);
     unsetenv("KDART_LEASE_WAIT_MS");
@@ -428,6 +430,133 @@ START_TEST(env_bad_values) {
     ck_assert_int_eq(log.count[KDART_LOG_WARN], 0);
     kdart_close(rt);
     unsetenv("KDART_LOG");
+}
+END_TEST
+
+/* Every warning a handle logs, one per line (test_log keeps the last). */
+static char warnings[8192];
+static void collect_warnings(void *user, int level, const char *msg) {
+    (void)user;
+    if (level != KDART_LOG_WARN) return;
+    size_t n = strlen(warnings);
+    snprintf(warnings + n, sizeof warnings - n, "%s\n", msg);
+}
+
+/* A handle that reads the environment, its warnings in `warnings`. */
+static kdart_rt *env_open_flags(const char *cache_path, uint32_t flags) {
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = cache_path;
+    o.kernel_dir = TEST_KERNEL_DIR;
+    o.flags = flags;
+    o.log = collect_warnings;
+    warnings[0] = 0;
+    kdart_rt *rt = NULL;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+    return rt;
+}
+
+#define EXPECT_WARNED(text) ck_assert_msg(strstr(warnings, (text)) != NULL, "no warning with '%s' in:\n%s", (text), warnings)
+
+static int refuse_compile(void *user, const kdart__compile_in *in, kdart__compile_out *out);
+
+/* The switches take exactly 0 or 1, and a refused value is said with the
+ * values allowed; KDART_OPEN_NO_ENV ignores KDART_DISABLE_CUDA as every
+ * other variable; a value outside a variable's range is refused, never
+ * replaced in silence; KDART_LEASE_WAIT_MS takes all of 0..2^63-1, as the
+ * README says. */
+START_TEST(env_switches_and_ranges) {
+    /* First, before anything in this process loads (or fails to load)
+     * libcuda: a NO_ENV handle must not see KDART_DISABLE_CUDA. */
+    setenv("KDART_DISABLE_CUDA", "1", 1);
+    setenv("KDART_CHECK", "1", 1);
+    kdart_rt *rt = env_open_flags("", KDART_OPEN_NO_ENV);
+    ck_assert_uint_eq(rt->flags, KDART_OPEN_NO_ENV);
+    const kdart__cuda *cu;
+    if (kdart__cuda_get(rt, &cu) != KDART_OK)
+        ck_assert_msg(!strstr(kdart_last_error(rt), "KDART_DISABLE_CUDA"), "%s", kdart_last_error(rt));
+    kdart_close(rt);
+    /* Read, it disables CUDA for this handle and says so. */
+    rt = env_open_flags("", 0);
+    ck_assert_uint_eq(rt->flags, KDART_OPEN_NO_CUDA | KDART_OPEN_CHECK);
+    ck_assert_int_eq(kdart__cuda_get(rt, &cu), KDART_ENOCUDA);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "KDART_DISABLE_CUDA=1"));
+    ck_assert_str_eq(warnings, "");
+    kdart_close(rt);
+    setenv("KDART_DISABLE_CUDA", "0", 1);
+    setenv("KDART_CHECK", "0", 1);
+    rt = env_open_flags("", 0);
+    ck_assert_uint_eq(rt->flags, 0);
+    ck_assert_str_eq(warnings, "");
+    kdart_close(rt);
+    unsetenv("KDART_CHECK");
+
+    static const char *const bad[] = {"10", "1junk", "yes", "true", "2", "-1", " 1"};
+    static const char *const names[] = {"KDART_DISABLE_CUDA", "KDART_CHECK"};
+    for (size_t v = 0; v < 2; v++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            setenv(names[v], bad[i], 1);
+            rt = env_open_flags("", 0);
+            ck_assert_uint_eq(rt->flags, 0);
+            char want[128];
+            snprintf(want, sizeof want, "%s=%s ignored: not 0 or 1", names[v], bad[i]);
+            EXPECT_WARNED(want);
+            kdart_close(rt);
+            unsetenv(names[v]);
+        }
+
+    /* The numeric ones say their range. */
+    char dir[256], db[512];
+    test_tmpdir(dir, sizeof dir);
+    snprintf(db, sizeof db, "%s/kdart.db", dir);
+    setenv("KDART_SERVICE", "/nonexistent/kdart.sock", 1);
+    setenv("KDART_SERVICE_TIMEOUT", "0", 1);
+    setenv("KDART_LEASE_WAIT_MS", "9223372036854775807", 1);
+    rt = env_open_flags(db, KDART_OPEN_NO_CUDA);
+    rt->compile = refuse_compile; /* the prepare asks the service, then leases, then compiles */
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, NULL),
+                     KDART_ECOMPILE);
+    EXPECT_WARNED("KDART_SERVICE_TIMEOUT=0 ignored: not a whole number from 1 to 2000000");
+    ck_assert_msg(!strstr(warnings, "KDART_LEASE_WAIT_MS"), "%s", warnings);
+    ck_assert_int_eq(rt->lease_wait_ms, INT64_MAX);
+    kdart_close(rt);
+    unsetenv("KDART_SERVICE");
+    unsetenv("KDART_SERVICE_TIMEOUT");
+    unsetenv("KDART_LEASE_WAIT_MS");
+    test_rmtree(dir);
+}
+END_TEST
+
+/* A bad KDART_ARCH does not stop kdart_open (listing or verifying a cache
+ * compiles nothing); it is warned about, and a prepare or kdart_why for
+ * the default arch refuses it naming the variable.  An explicit arch still
+ * works, and a bad options.arch is still the caller's error. */
+START_TEST(env_bad_arch) {
+    setenv("KDART_ARCH", "garbage", 1);
+    kdart_rt *rt = env_open_flags("", KDART_OPEN_NO_CUDA);
+    EXPECT_WARNED("KDART_ARCH: 'garbage' is not a target architecture");
+    rt->compile = refuse_compile;
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", NULL, KDART_PREPARE_NO_LOAD, NULL), KDART_EARCH);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "KDART_ARCH: 'garbage'"));
+    char *text = NULL;
+    ck_assert_int_eq(kdart_why(rt, "chunk_rcumsum", "K=64", NULL, &text), KDART_EARCH);
+    ck_assert_ptr_nonnull(strstr(kdart_last_error(rt), "KDART_ARCH"));
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, NULL),
+                     KDART_ECOMPILE);
+    /* An arch of the caller's own is not blamed on the variable. */
+    ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", "K=64", "sm_80", KDART_PREPARE_NO_LOAD, NULL), KDART_EARCH);
+    ck_assert_ptr_null(strstr(kdart_last_error(rt), "KDART_ARCH"));
+    kdart_close(rt);
+    unsetenv("KDART_ARCH");
+
+    kdart_options o;
+    kdart_options_init(&o);
+    o.cache_path = "";
+    o.flags = KDART_OPEN_NO_CUDA;
+    o.arch = "garbage";
+    rt = NULL;
+    ck_assert_int_eq(kdart_open(&rt, &o), KDART_EARCH);
+    ck_assert_ptr_null(rt);
 }
 END_TEST
 
@@ -532,6 +661,102 @@ START_TEST(unreadable_source) {
     ck_assert_int_eq(kdart_prepare(rt, "nope", "", "sm_90a", 0, NULL), KDART_EKERNEL);
     ck_assert_int_eq(kdart_prepare(rt, NULL, "", "sm_90a", 0, NULL), KDART_ENULL);
     kdart_close(rt);
+}
+END_TEST
+
+/* Releases a reader stuck in open() on a FIFO (by opening its other end)
+ * after 3 s, so that a loader that would wait forever fails the test in
+ * bounded time rather than hanging it. */
+typedef struct fifo_release {
+    const char *path;
+    atomic_int stop;
+} fifo_release;
+
+static void *release_fifo(void *p) {
+    fifo_release *r = p;
+    for (int i = 0; i < 300 && !atomic_load(&r->stop); i++) usleep(10000);
+    while (!atomic_load(&r->stop)) {
+        int fd = open(r->path, O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) close(fd);
+        usleep(10000);
+    }
+    return NULL;
+}
+
+/* ESOURCE within a second, the message naming the file and what it is. */
+static void expect_refused(kdart_rt *rt, const char *kernel, const char *spec, const char *name, const char *what) {
+    double t0 = kdart__now_ms();
+    int rc = kdart_prepare(rt, kernel, spec, "sm_90a", KDART_PREPARE_NO_LOAD, NULL);
+    double ms = kdart__now_ms() - t0;
+    const char *msg = kdart_last_error(rt);
+    ck_assert_msg(rc == KDART_ESOURCE, "%s: %s (%s)", name, kdart_errname(rc), msg);
+    ck_assert_msg(ms < 1000, "%s: refused after %.0f ms", name, ms);
+    ck_assert_msg(strstr(msg, name) && strstr(msg, what), "'%s' lacks '%s' or '%s'", msg, name, what);
+}
+
+/* What is not a regular file is refused at once and unread: a FIFO (whose
+ * open would wait for a writer forever), a directory named like a source,
+ * a character device, and a symlink to one outside the kernel directory. */
+START_TEST(odd_sources) {
+    char dir[256], kd[512], path[1024];
+    test_tmpdir(dir, sizeof dir);
+    test_copy_kernels(dir, kd, sizeof kd);
+    kdart_rt *rt = test_open("", kd, NULL);
+    rt->compile = refuse_compile;
+
+    snprintf(path, sizeof path, "%s/chunk_rcumsum.cuh", kd);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    fifo_release rel = {path, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, release_fifo, &rel), 0);
+    expect_refused(rt, "chunk_rcumsum", "K=64", "chunk_rcumsum.cuh", "is a FIFO, not a regular file");
+    atomic_store(&rel.stop, 1);
+    pthread_join(th, NULL);
+
+    snprintf(path, sizeof path, "%s/bwd_dhu_scan.inc", kd);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    expect_refused(rt, "bwd_dhu", "", "bwd_dhu_scan.inc, included from bwd_dhu.cuh", "is a directory");
+
+    snprintf(path, sizeof path, "%s/bwd_intra.cuh", kd);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(symlink("/dev/zero", path), 0);
+    expect_refused(rt, "bwd_intra", "", "bwd_intra.cuh", "outside the kernel directory");
+    /* The device itself inside the directory, where the system lets us
+     * make one (root, a mount without nodev). */
+    ck_assert_int_eq(unlink(path), 0);
+    if (mknod(path, S_IFCHR | 0644, makedev(1, 5)) == 0)
+        expect_refused(rt, "bwd_intra", "", "bwd_intra.cuh", "is a character device");
+    kdart_close(rt);
+    test_rmtree(dir);
+}
+END_TEST
+
+/* Sources are read without the handle's lock: a slow or stuck file system
+ * stalls only the thread that reads. */
+static kdart_rt *seam_rt;
+static int seam_locked;
+static int lock_probe_read(const char *path, char **text, size_t *size) {
+    if (pthread_mutex_trylock(&seam_rt->lock) == 0)
+        pthread_mutex_unlock(&seam_rt->lock);
+    else
+        seam_locked = 1;
+    return kdart__read_file_default(path, text, size);
+}
+
+START_TEST(sources_read_unlocked) {
+    seam_rt = test_open("", NULL, NULL);
+    seam_rt->compile = refuse_compile;
+    seam_locked = 0;
+    kdart__read_file = lock_probe_read;
+    int rc = kdart_prepare(seam_rt, "chunk_rcumsum", "K=64", "sm_90a", KDART_PREPARE_NO_LOAD, NULL);
+    int rc_default = kdart_prepare(seam_rt, "chunk_rcumsum", "K=64", NULL, KDART_PREPARE_NO_LOAD, NULL);
+    kdart__read_file = kdart__read_file_default;
+    ck_assert_int_eq(rc, KDART_ECOMPILE);
+    ck_assert_int_eq(rc_default, KDART_ECOMPILE);
+    ck_assert_int_eq(seam_locked, 0);
+    kdart_close(seam_rt);
 }
 END_TEST
 
@@ -662,9 +887,13 @@ int main(void) {
     tcase_add_test(tc, env_overrides);
     tcase_add_test(tc, parse_bytes);
     tcase_add_test(tc, env_bad_values);
+    tcase_add_test(tc, env_switches_and_ranges);
+    tcase_add_test(tc, env_bad_arch);
     tcase_add_test(tc, sources_closure);
     tcase_add_test(tc, symlink_escape);
     tcase_add_test(tc, unreadable_source);
+    tcase_add_test(tc, odd_sources);
+    tcase_add_test(tc, sources_read_unlocked);
     tcase_add_test(tc, remote_prepare_hook);
     tcase_add_test(tc, per_thread_errors);
     tcase_add_test(tc, open_alloc_failures);

@@ -3,7 +3,7 @@
  * kdart_kda_bwd_dhu, on the CPU.
  *
  * Tensors here carry fake, never-dereferenced device addresses, and CUDA
- * is disabled (KDART_DISABLE_CUDA=1), so a call whose arguments all pass
+ * is disabled (KDART_OPEN_NO_CUDA), so a call whose arguments all pass
  * validation stops at "no CUDA" (ENOCUDA) before any launch.  Each bad
  * argument must be caught with its own status and a message naming it.
  * The GPU suite repeats the important cases with real buffers and checks
@@ -71,8 +71,7 @@ static void intra_make_t(intra_set *s, int hv, int64_t t) { intra_make_bt(s, hv,
 static kdart_rt *rt;
 
 static void setup(void) {
-    setenv("KDART_DISABLE_CUDA", "1", 1);
-    rt = test_open("", NULL, NULL);
+    rt = test_open_flags("", NULL, NULL, KDART_OPEN_NO_ENV | KDART_OPEN_NO_CUDA);
     ck_assert_ptr_nonnull(rt);
 }
 
@@ -537,7 +536,8 @@ START_TEST(device_status_and_check) {
     ck_assert_int_eq(bits, -1);
     EXPECT(kdart_device_status(NULL, &bits, 0), KDART_EMISUSE, NULL);
     setenv("KDART_CHECK", "1", 1);
-    kdart_rt *chk = test_open("", NULL, NULL);
+    kdart_rt *chk = test_open_flags("", NULL, NULL, KDART_OPEN_NO_CUDA); /* reads KDART_CHECK */
+    ck_assert_ptr_nonnull(chk);
     unsetenv("KDART_CHECK");
     dhu_set s;
     fake cu;

@@ -79,11 +79,15 @@ void test_log_fn(void *user, int level, const char *msg) {
 }
 
 kdart_rt *test_open(const char *cache_path, const char *kernel_dir, test_log *log) {
+    return test_open_flags(cache_path, kernel_dir, log, KDART_OPEN_NO_ENV);
+}
+
+kdart_rt *test_open_flags(const char *cache_path, const char *kernel_dir, test_log *log, uint32_t flags) {
     kdart_options o;
     kdart_options_init(&o);
     o.cache_path = cache_path ? cache_path : "";
     o.kernel_dir = kernel_dir ? kernel_dir : TEST_KERNEL_DIR;
-    o.flags = KDART_OPEN_NO_ENV;
+    o.flags = flags;
     if (log) {
         memset(log, 0, sizeof *log);
         o.log = test_log_fn;

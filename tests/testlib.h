@@ -11,6 +11,7 @@
 
 #include <check.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kdart.h"
 
@@ -34,8 +35,11 @@ typedef struct test_log {
 void test_log_fn(void *user, int level, const char *msg);
 
 /* Opens a runtime on cache_path (NULL: dir/kdart.db style paths are the
- * caller's), kernel_dir (NULL: the repository's), logging into log. */
+ * caller's), kernel_dir (NULL: the repository's), logging into log, with
+ * KDART_OPEN_NO_ENV (the suites' environment is not the test's). */
 kdart_rt *test_open(const char *cache_path, const char *kernel_dir, test_log *log);
+/* The same with the open flags given (0: read the environment). */
+kdart_rt *test_open_flags(const char *cache_path, const char *kernel_dir, test_log *log, uint32_t flags);
 
 /* Runs a suite in CK_NORMAL mode and returns the process exit code. */
 int test_run(Suite *s);

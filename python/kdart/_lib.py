@@ -425,7 +425,7 @@ class Runtime:
 
 _rt_lock = threading.Lock()
 _rt = None
-_rt_flags = 0  # the process-wide runtime's open flags (tests set OPEN_NO_CUDA; KDART_DISABLE_CUDA is per process)
+_rt_flags = 0  # the process-wide runtime's open flags (tests set OPEN_NO_CUDA rather than the environment)
 
 
 def runtime():

@@ -15,8 +15,8 @@ def cpu_runtime(tmp_path, monkeypatch):
     """A runtime of its own that never uses CUDA, with a fresh cache in tmp_path."""
     monkeypatch.setenv("KDART_CACHE_DIR", str(tmp_path))
     import kdart
-    # The flag, not KDART_DISABLE_CUDA: libcuda is loaded once per process, and on a
-    # GPU machine an earlier test may already have loaded it.
+    # The flag, not KDART_DISABLE_CUDA: the environment is the whole process's, and every
+    # handle opened while the variable is set would go without CUDA.
     rt = kdart.Runtime(flags=kdart._lib.OPEN_NO_CUDA)
     yield rt
     rt.close()
@@ -33,9 +33,8 @@ def has_cuda():
 @pytest.fixture
 def private_shared_runtime():
     """A process-wide runtime (kdart.runtime(), and kdart.torch's handle on it) of this test alone, opened
-    without CUDA (the OPEN_NO_CUDA flag) when first used.  Not KDART_DISABLE_CUDA: the first attempt to load
-    libcuda decides for the whole process, so a CPU test that made it under that variable would leave every
-    later GPU test in the process without CUDA."""
+    without CUDA (the OPEN_NO_CUDA flag) when first used.  Not KDART_DISABLE_CUDA: the environment is the
+    whole process's, and every handle opened while the variable is set would go without CUDA."""
     import sys as _sys
     from kdart import _lib
     kt = _sys.modules.get("kdart.torch")

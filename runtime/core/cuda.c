@@ -27,11 +27,10 @@ static struct kdart__cuda cuda_table;
 static int cuda_status = KDART_ENOCUDA;
 static char cuda_why[256];
 
+/* KDART_DISABLE_CUDA is not read here: this runs once per process, and
+ * the variable is a handle's to read (or, under KDART_OPEN_NO_ENV, to
+ * ignore); kdart_open turns it into KDART_OPEN_NO_CUDA. */
 static void cuda_load(void) {
-    if (getenv("KDART_DISABLE_CUDA") && getenv("KDART_DISABLE_CUDA")[0] == '1') {
-        snprintf(cuda_why, sizeof cuda_why, "CUDA disabled by KDART_DISABLE_CUDA=1");
-        return;
-    }
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         snprintf(cuda_why, sizeof cuda_why, "libcuda.so.1 not found (%s)", dlerror());
@@ -62,7 +61,8 @@ static void cuda_load(void) {
 int kdart__cuda_get(kdart_rt *rt, const kdart__cuda **out) {
     *out = NULL;
     if (rt->flags & KDART_OPEN_NO_CUDA)
-        return kdart__err(rt, KDART_ENOCUDA, "CUDA not used (opened with KDART_OPEN_NO_CUDA)");
+        return kdart__err(rt, KDART_ENOCUDA, "CUDA not used (%s)",
+                          rt->cuda_off_by_env ? "KDART_DISABLE_CUDA=1" : "opened with KDART_OPEN_NO_CUDA");
     pthread_once(&cuda_once, cuda_load);
     if (cuda_status != KDART_OK) return kdart__err(rt, cuda_status, "%s", cuda_why);
     *out = &cuda_table;

@@ -120,12 +120,10 @@ static void request_free(request *q) {
     kdart__free(q->manifest);
 }
 
-/* Everything about a request that needs no cache and no compiler.  Called
- * under rt->lock (the NVRTC build id is computed once, lazily). */
-static int request_init(kdart_rt *rt, request *q, int kernel, const int *vals, const char *arch) {
-    memset(q, 0, sizeof *q);
-    q->kernel = kernel;
-    q->k = &kdart__kernels[kernel];
+/* The rest of a request (sources already loaded): what needs no cache and
+ * no compiler.  Called under rt->lock (the NVRTC build id is computed
+ * once, lazily). */
+static int request_init(kdart_rt *rt, request *q, const int *vals, const char *arch) {
     memcpy(q->vals, vals, sizeof q->vals);
     kdart__spec_format(q->k, q->vals, q->spec, sizeof q->spec);
     snprintf(q->arch, sizeof q->arch, "%s", arch);
@@ -140,8 +138,6 @@ static int request_init(kdart_rt *rt, request *q, int kernel, const int *vals, c
     q->link_opts[q->n_link++] = "-lto";
     q->link_opts[q->n_link++] = "-verbose";
     q->link_opts[q->n_link++] = "-Xptxas=-v";
-    int rc = kdart__sources_load(rt, q->k->source, &q->src);
-    if (rc) return rc;
     char tu[512];
     snprintf(tu, sizeof tu,
              "/* kdart unit: %s %s for %s */\n#include \"%s\"\n", q->k->name, q->spec, q->arch, q->k->source);
@@ -333,7 +329,7 @@ static void lease_settings(kdart_rt *rt) {
     if (rt->lease_ttl_ms <= 0) rt->lease_ttl_ms = KDART__LEASE_TTL_MS;
     if (rt->lease_renew_ms <= 0) rt->lease_renew_ms = KDART__LEASE_RENEW_MS;
     if (rt->lease_wait_ms == 0 &&
-        !kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, INT64_MAX / 2, &rt->lease_wait_ms))
+        !kdart__env_number(rt, "KDART_LEASE_WAIT_MS", 0, 0, INT64_MAX, &rt->lease_wait_ms))
         rt->lease_wait_ms = KDART__LEASE_WAIT_MS;
     if (rt->lease_wait_ms < 0) rt->lease_wait_ms = 0;
     rt->lease_init = 1;
@@ -582,6 +578,40 @@ static const char *default_arch(kdart_rt *rt) {
     return rt->default_arch ? rt->default_arch : "sm_100a";
 }
 
+/* kdart__arch_supported with the message set.  The default arch that came
+ * from KDART_ARCH is named as the variable's, so that a bad value is found
+ * where it was set (kdart_open accepts it: commands that compile nothing
+ * must not fail on it).  No lock: arch_from_env and the default_arch it
+ * implies are fixed at open. */
+static int check_arch(kdart_rt *rt, const char *arch) {
+    char why[512];
+    int rc = kdart__arch_supported(arch, why, sizeof why);
+    if (rc == KDART_OK) return rc;
+    int env = rt->arch_from_env && strcmp(arch, rt->default_arch) == 0;
+    return kdart__err(rt, rc, "%s%s", env ? "KDART_ARCH: " : "", why);
+}
+
+/* Starts a request: resolves arch (NULL: the default) and checks it, then
+ * reads the kernel sources before rt->lock is taken (a slow or stuck file
+ * system must cost only the caller's thread, never stall the handle's
+ * others while the lock is held), then takes the lock and builds the rest.
+ * Returns with rt->lock held whatever the status; request_free is safe. */
+static int request_begin(kdart_rt *rt, request *q, int kernel, const int *vals, const char *arch) {
+    memset(q, 0, sizeof *q);
+    q->kernel = kernel;
+    q->k = &kdart__kernels[kernel];
+    if (!arch) {
+        pthread_mutex_lock(&rt->lock);
+        arch = default_arch(rt); /* set once, then fixed until kdart_close */
+        pthread_mutex_unlock(&rt->lock);
+    }
+    int rc = check_arch(rt, arch);
+    if (rc == KDART_OK) rc = kdart__sources_load(rt, q->k->source, &q->src);
+    pthread_mutex_lock(&rt->lock);
+    if (rc == KDART_OK) rc = request_init(rt, q, vals, arch);
+    return rc;
+}
+
 /* Memory, then the caches, then one compile per key (see PROTOCOL above).
  * Under rt->lock; *out is the unit on success. */
 static int find_or_compile(kdart_rt *rt, request *q, uint32_t flags, kdart_prepared *info, kdart__unit **out) {
@@ -642,16 +672,7 @@ int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, 
     memset(info, 0, sizeof *info);
     request q;
     kdart__unit *u = NULL;
-    pthread_mutex_lock(&rt->lock);
-    if (!arch) arch = default_arch(rt);
-    char why[512];
-    int rc = kdart__arch_supported(arch, why, sizeof why);
-    if (rc) {
-        rc = kdart__err(rt, rc, "%s", why);
-        pthread_mutex_unlock(&rt->lock);
-        return rc;
-    }
-    rc = request_init(rt, &q, kernel, vals, arch);
+    int rc = request_begin(rt, &q, kernel, vals, arch);
     if (rc) goto done;
     memcpy(info->key, q.key, sizeof info->key);
     rc = find_or_compile(rt, &q, flags, info, &u);
@@ -784,15 +805,8 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     int vals[KDART__MAX_PARAMS];
     int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
     if (rc) return rc;
-    pthread_mutex_lock(&rt->lock);
-    if (!arch) arch = default_arch(rt);
-    char why[512];
-    if ((rc = kdart__arch_supported(arch, why, sizeof why)) != KDART_OK) {
-        pthread_mutex_unlock(&rt->lock);
-        return kdart__err(rt, rc, "%s", why);
-    }
     request q;
-    rc = request_init(rt, &q, (int)(k - kdart__kernels), vals, arch);
+    rc = request_begin(rt, &q, (int)(k - kdart__kernels), vals, arch);
     if (rc) {
         request_free(&q);
         pthread_mutex_unlock(&rt->lock);

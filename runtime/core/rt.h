@@ -102,7 +102,9 @@ typedef struct kdart__sources {
     int nfiles;
 } kdart__sources;
 
-/* File-system seam: reads a whole file.  Tests replace it to inject faults. */
+/* File-system seam: reads a whole file.  Tests replace it to inject faults.
+ * KDART_OK, KDART_ENOENT, KDART_ENOMEM, KDART_ESOURCE (not a regular file:
+ * refused without reading or waiting) or KDART_EIO. */
 typedef int (*kdart__read_file_fn)(const char *path, char **text, size_t *size);
 extern kdart__read_file_fn kdart__read_file;
 int kdart__read_file_default(const char *path, char **text, size_t *size);
@@ -115,7 +117,8 @@ char *kdart__default_kernel_dir(void);
 /* 1 if path names a directory (stat follows links); locate.c. */
 int kdart__is_dir(const char *path);
 
-/* Loads the kernel's source and, transitively, every quoted #include. */
+/* Loads the kernel's source and, transitively, every quoted #include.
+ * Needs no lock (it reads only kernel_dir, fixed at open). */
 int kdart__sources_load(kdart_rt *rt, const char *source, kdart__sources *out);
 void kdart__sources_free(kdart__sources *s);
 
@@ -246,6 +249,8 @@ struct kdart_rt {
     char *cache_path;       /* "" when none */
     char *kernel_dir;
     char *default_arch;
+    int arch_from_env;      /* default_arch is KDART_ARCH's, maybe unusable (fixed at open) */
+    int cuda_off_by_env;    /* KDART_OPEN_NO_CUDA came from KDART_DISABLE_CUDA=1 */
     char **ro_paths;
     size_t n_ro;
     kdart__store *rw;       /* NULL when the cache could not be opened */
@@ -301,10 +306,11 @@ struct kdart_rt {
 int kdart__open(kdart_rt **out, const kdart_options *opts);
 
 /* A numeric KDART_* variable (runtime.c): 1 and *out when set and valid
- * (a count 0..max, or with bytes a size as kdart_parse_bytes reads it);
- * 0 when unset, or when invalid, which is logged as a warning naming the
- * variable and its value.  Honors KDART_OPEN_NO_ENV. */
-int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out);
+ * (a count min..max, or with bytes a size as kdart_parse_bytes reads it,
+ * at least min and at most max; a switch is 0..1); 0 when unset, or when
+ * invalid, which is logged as a warning naming the variable, its value and
+ * what is allowed.  Honors KDART_OPEN_NO_ENV. */
+int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t min, int64_t max, int64_t *out);
 
 int kdart__err(const kdart_rt *rt, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

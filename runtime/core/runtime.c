@@ -53,15 +53,28 @@ static char *default_cache_path(const kdart_rt *rt) {
 }
 
 /* A numeric KDART_* variable: 1 and *out when it is set and reads as a
- * count 0..max (bytes: a size, kdart_parse_bytes); 0 when unset.  A value
- * that does not read is refused with a warning naming it (0: the caller
- * keeps its default), never half-read. */
-int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t max, int64_t *out) {
+ * count min..max (bytes: a size, kdart_parse_bytes); 0 when unset.  A
+ * value that does not read, or lies outside the range, is refused with a
+ * warning naming it, its value and the values allowed (0: the caller keeps
+ * its default), never half-read nor silently replaced.  A switch is the
+ * range 0..1: exactly "0" or "1", so that "yes", "10" or "1junk" are
+ * refused out loud rather than read as something. */
+int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t min, int64_t max, int64_t *out) {
     const char *v = env(rt, name);
     if (!v) return 0;
-    if (kdart__env_parse(v, bytes, max, out) == KDART_OK) return 1;
-    kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v,
-               bytes ? "a size like 512M or 2G" : "a non-negative whole number");
+    int64_t n;
+    if (kdart__env_parse(v, bytes, max, &n) == KDART_OK && n >= min) {
+        *out = n;
+        return 1;
+    }
+    char allowed[96];
+    if (bytes)
+        snprintf(allowed, sizeof allowed, "a size like 512M or 2G");
+    else if (min == 0 && max == 1)
+        snprintf(allowed, sizeof allowed, "0 or 1");
+    else
+        snprintf(allowed, sizeof allowed, "a whole number from %lld to %lld", (long long)min, (long long)max);
+    kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v, allowed);
     return 0;
 }
 
@@ -126,15 +139,21 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     /* A typo is said out loud (stderr logging still starts, at WARN). */
     if (!lv_known)
         kdart__log(rt, KDART_LOG_WARN, "KDART_LOG=%.80s unknown (stderr, warn, info or debug); read as warn", lv);
-    int64_t check;
-    if (kdart__env_number(rt, "KDART_CHECK", 0, 1, &check) && check) rt->flags |= KDART_OPEN_CHECK;
+    int64_t on;
+    if (kdart__env_number(rt, "KDART_CHECK", 0, 0, 1, &on) && on) rt->flags |= KDART_OPEN_CHECK;
+    /* Read here, per handle, as every variable is, and so not under
+     * KDART_OPEN_NO_ENV: libcuda itself is loaded once per process. */
+    if (kdart__env_number(rt, "KDART_DISABLE_CUDA", 0, 0, 1, &on) && on) {
+        rt->cuda_off_by_env = !(rt->flags & KDART_OPEN_NO_CUDA); /* whom the message names */
+        rt->flags |= KDART_OPEN_NO_CUDA;
+    }
     rt->compile = kdart__compile_nvrtc;
     rt->compile_threads = opts.compile_threads > 0 ? opts.compile_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 
     rt->cache_max_bytes = opts.cache_max_bytes;
     int64_t mb;
     /* "0" in the variable means no budget, as a negative option does. */
-    if (rt->cache_max_bytes == 0 && kdart__env_number(rt, "KDART_CACHE_MAX_BYTES", 1, INT64_MAX, &mb))
+    if (rt->cache_max_bytes == 0 && kdart__env_number(rt, "KDART_CACHE_MAX_BYTES", 1, 0, INT64_MAX, &mb))
         rt->cache_max_bytes = mb ? mb : -1;
     if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30;
 
@@ -142,10 +161,21 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     rt->cache_path = opts.cache_path ? kdart__strdup(opts.cache_path) : default_cache_path(rt);
     const char *kd = opts.kernel_dir ? opts.kernel_dir : env(rt, "KDART_KERNEL_DIR");
     rt->kernel_dir = kd ? kdart__strdup(kd) : kdart__default_kernel_dir(); /* locate.c */
+    /* A malformed options.arch is the caller's error: the open fails.  A
+     * bad KDART_ARCH is kept and warned about: commands that compile
+     * nothing (list, verify, gc) must not fail on it, and a prepare for the
+     * default arch refuses it with a message naming the variable
+     * (prepare.c, check_arch). */
     const char *arch = opts.arch ? opts.arch : env(rt, "KDART_ARCH");
+    rt->arch_from_env = !opts.arch && arch;
     if (arch && kdart__arch_check(arch) != KDART_OK) {
-        rc = KDART_EARCH;
-        goto fail_strings;
+        if (!rt->arch_from_env) {
+            rc = KDART_EARCH;
+            goto fail_strings;
+        }
+        char why[512];
+        kdart__arch_supported(arch, why, sizeof why);
+        kdart__log(rt, KDART_LOG_WARN, "KDART_ARCH: %s; compiles for the default architecture will fail", why);
     }
     rt->default_arch = arch ? kdart__strdup(arch) : NULL; /* else resolved on first use */
     if (!rt->cache_path || !rt->kernel_dir || (arch && !rt->default_arch)) goto fail_strings;

@@ -32,13 +32,21 @@
 #define KDART__MAX_FILES 64          /* include closure of one unit */
 #define KDART__MAX_SOURCE (4u << 20) /* a kernel source larger than this is a mistake */
 
+/* O_NONBLOCK: opening a FIFO for reading waits for a writer, forever if
+ * none comes; with it the open returns at once and fstat tells what was
+ * opened, so anything but a regular file is refused before a byte is read
+ * (a FIFO, a directory, a device: KDART_ESOURCE).  On a regular file the
+ * flag changes nothing.  O_NOCTTY: a terminal named as a source must not
+ * become the process's controlling terminal. */
 int kdart__read_file_default(const char *path, char **text, size_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? KDART_ENOENT : KDART_EIO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return errno == ENOENT ? KDART_ENOENT : errno == ENXIO ? KDART_ESOURCE : KDART_EIO;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > KDART__MAX_SOURCE) {
+    int rc = fstat(fd, &st) != 0 ? KDART_EIO : !S_ISREG(st.st_mode) ? KDART_ESOURCE : KDART_OK;
+    if (rc == KDART_OK && (size_t)st.st_size > KDART__MAX_SOURCE) rc = KDART_EIO;
+    if (rc != KDART_OK) {
         close(fd);
-        return KDART_EIO;
+        return rc;
     }
     char *buf = kdart__malloc((size_t)st.st_size + 1);
     if (!buf) {
@@ -86,6 +94,19 @@ static int check_inside(kdart_rt *rt, const char *path, const char *name, const 
                       name, from ? ", included from " : "", from ? from : "", real, root);
 }
 
+/* What a path that is not a regular file is, for the message (stat: it
+ * neither opens nor blocks; ENXIO from open is a socket). */
+static const char *file_kind(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return "gone or of no known kind";
+    return S_ISFIFO(st.st_mode)  ? "a FIFO"
+           : S_ISDIR(st.st_mode) ? "a directory"
+           : S_ISCHR(st.st_mode) ? "a character device"
+           : S_ISBLK(st.st_mode) ? "a block device"
+           : S_ISSOCK(st.st_mode) ? "a socket"
+                                  : "of another kind";
+}
+
 static int find_file(const kdart__sources *s, const char *name) {
     for (int i = 0; i < s->nfiles; i++)
         if (strcmp(s->files[i].name, name) == 0) return i;
@@ -109,6 +130,9 @@ static int add_file(kdart_rt *rt, kdart__sources *s, const char *name, const cha
     memset(f, 0, sizeof *f);
     rc = kdart__read_file(path, &f->text, &f->size);
     if (rc == KDART_ENOMEM) return kdart__err(rt, rc, "reading %s", path);
+    if (rc == KDART_ESOURCE)
+        return kdart__err(rt, KDART_ESOURCE, "kernel source %s%s%s is %s, not a regular file: refused unread", path,
+                          from ? ", included from " : "", from ? from : "", file_kind(path));
     if (rc)
         return kdart__err(rt, KDART_ESOURCE, "cannot read kernel source %s%s%s (%s)", path,
                           from ? ", included from " : "", from ? from : "",

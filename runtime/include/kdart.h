@@ -141,7 +141,10 @@ typedef struct kdart_options {
     size_t n_ro_cache_paths;
     const char *kernel_dir;        /* NULL: KDART_KERNEL_DIR, else the installed kernel_src */
     const char *arch;              /* default target, "sm_90a"; NULL: KDART_ARCH, else the
-                                      current device's, else sm_100a */
+                                      current device's, else sm_100a.  A malformed arch
+                                      here fails kdart_open (EARCH); a bad KDART_ARCH does
+                                      not: it is warned about, and prepares for the
+                                      default arch fail with EARCH naming it */
     kdart_log_fn log;              /* NULL: silent, unless KDART_LOG=stderr */
     void *log_user;
     int log_level;                 /* most verbose level passed to log; KDART_LOG_WARN default */

@@ -690,11 +690,12 @@ static void service_ok(kdart_rt *rt, const char *path) {
 }
 
 /* KDART_SERVICE_TIMEOUT: whole seconds, 1 to 2000000 (the int milliseconds
- * the transport takes); anything else is refused with a warning (the same
- * strict reading as every numeric KDART_* variable) and 300 s is used. */
+ * the transport takes); anything else, 0 included, is refused with a
+ * warning (the same strict reading as every numeric KDART_* variable) and
+ * 300 s is used. */
 static int service_timeout_ms(const kdart_rt *rt) {
     int64_t s = 0;
-    if (!kdart__env_number(rt, "KDART_SERVICE_TIMEOUT", 0, 2000000, &s) || s < 1) s = 300;
+    if (!kdart__env_number(rt, "KDART_SERVICE_TIMEOUT", 0, 1, 2000000, &s)) s = 300;
     return (int)(s * 1000);
 }
 

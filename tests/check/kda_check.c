@@ -67,8 +67,9 @@ static CUresult (*ctx_destroy)(CUcontext);
 
 int kc_init(char *why, size_t n) {
     if (cu_ready) return 0;
+    /* Exactly "1", as the runtime reads the switch (it warns about others). */
     const char *off = getenv("KDART_DISABLE_CUDA");
-    if (off && off[0] == '1') {
+    if (off && strcmp(off, "1") == 0) {
         snprintf(why, n, "CUDA disabled by KDART_DISABLE_CUDA=1");
         return 77;
     }

@@ -296,7 +296,9 @@ static int run_ls(cli *c, const void *opts, int nargs, char **args) {
     if (st != KDART_OK) {
         rc = cli_fail(c, st, "cannot list the cache");
     } else {
-        qsort(rows.v, rows.n, sizeof *rows.v, ls_order);
+        /* Guarded: with no entry rows.v is NULL, and qsort's pointer must be
+         * valid even for zero elements (C11 7.22.5). */
+        if (rows.n > 1) qsort(rows.v, rows.n, sizeof *rows.v, ls_order);
         if (o->json)
             ls_json(&rows);
         else if (rows.n > 0)

@@ -196,7 +196,12 @@ static int prewarm_target(cli *c, const prewarm_opts *o, const char **arches, in
     int st = kdart_info(c->rt, info);
     if (st != KDART_OK) return cli_fail(c, st, "cannot read the runtime's settings");
     if (*narches == 0) {
-        if (cli_check_arch(c, info->default_arch) != EXIT_OK) return EXIT_USAGE; /* KDART_ARCH */
+        /* The default is KDART_ARCH's when that is set (this tool reads
+         * the environment), else the device's: a bad one names its origin. */
+        char why[512];
+        const char *env = getenv("KDART_ARCH");
+        if (kdart_arch_supported(info->default_arch, why, sizeof why) != KDART_OK)
+            return cli_usage(c, "%s%s", env && env[0] ? "KDART_ARCH: " : "", why);
         arches[(*narches)++] = info->default_arch;
     }
     *writable = info->cache_writable;
