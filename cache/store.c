@@ -20,17 +20,29 @@
  *   - put is one BEGIN IMMEDIATE transaction: insert (OR IGNORE, or OR
  *     REPLACE when asked), then the byte budget.  An existing row means
  *     another writer won, which is success.
- *   - open never destroys data: a file SQLite cannot read (bad header,
- *     truncated, NOTADB or CORRUPT while reading the schema) is renamed to
- *     <path>.corrupt-<unixtime>-<pid> (with its -wal, -shm and -journal) and
- *     a fresh database is created; the note stays in errmsg so the runtime
- *     can warn.  A database with a newer user_version is used read-only
+ *   - An entry that was committed stays findable (docs/design.md, "The
+ *     cache is a cache").  Damage is healed, never by starting afresh:
+ *     every entry that can still be read, through SQLite and from every
+ *     leaf page of the file (pages.c), is kept, and at most the rows of the
+ *     damaged pages are lost.  A file with damaged pages is healed in place
+ *     (heal_in_place); a file SQLite cannot open at all (bad or cut header,
+ *     a damaged page 1) is replaced by the healed file in one rename
+ *     (heal_by_swap).  Either way the path always names a whole cache
+ *     file, writers wait at the gate (gate_enter) while a healing runs and
+ *     publish into the healed file, one healing runs at a time, a kill
+ *     anywhere loses nothing, and the damaged file is kept beside it as
+ *     <real>.corrupt-<unixtime>-<pid>; the note stays in errmsg so the
+ *     runtime can warn, and the next verify reports it.
+ *   - Cleaning works on a full disk: gc, rm and clear use a reserve file
+ *     when there is no room for their WAL frames, and give the space back
+ *     (clean).
+ *   - A database with a newer user_version is used read-only
  *     (refused with ECACHE if its tables lack our columns); an SQLite file
  *     with tables but no user_version is someone else's and is refused.
  *     A read-only store never creates, moves or writes anything.  A
  *     writable open that fails for want of writing (read-only directory,
- *     file or mount; full disk) falls back to a read-only open of the
- *     file, so its entries are still served.
+ *     file or mount; full disk; fcntl locks that fail) falls back to a
+ *     read-only open of the file, so its entries are still served.
  *   - Every failure comes back as a KDART status, with the SQLite message and
  *     what we were doing in errmsg.  Nothing here prints, exits or aborts.
  *
@@ -53,21 +65,29 @@
  * ranks sharing one cache wait for each other instead of failing (and
  * switching to WAL, which SQLite will not wait for, is retried as long).
  * A read-only store whose -shm cannot be opened (a cache shipped in a
- * read-only image) is read again with immutable=1.
- * auto_vacuum=INCREMENTAL on new files, so gc can give space back.
+ * read-only image), or where locks fail, is read without locks, its WAL
+ * included (open_lockfree).  auto_vacuum=INCREMENTAL on new files, so gc
+ * can give space back; secure_delete=FAST, so that deleting a cubin does
+ * not rewrite its pages.
  *
  * Non-goals: thread safety (the runtime serializes calls on one store),
- * network file systems (SQLite's locking there is the caller's risk).
+ * network file systems beyond reading where locks fail (SQLite's locking
+ * there is the caller's risk).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,9 +95,13 @@
 #include <sqlite3.h>
 
 #include "base.h"
+#include "pages.h"
 #include "store.h"
 
 #define BUSY_TIMEOUT_MS 10000
+#ifndef SQLITE_DEFAULT_WAL_AUTOCHECKPOINT
+#define SQLITE_DEFAULT_WAL_AUTOCHECKPOINT 1000 /* pages: SQLite's default */
+#endif
 #define PATH_BUF 4096
 #define PIDNS_TAG "/pidns:" /* in the leases' boot_id column: see identity_init */
 
@@ -117,12 +141,21 @@ static const char *const migrations[KDART__STORE_SCHEMA] = {
 struct kdart__store {
     sqlite3 *db;
     char *path;         /* as given to open */
+    char *real;         /* the file itself, symlinks resolved (NULL: in memory, or scratch) */
+    int dirfd;          /* real's directory, whose flock is the write gate; -1: none */
+    int gate_depth;     /* gate_enter calls not yet left */
+    dev_t dev;          /* the file the connection has open, to notice that */
+    ino_t ino;          /* another one took its place (ino 0: not known) */
     int ro_open;        /* opened with readonly=1 */
     int newer;          /* user_version newer than ours: read, never write */
+    int nolocks;        /* fcntl locks fail on this file system: read without them */
     int64_t max_bytes;  /* <= 0: no budget */
     int last_src;       /* raw SQLite code of the last failure, 0 if none */
     int healing;        /* salvage in progress: damage met is expected, not flagged */
     int counters_ready; /* the counters table exists on this connection's file */
+    int64_t open_seen;  /* open healed an unreadable file: entries found (-1: it did not) */
+    int64_t open_saved; /* ... and salvaged, for the next verify to report */
+    char open_heal[512];
     char err[1024];     /* last failure, or the warning of a successful open */
 };
 
@@ -147,11 +180,11 @@ static int writable(const kdart__store *st) { return !st->ro_open && !st->newer;
  * (SQLITE_CORRUPT), so that the next writable open (or verify) heals it
  * instead of every later operation failing the same way.  Best effort: an
  * unwritable directory keeps no flag, and nothing could heal it anyway. */
-static void damage_flag_path(const kdart__store *st, char *buf, size_t n) { snprintf(buf, n, "%s.damaged", st->path); }
+static void damage_flag_path(const kdart__store *st, char *buf, size_t n) { snprintf(buf, n, "%s.damaged", st->real); }
 
 static void flag_damage(kdart__store *st) {
     char flag[PATH_BUF + 16];
-    if (!writable(st) || st->healing || !strcmp(st->path, ":memory:")) return;
+    if (!writable(st) || st->healing || !st->real) return;
     damage_flag_path(st, flag, sizeof flag);
     int fd = open(flag, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) close(fd);
@@ -269,20 +302,27 @@ static void failed_digest(const char *key, char out[65]) {
     kdart__sha256_hex(text, (size_t)n, out);
 }
 
-/* What is wrong with a row's payload (columns given by index), or NULL. */
-static const char *row_problem(sqlite3_stmt *s, const char *key, int c_failed, int c_blob, int c_size, int c_sha) {
-    if (sqlite3_column_type(s, c_failed) != SQLITE_INTEGER) return "damaged failed flag";
-    sqlite3_int64 failed = sqlite3_column_int64(s, c_failed);
-    const char *sha = (const char *)sqlite3_column_text(s, c_sha);
+/* What is wrong with a row's payload, or NULL: failed must be an integer
+ * (failed_is_int) of 0 or 1; a failure record has no blob and the digest
+ * of its key, an entry a blob of its size and digest. */
+static const char *payload_problem(const char *key, int failed_is_int, int64_t failed, const void *blob, int n,
+                                   int64_t size, const char *sha) {
+    if (!failed_is_int) return "damaged failed flag";
     if (failed == 1) {
         char want[65];
         failed_digest(key, want);
-        if (sqlite3_column_bytes(s, c_blob) != 0 || !sha || strcmp(sha, want) != 0) return "damaged failure record";
+        if (n != 0 || !sha || strcmp(sha, want) != 0) return "damaged failure record";
         return NULL;
     }
     if (failed != 0) return "damaged failed flag";
-    return blob_problem(sqlite3_column_blob(s, c_blob), sqlite3_column_bytes(s, c_blob),
-                        sqlite3_column_int64(s, c_size), sha);
+    return blob_problem(blob, n, size, sha);
+}
+
+/* The same for a row of a statement (columns given by index). */
+static const char *row_problem(sqlite3_stmt *s, const char *key, int c_failed, int c_blob, int c_size, int c_sha) {
+    return payload_problem(key, sqlite3_column_type(s, c_failed) == SQLITE_INTEGER, sqlite3_column_int64(s, c_failed),
+                           sqlite3_column_blob(s, c_blob), sqlite3_column_bytes(s, c_blob),
+                           sqlite3_column_int64(s, c_size), (const char *)sqlite3_column_text(s, c_sha));
 }
 
 /* --------------------------------------------------------- file system */
@@ -400,34 +440,89 @@ static int make_parent_dirs(kdart__store *st, char *dir, size_t n) {
     return KDART_OK;
 }
 
-/* Renames a damaged file (and its companions) aside, never deleting it:
- * it may be the only copy of hours of compiles, or evidence of a bug. */
-static int move_aside(kdart__store *st, const char *why) {
-    static const char *const sides[] = {"-wal", "-shm", "-journal"};
-    char aside[PATH_BUF + 64], from[PATH_BUF + 16], to[PATH_BUF + 96];
-    int w = snprintf(aside, sizeof aside, "%s.corrupt-%lld-%ld", st->path, (long long)kdart__unix_time(),
-                     (long)getpid());
-    if (w < 0 || (size_t)w >= sizeof aside)
-        return set_err(st, KDART_EIO, "cache %s is damaged (%s) and its path is too long to move it aside",
-                       st->path, why);
-    if (rename(st->path, aside) != 0) {
-        int e = errno;
-        return set_err(st, KDART_EIO, "cache %s is damaged (%s) and cannot be moved aside: %s", st->path, why,
-                       strerror(e));
+/* ------------------------------------------------- where the file lives */
+
+/* The file SQLite opens for path: every symlink resolved (SQLite resolves
+ * them too, for its -wal and -shm).  Healing, the reserve and the scratch
+ * files act on this file and beside it, so that a kdart.db linked to a
+ * shared cache heals the shared file and the link stays a link.  A path
+ * that does not exist yet resolves through its directory. */
+static char *resolve_real(const char *path) {
+    char buf[PATH_MAX], dir[PATH_BUF];
+    if (realpath(path, buf)) return kdart__strdup(buf);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (!realpath(dir, buf)) return kdart__strdup(path);
+    size_t n = strlen(buf) + strlen(base) + 2;
+    char *out = kdart__malloc(n);
+    if (out) snprintf(out, n, "%s%s%s", buf, strcmp(buf, "/") ? "/" : "", base);
+    return out;
+}
+
+/* Whether fcntl record locks work in this directory: on a file system
+ * without a lock manager (NFS without lockd) they fail with ENOLCK, which
+ * SQLite takes for "busy" and waits out its whole busy timeout on every
+ * lock, then fails.  Tried with an open file description lock on the
+ * directory, never on the database: closing a descriptor of the database
+ * would drop the locks SQLite holds on it in this process. */
+static int locks_fail(int dirfd, int *err) {
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(dirfd, F_OFD_SETLK, &fl) == 0) {
+        fl.l_type = F_UNLCK;
+        fcntl(dirfd, F_OFD_SETLK, &fl);
+        return 0;
     }
-    for (size_t i = 0; i < sizeof sides / sizeof *sides; i++) {
-        snprintf(from, sizeof from, "%s%s", st->path, sides[i]);
-        snprintf(to, sizeof to, "%s%s", aside, sides[i]);
-        (void)rename(from, to); /* usually absent; a leftover only costs space */
+    *err = errno;
+    return errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS;
+}
+
+/* Fills real, dirfd and nolocks, once (the directory must exist). */
+static int locate(kdart__store *st) {
+    if (st->real) return KDART_OK;
+    if (!(st->real = resolve_real(st->path))) return set_err(st, KDART_ENOMEM, "opening %s: out of memory", st->path);
+    char dir[PATH_BUF];
+    const char *slash = strrchr(st->real, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash && slash != st->real ? (int)(slash - st->real) : 1,
+             slash ? st->real : ".");
+    st->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e = 0;
+    if (st->dirfd >= 0 && locks_fail(st->dirfd, &e)) {
+        st->nolocks = 1;
+        set_err(st, KDART_EIO, "file locks fail on this file system (%s)", strerror(e));
     }
-    set_err(st, KDART_OK, "cache was damaged (%s); moved aside to %s and started a fresh cache", why, aside);
     return KDART_OK;
+}
+
+/* ------------------------------------------------------------ the gate */
+
+/* Writers and healers of one cache take turns through a flock(2) on its
+ * directory (flock, not fcntl: it is independent of SQLite's locks, and a
+ * directory is never a database, whose descriptors we must not open and
+ * close).  Every write (a publish, a lease, a quarantine, gc, ...) holds
+ * it shared for the length of its transaction; healing holds it
+ * exclusive from before it reads the damaged file until the healed
+ * contents are committed, so that no entry is published in between, where
+ * the healing would not see it and then overwrite it: publishers wait
+ * and publish into the healed file.  Connecting holds it shared too, so
+ * that a file put in place of an unreadable one is never paired with the
+ * old file's -wal or -shm.  Where flock fails nothing is gated; SQLite's
+ * own locks still keep each transaction whole. */
+static void gate_enter(kdart__store *st, int exclusive) {
+    if (st->gate_depth++ > 0 || st->dirfd < 0) return;
+    while (flock(st->dirfd, exclusive ? LOCK_EX : LOCK_SH) != 0 && errno == EINTR) {
+    }
+}
+
+static void gate_leave(kdart__store *st) {
+    if (st->gate_depth > 0 && --st->gate_depth == 0 && st->dirfd >= 0) flock(st->dirfd, LOCK_UN);
 }
 
 /* ------------------------------------------------------------- opening */
 
-static int db_connect(kdart__store *st, const char *name, int flags) {
-    int src = sqlite3_open_v2(name, &st->db, flags, NULL);
+static int db_connect(kdart__store *st, const char *name, int flags, const char *vfs) {
+    int src = sqlite3_open_v2(name, &st->db, flags, vfs);
     if (src != SQLITE_OK) {
         int rc = sql_err(st, src, "opening %s", st->path);
         sqlite3_close(st->db);
@@ -437,12 +532,34 @@ static int db_connect(kdart__store *st, const char *name, int flags) {
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
     st->counters_ready = 0; /* a new file (or a healed one) may lack it */
+    struct stat sb;
+    st->ino = 0;
+    if (st->real && stat(st->real, &sb) == 0) {
+        st->dev = sb.st_dev;
+        st->ino = sb.st_ino;
+    }
     return KDART_OK;
 }
 
+/* Whether another file has taken the place of the one we have open (an
+ * unreadable file healed by another process, see heal_by_swap). */
+static int replaced(const kdart__store *st) {
+    struct stat sb;
+    return st->db && st->ino && stat(st->real, &sb) == 0 && (sb.st_ino != st->ino || sb.st_dev != st->dev);
+}
+
 static void disconnect(kdart__store *st) {
+    if (!st->db) return;
+    /* SQLite deletes the -wal and -shm by name when the last connection
+     * to a database closes; once another file has taken the path, those
+     * names are the new file's, so they must be kept. */
+    if (replaced(st)) {
+        int on = 1;
+        sqlite3_file_control(st->db, "main", SQLITE_FCNTL_PERSIST_WAL, &on);
+    }
     sqlite3_close_v2(st->db);
     st->db = NULL;
+    st->ino = 0;
 }
 
 /* Brings a writable database to our schema in one transaction.  The
@@ -489,6 +606,11 @@ static int setup(kdart__store *st) {
             if ((rc = migrate(st))) return rc;
         }
         if ((rc = sql_exec_retry(st, "PRAGMA synchronous = NORMAL", "setting synchronous"))) return rc;
+        /* Deleted rows are zeroed on their b-tree pages, but freed pages
+         * are not rewritten: with SQLite's secure_delete on (Debian's
+         * default) deleting a cubin writes every page of it again, into
+         * the WAL, which a full disk has no room for. */
+        if ((rc = sql_exec(st, "PRAGMA secure_delete = FAST", "setting secure_delete"))) return rc;
     }
     if (v > KDART__STORE_SCHEMA) {
         st->newer = 1;
@@ -516,6 +638,43 @@ static int setup(kdart__store *st) {
     return rc;
 }
 
+/* Connects to the file that has taken the place of ours (an unreadable
+ * file healed by another process, heal_by_swap), if one has; the old
+ * connection stays when the new file cannot be set up. */
+static int follow(kdart__store *st) {
+    if (!writable(st) || !replaced(st)) return KDART_OK;
+    gate_enter(st, 0);
+    int rc = KDART_OK;
+    if (replaced(st)) {
+        sqlite3 *old = st->db;
+        dev_t dev = st->dev;
+        ino_t ino = st->ino;
+        st->db = NULL;
+        rc = db_connect(st, st->real, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+        if (!rc) rc = setup(st);
+        if (rc) {
+            if (st->db) sqlite3_close_v2(st->db);
+            st->db = old;
+            st->dev = dev;
+            st->ino = ino;
+        } else {
+            /* The old file's -wal and -shm names are the new file's now
+             * (see disconnect). */
+            int on = 1;
+            sqlite3_file_control(old, "main", SQLITE_FCNTL_PERSIST_WAL, &on);
+            sqlite3_close_v2(old);
+        }
+    }
+    gate_leave(st);
+    return rc;
+}
+
+/* The start of every operation: follow a replaced file, clear errmsg. */
+static void op_begin(kdart__store *st) {
+    follow(st);
+    clear_err(st);
+}
+
 /* Percent-encodes path into a file: URI with immutable=1 (allocated). */
 static char *immutable_uri(const char *path) {
     static const char hex[] = "0123456789ABCDEF";
@@ -537,33 +696,62 @@ static char *immutable_uri(const char *path) {
     return u;
 }
 
+/* Reads the file without any lock: where its -shm cannot be made (a
+ * read-only image or mount) or locks fail (ENOLCK).  immutable=1 would
+ * ignore the -wal, and with it every entry not yet checkpointed into the
+ * file, so a database with a WAL is opened through the unix-none VFS (no
+ * locks) in exclusive locking mode, where SQLite keeps the WAL index in
+ * memory instead of the -shm and reads the WAL itself.  What other
+ * processes commit later is not seen: a snapshot is all a read-only cache
+ * needs. */
+static int open_lockfree(kdart__store *st) {
+    char wal[PATH_BUF + 8];
+    struct stat sb;
+    snprintf(wal, sizeof wal, "%s-wal", st->real);
+    if (stat(wal, &sb) == 0 && sb.st_size > 0) {
+        int rc = db_connect(st, st->real, SQLITE_OPEN_READONLY, "unix-none");
+        if (!rc) rc = sql_exec(st, "PRAGMA locking_mode = EXCLUSIVE", "reading the cache without locks");
+        if (!rc) rc = setup(st);
+        if (!rc) return KDART_OK;
+        if (st->db) disconnect(st);
+        clear_err(st);
+    }
+    char *uri = immutable_uri(st->real);
+    if (!uri) return set_err(st, KDART_ENOMEM, "opening %s: out of memory", st->path);
+    int rc = db_connect(st, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    kdart__free(uri);
+    return rc ? rc : setup(st);
+}
+
 static int open_readonly(kdart__store *st) {
     struct stat sb;
     char why[256];
+    int rc = locate(st);
+    if (rc) return rc;
     if (stat(st->path, &sb) != 0) {
         int e = errno;
         return set_err(st, e == ENOENT ? KDART_ENOENT : KDART_EIO, "cannot open read-only cache %s: %s", st->path,
                        strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) return set_err(st, KDART_EIO, "read-only cache %s is not a regular file", st->path);
-    if (header_damaged(st->path, why, sizeof why))
+    if (header_damaged(st->real, why, sizeof why))
         return set_err(st, KDART_ECORRUPT, "read-only cache %s is damaged (%s); left as it is", st->path, why);
-    int rc = db_connect(st, st->path, SQLITE_OPEN_READONLY);
-    if (rc) return rc;
-    rc = setup(st);
-    int prim = st->last_src & 0xff;
-    if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY || prim == SQLITE_IOERR)) {
-        /* A WAL database in a read-only image cannot create its -shm, nor
-         * grow it on a full disk (IOERR); a file nobody can write is read
-         * without locks. */
-        disconnect(st);
-        char *uri = immutable_uri(st->path);
-        if (!uri) return set_err(st, KDART_ENOMEM, "opening %s: out of memory", st->path);
-        clear_err(st);
-        rc = db_connect(st, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
-        kdart__free(uri);
+    clear_err(st);
+    if (st->nolocks) {
+        rc = open_lockfree(st);
+    } else {
+        rc = db_connect(st, st->real, SQLITE_OPEN_READONLY, NULL);
         if (rc) return rc;
         rc = setup(st);
+        int prim = st->last_src & 0xff;
+        if (rc && (prim == SQLITE_CANTOPEN || prim == SQLITE_READONLY || prim == SQLITE_IOERR)) {
+            /* A WAL database in a read-only image cannot create its
+             * -shm, nor grow it on a full disk (IOERR), and a lock that
+             * fails is an IOERR too: read it without locks. */
+            disconnect(st);
+            clear_err(st);
+            rc = open_lockfree(st);
+        }
     }
     if (rc && is_damage(st->last_src)) {
         char msg[sizeof st->err];
@@ -572,6 +760,10 @@ static int open_readonly(kdart__store *st) {
     }
     return rc;
 }
+
+static int heal_by_swap(kdart__store *st, const char *why);
+static void remove_stale_scratch(kdart__store *st, int wait);
+static void reserve_keep(kdart__store *st);
 
 static int open_writable(kdart__store *st) {
     char dir[PATH_BUF], why[sizeof st->err];
@@ -592,37 +784,49 @@ static int open_writable(kdart__store *st) {
         int e = errno;
         return set_err(st, KDART_EIO, "cannot reach cache file %s: %s", st->path, strerror(e));
     }
-    /* Two rounds at most: the file as found, then a fresh one. */
-    for (int round = 0; round < 2; round++) {
-        if (!header_damaged(st->path, why, sizeof why)) {
-            if ((rc = db_connect(st, st->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))) return rc;
-            char note[sizeof st->err];
-            memcpy(note, st->err, sizeof note); /* a move-aside note of round 0 */
-            rc = setup(st);
-            if (!rc) {
-                if (!st->err[0]) memcpy(st->err, note, sizeof note);
-                return KDART_OK;
+    if ((rc = locate(st))) return rc;
+    /* Writing needs locks; without them the cache is read as a read-only
+     * file system's would be (open_fallback_readonly). */
+    if (st->nolocks) return KDART_EIO;
+    remove_stale_scratch(st, 0);
+    /* The file as found, then (after healing an unreadable one) the file
+     * in its place. */
+    for (int round = 0; round < 3; round++) {
+        gate_enter(st, 0);
+        int bad = header_damaged(st->real, why, sizeof why);
+        if (!bad) {
+            if ((rc = db_connect(st, st->real, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL))) {
+                gate_leave(st);
+                return rc;
             }
-            if (!is_damage(st->last_src)) return rc;
+            rc = setup(st);
+            if (!rc || !is_damage(st->last_src)) {
+                gate_leave(st);
+                if (!rc) {
+                    if (st->open_heal[0] && !st->err[0]) snprintf(st->err, sizeof st->err, "%s", st->open_heal);
+                    reserve_keep(st);
+                }
+                return rc;
+            }
             memcpy(why, st->err, sizeof why);
             disconnect(st);
         }
-        if (round > 0)
-            return set_err(st, KDART_ECORRUPT, "cache %s is still unreadable after starting afresh: %s", st->path,
-                           why);
-        if ((rc = move_aside(st, why))) return rc;
+        gate_leave(st);
+        if (round == 2 || st->open_seen >= 0)
+            return set_err(st, KDART_ECORRUPT, "cache %s is still unreadable after healing it: %s", st->path, why);
+        if ((rc = heal_by_swap(st, why))) return rc;
     }
     return KDART_ECORRUPT; /* not reached */
 }
 
 /* A writable open that failed for want of writing (a read-only directory,
- * file or mount; a full disk) still leaves a valid cache worth reading: a
- * prebuilt cache shipped read-only in an image is the common case.  The
- * file is then opened read-only (open_readonly falls back to immutable=1
- * when the -shm cannot be made) and the store behaves as one opened with
- * readonly=1; the note saying so stays in errmsg for the runtime's one
- * warning.  No file, or one that does not open read-only either: the
- * first failure stands. */
+ * file or mount; a full disk; locks that fail) still leaves a valid cache
+ * worth reading: a prebuilt cache shipped read-only in an image is the
+ * common case.  The file is then opened read-only (open_readonly reads it
+ * without locks when its -shm cannot be made or locks fail) and the store
+ * behaves as one opened with readonly=1; the note saying so stays in
+ * errmsg for the runtime's one warning.  No file, or one that does not
+ * open read-only either: the first failure stands. */
 static int open_fallback_readonly(kdart__store *st) {
     char first[sizeof st->err];
     memcpy(first, st->err, sizeof first);
@@ -685,6 +889,8 @@ int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_
         if (err && errlen) snprintf(err, errlen, "opening cache %s: out of memory", path);
         goto fail_alloc;
     }
+    st->dirfd = -1;
+    st->open_seen = -1;
     st->path = kdart__strdup(path);
     if (!st->path) {
         rc = set_err(st, KDART_ENOMEM, "opening cache %s: out of memory", path);
@@ -693,7 +899,7 @@ int kdart__store_open(kdart__store **out, const char *path, int readonly, int64_
     st->ro_open = readonly != 0;
     st->max_bytes = max_bytes;
     if (memory) {
-        if ((rc = db_connect(st, ":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))) goto fail_db;
+        if ((rc = db_connect(st, ":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL))) goto fail_db;
         rc = setup(st);
     } else {
         rc = readonly ? open_readonly(st) : open_writable(st);
@@ -709,6 +915,8 @@ fail_db:
     if (st->db) disconnect(st);
 fail_path:
     if (err && errlen) snprintf(err, errlen, "%s", st->err);
+    if (st->dirfd >= 0) close(st->dirfd);
+    kdart__free(st->real);
     kdart__free(st->path);
     kdart__free(st);
 fail_alloc:
@@ -717,7 +925,11 @@ fail_alloc:
 
 void kdart__store_close(kdart__store *st) {
     if (!st) return;
-    if (st->db) sqlite3_close_v2(st->db);
+    gate_enter(st, 0); /* so that the file cannot be replaced between looking and closing */
+    disconnect(st);
+    gate_leave(st);
+    if (st->dirfd >= 0) close(st->dirfd);
+    kdart__free(st->real);
     kdart__free(st->path);
     kdart__free(st);
 }
@@ -750,8 +962,9 @@ enum { Q_MOVED, Q_GOOD, Q_GONE };
  * key at another entry, and that entry must not be moved for it. */
 static int quarantine_row(kdart__store *st, int64_t rowid, const char *key, int *state) {
     sqlite3_stmt *sel = NULL, *ins = NULL, *del = NULL;
+    gate_enter(st, 0);
     int rc = sql_exec(st, "BEGIN IMMEDIATE", "starting the quarantine");
-    if (rc) return rc;
+    if (rc) goto fail;
     if ((rc = prepare(st, "SELECT key, failed, cubin, cubin_size, cubin_sha256 FROM entries WHERE rowid = ?1",
                       &sel, "re-reading a damaged entry")))
         goto fail;
@@ -802,12 +1015,14 @@ static int quarantine_row(kdart__store *st, int64_t rowid, const char *key, int 
     sqlite3_finalize(del);
     sel = ins = del = NULL;
     if ((rc = sql_exec(st, "COMMIT", "committing the quarantine"))) goto fail;
+    gate_leave(st);
     return KDART_OK;
 fail:
     sqlite3_finalize(sel);
     sqlite3_finalize(ins);
     sqlite3_finalize(del);
     rollback(st);
+    gate_leave(st);
     return rc;
 }
 
@@ -909,7 +1124,7 @@ out:
 
 int kdart__store_get(kdart__store *st, const char *key, kdart__row *row) {
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!row) return set_err(st, KDART_EINVAL, "get: row is NULL");
     memset(row, 0, sizeof *row);
     if (!key || !is_full_key(key)) return set_err(st, KDART_EINVAL, "get: '%s' is not a full key", key ? key : "");
@@ -928,7 +1143,10 @@ int kdart__store_get(kdart__store *st, const char *key, kdart__row *row) {
                                "the cache's key index is damaged (looking up %.16s found another entry)%s", key,
                                writable(st) ? " even after REINDEX" : "; read-only cache, left as it is");
             /* The table is the truth and the index can be rebuilt from it. */
-            if ((rc = sql_exec(st, "REINDEX entries", "rebuilding the damaged key index"))) return rc;
+            gate_enter(st, 0);
+            rc = sql_exec(st, "REINDEX entries", "rebuilding the damaged key index");
+            gate_leave(st);
+            if (rc) return rc;
             reindexed = 1;
             continue;
         }
@@ -986,7 +1204,7 @@ int kdart__store_put(kdart__store *st, kdart__row *row, int replace) {
     };
     sqlite3_stmt *ins = NULL;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!row) return set_err(st, KDART_EINVAL, "put: row is NULL");
     if (!is_full_key(row->key)) return set_err(st, KDART_EINVAL, "put: key is not 64 lowercase hex digits");
     if (!row->kernel || !row->spec || !row->arch || !row->manifest)
@@ -1007,8 +1225,9 @@ int kdart__store_put(kdart__store *st, kdart__row *row, int replace) {
     if (!row->created) row->created = now;
     if (!row->last_used) row->last_used = now;
 
+    gate_enter(st, 0);
     int rc = sql_exec(st, "BEGIN IMMEDIATE", "starting the publication");
-    if (rc) return rc;
+    if (rc) goto fail;
     if ((rc = prepare(st, sql[replace != 0], &ins, "publishing an entry"))) goto fail;
     sqlite3_bind_text(ins, 1, row->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(ins, 2, row->kernel, -1, SQLITE_STATIC);
@@ -1038,10 +1257,12 @@ int kdart__store_put(kdart__store *st, kdart__row *row, int replace) {
         if ((rc = evict(st, st->max_bytes, row->key, &e, &f))) goto fail;
     }
     if ((rc = sql_exec(st, "COMMIT", "committing the publication"))) goto fail;
+    gate_leave(st);
     return KDART_OK;
 fail:
     sqlite3_finalize(ins);
     rollback(st);
+    gate_leave(st);
     return rc;
 }
 
@@ -1050,7 +1271,7 @@ fail:
 int kdart__store_touch(kdart__store *st, const char *key) {
     sqlite3_stmt *up;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!key) return set_err(st, KDART_EINVAL, "touch: key is NULL");
     if (!writable(st)) return KDART_OK; /* a read-only cache keeps no usage */
     int rc = prepare(st, "UPDATE entries SET last_used = ?2, hits = hits + 1 WHERE key = ?1", &up,
@@ -1058,7 +1279,9 @@ int kdart__store_touch(kdart__store *st, const char *key) {
     if (rc) return rc;
     sqlite3_bind_text(up, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(up, 2, kdart__unix_time());
+    gate_enter(st, 0);
     int src = sqlite3_step(up);
+    gate_leave(st);
     if (src != SQLITE_DONE) rc = sql_err(st, src, "recording a hit on %.16s", key);
     else if (sqlite3_changes(st->db) == 0) rc = set_err(st, KDART_ENOENT, "touch: no entry %.16s", key);
     sqlite3_finalize(up);
@@ -1071,7 +1294,7 @@ int kdart__store_resolve(kdart__store *st, const char *prefix, char key[65]) {
     char lo[65], hi[66];
     sqlite3_stmt *sel;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (key) key[0] = 0;
     if (!prefix || !key) return set_err(st, KDART_EINVAL, "resolve: prefix and key must be given");
     size_t n = 0;
@@ -1115,7 +1338,7 @@ int kdart__store_list(kdart__store *st, int with_manifest, int (*fn)(void *user,
                       void *user) {
     sqlite3_stmt *sel;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!fn) return set_err(st, KDART_EINVAL, "list: callback is NULL");
     /* The row handed to fn points into SQLite's buffers: valid for the
      * call only, and nothing to allocate (or fail) per row. */
@@ -1164,7 +1387,7 @@ int kdart__store_list(kdart__store *st, int with_manifest, int (*fn)(void *user,
 int kdart__store_getstats(kdart__store *st, kdart__store_stats *out) {
     sqlite3_stmt *sel;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!out) return set_err(st, KDART_EINVAL, "stats: out is NULL");
     memset(out, 0, sizeof *out);
     int rc = prepare(st,
@@ -1204,6 +1427,22 @@ static void add_err(kdart__store *st, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* sql_err, appended to errmsg instead of replacing what it says. */
+static int sql_note(kdart__store *st, int src, const char *fmt, ...) {
+    char keep[sizeof st->err], ctx[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(keep, st->err, sizeof keep);
+    int rc = sql_err(st, src, "%s", ctx);
+    char msg[sizeof st->err];
+    memcpy(msg, st->err, sizeof msg);
+    memcpy(st->err, keep, sizeof keep);
+    add_err(st, "%s", msg);
+    return rc;
+}
+
 /* PRAGMA integrity_check; *bad = 1 and the first lines added to errmsg
  * when it is not "ok". */
 static int integrity(kdart__store *st, int *bad) {
@@ -1217,17 +1456,9 @@ static int integrity(kdart__store *st, int *bad) {
         if (t && !strcmp(t, "ok")) continue;
         if (!*bad) add_err(st, "integrity_check:");
         *bad = 1;
-        if (line < 5) add_err(st, "%s", t ? t : "?");
+        if (line < 5) add_err(st, "%.200s%s", t ? t : "?", t && strlen(t) > 200 ? "..." : "");
     }
-    if (src != SQLITE_DONE) {
-        char keep[sizeof st->err];
-        memcpy(keep, st->err, sizeof keep);
-        rc = sql_err(st, src, "checking cache integrity");
-        char msg[sizeof st->err];
-        memcpy(msg, st->err, sizeof msg);
-        memcpy(st->err, keep, sizeof keep);
-        add_err(st, "%s", msg);
-    }
+    if (src != SQLITE_DONE) rc = sql_note(st, src, "checking cache integrity");
     sqlite3_finalize(sel);
     return rc;
 }
@@ -1239,21 +1470,16 @@ typedef struct rowids {
     size_t n, cap;
 } rowids;
 
-/* Adds the rowids one query yields until it ends or meets damage. */
-static void collect_rowids(kdart__store *st, const char *sql, rowids *ids) {
-    sqlite3_stmt *sel;
-    if (sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL) != SQLITE_OK) return;
-    while (sqlite3_step(sel) == SQLITE_ROW) {
-        if (ids->n == ids->cap) {
-            size_t cap = ids->cap ? 2 * ids->cap : 256;
-            int64_t *v = kdart__realloc(ids->v, cap * sizeof *v);
-            if (!v) break;
-            ids->v = v;
-            ids->cap = cap;
-        }
-        ids->v[ids->n++] = sqlite3_column_int64(sel, 0);
+static int rowids_add(rowids *ids, int64_t id) {
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? 2 * ids->cap : 256;
+        int64_t *v = kdart__realloc(ids->v, cap * sizeof *v);
+        if (!v) return KDART_ENOMEM;
+        ids->v = v;
+        ids->cap = cap;
     }
-    sqlite3_finalize(sel);
+    ids->v[ids->n++] = id;
+    return KDART_OK;
 }
 
 static int cmp_rowid(const void *a, const void *b) {
@@ -1261,12 +1487,41 @@ static int cmp_rowid(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Copies every entry that can still be read and passes its checks into
- * the fresh store `to`.  A damaged page cuts a scan short, so rowids are
- * gathered along every path that reaches rows: the table from both ends
- * and each index (whose entries carry the rowid); each row is then read
- * on its own, so only the rows under the damaged page are lost. */
-static int salvage_rows(kdart__store *st, kdart__store *to, int64_t *saved, int64_t *seen) {
+/* Sorts ids and drops repeats; returns how many remain. */
+static size_t rowids_unique(rowids *ids) {
+    if (!ids->n) return 0;
+    qsort(ids->v, ids->n, sizeof *ids->v, cmp_rowid);
+    size_t k = 1;
+    for (size_t i = 1; i < ids->n; i++)
+        if (ids->v[i] != ids->v[k - 1]) ids->v[k++] = ids->v[i];
+    return ids->n = k;
+}
+
+/* Adds the rowids one query yields until it ends or meets damage. */
+static void collect_rowids(kdart__store *st, const char *sql, rowids *ids) {
+    sqlite3_stmt *sel;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL) != SQLITE_OK) return;
+    while (sqlite3_step(sel) == SQLITE_ROW && rowids_add(ids, sqlite3_column_int64(sel, 0)) == KDART_OK) {
+    }
+    sqlite3_finalize(sel);
+}
+
+/* Whether the scratch store has key already. */
+static int has_key(kdart__store *to, const char *key) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(to->db, "SELECT 1 FROM entries WHERE key = ?1", -1, &s, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return found;
+}
+
+/* Copies every entry SQLite can still reach, and that passes its checks,
+ * into the scratch store `to`.  A damaged page cuts a scan short, so
+ * rowids are gathered along every path that reaches rows: the table from
+ * both ends and each index (whose entries carry the rowid); each row is
+ * then read on its own.  ids gets every rowid found (readable or not). */
+static int salvage_sql(kdart__store *st, kdart__store *to, rowids *ids, int64_t *saved) {
     static const char *const paths[] = {
         "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid",
         "SELECT rowid FROM entries NOT INDEXED ORDER BY rowid DESC",
@@ -1274,18 +1529,14 @@ static int salvage_rows(kdart__store *st, kdart__store *to, int64_t *saved, int6
         "SELECT rowid FROM entries INDEXED BY entries_last_used",
         "SELECT rowid FROM entries INDEXED BY entries_kernel",
     };
-    rowids ids = {0};
     sqlite3_stmt *sel = NULL;
     int rc = KDART_OK;
-    *saved = *seen = 0;
-    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) collect_rowids(st, paths[i], &ids);
-    if (ids.n) qsort(ids.v, ids.n, sizeof *ids.v, cmp_rowid);
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) collect_rowids(st, paths[i], ids);
+    size_t n = rowids_unique(ids);
     if (sqlite3_prepare_v2(st->db, "SELECT " COLS " FROM entries WHERE rowid = ?1", -1, &sel, NULL) != SQLITE_OK)
-        ids.n = 0;
-    for (size_t i = 0; i < ids.n && rc == KDART_OK; i++) {
-        if (i && ids.v[i] == ids.v[i - 1]) continue;
-        ++*seen;
-        sqlite3_bind_int64(sel, 1, ids.v[i]);
+        n = 0;
+    for (size_t i = 0; i < n && rc == KDART_OK; i++) {
+        sqlite3_bind_int64(sel, 1, ids->v[i]);
         if (sqlite3_step(sel) == SQLITE_ROW) {
             const char *k = (const char *)sqlite3_column_text(sel, 0);
             char key[65];
@@ -1301,59 +1552,606 @@ static int salvage_rows(kdart__store *st, kdart__store *to, int64_t *saved, int6
         sqlite3_reset(sel);
     }
     sqlite3_finalize(sel);
-    kdart__free(ids.v);
     return rc;
 }
 
-/* Replaces a file whose pages are damaged (what REINDEX cannot repair)
- * with a fresh one holding every entry that can still be read: the rows
- * go into <path>.salvage-<pid>, the damaged file is moved aside as open
- * does (never deleted), the fresh file takes its place and the store
- * reconnects to it.  Other processes still holding the old file keep
- * using it until they reopen; the aside copy keeps whatever they add.
- * Leaves what it did in errmsg (appended); returns a KDART status. */
-static int salvage(kdart__store *st, const char *why) {
-    char tmp[PATH_BUF + 64], msg[sizeof st->err], err[512];
-    kdart__store *to = NULL;
-    int64_t saved = 0, seen = 0;
-    snprintf(tmp, sizeof tmp, "%s.salvage-%ld", st->path, (long)getpid());
-    unlink(tmp);
-    int rc = kdart__store_open(&to, tmp, 0, 0, err, sizeof err);
+/* The page walk's view of an entries row (pages.h): its 16 columns in
+ * COLS order, checked as get checks a row, then published into `to`
+ * unless a row of that key is there already. */
+typedef struct walk {
+    kdart__store *to;
+    rowids *ids;
+    int64_t saved;
+    int oom;
+} walk;
+
+static char *field_text(const kdart__field *f, int *oom) {
+    if (f->type != SQLITE_TEXT) return NULL;
+    char *s = kdart__malloc(f->n + 1);
+    if (!s) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(s, f->p, f->n);
+    s[f->n] = 0;
+    return s;
+}
+
+static int walk_record(void *user, int64_t rowid, const kdart__field *f, int n) {
+    walk *w = user;
+    char key[65], sha[65];
+    /* A record of the key index (key, rowid): an entry that existed,
+     * counted as found even where its row cannot be read any more. */
+    if (rowid < 0) {
+        if (n == 2 && f[0].type == SQLITE_TEXT && f[0].n == 64 && f[1].type == SQLITE_INTEGER &&
+            rowids_add(w->ids, f[1].i))
+            return w->oom = 1;
+        return 0;
+    }
+    /* Other tables' rows (quarantine has 18 columns, leases 7) and
+     * damaged cells do not have this shape. */
+    if (n != 16 || f[0].type != SQLITE_TEXT || f[0].n != 64) return 0;
+    memcpy(key, f[0].p, 64);
+    key[64] = 0;
+    if (!is_full_key(key) || f[1].type != SQLITE_TEXT || f[2].type != SQLITE_TEXT || f[3].type != SQLITE_TEXT ||
+        f[5].type != SQLITE_TEXT)
+        return 0;
+    if (rowids_add(w->ids, rowid)) return w->oom = 1;
+    if (has_key(w->to, key)) return 0;
+    int has_sha = f[11].type == SQLITE_TEXT && f[11].n == 64;
+    if (has_sha) memcpy(sha, f[11].p, 64);
+    sha[has_sha ? 64 : 0] = 0;
+    const void *blob = f[9].type == SQLITE_BLOB ? f[9].p : NULL;
+    int nblob = blob && f[9].n <= INT32_MAX ? (int)f[9].n : 0;
+    if (payload_problem(key, f[4].type == SQLITE_INTEGER, f[4].i, blob, nblob,
+                        f[10].type == SQLITE_INTEGER ? f[10].i : -1, has_sha ? sha : NULL))
+        return 0;
+    kdart__row row;
+    memset(&row, 0, sizeof row);
+    memcpy(row.key, key, sizeof row.key);
+    row.failed = f[4].i == 1;
+    row.kernel = field_text(&f[1], &w->oom);
+    row.spec = field_text(&f[2], &w->oom);
+    row.arch = field_text(&f[3], &w->oom);
+    row.manifest = field_text(&f[5], &w->oom);
+    row.report = field_text(&f[6], &w->oom);
+    row.log = field_text(&f[7], &w->oom);
+    row.lowered = field_text(&f[8], &w->oom);
+    row.compile_ms = f[12].type == SQLITE_FLOAT ? f[12].d : (double)f[12].i;
+    row.created = f[13].i;
+    row.last_used = f[14].i;
+    row.hits = f[15].i;
+    if (!w->oom) {
+        row.cubin = (unsigned char *)blob; /* put reads it; it stays the walk's */
+        row.cubin_size = (size_t)nblob;
+        if (kdart__store_put(w->to, &row, 0) == KDART_OK) w->saved++;
+        row.cubin = NULL;
+    }
+    kdart__row_release(&row);
+    return w->oom;
+}
+
+/* Adds the entries that only the leaf pages still hold (below a damaged
+ * interior page, or in a file whose schema is unreadable): every table
+ * leaf page of the file, with the WAL at wal laid over it. */
+static int salvage_pages(kdart__store *st, kdart__store *to, const char *wal, rowids *ids, int64_t *saved) {
+    walk w = {to, ids, 0, 0};
+    if (kdart__pages_each_record(st->real, wal, walk_record, &w, NULL) != 0)
+        add_err(st, "cannot read %s page by page: %s", st->real, strerror(errno));
+    *saved += w.saved;
+    return w.oom ? KDART_ENOMEM : KDART_OK;
+}
+
+/* Copies the rows of a table into the scratch store.  required: every
+ * row must arrive (KDART_OK or a failure); otherwise (quarantine and
+ * counters while healing: not entries) what cannot be read is left
+ * behind without a word. */
+static int copy_table(kdart__store *st, kdart__store *to, const char *table, int required) {
+    char sql[160];
+    sqlite3_stmt *sel = NULL, *ins = NULL;
+    int src = SQLITE_OK, bad = 0;
+    snprintf(sql, sizeof sql, "SELECT * FROM %s", table);
+    if ((src = sqlite3_prepare_v2(st->db, sql, -1, &sel, NULL)) != SQLITE_OK) goto out;
+    int n = sqlite3_column_count(sel);
+    int w = snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO %s VALUES (?", table);
+    for (int i = 1; i < n && w < (int)sizeof sql - 4; i++) w += snprintf(sql + w, sizeof sql - (size_t)w, ",?");
+    snprintf(sql + w, sizeof sql - (size_t)w, ")");
+    if (sqlite3_prepare_v2(to->db, sql, -1, &ins, NULL) != SQLITE_OK) {
+        bad = 1;
+        goto out;
+    }
+    while ((src = sqlite3_step(sel)) == SQLITE_ROW) {
+        for (int i = 0; i < n; i++) sqlite3_bind_value(ins, i + 1, sqlite3_column_value(sel, i));
+        bad |= sqlite3_step(ins) != SQLITE_DONE;
+        sqlite3_reset(ins);
+    }
+out:
+    sqlite3_finalize(sel);
+    sqlite3_finalize(ins);
+    if (!required || (!bad && (src == SQLITE_DONE || src == SQLITE_OK))) return KDART_OK;
+    return set_err(st, KDART_ECACHE, "copying the %s table: %s", table,
+                   bad ? sqlite3_errmsg(to->db) : sqlite3_errstr(src));
+}
+
+#define COUNTERS_TABLE "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+
+/* How many times the file was healed (the "heals" counter): a healer that
+ * waited for the gate compares it with what it read before it found the
+ * damage, to tell that another process healed the file meanwhile.  0: no
+ * counter yet; -1: unreadable. */
+static int64_t heals_of(kdart__store *st) {
+    sqlite3_stmt *s;
+    int src = sqlite3_prepare_v2(st->db, "SELECT value FROM counters WHERE name = 'heals'", -1, &s, NULL);
+    if (src != SQLITE_OK) return (src & 0xff) == SQLITE_ERROR ? 0 : -1; /* no such table: never healed */
+    src = sqlite3_step(s);
+    int64_t v = src == SQLITE_ROW ? sqlite3_column_int64(s, 0) : src == SQLITE_DONE ? 0 : -1;
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* "<real>.salvage-<pid><suffix>": the scratch files of a healing. */
+static void scratch_name(const kdart__store *st, const char *suffix, char *buf, size_t n) {
+    snprintf(buf, n, "%s.salvage-%ld%s", st->real, (long)getpid(), suffix);
+}
+
+/* A scratch store beside the cache: our schema, the page size and
+ * auto_vacuum given (so that it can be copied over the damaged file page
+ * for page), no journal and no syncs, since a healer that dies leaves it
+ * to be removed (remove_stale_scratch), never used. */
+static int scratch_open(kdart__store *st, int64_t page_size, int64_t auto_vacuum, kdart__store **out) {
+    char path[PATH_BUF + 64], sql[256];
+    *out = NULL;
+    scratch_name(st, "", path, sizeof path);
+    kdart__store *to = kdart__calloc(1, sizeof *to);
+    if (!to || !(to->path = kdart__strdup(path))) {
+        kdart__free(to);
+        return set_err(st, KDART_ENOMEM, "salvaging: out of memory");
+    }
+    to->dirfd = -1;
+    to->open_seen = -1;
+    unlink(path);
+    snprintf(sql, sizeof sql,
+             "PRAGMA page_size = %lld; PRAGMA auto_vacuum = %lld; PRAGMA journal_mode = OFF; "
+             "PRAGMA synchronous = OFF",
+             (long long)page_size, (long long)auto_vacuum);
+    int rc = db_connect(to, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (!rc) rc = sql_exec(to, sql, "setting up the scratch file");
+    if (!rc) rc = migrate(to);
+    if (!rc) rc = sql_exec(to, COUNTERS_TABLE, "creating the counters table");
     if (rc) {
-        add_err(st, "cannot salvage into %s: %s", tmp, err);
+        add_err(st, "cannot salvage into %s: %s", path, to->err);
+        kdart__store_close(to);
+        unlink(path);
         return rc;
+    }
+    *out = to;
+    return KDART_OK;
+}
+
+/* Copies a file's bytes: 0, or -1 with errno set. */
+static int copy_bytes(const char *from, const char *to) {
+    enum { CHUNK = 1 << 20 };
+    int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = -1, e = 0;
+    char *buf = kdart__malloc(CHUNK);
+    if (in < 0 || !buf || (out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) goto done;
+    for (;;) {
+        ssize_t n = read(in, buf, CHUNK);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) goto done;
+        if (n == 0) break;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = write(out, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) goto done;
+            w += k;
+        }
+    }
+    rc = 0;
+done:
+    e = errno;
+    if (in >= 0) close(in);
+    if (out >= 0 && close(out) != 0 && rc == 0) rc = -1, e = errno;
+    kdart__free(buf);
+    errno = e;
+    return rc;
+}
+
+/* Copies the scratch store over the cache file: every page, in one write
+ * transaction of the cache file (SQLite's backup API), which waits for
+ * the write lock as any writer does. */
+static int copy_over(kdart__store *st, kdart__store *from) {
+    sqlite3_backup *b = sqlite3_backup_init(st->db, "main", from->db, "main");
+    if (!b) return sql_note(st, sqlite3_errcode(st->db), "healing the cache file");
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    int src;
+    for (int tries = 0;; tries++) {
+        src = sqlite3_backup_step(b, -1);
+        if (src == SQLITE_DONE || tries == 20) break;
+        if ((src & 0xff) != SQLITE_BUSY && (src & 0xff) != SQLITE_LOCKED) break;
+        nanosleep(&pause, NULL);
+    }
+    int fin = sqlite3_backup_finish(b);
+    if (src == SQLITE_DONE && fin == SQLITE_OK) {
+        st->counters_ready = 0;
+        return KDART_OK;
+    }
+    return sql_note(st, src == SQLITE_DONE ? fin : src, "healing the cache file");
+}
+
+/* Scratch files (<real>.salvage-<pid>...) of a healer that died.  A
+ * healer holds the gate exclusive for as long as its scratch files exist,
+ * so whoever holds it exclusive may remove every one of them, whatever
+ * pid (or pid namespace) its name carries; held: the caller holds it.
+ * Otherwise it is taken for a moment if free (never waited for: a healer
+ * at work holds it).  Where flock does not work, only files of a pid that
+ * is gone from this pid namespace go. */
+static void remove_stale_scratch(kdart__store *st, int held) {
+    if (!st->real || st->dirfd < 0) return;
+    const char *slash = strrchr(st->real, '/');
+    char prefix[PATH_BUF];
+    snprintf(prefix, sizeof prefix, "%s.salvage-", slash ? slash + 1 : st->real);
+    size_t plen = strlen(prefix);
+    int fd = dup(st->dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    int locked = held, found = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        if (!found++ && !held) locked = flock(st->dirfd, LOCK_EX | LOCK_NB) == 0;
+        long pid = strtol(e->d_name + plen, NULL, 10);
+        if (pid == (long)getpid()) continue;
+        if (locked || (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)) unlinkat(st->dirfd, e->d_name, 0);
+    }
+    if (locked && !held) flock(st->dirfd, LOCK_UN);
+    closedir(d);
+}
+
+/* Heals a file whose pages are damaged (what REINDEX cannot repair) in
+ * place: every entry that can still be read, through SQLite and then
+ * from every leaf page, goes into a scratch store, which is copied over
+ * the damaged file as one transaction of it (copy_over).  So the cache
+ * file is never missing or renamed (a symlink to it stays a link to the
+ * healed file), a kill anywhere leaves the damaged file or the healed one
+ * and never a mix, and processes that have the file open simply read the
+ * healed contents next.  Under the gate, exclusive (see gate_enter): no
+ * entry is published between the salvage's reading and the commit.  A
+ * copy of the damaged file (and its -wal) is kept as
+ * <real>.corrupt-<time>-<pid>.  gen: the heal count read before the
+ * damage was found; when it changed while we waited for the gate,
+ * another process has healed the file (*other = 1) and nothing is done.
+ * Adds what it did to errmsg; *seen counts the entries found by any path,
+ * readable or not, *saved those salvaged. */
+static int heal_in_place(kdart__store *st, int64_t gen, int64_t *seen, int64_t *saved, int *other) {
+    char copy[PATH_BUF + 96], copy_wal[PATH_BUF + 96], wal[PATH_BUF + 8], aside[PATH_BUF + 96], side[PATH_BUF + 100],
+        scratch[PATH_BUF + 96];
+    kdart__store *to = NULL;
+    rowids ids = {0};
+    int64_t psize = 4096, vacuum = 2;
+    int rc;
+    *seen = *saved = 0;
+    *other = 0;
+    gate_enter(st, 1);
+    remove_stale_scratch(st, 1);
+    if (heals_of(st) != gen) {
+        *other = 1;
+        add_err(st, "another process healed the cache meanwhile");
+        gate_leave(st);
+        return KDART_OK;
+    }
+    query_int64(st, "PRAGMA page_size", &psize, "reading the page size");
+    query_int64(st, "PRAGMA auto_vacuum", &vacuum, "reading auto_vacuum");
+    scratch_name(st, "", scratch, sizeof scratch);
+    scratch_name(st, "-damaged", copy, sizeof copy);
+    scratch_name(st, "-damaged-wal", copy_wal, sizeof copy_wal);
+    snprintf(wal, sizeof wal, "%s-wal", st->real);
+    if ((rc = scratch_open(st, psize, vacuum, &to))) goto out;
+    /* The damaged file is kept, never lost: it may hold what salvage
+     * cannot read, and it is the evidence of what went wrong. */
+    if (copy_bytes(st->real, copy) != 0 || (path_exists(wal) && copy_bytes(wal, copy_wal) != 0)) {
+        rc = KDART_EIO;
+        add_err(st, "cannot keep a copy of the damaged file (%s); left as it is", strerror(errno));
+        goto out;
     }
     st->healing = 1;
-    rc = salvage_rows(st, to, &saved, &seen);
+    rc = salvage_sql(st, to, &ids, saved);
+    if (!rc) rc = salvage_pages(st, to, wal, &ids, saved);
+    copy_table(st, to, "quarantine", 0);
+    copy_table(st, to, "counters", 0);
+    st->healing = 0;
+    if (rc) {
+        add_err(st, "salvage ran out of memory; cache left as it is");
+        goto out;
+    }
+    snprintf(side, sizeof side, "INSERT OR REPLACE INTO counters (name, value) VALUES ('heals', %lld)",
+             (long long)(gen > 0 ? gen + 1 : 1));
+    if ((rc = sql_exec(to, side, "counting the heal"))) {
+        add_err(st, "%s", to->err);
+        goto out;
+    }
+    st->healing = 1;
+    rc = copy_over(st, to);
+    st->healing = 0;
+    if (rc) goto out;
+    snprintf(aside, sizeof aside, "%s.corrupt-%lld-%ld", st->real, (long long)kdart__unix_time(), (long)getpid());
+    rename(copy, aside);
+    snprintf(side, sizeof side, "%s-wal", aside);
+    rename(copy_wal, side);
+    damage_flag_path(st, side, sizeof side);
+    unlink(side);
+    *seen = (int64_t)rowids_unique(&ids);
+    add_err(st, "%lld of %lld entries salvaged into the healed file (the damaged one is kept as %s)",
+            (long long)*saved, (long long)*seen, aside);
+out:
     st->healing = 0;
     kdart__store_close(to);
-    if (rc) {
-        unlink(tmp);
-        add_err(st, "salvage ran out of memory; cache left as it is");
-        return rc;
+    unlink(scratch);
+    unlink(copy);
+    unlink(copy_wal);
+    kdart__free(ids.v);
+    gate_leave(st);
+    return rc;
+}
+
+/* The name the damaged file keeps beside the healed one, and its WAL.
+ * A healing killed after giving the file that name and before taking it
+ * away may have left one already (the same inode as real): it is used
+ * again, and its -wal (the damaged file's, moved with it) is read too. */
+static void aside_of(kdart__store *st, char *aside, size_t n, char *wal, size_t nwal) {
+    struct stat me, sb;
+    snprintf(aside, n, "%s.corrupt-%lld-%ld", st->real, (long long)kdart__unix_time(), (long)getpid());
+    snprintf(wal, nwal, "%s-wal", st->real);
+    if (stat(st->real, &me) != 0 || (stat(wal, &sb) == 0 && sb.st_size > 0)) return;
+    const char *slash = strrchr(st->real, '/');
+    size_t dlen = slash ? (size_t)(slash - st->real) : 0;
+    char prefix[PATH_BUF];
+    snprintf(prefix, sizeof prefix, "%s.corrupt-", slash ? slash + 1 : st->real);
+    int fd = dup(st->dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
     }
-    memcpy(msg, st->err, sizeof msg);
-    disconnect(st);
-    if ((rc = move_aside(st, why)) == KDART_OK && rename(tmp, st->path) != 0) rc = KDART_EIO;
-    char aside[sizeof st->err];
-    memcpy(aside, st->err, sizeof aside);
-    memcpy(st->err, msg, sizeof msg);
-    if (rc) {
-        unlink(tmp);
-        add_err(st, "salvage failed: %s", aside);
-    } else {
-        char flag[PATH_BUF + 16];
-        damage_flag_path(st, flag, sizeof flag);
-        unlink(flag);
-        add_err(st, "%lld of %lld entries salvaged into a fresh file (%s)", (long long)saved, (long long)seen,
-                strstr(aside, "moved aside") ? strstr(aside, "moved aside") : aside);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || strchr(e->d_name + strlen(prefix), '-') !=
+                                                                       strrchr(e->d_name + strlen(prefix), '-'))
+            continue; /* not <prefix><time>-<pid> (a -wal or -shm) */
+        if (fstatat(st->dirfd, e->d_name, &sb, 0) != 0 || sb.st_ino != me.st_ino || sb.st_dev != me.st_dev) continue;
+        snprintf(aside, n, "%.*s/%s", (int)dlen, st->real, e->d_name);
+        snprintf(wal, nwal, "%s-wal", aside);
+        break;
     }
-    /* Connected again either way: to the fresh file, or to the old one. */
-    char note[sizeof st->err];
-    memcpy(note, st->err, sizeof note);
-    int rc2 = open_writable(st);
-    memcpy(st->err, note, sizeof note);
-    return rc ? rc : rc2;
+    closedir(d);
+}
+
+/* Heals a file SQLite cannot open at all (a garbage or cut header; a
+ * damaged page 1, where the schema is): nothing can be written into it
+ * through SQLite, so the entries its leaf pages still hold go into a
+ * scratch store, which then takes the cache file's name by rename(2),
+ * atomically: the path always names a whole file, the damaged one or the
+ * healed one.  The damaged file first gets a second name (a hard link,
+ * or a copy where links are refused), and its -wal and -shm move to that
+ * name, so that no process pairs the new file with the old one's WAL.
+ * Processes that still have the old file open notice the new one at
+ * their next operation (replaced()) and reconnect.  Under the gate,
+ * exclusive; when another process has healed the file while we waited,
+ * nothing is done and the caller connects again.  What it did is kept
+ * for open's note and the next verify (open_heal, open_seen). */
+static int heal_by_swap(kdart__store *st, const char *why) {
+    static const char *const sides[] = {"-wal", "-shm", "-journal"};
+    char aside[PATH_BUF + 96], wal[PATH_BUF + 128], scratch[PATH_BUF + 96], from[PATH_BUF + 16],
+        to_name[PATH_BUF + 128], check[256];
+    kdart__store *to = NULL;
+    rowids ids = {0};
+    int64_t saved = 0;
+    gate_enter(st, 1);
+    remove_stale_scratch(st, 1);
+    if (!header_damaged(st->real, check, sizeof check)) {
+        int ok = db_connect(st, st->real, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) == KDART_OK &&
+                 setup(st) == KDART_OK;
+        disconnect(st);
+        if (ok) {
+            clear_err(st);
+            gate_leave(st);
+            return KDART_OK;
+        }
+    }
+    clear_err(st);
+    scratch_name(st, "", scratch, sizeof scratch);
+    int rc = scratch_open(st, 4096, 2, &to);
+    if (rc) goto out;
+    aside_of(st, aside, sizeof aside, wal, sizeof wal);
+    st->healing = 1;
+    rc = salvage_pages(st, to, wal, &ids, &saved);
+    st->healing = 0;
+    if (!rc) rc = sql_exec(to, "PRAGMA journal_mode = WAL", "making the healed file a WAL database");
+    if (rc) {
+        add_err(st, "%s", to->err);
+        goto out;
+    }
+    kdart__store_close(to); /* checkpoints: the scratch file is whole */
+    to = NULL;
+    int fd = open(scratch, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    if (!path_exists(aside) && link(st->real, aside) != 0 && copy_bytes(st->real, aside) != 0) {
+        rc = set_err(st, KDART_EIO, "cache %s is damaged (%s) and no copy of it can be kept: %s", st->path, why,
+                     strerror(errno));
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof sides / sizeof *sides; i++) {
+        snprintf(from, sizeof from, "%s%s", st->real, sides[i]);
+        snprintf(to_name, sizeof to_name, "%s%s", aside, sides[i]);
+        (void)rename(from, to_name); /* usually absent */
+    }
+    if (rename(scratch, st->real) != 0) {
+        rc = set_err(st, KDART_EIO, "cache %s is damaged (%s) and the healed file cannot take its place: %s",
+                     st->path, why, strerror(errno));
+        goto out;
+    }
+    fsync(st->dirfd);
+    damage_flag_path(st, from, sizeof from);
+    unlink(from);
+    st->open_seen = (int64_t)rowids_unique(&ids);
+    st->open_saved = saved;
+    snprintf(st->open_heal, sizeof st->open_heal,
+             "cache was damaged (%.200s); moved aside to %.200s, %lld of %lld entries salvaged into a fresh file", why,
+             aside, (long long)saved, (long long)st->open_seen);
+out:
+    st->healing = 0;
+    kdart__store_close(to);
+    unlink(scratch);
+    kdart__free(ids.v);
+    gate_leave(st);
+    return rc;
+}
+
+/* ------------------------------------------------------------- reserve */
+
+/* A full disk is when cleaning matters most, and deleting needs room too:
+ * each transaction appends its pages to the WAL, and the WAL gives space
+ * back only once a checkpoint has copied it into the database.  So the
+ * writable cache keeps <real>.reserve, a file of allocated blocks (1/64
+ * of the file system, at least 256 KiB and at most 8 MiB), which gc, rm
+ * and clear delete when they fail for want of space; then the cleaning
+ * commits, a checkpoint truncates the WAL and the reserve is made again
+ * once there is room. */
+static void reserve_path(const kdart__store *st, char *buf, size_t n) { snprintf(buf, n, "%s.reserve", st->real); }
+
+static void reserve_keep(kdart__store *st) {
+    char path[PATH_BUF + 16];
+    struct statvfs fs;
+    struct stat sb;
+    struct rlimit rl;
+    if (!st->real || !writable(st) || statvfs(st->real, &fs) != 0) return;
+    off_t want = (off_t)((uint64_t)fs.f_blocks * fs.f_frsize / 64);
+    want = want < (256 << 10) ? (256 << 10) : want > (8 << 20) ? (8 << 20) : want;
+    /* Past RLIMIT_FSIZE the allocation would raise SIGXFSZ. */
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rlim_t)want > rl.rlim_cur) return;
+    reserve_path(st, path, sizeof path);
+    if (stat(path, &sb) == 0 && sb.st_size >= want) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    int bad = posix_fallocate(fd, 0, want) != 0;
+    close(fd);
+    if (bad) unlink(path); /* no room for it: nothing held back */
+}
+
+/* Gives the reserve's space to the file system: 1 when there was one. */
+static int reserve_release(kdart__store *st) {
+    char path[PATH_BUF + 16];
+    if (!st->real) return 0;
+    reserve_path(st, path, sizeof path);
+    return unlink(path) == 0;
+}
+
+static int reserve_present(const kdart__store *st) {
+    char path[PATH_BUF + 16];
+    if (!st->real) return 1;
+    reserve_path(st, path, sizeof path);
+    return path_exists(path);
+}
+
+/* Whether a checkpoint can finish in the free space once the free pages
+ * are gone (after_vacuum), or now: it writes the WAL's pages into the
+ * database file, up to the database's size, and the file must grow that
+ * far first.  One that cannot finish still grows the file into whatever
+ * space there is, which is then gone for the WAL frames cleaning needs. */
+static int checkpoint_fits(kdart__store *st, int after_vacuum) {
+    int64_t pages = 0, psize = 0, free_pages = 0;
+    struct stat sb;
+    struct statvfs fs;
+    if (query_int64(st, "PRAGMA page_count", &pages, "sizing the cache") ||
+        query_int64(st, "PRAGMA page_size", &psize, "sizing the cache") ||
+        (after_vacuum && query_int64(st, "PRAGMA freelist_count", &free_pages, "sizing the cache")) ||
+        stat(st->real, &sb) != 0 || statvfs(st->real, &fs) != 0)
+        return 0;
+    return (pages - free_pages) * psize - (int64_t)sb.st_size <= (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+}
+
+/* Whether what the database holds (its pages less the free ones) fits
+ * twice in the free space: once in a scratch file, once more as the
+ * database file grows when the WAL is checkpointed into it. */
+static int compact_fits(kdart__store *st) {
+    int64_t pages = 0, psize = 0, free_pages = 0;
+    struct stat sb;
+    struct statvfs fs;
+    if (query_int64(st, "PRAGMA page_count", &pages, "sizing the cache") ||
+        query_int64(st, "PRAGMA page_size", &psize, "sizing the cache") ||
+        query_int64(st, "PRAGMA freelist_count", &free_pages, "sizing the cache") || stat(st->real, &sb) != 0 ||
+        statvfs(st->real, &fs) != 0)
+        return 0;
+    int64_t live = (pages - free_pages) * psize, grow = live - (int64_t)sb.st_size;
+    return live + (grow > 0 ? grow : 0) <= (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+}
+
+/* Rebuilds the file with what it holds: every row into a scratch store,
+ * copied over the file page for page (copy_over), as one transaction whose
+ * WAL frames are the kept pages only.  An incremental vacuum would make
+ * every freed page dirty, and the page cache spills those into the WAL,
+ * which is what a full disk has no room for.  Under the gate, exclusive,
+ * so that nothing is published between the copying and the commit. */
+static int compact(kdart__store *st) {
+    static const char *const tables[] = {"entries", "quarantine", "leases", "counters"};
+    char scratch[PATH_BUF + 96];
+    kdart__store *to = NULL;
+    int64_t psize = 4096, vacuum = 2;
+    gate_enter(st, 1);
+    query_int64(st, "PRAGMA page_size", &psize, "reading the page size");
+    query_int64(st, "PRAGMA auto_vacuum", &vacuum, "reading auto_vacuum");
+    scratch_name(st, "", scratch, sizeof scratch);
+    int rc = scratch_open(st, psize, vacuum, &to);
+    for (size_t i = 0; !rc && i < sizeof tables / sizeof *tables; i++) rc = copy_table(st, to, tables[i], i == 0);
+    if (!rc) rc = copy_over(st, to);
+    kdart__store_close(to);
+    unlink(scratch);
+    gate_leave(st);
+    return rc;
+}
+
+/* Runs a cleaning operation (gc, rm, clear) under the gate, in one
+ * transaction that ends with an incremental vacuum, so that the freed
+ * pages go back to the file system with it.  When that fails for want of
+ * space, the disk is full: the reserve is given up and the operation runs
+ * again without the vacuum, which needs room of its own (and so it does
+ * from the start while the reserve is gone).  Then, while the
+ * reserve is gone, the space comes back as soon as what is left fits
+ * (after clear, or a gc to a small budget): the file is rebuilt with it
+ * (compact) and the WAL, which may hold the whole cache, is checkpointed
+ * and truncated; and the reserve is made again once there is room.  No
+ * checkpoint runs that cannot finish, not even on close (checkpoint_fits
+ * says why). */
+static int clean(kdart__store *st, int (*op)(kdart__store *st, void *arg), void *arg) {
+    gate_enter(st, 0);
+    sqlite3_wal_autocheckpoint(st->db, 0);
+    int rc = KDART_OK;
+    /* No reserve: the disk was full, and a vacuum that fails there still
+     * leaves the WAL grown into the last free bytes. */
+    for (int round = st->real && !reserve_present(st); round < 2; round++) {
+        clear_err(st);
+        if ((rc = sql_exec(st, "BEGIN IMMEDIATE", "starting to clean the cache")) || (rc = op(st, arg)) ||
+            (round == 0 && (rc = sql_exec(st, "PRAGMA incremental_vacuum", "giving freed pages back"))) ||
+            (rc = sql_exec(st, "COMMIT", "committing the cleaning")))
+            rollback(st);
+        if (rc == KDART_OK || (st->last_src & 0xff) != SQLITE_FULL) break;
+        reserve_release(st);
+    }
+    gate_leave(st);
+    if (rc == KDART_OK && st->real && !reserve_present(st)) {
+        char note[sizeof st->err];
+        memcpy(note, st->err, sizeof note);
+        if (!checkpoint_fits(st, 0) && compact_fits(st)) compact(st);
+        if (checkpoint_fits(st, 0)) sqlite3_exec(st->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+        else sqlite3_db_config(st->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+        reserve_keep(st);
+        memcpy(st->err, note, sizeof note); /* the cleaning worked; the rest was a try */
+    }
+    sqlite3_wal_autocheckpoint(st->db, SQLITE_DEFAULT_WAL_AUTOCHECKPOINT);
+    return rc;
 }
 
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
@@ -1364,25 +2162,38 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     if (checked) *checked = 0;
     if (damaged) *damaged = 0;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
+    /* 0. Damage that open healed (an unreadable file): said once, here. */
+    int64_t open_seen = st->open_seen, open_lost = 0;
+    if (open_seen >= 0) {
+        add_err(st, "%s", st->open_heal);
+        open_lost = st->open_seen - st->open_saved;
+        st->open_seen = -1;
+        db_bad = 1;
+    }
+    int64_t gen = writable(st) ? heals_of(st) : 0;
+    if (writable(st)) remove_stale_scratch(st, 0);
 
     /* 1. SQLite's own view of the file.  Indexes can be rebuilt from the
      * table, so a writable store tries that once.  Damage that REINDEX
      * cannot repair, or that stops integrity_check itself, is in the
-     * pages: the rows are checked as far as they can be read, then
-     * salvaged into a fresh file (step 3). */
-    int pages_bad = 0;
-    if ((rc = integrity(st, &db_bad))) {
+     * pages: the rows are checked as far as they can be read, then the
+     * file is healed (step 3). */
+    int pages_bad = 0, bad = 0;
+    if ((rc = integrity(st, &bad))) {
         if (!is_damage(st->last_src)) goto done;
-        db_bad = pages_bad = 1;
+        bad = pages_bad = 1;
     }
-    if (db_bad && !pages_bad && writable(st)) {
+    if (bad && !pages_bad && writable(st)) {
         int still = 0;
+        gate_enter(st, 0);
         if (sqlite3_exec(st->db, "REINDEX", NULL, NULL, NULL) == SQLITE_OK && !integrity(st, &still) && !still)
             add_err(st, "indexes rebuilt, integrity_check now ok");
         else
             pages_bad = 1;
+        gate_leave(st);
     }
+    db_bad |= bad;
 
     /* 2. Every blob against its digest, in rowid order and one row per
      * query: the table b-tree alone (a damaged index cannot hide a row),
@@ -1397,12 +2208,7 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
         src = sqlite3_step(sel);
         if (src == SQLITE_DONE) break;
         if (src != SQLITE_ROW) {
-            char keep[sizeof st->err], msg[sizeof st->err];
-            memcpy(keep, st->err, sizeof keep);
-            rc = sql_err(st, src, "verifying entries after rowid %lld", (long long)last);
-            memcpy(msg, st->err, sizeof msg);
-            memcpy(st->err, keep, sizeof keep);
-            add_err(st, "%s", msg);
+            rc = sql_note(st, src, "verifying entries after rowid %lld", (long long)last);
             if (!is_damage(src)) goto done;
             db_bad = pages_bad = 1;
             break;
@@ -1410,10 +2216,6 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
         int64_t rowid = sqlite3_column_int64(sel, 0);
         const char *k = (const char *)sqlite3_column_text(sel, 1);
         snprintf(key, sizeof key, "%s", k ? k : "");
-        const void *blob = sqlite3_column_blob(sel, 3);
-        int n = sqlite3_column_bytes(sel, 3);
-        (void)blob;
-        (void)n;
         const char *why = row_problem(sel, key, 2, 3, 4, 5);
         char reason[64];
         snprintf(reason, sizeof reason, "%s", why ? why : "");
@@ -1442,17 +2244,28 @@ int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged) {
     }
     rc = KDART_OK;
 
-    /* 3. Damaged pages: what can be read goes into a fresh file. */
-    if (pages_bad && writable(st)) {
+    /* 3. Damaged pages: the file is healed with what can be read.  The
+     * counts then say how many entries there were (as far as any path
+     * shows them) and how many of them are lost, not only what the
+     * damaged b-tree let step 2 see. */
+    if (pages_bad && writable(st) && st->real) {
         sqlite3_finalize(sel);
         sel = NULL;
-        rc = salvage(st, "damaged pages found by verify");
+        int64_t seen, saved;
+        int other;
+        rc = heal_in_place(st, gen, &seen, &saved, &other);
+        if (!rc && !other) {
+            if (seen > nchecked) nchecked = seen;
+            if (seen > saved) ndamaged += seen - saved;
+        }
     } else if (pages_bad) {
         add_err(st, "read-only cache, left as it is");
     }
 
 done:
     sqlite3_finalize(sel);
+    if (open_seen > nchecked) nchecked = open_seen;
+    ndamaged += open_lost;
     if (checked) *checked = nchecked;
     if (damaged) *damaged = ndamaged;
     if (rc == KDART_ECORRUPT || (!rc && (db_bad || ndamaged))) return KDART_ECORRUPT;
@@ -1461,25 +2274,27 @@ done:
 
 /* ----------------------------------------------------------------- gc */
 
+typedef struct gc_args {
+    int64_t max_bytes, evicted, freed;
+} gc_args;
+
+static int gc_op(kdart__store *st, void *arg) {
+    gc_args *a = arg;
+    return evict(st, a->max_bytes, NULL, &a->evicted, &a->freed);
+}
+
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed) {
-    int64_t e = 0, f = 0;
     if (evicted) *evicted = 0;
     if (freed) *freed = 0;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (max_bytes < 0) return set_err(st, KDART_EINVAL, "gc: max_bytes must be >= 0");
     if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
-    int rc = sql_exec(st, "BEGIN IMMEDIATE", "starting gc");
+    gc_args a = {max_bytes, 0, 0};
+    int rc = clean(st, gc_op, &a);
     if (rc) return rc;
-    if ((rc = evict(st, max_bytes, NULL, &e, &f)) || (rc = sql_exec(st, "COMMIT", "committing gc"))) {
-        rollback(st);
-        return rc;
-    }
-    if (evicted) *evicted = e;
-    if (freed) *freed = f;
-    /* Give the freed pages back to the file system; failing to is only
-     * a missed chance, the eviction itself is committed. */
-    if (e) sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+    if (evicted) *evicted = a.evicted;
+    if (freed) *freed = a.freed;
     return KDART_OK;
 }
 
@@ -1640,7 +2455,9 @@ static int lease_exec(kdart__store *st, const char *sql, const char *key, const 
     if (key) sqlite3_bind_text(stmt, i++, key, -1, SQLITE_STATIC);
     for (int t = 0; t < ntexts; t++) sqlite3_bind_text(stmt, i++, texts[t], -1, SQLITE_STATIC);
     for (int a = 0; a < nargs; a++) sqlite3_bind_int64(stmt, i++, args[a]);
+    gate_enter(st, 0);
     int src = sqlite3_step(stmt);
+    gate_leave(st);
     rc = src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "%s", what);
     sqlite3_finalize(stmt);
     return rc;
@@ -1655,7 +2472,7 @@ static int lease_check(kdart__store *st, const char *key, const char *op) {
 int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, kdart__lease *mine,
                             kdart__lease *holder) {
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!mine) return set_err(st, KDART_EINVAL, "lease_take: mine is NULL");
     memset(mine, 0, sizeof *mine);
     int rc = lease_check(st, key, "lease_take");
@@ -1663,13 +2480,15 @@ int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, k
     if (ttl_ms <= 0) return set_err(st, KDART_EINVAL, "lease_take: ttl must be positive");
     lease_identity me;
     identity_get(&me);
-    if ((rc = sql_exec(st, "BEGIN IMMEDIATE", "starting a lease"))) return rc;
+    gate_enter(st, 0);
+    if ((rc = sql_exec(st, "BEGIN IMMEDIATE", "starting a lease"))) goto fail;
     int64_t now = wall_ms();
     kdart__lease cur;
     rc = lease_read(st, key, &cur);
     if (rc == KDART_OK && lease_alive(&cur, now)) {
         if (holder) *holder = cur;
         rollback(st);
+        gate_leave(st);
         return KDART_EAGAIN;
     }
     if (rc != KDART_OK && rc != KDART_ENOENT) goto fail;
@@ -1696,9 +2515,11 @@ int kdart__store_lease_take(kdart__store *st, const char *key, int64_t ttl_ms, k
                          key, args, 4, texts, 2, "taking a compile lease")))
         goto fail;
     if ((rc = sql_exec(st, "COMMIT", "committing a compile lease"))) goto fail;
+    gate_leave(st);
     return KDART_OK;
 fail:
     rollback(st);
+    gate_leave(st);
     memset(mine, 0, sizeof *mine);
     return rc;
 }
@@ -1709,7 +2530,7 @@ fail:
 
 int kdart__store_lease_renew(kdart__store *st, kdart__lease *mine, int64_t ttl_ms) {
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!mine) return set_err(st, KDART_EINVAL, "lease_renew: mine is NULL");
     int rc = lease_check(st, mine->key, "lease_renew");
     if (rc) return rc;
@@ -1731,7 +2552,7 @@ int kdart__store_lease_renew(kdart__store *st, kdart__lease *mine, int64_t ttl_m
 
 int kdart__store_lease_release(kdart__store *st, const kdart__lease *mine) {
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!mine) return set_err(st, KDART_EINVAL, "lease_release: mine is NULL");
     int rc = lease_check(st, mine->key, "lease_release");
     if (rc) return rc;
@@ -1743,7 +2564,7 @@ int kdart__store_lease_release(kdart__store *st, const kdart__lease *mine) {
 
 int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *holder) {
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!key || !is_full_key(key)) return set_err(st, KDART_EINVAL, "lease_live: key is not a full key");
     kdart__lease cur;
     int rc = lease_read(st, key, &cur);
@@ -1770,11 +2591,8 @@ int kdart__store_lease_live(kdart__store *st, const char *key, kdart__lease *hol
  * files of schema 2 gain it without a migration, and a file without it
  * reads as all zeros. */
 
-int kdart__store_remove(kdart__store *st, const char *key) {
-    if (!st || !key) return KDART_EINVAL;
-    clear_err(st);
-    if (!is_full_key(key)) return set_err(st, KDART_EINVAL, "remove: '%s' is not a full key", key);
-    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+static int remove_op(kdart__store *st, void *arg) {
+    const char *key = arg;
     sqlite3_stmt *del;
     int rc = prepare(st, "DELETE FROM entries WHERE key = ?1", &del, "removing an entry");
     if (rc) return rc;
@@ -1784,57 +2602,67 @@ int kdart__store_remove(kdart__store *st, const char *key) {
     sqlite3_finalize(del);
     if (rc == KDART_OK && sqlite3_changes(st->db) == 0)
         rc = set_err(st, KDART_ENOENT, "no entry %.12s in %s", key, st->path);
-    if (rc == KDART_OK) sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
     return rc;
+}
+
+int kdart__store_remove(kdart__store *st, const char *key) {
+    if (!st || !key) return KDART_EINVAL;
+    op_begin(st);
+    if (!is_full_key(key)) return set_err(st, KDART_EINVAL, "remove: '%s' is not a full key", key);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    return clean(st, remove_op, (void *)key);
+}
+
+static int clear_op(kdart__store *st, void *arg) {
+    int rc = query_int64(st, "SELECT count(*) FROM entries", arg, "counting entries");
+    return rc ? rc : sql_exec(st, "DELETE FROM entries; DELETE FROM quarantine", "clearing the cache");
 }
 
 int kdart__store_clear(kdart__store *st, int64_t *removed) {
     int64_t n = 0;
     if (removed) *removed = 0;
     if (!st) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
-    int rc = sql_exec(st, "BEGIN IMMEDIATE", "starting clear");
-    if (rc) return rc;
-    if ((rc = query_int64(st, "SELECT count(*) FROM entries", &n, "counting entries")) ||
-        (rc = sql_exec(st, "DELETE FROM entries; DELETE FROM quarantine", "clearing the cache")) ||
-        (rc = sql_exec(st, "COMMIT", "committing clear"))) {
-        rollback(st);
-        return rc;
-    }
-    if (removed) *removed = n;
-    sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
-    return KDART_OK;
+    int rc = clean(st, clear_op, &n);
+    if (rc == KDART_OK && removed) *removed = n;
+    return rc;
 }
 
 int kdart__store_count(kdart__store *st, const char *name, int64_t delta) {
     if (!st || !name) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     if (!writable(st)) return KDART_OK; /* a read-only cache counts nothing */
     int rc;
+    gate_enter(st, 0);
     if (!st->counters_ready) { /* once per connection, not once per miss */
-        rc = sql_exec(st, "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-                      "creating the counters table");
-        if (rc) return rc;
+        rc = sql_exec(st, COUNTERS_TABLE, "creating the counters table");
+        if (rc) {
+            gate_leave(st);
+            return rc;
+        }
         st->counters_ready = 1;
     }
     sqlite3_stmt *up;
     if ((rc = prepare(st,
                       "INSERT INTO counters(name, value) VALUES (?1, ?2) "
                       "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                      &up, "counting")))
+                      &up, "counting"))) {
+        gate_leave(st);
         return rc;
+    }
     sqlite3_bind_text(up, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(up, 2, delta);
     int src = sqlite3_step(up);
     rc = src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "counting %s", name);
     sqlite3_finalize(up);
+    gate_leave(st);
     return rc;
 }
 
 int kdart__store_counter(kdart__store *st, const char *name, int64_t *value) {
     if (!st || !name || !value) return KDART_EINVAL;
-    clear_err(st);
+    op_begin(st);
     *value = 0;
     int64_t exists = 0;
     int rc = query_int64(st, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'counters'", &exists,

@@ -9,12 +9,18 @@
  *     the caller recompiles (never a crash, never a wrong cubin);
  *   - publication is one transaction; a row that already exists means
  *     another writer won, which is success;
- *   - a database file SQLite cannot read is renamed aside and a fresh one
- *     created; a writable open of a cache that cannot be written (read-only
- *     directory, file or mount, full disk) opens the file read-only instead
- *     (kdart__store_readonly then says 1, errmsg says why), and fails with
- *     KDART_EIO only when there is no file to read, so the runtime carries
- *     on in memory;
+ *   - an entry that was committed stays findable: damage is healed with
+ *     every entry that can still be read (from every page of the file),
+ *     while publishers wait and then publish into the healed file; a file
+ *     SQLite cannot open at all is healed so by open; the path always
+ *     names a whole file and the damaged one is kept beside it;
+ *   - a writable open of a cache that cannot be written (read-only
+ *     directory, file or mount, full disk, fcntl locks that fail) opens
+ *     the file read-only instead (kdart__store_readonly then says 1, errmsg
+ *     says why), and fails with KDART_EIO only when there is no file to
+ *     read, so the runtime carries on in memory;
+ *   - gc, remove and clear work on a full disk (a reserve file beside the
+ *     cache gives them room) and give the space back;
  *   - last_used and hit counts live in the rows (no file atimes), and the
  *     byte budget evicts by last_used;
  *   - compile leases (schema 2) let processes sharing the file compile
@@ -90,10 +96,12 @@ typedef struct kdart__store_stats {
 /* (named _getstats: kdart__store_stats is the struct) */
 int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
 /* PRAGMA integrity_check plus every blob's digest; quarantines bad rows,
- * rebuilds damaged indexes, and salvages a file with damaged pages into a
- * fresh one (moving the damaged file aside; the store then uses the fresh
- * one).  Operations that meet such damage leave <path>.damaged, and the
- * next writable open runs this to heal. */
+ * rebuilds damaged indexes, and heals a file with damaged pages in place
+ * with every entry that can still be read (a copy of the damaged file is
+ * kept beside it).  Also reports, once, a file that open healed.
+ * *checked counts the entries found, *damaged those quarantined or lost.
+ * Operations that meet such damage leave <path>.damaged, and the next
+ * writable open runs this to heal. */
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);

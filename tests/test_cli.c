@@ -30,6 +30,9 @@
 
 #include <sqlite3.h>
 
+#include "base.h"
+#include "testlib.h"
+
 #ifndef KDART_TEST_CLI
 #error "KDART_TEST_CLI (path of the built kdart binary) must be defined"
 #endif
@@ -1052,7 +1055,7 @@ START_TEST(test_stats_hits_misses) {
     RUN(&r, "stats");
     EXPECT_STATUS(&r, 0);
     EXPECT_IN(r.out, "hits             3\n");
-    EXPECT_IN(r.out, "misses           3 ");
+    EXPECT_IN(r.out, "misses           3 (lookups that found no entry in any cache)");
     run_free(&r);
     RUN_STATUS(0, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
     RUN(&r, "stats", "--json");
@@ -1061,6 +1064,121 @@ START_TEST(test_stats_hits_misses) {
     EXPECT_IN(r.out, "\"hits\": 0,");   /* the rebuilt rows start afresh */
     EXPECT_IN(r.out, "\"misses\": 3,"); /* a forced rebuild is no miss */
     run_free(&r);
+}
+END_TEST
+
+/* One integer from the test's cache file. */
+static int64_t db_int(const char *sql) {
+    char db_path[PATH_MAX + 16];
+    snprintf(db_path, sizeof db_path, "%s/kdart.db", test_dir);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *s = NULL;
+    int64_t v = -1;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Overwrites page `page` of the cache file (from byte `from` of it on)
+ * with bytes that are no b-tree. */
+static void damage_page(int64_t page, int64_t from) {
+    char db_path[PATH_MAX + 16];
+    snprintf(db_path, sizeof db_path, "%s/kdart.db", test_dir);
+    int64_t psize = db_int("PRAGMA page_size");
+    unsigned char junk[65536];
+    for (int64_t i = 0; i < psize; i++) junk[i] = (unsigned char)(i * 131 + 7);
+    int fd = open(db_path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, junk, (size_t)(psize - from), (page - 1) * psize + from), psize - from);
+    close(fd);
+}
+
+/* verify finds the damage once (exit 1, found in its stdout or stderr),
+ * and the next verify finds the cache clean (clean in its stdout). */
+static void verify_heals(const char *found, const char *clean) {
+    run_result r;
+    RUN(&r, "verify");
+    EXPECT_STATUS(&r, 1);
+    ck_assert_msg(strstr(r.out, found) || strstr(r.err, found), "'%s' not in:\n%s\n%s", found, r.out, r.err);
+    run_free(&r);
+    RUN_EXPECT(0, out, clean, "verify");
+}
+
+/* Page 1 (the schema) damaged: verify salvages every entry, says so and
+ * exits 1; the next verify is clean and counts them all. */
+START_TEST(test_verify_page1) {
+    use_seed();
+    damage_page(1, 100);
+    verify_heals("salvaged", "checked 3 entries, 0 damaged");
+    RUN_EXPECT(0, out, "0 compiled, 3 hits", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+}
+END_TEST
+
+/* Every page of the entries table (its root and, below an interior root,
+ * its leaves) damaged: verify counts the entries it lost instead of
+ * "checked 0 entries". */
+START_TEST(test_verify_counts_lost) {
+    use_seed();
+    char db_path[PATH_MAX + 16];
+    snprintf(db_path, sizeof db_path, "%s/kdart.db", test_dir);
+    int64_t root = db_int("SELECT rootpage FROM sqlite_master WHERE name = 'entries'");
+    int64_t psize = db_int("PRAGMA page_size");
+    unsigned char page[65536];
+    int fd = open(db_path, O_RDONLY);
+    ck_assert_int_eq(pread(fd, page, (size_t)psize, (root - 1) * psize), psize);
+    close(fd);
+    if (page[0] == 0x05) { /* interior: the children are the cells' left pointers and the right pointer */
+        unsigned n = (unsigned)page[3] << 8 | page[4];
+        for (unsigned i = 0; i <= n; i++) {
+            const unsigned char *p = page + 8;
+            if (i < n) p = page + ((unsigned)page[12 + 2 * i] << 8 | page[13 + 2 * i]);
+            damage_page((int64_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3], 0);
+        }
+    }
+    damage_page(root, 0);
+    verify_heals("checked 3 entries, 3 damaged", "checked 0 entries, 0 damaged");
+}
+END_TEST
+
+/* File locks that fail (ENOLCK, as on NFS without lockd): the cache is
+ * read read-only without stalls, every entry hits, and ls and show say
+ * the tier is read-only. */
+START_TEST(test_lock_failure) {
+    use_seed();
+    char key1[65];
+    keys_from_ls(key1, NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int rc = test_deny_locks();
+        if (rc) _exit(rc);
+        double t0 = kdart__now_ms();
+        run_result r;
+        RUN(&r, "ls");
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, " ro\n");
+        EXPECT_NOT_IN(r.out, " rw");
+        run_free(&r);
+        RUN_EXPECT(0, out, "tier         ro\n", "show", key1);
+        RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, "0 compiled, 3 hits");
+        EXPECT_IN(r.err, "lock");
+        run_free(&r);
+        double ms = kdart__now_ms() - t0;
+        printf("test_lock_failure: ls, show and prewarm in %.0f ms\n", ms);
+        fflush(stdout);
+        _exit(ms < 5000 ? 0 : 10);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (rc == 77) printf("test_lock_failure: seccomp not available here; skipped\n");
+    fflush(stdout);
+    ck_assert_msg(rc == 0 || rc == 77, "child status %d (10: stalled)", rc);
 }
 END_TEST
 
@@ -1145,6 +1263,9 @@ static Suite *cli_suite(void) {
     tcase_add_test(cache, test_rm);
     tcase_add_test(cache, test_clear);
     tcase_add_test(cache, test_stats_hits_misses);
+    tcase_add_test(cache, test_verify_page1);
+    tcase_add_test(cache, test_verify_counts_lost);
+    tcase_add_test(cache, test_lock_failure);
     suite_add_tcase(s, cache);
     return s;
 }

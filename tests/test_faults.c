@@ -22,6 +22,14 @@
  * full_filesystem: RLIMIT_FSIZE makes every write past a few kilobytes
  * fail with EFBIG, as a full disk does (SQLite sees SQLITE_FULL or
  * SQLITE_IOERR).  Kernels must still prepare, in memory, with one warning.
+ *
+ * full_disk_cleaning: a real full disk (a 24 MiB tmpfs in a private mount
+ * namespace), filled while a reader keeps the WAL from being checkpointed,
+ * so that the WAL holds everything: rm, gc and clear must work and give
+ * the space back.  lock_failure: fcntl locks that fail with ENOLCK (a
+ * seccomp filter, as NFS without lockd does): the cache is read, without
+ * stalls.  readonly_wal_without_shm: a cache on a read-only mount with its
+ * -wal and no -shm: the entries only in the WAL are found.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,10 +40,13 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include "rt.h"
 #include "testlib.h"
@@ -214,6 +225,17 @@ static int readonly_child(const char (*keys)[65], int nkeys) {
     return warned == 1 ? 0 : 27;
 }
 
+/* Waits for a test's child: its exit status, or 128 + the signal that
+ * killed it.  77 means that what the test needs (a mount namespace,
+ * seccomp) is not available here: said, with the test's name. */
+static int child_status(pid_t pid, const char *test) {
+    int status;
+    waitpid(pid, &status, 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (rc == 77) printf("%s: not permitted here; skipped\n", test);
+    return rc;
+}
+
 /* Runs readonly_child in a forked child after how(): 0 ran and passed,
  * 77 the mechanism is unavailable here; else a failure. */
 static int readonly_run(int (*how)(void), const char (*keys)[65], int nkeys) {
@@ -223,9 +245,7 @@ static int readonly_run(int (*how)(void), const char (*keys)[65], int nkeys) {
         int rc = how();
         _exit(rc ? rc : readonly_child(keys, nkeys));
     }
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return child_status(pid, "readonly_cache");
 }
 
 static int full_disk(void) {
@@ -269,7 +289,6 @@ START_TEST(readonly_cache) {
     ck_assert_msg(rc == 0, "full disk: child status %d", rc);
     rc = readonly_run(ro_bind_mount, (const char (*)[65])keys, 4);
     ck_assert_msg(rc == 0 || rc == 77, "read-only bind mount: child status %d", rc);
-    if (rc == 77) printf("readonly_cache: read-only bind mount not permitted here; skipped\n");
     char probe[600];
     snprintf(probe, sizeof probe, "%s/probe", dir);
     if (chattr("+i") == 0 && (open(probe, O_CREAT | O_WRONLY, 0644) < 0 || (unlink(probe), chattr("-i"), 0))) {
@@ -293,8 +312,6 @@ END_TEST
  * of random rows, then every reader runs: list, get, why, verify and
  * prepare.  Each must return a status, never crash, and prepare must still
  * produce the kernel (a damaged row is quarantined and recompiled). */
-#include <sqlite3.h>
-
 static void random_bytes(unsigned *seed, unsigned char *b, size_t n) {
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(rand_r(seed) >> 7);
 }
@@ -360,6 +377,242 @@ START_TEST(entry_fuzz) {
 }
 END_TEST
 
+/* ------------------------------------------------- full disk, locking */
+
+/* Fresh random rows for the store-level tests below. */
+static void fault_row(kdart__row *r, unsigned char *blob, size_t n, unsigned seed) {
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < n; i++) blob[i] = (unsigned char)rand_r(&seed);
+    kdart__sha256_hex(blob, n, r->key); /* any 64 hex digits do */
+    r->kernel = "k";
+    r->spec = "s";
+    r->arch = "sm_90a";
+    r->manifest = "m=1\n";
+    r->cubin = blob;
+    r->cubin_size = n;
+}
+
+/* A small file system of its own in a private mount namespace of this
+ * child, mounted over dir/small: 0, or 77 when not permitted here. */
+static int small_fs(const char *opts) {
+    char small[600];
+    snprintf(small, sizeof small, "%s/small", dir);
+    if (mkdir(small, 0755) != 0) return 30;
+    if (unshare(CLONE_NEWNS) != 0) return 77;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 77;
+    return mount("tmpfs", small, "tmpfs", 0, opts) == 0 ? 0 : 77;
+}
+
+static int64_t fs_free(const char *path) {
+    struct statvfs sv;
+    return statvfs(path, &sv) == 0 ? (int64_t)sv.f_bavail * (int64_t)sv.f_frsize : -1;
+}
+
+/* Fills the small file system with 256 KiB entries while a reader keeps
+ * the WAL from being checkpointed, so that the WAL holds everything when
+ * the disk is full; returns how many went in (keys[] has them), or -1. */
+enum { FILL_BLOB = 256 * 1024, FILL_MAX = 200 };
+static int fill_disk(const char *path, char (*keys)[65], unsigned seed) {
+    static unsigned char blob[FILL_BLOB];
+    char err[512];
+    kdart__store *st = NULL;
+    sqlite3 *reader;
+    if (kdart__store_open(&st, path, 0, 0, err, sizeof err) != KDART_OK) return -1;
+    if (sqlite3_open(path, &reader) != SQLITE_OK ||
+        sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM entries;", NULL, NULL, NULL) != SQLITE_OK)
+        return -1;
+    int n = 0, put = KDART_OK;
+    while (n < FILL_MAX) {
+        kdart__row r;
+        fault_row(&r, blob, FILL_BLOB, seed + (unsigned)n * 7919u);
+        if ((put = kdart__store_put(st, &r, 0)) != KDART_OK) break;
+        memcpy(keys[n++], r.key, 65);
+    }
+    sqlite3_close(reader);
+    kdart__store_close(st);
+    return put == KDART_OK ? -1 : n;
+}
+
+static void fs_report(const char *when, const char *path) {
+    char wal[620];
+    struct stat sb;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    printf("full_disk_cleaning: %s: WAL %lld bytes, %lld bytes free\n", when,
+           (long long)(stat(wal, &sb) ? 0 : sb.st_size), (long long)fs_free(path));
+    fflush(stdout);
+}
+
+/* One cleaning command as the CLI runs it, from a fresh open: the store
+ * call (rm, gc or clear: `what`), which must succeed and count something
+ * (*count), then the file system's state.  0, or fail (said why). */
+typedef struct clean_cmd {
+    const char *what;
+    const char *key;  /* rm */
+    int64_t budget;   /* gc */
+    int64_t count;    /* removed or evicted */
+} clean_cmd;
+
+static int run_clean(const char *path, clean_cmd *c, int fail) {
+    char err[512];
+    kdart__store *st = NULL;
+    int64_t f, rc = KDART_EIO;
+    if (kdart__store_open(&st, path, 0, 0, err, sizeof err) != KDART_OK || kdart__store_readonly(st)) return 34;
+    if (!strcmp(c->what, "rm")) rc = kdart__store_remove(st, c->key), c->count = 1;
+    else if (!strcmp(c->what, "gc")) rc = kdart__store_gc(st, c->budget, &c->count, &f);
+    else rc = kdart__store_clear(st, &c->count);
+    if (rc != KDART_OK || c->count == 0) {
+        printf("full_disk_cleaning: %s: %s\n", c->what, kdart__store_errmsg(st));
+        fflush(stdout);
+        kdart__store_close(st);
+        return fail;
+    }
+    kdart__store_close(st);
+    char when[64];
+    snprintf(when, sizeof when, "after %s (%lld)", c->what, (long long)c->count);
+    fs_report(when, path);
+    return 0;
+}
+
+/* The full-disk child, on a 24 MiB file system filled as fill_disk does:
+ * rm, gc and clear (each from a fresh open, as the CLI runs them) must
+ * each succeed, and clear must give the space back; then, filled again,
+ * a gc to nothing alone must give it back.  Exit 0, or which step failed. */
+static int full_disk_child(void) {
+    int rc = small_fs("size=24m");
+    if (rc) return rc;
+    char path[600], err[512];
+    static char keys[FILL_MAX][65];
+    snprintf(path, sizeof path, "%s/small/kdart.db", dir);
+    int n = fill_disk(path, keys, 1);
+    if (n < 10) return 33;
+    printf("full_disk_cleaning: %d entries of 256 KiB filled the disk\n", n);
+    fs_report("full", path);
+    clean_cmd rm = {"rm", keys[0], 0, 0}, gc = {"gc", NULL, (int64_t)FILL_BLOB * n / 2, 0};
+    clean_cmd clear = {"clear", NULL, 0, 0};
+    if ((rc = run_clean(path, &rm, 35)) || (rc = run_clean(path, &gc, 36)) || (rc = run_clean(path, &clear, 37)))
+        return rc;
+    if (fs_free(path) < 12 * 1024 * 1024) return 38;
+    /* Full again; this time gc to nothing is all that runs. */
+    if ((n = fill_disk(path, keys, 2)) < 10) return 39;
+    fs_report("full again", path);
+    clean_cmd gc0 = {"gc", NULL, 0, 0};
+    if ((rc = run_clean(path, &gc0, 40))) return rc;
+    if (gc0.count != n || fs_free(path) < 12 * 1024 * 1024) return 41;
+    /* ...and the cache takes entries again. */
+    static unsigned char blob[FILL_BLOB];
+    kdart__row r;
+    kdart__store *st = NULL;
+    fault_row(&r, blob, FILL_BLOB, 12345);
+    if (kdart__store_open(&st, path, 0, 0, err, sizeof err) != KDART_OK || kdart__store_put(st, &r, 0) != KDART_OK)
+        return 42;
+    kdart__store_close(st);
+    return 0;
+}
+
+START_TEST(full_disk_cleaning) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) _exit(full_disk_child());
+    int rc = child_status(pid, "full_disk_cleaning (a tmpfs mount)");
+    ck_assert_msg(rc == 0 || rc == 77,
+                  "child status %d (35 rm, 36 gc, 37 clear, 40 gc to nothing failed; 38, 41 no space given back)", rc);
+}
+END_TEST
+
+/* Where fcntl locks fail with ENOLCK (NFS without lockd), a valid cache
+ * is read read-only, without locks and without stalls, with one warning:
+ * its entries hit and nothing is compiled. */
+START_TEST(lock_failure) {
+    char keys[2][65];
+    kdart_rt *rt = test_open(db, NULL, NULL);
+    for (int i = 0; i < 2; i++) {
+        kdart_prepared p;
+        ck_assert_int_eq(kdart_prepare(rt, "chunk_rcumsum", specs[i], archs[0], KDART_PREPARE_NO_LOAD, &p), KDART_OK);
+        memcpy(keys[i], p.key, 65);
+    }
+    kdart_close(rt);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int rc = test_deny_locks();
+        if (rc) _exit(rc);
+        test_log log;
+        double t0 = kdart__now_ms();
+        rt = test_open(db, NULL, &log);
+        if (!rt) _exit(20);
+        kdart_rt_info info;
+        if (kdart_info(rt, &info) || info.cache_writable) _exit(21);
+        for (int i = 0; i < 2; i++) {
+            kdart_prepared p;
+            if (kdart_prepare(rt, "chunk_rcumsum", specs[i], archs[0], KDART_PREPARE_NO_LOAD, &p)) _exit(22);
+            if (p.source != KDART_FROM_CACHE || strcmp(p.key, keys[i])) _exit(23);
+        }
+        double ms = kdart__now_ms() - t0;
+        int warned = log.count[KDART_LOG_WARN];
+        printf("lock_failure: 2 hits in %.0f ms, %d warning(s): %s\n", ms, warned, log.last[KDART_LOG_WARN]);
+        fflush(stdout);
+        kdart_close(rt);
+        _exit(ms > 3000 ? 24 : warned != 1 ? 25 : !strstr(log.last[KDART_LOG_WARN], "lock") ? 26 : 0);
+    }
+    int rc = child_status(pid, "lock_failure (seccomp)");
+    ck_assert_msg(rc == 0 || rc == 77,
+                  "child status %d (20 no handle, 21 writable, 22/23 not a hit, 24 stalled, 25/26 warnings)", rc);
+}
+END_TEST
+
+/* A cache shipped read-only with its -wal but without its -shm: the
+ * entries that are only in the WAL are found too. */
+START_TEST(readonly_wal_without_shm) {
+    char err[512], side[600];
+    kdart__store *st = NULL;
+    ck_assert_int_eq(kdart__store_open(&st, db, 0, 0, err, sizeof err), KDART_OK);
+    /* A second connection keeps the store's close from checkpointing;
+     * closing it without a checkpoint leaves the WAL behind. */
+    sqlite3 *holder;
+    ck_assert_int_eq(sqlite3_open(db, &holder), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(holder, "SELECT count(*) FROM entries", NULL, NULL, NULL), SQLITE_OK);
+    static unsigned char blob[3][5000];
+    char keys[3][65];
+    for (int i = 0; i < 3; i++) {
+        kdart__row r;
+        fault_row(&r, blob[i], sizeof blob[i], (unsigned)i + 99);
+        ck_assert_int_eq(kdart__store_put(st, &r, 0), KDART_OK);
+        memcpy(keys[i], r.key, 65);
+    }
+    kdart__store_close(st);
+    sqlite3_db_config(holder, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+    sqlite3_close(holder);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-wal", db);
+    struct stat sb;
+    ck_assert_int_eq(stat(side, &sb), 0);
+    ck_assert_int_gt(sb.st_size, 15000);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int rc = ro_bind_mount();
+        if (rc) _exit(rc);
+        for (int ro = 1; ro >= 0; ro--) {
+            if (kdart__store_open(&st, db, ro, 0, err, sizeof err) != KDART_OK) _exit(40 + ro);
+            for (int i = 0; i < 3; i++) {
+                kdart__row r;
+                int got = kdart__store_get(st, keys[i], &r);
+                kdart__row_release(&r);
+                if (got != KDART_OK) {
+                    printf("readonly_wal_without_shm: entry %d: %s (%s)\n", i, kdart_errname(got), err);
+                    _exit(42 + ro);
+                }
+            }
+            kdart__store_close(st);
+        }
+        _exit(0);
+    }
+    int rc = child_status(pid, "readonly_wal_without_shm (a read-only bind mount)");
+    ck_assert_msg(rc == 0 || rc == 77, "child status %d (43: read-only open missed WAL entries, 42: writable)", rc);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
@@ -369,6 +622,9 @@ int main(void) {
     tcase_add_test(tc, full_filesystem);
     tcase_add_test(tc, readonly_cache);
     tcase_add_test(tc, entry_fuzz);
+    tcase_add_test(tc, full_disk_cleaning);
+    tcase_add_test(tc, lock_failure);
+    tcase_add_test(tc, readonly_wal_without_shm);
     suite_add_tcase(s, tc);
     return test_run(s);
 }

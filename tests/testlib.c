@@ -2,12 +2,20 @@
  * testlib.c: implementation of the shared test helpers (see testlib.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #include "testlib.h"
 
@@ -123,4 +131,42 @@ int test_append_file(const char *path, const char *text) {
     if (!f) return -1;
     fputs(text, f);
     return fclose(f);
+}
+
+int test_deny_locks(void) {
+#if defined(__x86_64__)
+    enum { ARCH = AUDIT_ARCH_X86_64 };
+#elif defined(__aarch64__)
+    enum { ARCH = AUDIT_ARCH_AARCH64 };
+#else
+    enum { ARCH = 0 };
+    return TEST_SKIP;
+#endif
+    /* fcntl(fd, cmd, ...) with cmd one of the record-lock commands (the
+     * low word of the second argument) fails with ENOLCK; all else runs. */
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fcntl, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_GETLK, 6, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_SETLK, 5, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_SETLKW, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_OFD_GETLK, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_OFD_SETLK, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_OFD_SETLKW, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOLCK & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return TEST_SKIP;
+    if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return TEST_SKIP;
+    struct flock probe = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fcntl(fd, F_OFD_SETLK, &probe) == -1 && errno == ENOLCK ? 0 : TEST_SKIP;
+    close(fd);
+    return rc;
 }

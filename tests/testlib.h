@@ -44,6 +44,12 @@ kdart_rt *test_open_flags(const char *cache_path, const char *kernel_dir, test_l
 /* Runs a suite in CK_NORMAL mode and returns the process exit code. */
 int test_run(Suite *s);
 
+/* Makes every fcntl() record lock of this process and its children fail
+ * with ENOLCK, as on a file system without a lock manager (NFS without
+ * lockd), through a seccomp filter that cannot be undone: call it in a
+ * forked child.  Returns 0, or TEST_SKIP where seccomp is unavailable. */
+int test_deny_locks(void);
+
 /* Writes a file; returns 0 on success. */
 int test_write_file(const char *path, const char *text);
 /* Appends text to a file; returns 0 on success. */

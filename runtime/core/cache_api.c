@@ -170,7 +170,7 @@ int kdart_cache_verify(kdart_rt *rt, int64_t *checked, int64_t *damaged) {
     pthread_mutex_lock(&rt->lock);
     int rc = kdart__store_verify(rt->rw, &c, &d);
     if (rc == KDART_ECORRUPT)
-        rc = kdart__err(rt, rc, "%lld of %lld entries damaged (quarantined): %s", (long long)d, (long long)c,
+        rc = kdart__err(rt, rc, "%lld of %lld entries damaged (quarantined or lost): %s", (long long)d, (long long)c,
                         kdart__store_errmsg(rt->rw));
     else
         rc = store_status(rt, rt->rw, rc, "verify");

@@ -304,17 +304,21 @@ KDART_EXTERN void kdart_entry_free(kdart_entry *entry);
 typedef struct kdart_cache_stats {
     int64_t entries, failed_entries, quarantined, bytes, hits, max_bytes;
     double compile_ms_total;
-    int64_t misses;             /* prepares that found no entry in any cache and compiled (or
-                                   waited for another process's compile), counted in the
-                                   writable cache file over its life; -1 if unreadable */
+    int64_t misses;             /* lookups that found no entry in any cache (then compiled by
+                                   this process, the compile service or another process
+                                   this one waited for), counted in the writable cache file
+                                   over its life; -1 if unreadable */
 } kdart_cache_stats;
 KDART_EXTERN int kdart_cache_stats_get(kdart_rt *rt, kdart_cache_stats *out);
 /* Checks SQLite integrity and every blob's checksum; damaged rows are
- * quarantined.  *damaged counts them.  Damaged indexes are rebuilt, and
- * damage in the file's pages that REINDEX cannot repair is healed: every
- * entry that can still be read is salvaged into a fresh file, which
- * replaces the damaged one (moved aside, never deleted).  KDART_ECORRUPT
- * if any damage was found (kdart_last_error says what and what was done);
+ * quarantined.  Damaged indexes are rebuilt, and damage in the file's
+ * pages that REINDEX cannot repair is healed in place: every entry that
+ * can still be read (from every page of the file, not only down the
+ * damaged b-tree) is kept, the rest is lost, and a copy of the damaged
+ * file is kept beside it.  A file too damaged to open at all is healed so
+ * by kdart_open, and the next verify reports that.  *checked counts the
+ * entries found, *damaged those quarantined or lost.  KDART_ECORRUPT if
+ * any damage was found (kdart_last_error says what and what was done);
  * the next call finds the cache clean.  A cache operation that meets such
  * damage leaves a note beside the file, and the next kdart_open heals it
  * the same way. */

@@ -55,12 +55,22 @@ static const char *format_size(int64_t bytes, char *buf, size_t n) {
     return buf;
 }
 
-static const char *tier_name(int tier, char *buf, size_t n) {
+/* "rw" for the writable cache, "ro" for it when it could only be opened
+ * read-only (a read-only mount, a full disk, file locks that fail), "roN"
+ * for the N-th --ro-cache. */
+static const char *tier_name(int tier, int writable, char *buf, size_t n) {
     if (tier == 0)
-        snprintf(buf, n, "rw");
+        snprintf(buf, n, "%s", writable ? "rw" : "ro");
     else
         snprintf(buf, n, "ro%d", tier);
     return buf;
+}
+
+/* Whether tier 0, the cache, is writable (it may have been opened
+ * read-only); as kdart_info says, 1 if it cannot say. */
+static int cache_writable(cli *c) {
+    kdart_rt_info info;
+    return kdart_info(c->rt, &info) != KDART_OK || info.cache_writable;
 }
 
 /* Writes s as a JSON string literal: quotes, backslashes and control
@@ -263,7 +273,7 @@ static void ls_json(const ls_rows *rows) {
     fputs(rows->n ? "\n]\n" : "]\n", stdout);
 }
 
-static void ls_table(const ls_rows *rows) {
+static void ls_table(const ls_rows *rows, int writable) {
     char t1[40], sz[32], tier[16];
     int wk = 6, ws = 4, wa = 4; /* widths of KERNEL, SPEC, ARCH */
     for (size_t i = 0; i < rows->n; i++) {
@@ -279,7 +289,7 @@ static void ls_table(const ls_rows *rows) {
         printf("%-12.12s  %-*s  %-*s  %-*s  %7s  %10.0f  %6" PRId64 "  %-16s  %-6s  %s\n", r->key, wk, r->kernel, ws,
                r->spec, wa, r->arch, format_size((int64_t)r->cubin_size, sz, sizeof sz), r->compile_ms, r->hits,
                format_time(r->last_used, t1, sizeof t1, 1), r->failed ? "FAILED" : "ok",
-               tier_name(r->tier, tier, sizeof tier));
+               tier_name(r->tier, writable, tier, sizeof tier));
     }
 }
 
@@ -302,7 +312,7 @@ static int run_ls(cli *c, const void *opts, int nargs, char **args) {
         if (o->json)
             ls_json(&rows);
         else if (rows.n > 0)
-            ls_table(&rows);
+            ls_table(&rows, cache_writable(c));
         else if (!c->g.quiet)
             cli_error(c, o->kernel || o->arch ? "no entry matches" : "the cache has no entries");
     }
@@ -324,7 +334,8 @@ CLI_COMMAND(ls, "list cache entries",
     .about = "One line per entry of the writable cache and every --ro-cache:\n"
              "KEY (first 12 hex digits), KERNEL, SPEC, ARCH, SIZE (cubin), COMPILE_MS,\n"
              "HITS, LAST_USED (local time), STATUS (ok, or FAILED for a recorded compile\n"
-             "failure) and TIER (rw: the writable cache; roN: the N-th --ro-cache).\n",
+             "failure) and TIER (rw: the writable cache; ro: the same cache when it could\n"
+             "only be opened read-only; roN: the N-th --ro-cache).\n",
     .exits = "Exit status: 0 ok (also when nothing matches), 2 usage, 4 unknown kernel.\n");
 
 /* ---------------------------------------------------------------- show */
@@ -338,14 +349,14 @@ static const cli_option json_options[] = {
     {NULL},
 };
 
-static void show_text(const kdart_entry *e) {
+static void show_text(const kdart_entry *e, int writable) {
     char t[64], sz[32], tier[16];
     printf("key          %s\n", e->key);
     printf("kernel       %s\n", e->kernel ? e->kernel : "");
     printf("spec         %s\n", e->spec ? e->spec : "");
     printf("arch         %s\n", e->arch ? e->arch : "");
     printf("status       %s\n", e->failed ? "FAILED (a recorded compile failure; see the log)" : "ok");
-    printf("tier         %s\n", tier_name(e->tier, tier, sizeof tier));
+    printf("tier         %s\n", tier_name(e->tier, writable, tier, sizeof tier));
     printf("cubin        %zu bytes (%s)\n", e->cubin_size, format_size((int64_t)e->cubin_size, sz, sizeof sz));
     if (e->cubin_sha256 && e->cubin_sha256[0]) printf("cubin sha256 %s\n", e->cubin_sha256);
     printf("compile      %.1f ms\n", e->compile_ms);
@@ -387,7 +398,7 @@ static int run_show(cli *c, const void *opts, int nargs, char **args) {
     if (o->json)
         show_json(e);
     else
-        show_text(e);
+        show_text(e, cache_writable(c));
     kdart_entry_free(e);
     return EXIT_OK;
 }
@@ -576,7 +587,7 @@ static int run_verify(cli *c, const void *opts, int nargs, char **args) {
     if (st != KDART_OK && st != KDART_ECORRUPT) return cli_fail(c, st, "verify failed");
     if (st == KDART_ECORRUPT) cli_error(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
     printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
-           damaged ? " (quarantined; they will be recompiled on next use)" : "");
+           damaged ? " (quarantined or lost; they will be recompiled on next use)" : "");
     return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
 }
 
@@ -584,10 +595,12 @@ CLI_COMMAND(verify, "check the cache's integrity and every cubin's checksum",
     .about = "Runs SQLite's integrity check and compares every cubin with its stored\n"
              "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
              "needed); damaged indexes are rebuilt; damage in the file's pages that\n"
-             "cannot be rebuilt is healed by salvaging every entry that can still be\n"
-             "read into a fresh file (the damaged one is moved aside as\n"
-             "kdart.db.corrupt-TIME-PID).  What was wrong and what was done goes to\n"
-             "stderr.\n",
+             "cannot be rebuilt is healed in place with every entry that can still be\n"
+             "read, from every page of the file (a copy of the damaged file is kept as\n"
+             "kdart.db.corrupt-TIME-PID).  A file too damaged to open (its header or\n"
+             "first page) is healed the same way when the cache is opened, and verify\n"
+             "reports it.  What was wrong and what was done goes to stderr; \"checked\"\n"
+             "counts every entry found, \"damaged\" those quarantined or lost.\n",
     .exits = "Exit status: 0 clean, 1 damage found (and repaired: the next run is clean).\n");
 
 typedef struct gc_opts {
@@ -711,7 +724,7 @@ static void stats_text(const cli *c, const kdart_rt_info *info, const kdart_cach
                              : format_size(cs->max_bytes ? cs->max_bytes : info->cache_max_bytes, sz2, sizeof sz2));
     printf("hits             %" PRId64 "\n", cs->hits);
     if (cs->misses >= 0)
-        printf("misses           %" PRId64 " (prepares that found no entry and compiled)\n", cs->misses);
+        printf("misses           %" PRId64 " (lookups that found no entry in any cache)\n", cs->misses);
     else
         printf("misses           unknown (the counter could not be read)\n");
     printf("compile time     %.1f s in total\n", cs->compile_ms_total / 1000.0);
@@ -753,7 +766,9 @@ CLI_COMMAND(stats, "cache statistics and the runtime's settings",
              "the kernel source directory, the default architecture, the NVRTC and\n"
              "nvJitLink versions, whether CUDA is available, and the cache's entry,\n"
              "byte, hit, miss and compile-time totals (hits: entries served from the\n"
-             "cache; misses: prepares that found no entry and compiled).\n",
+             "cache; misses: lookups that found no entry in any cache, whether this\n"
+             "process then compiled it, the compile service did, or another process\n"
+             "did while this one waited for it).\n",
     .exits = "Exit status: 0 ok, 1 the cache's totals could not be read.\n");
 
 /* ----------------------------------------------------------------- why */
