@@ -43,6 +43,7 @@ tensors, allocates the outputs and calls kdart's C function (which validates
 everything); a call it cannot take (another current device) or that kdart
 refuses comes back to the Python path, which raises with fla's argument names.
 """
+import contextlib
 import ctypes
 import operator
 import os
@@ -69,13 +70,15 @@ def _bad(msg):
 
 
 def _want(name, t, shape, dtype):
-    """ValueError unless t has this shape and dtype (dtype None: any io dtype)."""
+    """ValueError unless t has this shape and dtype (dtype None: any io dtype; a tuple: any of those)."""
     if not isinstance(t, torch.Tensor):
         raise _lib.value_error("ENULL", f"{name} must be a tensor, got {type(t).__name__}")
     if dtype is None and t.dtype not in _IO:
         raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}; the io dtype must be "
                                                   f"torch.bfloat16 or torch.float16")
-    if dtype is not None and t.dtype != dtype:
+    if isinstance(dtype, tuple) and t.dtype not in dtype:
+        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected one of {dtype}")
+    if isinstance(dtype, torch.dtype) and t.dtype != dtype:
         raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected {dtype}")
     if tuple(t.shape) != tuple(shape):
         raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
@@ -146,12 +149,8 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
     if emit_bf16 and HV != H:
         raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: emit_bf16 needs HV == H")
     # beta: the io dtype, or fp32 (fla's when chunk_kda applies the beta sigmoid; its own specialization)
-    bdt = _F32 if isinstance(beta, torch.Tensor) and beta.dtype == _F32 else io
-    if isinstance(beta, torch.Tensor) and beta.dtype not in (io, _F32):
-        raise _lib.value_error("EDTYPE", f"EDTYPE: beta is {beta.dtype}, expected {io} (the io dtype) "
-                                                  "or torch.float32")
     for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("g", g, (B, T, HV, K), _F32),
-                               ("beta", beta, (B, T, HV), bdt), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
+                               ("beta", beta, (B, T, HV), (io, _F32)), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
                                ("dAkk", dAkk, (B, T, HV, CHUNK), _F32), ("dq", dq, (B, T, HV, K), _F32),
                                ("dk", dk, (B, T, HV, K), _F32), ("db", db, (B, T, HV), _F32),
                                ("dg", dg, (B, T, HV, K), _F32)):
@@ -460,13 +459,11 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
     # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for): on the
     # device its V tile is the one kdart picks for the device's SM count; elsewhere (never launched) the
     # widest, the choice for one SM
-    if dev.type == "cuda":
-        with torch.cuda.device(dev):
-            plan.spec = _fast()["rt"].spec_for("bwd_dhu", plan.args)
-    else:
-        plan.args.v_tile = 64
+    on_gpu = dev.type == "cuda"
+    plan.args.v_tile = 0 if on_gpu else 64
+    with torch.cuda.device(dev) if on_gpu else contextlib.nullcontext():
         plan.spec = _fast()["rt"].spec_for("bwd_dhu", plan.args)
-        plan.args.v_tile = 0
+    plan.args.v_tile = 0
     plan.no_rows = rows == 0
     return plan
 

@@ -35,7 +35,7 @@ enum { IO_BF16 = 0, IO_FP16 = 1 };
 typedef struct tcheck {
     const char *name;
     const DLTensor *t;
-    int dtype;       /* -1 io dtype, 32 fp32 */
+    int dtype;       /* -1 io dtype, 32 fp32, -2 either (its own specialization each) */
     int ndim;
     int64_t want[5];
 } tcheck;
@@ -70,11 +70,10 @@ static void shape_str(const DLTensor *t, char *buf, size_t n) {
  * that depends on where its memory is). */
 static int check_layout(kdart_rt *rt, const tcheck *c, int io) {
     const DLTensor *t = c->t;
-    int want = c->dtype < 0 ? io : c->dtype;
-    int have = dtype_of(t);
-    if (have != want)
-        return kdart__err(rt, KDART_EDTYPE, "tensor %s is %s, expected %s", c->name, dtype_name(have),
-                          dtype_name(want));
+    const int have = dtype_of(t), want = c->dtype < 0 ? io : c->dtype;
+    if (c->dtype == -2 ? have != io && have != 32 : have != want)
+        return kdart__err(rt, KDART_EDTYPE, "tensor %s is %s, expected %s%s", c->name, dtype_name(have),
+                          dtype_name(want), c->dtype == -2 ? " (the io dtype) or float32" : "");
     char sb[96];
     if (t->ndim != c->ndim) {
         shape_str(t, sb, sizeof sb);
@@ -380,15 +379,9 @@ static int bwd_intra_call(kdart_rt *rt, const kdart_bwd_intra_args *a, void *str
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
                           (long long)HV, (long long)grid_x);
     int odt = a->emit_bf16 ? -1 : 32;
-    /* beta: the io dtype, or fp32 (its own specialization: what fla hands the
-     * stage when chunk_kda applies the beta sigmoid) */
-    const int beta_f32 = a->beta && dtype_of(a->beta) == 32;
-    if (a->beta && !beta_f32 && dtype_of(a->beta) != io)
-        return kdart__err(rt, KDART_EDTYPE, "tensor beta is %s, expected %s (the io dtype) or float32",
-                          dtype_name(dtype_of(a->beta)), dtype_name(io));
     tcheck c[] = {
         {"q", a->q, -1, 4, {B, T, H, K}},           {"k", a->k, -1, 4, {B, T, H, K}},
-        {"g", a->g, 32, 4, {B, T, HV, K}},          {"beta", a->beta, beta_f32 ? 32 : -1, 3, {B, T, HV}},
+        {"g", a->g, 32, 4, {B, T, HV, K}},          {"beta", a->beta, -2, 3, {B, T, HV}},
         {"dAqk", a->dAqk, 32, 4, {B, T, HV, 64}},   {"dAkk", a->dAkk, 32, 4, {B, T, HV, 64}},
         {"dq_in", a->dq_in, 32, 4, {B, T, HV, K}},  {"dk_in", a->dk_in, 32, 4, {B, T, HV, K}},
         {"dg_in", a->dg_in, 32, 4, {B, T, HV, K}},  {"db_in", a->db_in, 32, 3, {B, T, HV}},
@@ -400,7 +393,8 @@ static int bwd_intra_call(kdart_rt *rt, const kdart_bwd_intra_args *a, void *str
     for (int i = 0; i < n; i++)
         if ((rc = check_tensor(rt, &c[i], io, &device_id, so != NULL)) != KDART_OK) return rc;
     int vals[7] = {io, a->fold_dg ? 1 : 0, a->emit_bf16 ? 1 : 0, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail,
-                   beta_f32};
+                   /* beta in fp32 (what fla hands the stage when chunk_kda applies the beta sigmoid) */
+                   dtype_of(a->beta) == 32};
     if (so) return plan_answer(rt, KDART__K_BWD_INTRA, vals, so);
     if ((rc = check_overlap(rt, c, n, 10)) != KDART_OK) return rc;
     if ((rc = check_cu_overlap(rt, c, n, 10, sq.cu)) != KDART_OK) return rc;
