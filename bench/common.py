@@ -1,5 +1,5 @@
 """bench/common.py: what the benchmarks against fla share: the shape row, the byte counts of each stage,
-the input recipe (fla's tests' inputs, fixed length or packed sequences), fla's two stage functions and
+the input recipe (fla's tests' inputs, fixed length or packed sequences), fla's stage functions and
 their import, the CUDA-event timer, the agreement measure and the table printer.
 
 Imported by bench/side_by_side.py and bench/varlen.py; nothing here imports either, and nothing imports
@@ -21,8 +21,9 @@ MISMATCH_AT = 5e-2
 # ---------------------------------------------------------------- shape rows
 
 class Row:
-    def __init__(self, name, B, T, H, HV, K, V, fold_emit=False, note=""):
+    def __init__(self, name, B, T, H, HV, K, V, fold_emit=False, note="", lens=None):
         self.name, self.B, self.T, self.H, self.HV, self.K, self.V = name, B, T, H, HV, K, V
+        self.lens = lens  # packed documents (B = 1, sum(lens) = T): wy_dqkg's rows only
         self.fold_emit = fold_emit  # bwd_intra with fold_dg=1, emit_bf16=1 (intra only)
         self.note = note
 
@@ -58,6 +59,16 @@ def dhu_bytes(r, dht=True, dh0=True, io=2, NT=None, N=None):
 
 
 # ------------------------------------------------------ inputs and agreement
+
+def wy_bytes(r, io=2, beta_f32=True, NT=None):
+    """wy_dqkg: q, k [B,T,H,K], v, v_new, do, dv [B,T,HV,V], A [B,T,HV,64] io; g fp32, beta fp32 (fla's with
+    the beta sigmoid in chunk_kda); h, dh [B,NT,HV,K,V] io in; dq, dk, dg fp32, dv2 io, db, dA fp32 out."""
+    B, T, H, HV, K, V = r.B, r.T, r.H, r.HV, r.K, r.V
+    NT = B * (T // CHUNK) if NT is None else NT
+    tok = B * T * (2 * H * K * io + 4 * HV * V * io + HV * CHUNK * io + HV * K * 4 + HV * (4 if beta_f32 else io))
+    out = B * T * HV * (3 * K * 4 + V * io + 4 + CHUNK * 4)
+    return tok + 2 * NT * HV * K * V * io + out
+
 
 def rel_rms(a, b):
     """rms(a - b) / rms(b) in float64, in slices (the dh tensors are GBs)."""
@@ -156,6 +167,30 @@ def make_dhu(r, device, lay=None):
     return dict(qg=qg, kg=kg, w=w, g=g, do=do, dv=dv, h0=h0, dht=dht, scale=K ** -0.5)
 
 
+def make_wy(r, device, lay=None):
+    """wy_dqkg's inputs as chunk_kda's backward hands them over (l2-normalised q, k; fp32 beta after the
+    sigmoid; A lower triangular with a unit diagonal, as the WY inverse)."""
+    import torch
+    import torch.nn.functional as F
+    B, T, H, HV, K, V = r.B, r.T, r.H, r.HV, r.K, r.V
+    lay = lay or seq_layout(B, T, device=device)
+    bf = torch.bfloat16
+    q = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(bf)
+    k = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(bf)
+    v, v_new, do, dv = (torch.randn(B, T, HV, V, device=device).to(bf) for _ in range(4))
+    g = chunk_gate((B, T, HV, K), device, lay)
+    beta = torch.sigmoid(torch.randn(B, T, HV, device=device))
+    ar = torch.arange(CHUNK, device=device)
+    pos = lay["pos"][:, None, None]
+    A = (torch.randn(B * T, HV, CHUNK, device=device) * 0.1).mul_((ar[None, None, :] < pos).float())
+    A = (A + (ar[None, None, :] == pos).float()).to(bf).reshape(B, T, HV, CHUNK)
+    NT = lay["NT"]
+    Bh = 1 if lay["N"] != B else B
+    h = (torch.randn(Bh, NT // Bh, HV, K, V, device=device) * 0.1).to(bf)
+    dh = (torch.randn(Bh, NT // Bh, HV, K, V, device=device) * 0.1).to(bf)
+    return dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv, scale=K ** -0.5)
+
+
 # ------------------------------------------------------------- fla's stages
 
 def fla_intra(fla, s, cu=None, ci=None):
@@ -169,6 +204,13 @@ def fla_dhu(fla, s, cu=None, ci=None, co=None):
     kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
     return fla["dhu"](q=s["qg"], k=s["kg"], w=s["w"], do=s["do"], dv=s["dv"], gk=s["g"], h0=s["h0"],
                       dht=s["dht"], scale=s["scale"], chunk_size=CHUNK, **kw)
+
+
+def fla_wy(fla, s, cu=None, ci=None, co=None):
+    """fla's chunk_kda_bwd_wy_dqkg_fused on an input set of make_wy -> (dq, dk, dv, db, dg, dA)."""
+    kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
+    return fla["wy"](s["q"], s["k"], s["v"], s["v_new"], s["g"], s["beta"], s["A"], s["h"], s["do"], s["dh"],
+                     s["dv"], scale=s["scale"], chunk_size=CHUNK, **kw)
 
 
 # ------------------------------------------------------------------- timing
@@ -213,6 +255,7 @@ def import_fla():
         import inspect
         from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
         from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
+        from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
         from fla.ops.utils import chunk_local_cumsum
         from fla.ops.utils.index import prepare_chunk_indices, prepare_chunk_offsets
         try:
@@ -237,6 +280,7 @@ def import_fla():
         print(f"fla {ver}: chunk_kda_bwd_intra{si}")
         print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
         return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
+                    wy=chunk_kda_bwd_wy_dqkg_fused,
                     chunk_indices=prepare_chunk_indices, chunk_offsets=prepare_chunk_offsets, version=ver)
     except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
         print(f"fla not available ({type(e).__name__}: {e}); running kdart only")

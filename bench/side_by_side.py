@@ -22,8 +22,8 @@ import sys
 import time
 
 from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dhu_bytes, dump_json,
-                    fla_dhu, fla_intra, fmt, import_fla, intra_bytes, make_dhu, make_intra, nsets_for, print_table,
-                    rel_rms)
+                    fla_dhu, fla_intra, fla_wy, fmt, import_fla, intra_bytes, make_dhu, make_intra, make_wy,
+                    nsets_for, print_table, rel_rms, seq_layout, wy_bytes)
 
 
 # ---------------------------------------------------------------- shape rows
@@ -46,6 +46,9 @@ ROWS = [
     Row("b2_t8192_h16_k256", 2, 8192, 16, 16, 256, 256, note="K = V = 256 (the K tile 256)"),
     Row("b2_t8192_h16_d100", 2, 8192, 16, 16, 100, 100, note="K = V = 100 (K tile 128, masked tail)"),
     Row("b2_t8192_h16_d60", 2, 8192, 16, 16, 60, 60, note="K = V = 60 (K tile 64, masked tail)"),
+    Row("b2_t8192_h32", 2, 8192, 32, 32, 128, 128, note="the production configuration's first row"),
+    Row("b1_t32768_h32_packed", 1, 32768, 32, 32, 128, 128, lens=(1, 63, 4096, 700, 9000, 2908, 16000),
+        note="7 packed documents"),
 ]
 QUICK = ["b1_t8192_h32", "b2_t4096_h32_k64"]
 
@@ -386,6 +389,52 @@ def run_dhu(r, ctx):
     return res
 
 
+def run_wy(r, ctx):
+    """wy_dqkg through kdart.torch (the op users call) against fla's chunk_kda_bwd_wy_dqkg_fused; a packed
+    row (r.lens) passes cu_seqlens and fla's index tensors."""
+    import torch
+    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
+    if os.path.join(ROOT, "python") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    import kdart.torch as kt
+    lens = getattr(r, "lens", None)
+    lay = seq_layout(r.B, r.T, lens, device=dev)
+    cu = ci = co = None
+    if lens is not None:
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=dev)
+        if fla is not None:
+            ci, co = fla["chunk_indices"](cu, CHUNK), fla["chunk_offsets"](cu, CHUNK)
+    nbytes = wy_bytes(r, NT=lay["NT"])
+    sets = [make_wy(r, dev, lay) for _ in range(nsets_for(nbytes))]
+
+    def kd(s):
+        return kt.wy_dqkg(s["q"], s["k"], s["v"], s["v_new"], s["g"], s["beta"], s["A"], s["h"], s["do"],
+                          s["dh"], s["dv"], scale=s["scale"], cu_seqlens=cu, chunk_indices=ci)
+    res = dict(stage="wy_dqkg", row=r.name, shape=r.shape_str(), bytes=nbytes, nsets=len(sets), checks={},
+               flags=[])
+    ko = kd(sets[0])
+    torch.cuda.synchronize()
+    names = ("dq", "dk", "dv", "db", "dg", "dA")
+    for n, t in zip(names, ko):
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+    res["kdart_ms"], res["kdart_min_ms"] = timer([lambda s=s: kd(s) for s in sets])
+    if fla is not None:
+        try:
+            ref = fla_wy(fla, sets[0], cu, ci, co)
+            torch.cuda.synchronize()
+            for n, a, b in zip(names, ko, ref):
+                res["checks"][n] = rel_rms(a, b)
+            del ref
+            res["fla_ms"], res["fla_min_ms"] = timer([lambda s=s: fla_wy(fla, s, cu, ci, co) for s in sets])
+        except Exception as e:
+            print(f"  fla failed: {type(e).__name__}: {e}", flush=True)
+            res["fla_error"] = f"{type(e).__name__}: {e}"
+            res["flags"].append("FLA_ERROR")
+    del sets, ko
+    return res
+
+
 # --------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -402,7 +451,8 @@ def main(argv=None):
     ap.add_argument("--rows", default="",
                     help="comma-separated row indices or names (see --list); default: all")
     ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
-    ap.add_argument("--stage", choices=("both", "intra", "dhu"), default="both", help="which stages to run")
+    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "all"), default="both",
+                    help="which stages to run (both: bwd_intra and bwd_dhu; all: and wy_dqkg)")
     ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (median; default 20)")
@@ -478,17 +528,20 @@ def main(argv=None):
             meta["skipped"] = [x.name for x in left]
             break
         stages = []
-        if args.stage in ("both", "intra"):
+        if args.stage in ("both", "intra", "all"):
             stages.append(run_intra)
-        if args.stage in ("both", "dhu") and not r.fold_emit:
+        if args.stage in ("both", "dhu", "all") and not r.fold_emit:
             stages.append(run_dhu)
+        if args.stage in ("wy", "all") and not r.fold_emit:
+            stages.append(run_wy)
         for fn in stages:
             print(f"[{r.name}] {r.shape_str()} {fn.__name__[4:]} (t={time.time() - t_start:.0f} s)", flush=True)
             try:
                 res = fn(r, ctx)
             except Exception as e:  # report and go on with the next row
                 failed = True
-                stage = "bwd_dhu" if fn is run_dhu else "bwd_intra fold+emit" if r.fold_emit else "bwd_intra"
+                stage = ("bwd_dhu" if fn is run_dhu else "wy_dqkg" if fn is run_wy else
+                         "bwd_intra fold+emit" if r.fold_emit else "bwd_intra")
                 res = dict(stage=stage, row=r.name, shape=r.shape_str(), error=f"{type(e).__name__}: {e}")
                 print(f"  ERROR {res['error']}", flush=True)
             try:

@@ -94,4 +94,35 @@ typedef struct kdart_rcumsum_params {
     int B, T, HV;      /* K is a template argument */
 } kdart_rcumsum_params;
 
+/* wy_dqkg: grid (T/64, B*HV), one CTA per (chunk, batch x value head); VARLEN
+ * as bwd_intra (grid (NT, HV)).  The WY backward fused with the state-gradient
+ * products (fla chunk_kda_bwd_wy_dqkg_fused). */
+typedef struct kdart_wy_dqkg_params {
+    const void *q;      /* [B,T,H,K]   io dtype */
+    const void *k;      /* [B,T,H,K]   io dtype */
+    const void *v;      /* [B,T,HV,V]  io dtype */
+    const void *v_new;  /* [B,T,HV,V]  io dtype */
+    const float *g;     /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
+    const void *beta;   /* [B,T,HV]    io dtype or fp32 (the beta parameter) */
+    const void *A;      /* [B,T,HV,64] io dtype, the WY inverse (row = token) */
+    const void *h;      /* [B*NT or NT,HV,K,V] io dtype ([..,V,K] when state_v_first) */
+    const void *dh;     /* as h */
+    const void *dout;   /* [B,T,HV,V]  io dtype ("do") */
+    const void *dv;     /* [B,T,HV,V]  io dtype (bwd_dhu's dv2) */
+    float *dq;          /* [B,T,HV,K]  fp32 */
+    float *dk;          /* [B,T,HV,K]  fp32 */
+    void *dv2;          /* [B,T,HV,V]  io dtype */
+    float *dg;          /* [B,T,HV,K]  fp32 */
+    float *db;          /* [B,T,HV]    fp32 */
+    float *dA;          /* [B,T,HV,64] fp32, strictly lower (zeros above) */
+    float scale;
+    int B, T, H, HV, V; /* K: the kernel's K tile; Kr below */
+    const void *cu_seqlens; /* as bwd_intra */
+    int *status;
+    int N;
+    int NT;                 /* grid chunks (VARLEN), h's chunk rows */
+    int cu_is64;
+    int Kr;                 /* the head dim, 1..K tile */
+} kdart_wy_dqkg_params;
+
 #endif /* KDART_KDA_PARAMS_H */

@@ -1,6 +1,6 @@
 /*
- * test_ops.c: argument validation of kdart_kda_bwd_intra and
- * kdart_kda_bwd_dhu, on the CPU.
+ * test_ops.c: argument validation of kdart_kda_bwd_intra, kdart_kda_bwd_dhu
+ * and kdart_kda_wy_dqkg, on the CPU.
  *
  * Tensors here carry fake, never-dereferenced device addresses, and CUDA
  * is disabled (KDART_OPEN_NO_CUDA), so a call whose arguments all pass
@@ -219,6 +219,97 @@ static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n,
     dhu_make_kv(s, io_code, b, t, n, nt, K, V, 0);
 }
 static void dhu_make(dhu_set *s, int io_code) { dhu_make_v(s, io_code, B, T, B, T / 64); }
+
+/* wy_dqkg: b rows of t tokens (packed: b = 1 and nt chunk rows of h, dh), head dim k, value dim v */
+typedef struct wy_set {
+    fake q, k, v, vn, g, beta, A, h, dh, dout, dv, dq, dk, dv2, dg, db, dA, cu;
+    kdart_wy_dqkg_args a;
+} wy_set;
+
+static void wy_make(wy_set *s, int64_t b, int64_t t, int64_t k, int64_t v, int64_t nt) {
+    mk(&s->q, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->k, kDLBfloat, 16, 4, b, t, H, k, 0);
+    fake *vs[] = {&s->v, &s->vn, &s->dout, &s->dv, &s->dv2};
+    for (int i = 0; i < 5; i++) mk(vs[i], kDLBfloat, 16, 4, b, t, HV, v, 0);
+    fake *ks[] = {&s->g, &s->dq, &s->dk, &s->dg};
+    for (int i = 0; i < 4; i++) mk(ks[i], kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->beta, kDLFloat, 32, 3, b, t, HV, 0, 0);
+    mk(&s->db, kDLFloat, 32, 3, b, t, HV, 0, 0);
+    mk(&s->A, kDLBfloat, 16, 4, b, t, HV, 64, 0);
+    mk(&s->dA, kDLFloat, 32, 4, b, t, HV, 64, 0);
+    mk(&s->h, kDLBfloat, 16, 5, b, nt, HV, k, v);
+    mk(&s->dh, kDLBfloat, 16, 5, b, nt, HV, k, v);
+    mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
+    kdart_wy_dqkg_args a = {sizeof a, &s->q.t,  &s->k.t,  &s->v.t,  &s->vn.t,  &s->g.t,  &s->beta.t,
+                            &s->A.t,  &s->h.t,  &s->dh.t, &s->dout.t, &s->dv.t, &s->dq.t,  &s->dk.t,
+                            &s->dv2.t, &s->dg.t, &s->db.t, &s->dA.t, 0.125f,    0,         NULL, NULL};
+    s->a = a;
+}
+
+START_TEST(wy_validation) {
+    wy_set s;
+    char buf[128];
+    wy_make(&s, B, T, K, V, T / 64);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0");
+    /* a head dim below the tile, V not a multiple of 64: the tail; any T: varlen; the V-first state */
+    wy_make(&s, B, 100, 100, 100, 2);
+    s.a.state_v_first = 1;
+    mk(&s.h, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
+    mk(&s.dh, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1");
+    /* packed: h has any number of rows >= 1; beta in the io dtype */
+    wy_make(&s, 1, 300, K, V, 7);
+    mk(&s.beta, kDLBfloat, 16, 3, 1, 300, HV, 0, 0);
+    s.a.cu_seqlens = &s.cu.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0");
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* bad arguments, each named */
+    wy_make(&s, B, T, K, V, T / 64);
+    EXPECT(kdart_kda_wy_dqkg(rt, NULL, NULL), KDART_ENULL, "args");
+    s.a.struct_size = 8;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.dh = NULL;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENULL, "dh");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.dA.t.data = NULL;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENULL, "dA");
+    wy_make(&s, B, T, K, V, T / 64);
+    mk(&s.A, kDLFloat, 32, 4, B, T, HV, 64, 0);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "tensor A");
+    wy_make(&s, B, T, K, V, T / 64);
+    mk(&s.beta, kDLFloat, 16, 3, B, T, HV, 0, 0);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "beta");
+    wy_make(&s, B, T, K, V, T / 64 + 1);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ESHAPE, "tensor h");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.state_v_first = 1; /* h is [.., K, V], the V-first state needs [.., V, K] */
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ESHAPE, "tensor h");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.dv.shape[3] = V - 1;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ESHAPE, "dv");
+    wy_make(&s, B, T, 300, V, T / 64);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=300");
+    wy_make(&s, B, T, K, 600, T / 64);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EUNSUPPORTED, "V=600");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.dq = &s.dk.t; /* two outputs in one buffer */
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.dv2 = &s.dv.t; /* in place */
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "overlaps input dv");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.cu_seqlens = &s.cu.t; /* packed needs B == 1 */
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    wy_make(&s, B, T, K, V, T / 64);
+    s.q.t.data = (void *)((uintptr_t)s.q.t.data + 2);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EALIGN, "q");
+}
+END_TEST
 
 /* kdart_spec_for: the spec a launch would prepare, from the same checks and choices, without CUDA
  * and without looking at memory (NULL data is fine there; a launch refuses it). */
@@ -650,6 +741,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, intra_valid_reaches_launch);
     tcase_add_test(tc, spec_for);
+    tcase_add_test(tc, wy_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

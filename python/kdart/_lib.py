@@ -80,6 +80,16 @@ class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
                 + [("state_v_first", ctypes.c_int)])  # added in 0.2 after DHU_SEQS (head dims)
 
 
+WY_TENSORS = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "dh", "d_o", "dv",
+              "dq", "dk", "dv2", "dg", "db", "dA")
+WY_SEQS = ("cu_seqlens", "chunk_indices")
+
+
+class WyArgs(ctypes.Structure):  # kdart_wy_dqkg_args
+    _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in WY_TENSORS]
+                + [("scale", ctypes.c_float), ("state_v_first", ctypes.c_int)] + [(n, _PT) for n in WY_SEQS])
+
+
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 
 

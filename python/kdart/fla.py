@@ -7,8 +7,8 @@
     kdart.fla.disable()
 
 enable() replaces, in the fla module whose chunk_kda_bwd calls them
-(fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra and
-chunk_gated_delta_rule_bwd_dhu by wrappers that run kdart for every call it
+(fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra,
+chunk_gated_delta_rule_bwd_dhu and chunk_kda_bwd_wy_dqkg_fused by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
 before calling: K outside 1..256, V outside 1..512, chunk size != 64,
 a scalar gate g, cu_seqlens off q's device or with
@@ -57,6 +57,7 @@ MODULE = "fla.ops.kda.chunk_bwd"
 # at a third of the copy bandwidth) leave the stage at 0.94-1.01x fla's (K = V = 63, 101), served all the
 # same: the call's bwd_intra runs 3.3-3.6x fla's at D = 60 and 100, and kdart runs every head dim fla takes.
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
+_WY = "chunk_kda_bwd_wy_dqkg_fused"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
 _E = inspect.Parameter.empty
@@ -69,6 +70,9 @@ EXPECTED = {
            ("chunk_indices", None), ("chunk_offsets", None), ("use_graph", False)),
     _CUMSUM: (("g", _E), ("chunk_size", _E), ("reverse", False), ("scale", None), ("cu_seqlens", None),
               ("output_dtype", "torch.float32"), ("chunk_indices", None), ("use_graph", False), ("kwargs", _E)),
+    _WY: (("q", _E), ("k", _E), ("v", _E), ("v_new", _E), ("g", _E), ("beta", _E), ("A", _E), ("h", _E),
+          ("do", _E), ("dh", _E), ("dv", _E), ("scale", None), ("state_v_first", False), ("cu_seqlens", None),
+          ("chunk_size", 64), ("chunk_indices", None), ("chunk_offsets", None), ("use_graph", False)),
     "chunk_kda_bwd": (("q", _E), ("k", _E), ("v", _E), ("beta", _E), ("Aqk", _E), ("Akk", _E), ("scale", _E),
                       ("initial_state", _E), ("do", _E), ("dht", _E), ("g", None), ("g_org", None),
                       ("state_v_first", False), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
@@ -79,7 +83,7 @@ EXPECTED = {
 
 _lock = threading.RLock()
 _state = {"module": None, "orig": None, "fold": False}
-_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0}
+_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
 _fallbacks = {}
 _warned = set()
 _tls = threading.local()
@@ -106,8 +110,8 @@ def _check_signatures(mod):
         if have != want:
             bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
     bwd = getattr(mod, "chunk_kda_bwd", None)
-    if bwd is not None and not {_INTRA, _DHU, _CUMSUM} <= set(bwd.__code__.co_names):
-        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_INTRA}, {_DHU} and {_CUMSUM}")
+    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY} <= set(bwd.__code__.co_names):
+        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_INTRA}, {_DHU}, {_WY} and {_CUMSUM}")
     if bad:
         raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
 
@@ -224,6 +228,24 @@ def dhu_refusal(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None,
     return _io_reason(_torch(), q, (k, w, do, dv), (gk, h0, dht))
 
 
+def wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+               chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    """None when kdart takes this chunk_kda_bwd_wy_dqkg_fused call, else the reason it does not."""
+    if cu_seqlens is None and (chunk_indices is not None or chunk_offsets is not None):
+        return "chunk_indices/chunk_offsets without cu_seqlens"
+    r = _common_reason(chunk_size, q, v, cu_seqlens)
+    if r:
+        return r
+    if v.shape[2] % q.shape[2]:
+        return "HV % H != 0"
+    if not 1 <= v.shape[3] <= 512:
+        return f"V={v.shape[3]} (V > 512)"
+    torch = _torch()
+    if beta.dtype == torch.float32:
+        return _io_reason(torch, q, (k, v, v_new, A, h, do, dh, dv), (beta, g))
+    return _io_reason(torch, q, (k, v, v_new, beta, A, h, do, dh, dv), (g,))
+
+
 # ------------------------------------------------------------- wrappers
 
 def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
@@ -271,6 +293,27 @@ def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None
                 chunk_offsets=chunk_offsets, use_graph=use_graph)
 
 
+def _wy_wrapper(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    orig = _state["orig"][_WY]
+    reason = wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens, chunk_size,
+                        chunk_indices, chunk_offsets, use_graph)
+    if reason is None:
+        from . import torch as kt
+        try:
+            out = kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                             state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        except ValueError as e:
+            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
+        else:
+            _count_served("wy_dqkg")
+            return out
+    _count_fallback("wy_dqkg", reason)
+    return orig(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale, state_v_first=state_v_first,
+                cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices,
+                chunk_offsets=chunk_offsets, use_graph=use_graph)
+
+
 _DEFAULT = object()
 
 
@@ -293,7 +336,7 @@ def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, o
                 chunk_indices=chunk_indices, use_graph=use_graph, **kwargs)
 
 
-_WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _CUMSUM: _cumsum_wrapper}
+_WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper}
 
 
 # ------------------------------------------------------ enable / disable

@@ -54,7 +54,7 @@ import torch
 
 from . import _lib
 
-__all__ = ["bwd_intra", "bwd_dhu", "prepare_for", "device_status"]
+__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "prepare_for", "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
@@ -189,6 +189,35 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
             ((B, T, HV, V), io)]
 
 
+def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None, chunk_indices=None):
+    """Checks wy_dqkg's arguments (ValueError); returns its outputs' (shape, dtype) list in fla's order
+    (dq, dk, dv2, db, dg, dA)."""
+    B, T, H, K, HV = _dims(q, g)
+    _seqs(B, cu_seqlens, chunk_indices)
+    if v.dim() != 4:
+        raise _bad("ESHAPE: v must be [B,T,HV,V]")
+    V = v.shape[3]
+    if not 1 <= V <= 512:
+        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
+                                                        "(V must be 1..512)")
+    if HV % H:
+        raise _bad(f"ESHAPE: HV={HV} (value heads, from g) is not a multiple of H={H} (from q)")
+    if h.dim() != 5:
+        raise _bad("ESHAPE: h must be [B,NT,HV,K,V]")
+    NT = h.shape[1] if cu_seqlens is not None else -(-T // CHUNK)
+    S = (V, K) if state_v_first else (K, V)
+    io = q.dtype
+    _want("q", q, (B, T, H, K), None)
+    for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("v", v, (B, T, HV, V), io),
+                               ("v_new", v_new, (B, T, HV, V), io), ("g", g, (B, T, HV, K), _F32),
+                               ("beta", beta, (B, T, HV), (io, _F32)), ("A", A, (B, T, HV, CHUNK), io),
+                               ("h", h, (B, NT, HV) + S, io), ("do", do, (B, T, HV, V), io),
+                               ("dh", dh, (B, NT, HV) + S, io), ("dv", dv, (B, T, HV, V), io)):
+        _want(name, t, shape, dt)
+    return [((B, T, HV, K), _F32), ((B, T, HV, K), _F32), ((B, T, HV, V), io), ((B, T, HV), _F32),
+            ((B, T, HV, K), _F32), ((B, T, HV, CHUNK), _F32)]
+
+
 # ------------------------------------------------------------------ plans
 
 class _Plan:
@@ -230,9 +259,10 @@ def _fast():
     if not st:
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
-        for f in (fi, fd):
+        fw = rt.lib["kdart_kda_wy_dqkg"]
+        for f in (fi, fd, fw):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd,
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -506,6 +536,53 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     return (dh[:, :0] if plan.no_rows else dh), dh0, dv2
 
 
+def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None,
+             chunk_indices=None):
+    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    dev = _check_layout((q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
+    fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]
+    # C order: dq, dk, dv2, dg, db, dA (fla returns dq, dk, dv, db, dg, dA)
+    tensors = (q, k, v, v_new, g, beta, A, h, dh, do, dv, fake[0], fake[1], fake[2], fake[4], fake[3], fake[5],
+               cu_seqlens, chunk_indices)
+
+    def fill(a):
+        a.state_v_first = int(bool(state_v_first))
+    plan = _Plan(_lib.WyArgs, _lib.WY_TENSORS + _lib.WY_SEQS, tensors, fill)
+    for i in range(11, 17):
+        plan.dls[i].device = plan.dls[0].device
+    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
+    plan.spec = _fast()["rt"].spec_for("wy_dqkg", plan.args)
+    return plan
+
+
+def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                  chunk_indices=None):
+    ts = (q, k, v, v_new, g, beta, A, h, do, dh, dv)
+    key = (tuple(map(_SIG, ts)), "wy", None if cu_seqlens is None else (_idx_key(cu_seqlens),
+                                                                         _idx_key(chunk_indices)),
+           bool(state_v_first))
+    plan = _get_plan(key, _wy_plan, q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens,
+                     chunk_indices)
+    if not all(map(_CONTIG, ts)):
+        _check_layout(ts)
+    dev = plan.dev
+    o = [torch.empty(s, dtype=d, device=dev) for s, d in plan.outs]  # dq, dk, dv2, db, dg, dA
+    plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
+    if not plan.warm:
+        _prepare_plan("wy_dqkg", plan, dev)
+    d = plan.data  # DLTensor i's data at [6 i], in kdart_wy_dqkg_args order (h, dh before do: C's order)
+    for i, t in enumerate((q, k, v, v_new, g, beta, A, h, dh, do, dv)):
+        d[6 * i] = t.data_ptr()
+    d[66], d[72], d[78], d[84], d[90], d[96] = (o[0].data_ptr(), o[1].data_ptr(), o[2].data_ptr(),
+                                                o[4].data_ptr(), o[3].data_ptr(), o[5].data_ptr())
+    if cu_seqlens is not None:
+        d[102] = cu_seqlens.data_ptr()
+        if chunk_indices is not None:
+            d[108] = chunk_indices.data_ptr()
+    _launch("wy", plan, plan.idx)
+    return tuple(o)
+
+
 # ------------------------------------------------------------- custom ops
 
 @torch.library.custom_op("kdart::bwd_intra", mutates_args=())
@@ -541,6 +618,23 @@ def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     # varlen without chunk_indices: dh's row count depends on cu_seqlens's values
     nt = torch.library.get_ctx().new_dynamic_size() if cu_seqlens is not None and chunk_indices is None else None
     outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
+    return tuple(q.new_empty(s, dtype=d) for s, d in outs)
+
+
+@torch.library.custom_op("kdart::wy_dqkg", mutates_args=())
+def _wy_dqkg_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
+                beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor,
+                dv: torch.Tensor, scale: float | None = None, state_v_first: bool = False,
+                cu_seqlens: torch.Tensor | None = None, chunk_indices: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                         chunk_indices)
+
+
+@_wy_dqkg_op.register_fake
+def _wy_dqkg_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                  chunk_indices=None):
+    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
@@ -646,6 +740,19 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     return dh, (dh0 if h0 is not None else None), dv2
 
 
+def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+            chunk_indices=None, chunk_offsets=None):
+    """fla's chunk_kda_bwd_wy_dqkg_fused (chunk 64) -> (dq, dk, dv, db, dg, dA), dq and dk at the value heads
+    (fla's GVA contract: the caller sums them over the head groups).  scale None: K ** -0.5.  h and dh as fla
+    has them ([B,NT,HV,K,V], or [..,V,K] with state_v_first; packed: [1,len(chunk_indices),..]).  chunk_offsets
+    is accepted for fla's signature and not read (kdart derives each chunk's row on the device)."""
+    if _eager(q):
+        return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                             chunk_indices)
+    return torch.ops.kdart.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
+                                   cu_seqlens, chunk_indices)
+
+
 def device_status(device=None, clear=True):
     """The KDART_DEVERR_* bits (kdart._lib.DEVERR_*: 1 cu_seqlens out of order, 2 cu[N] > T, 4 more chunks
     than dh rows) that variable-length launches found on device since the last clear; those launches
@@ -668,8 +775,16 @@ def prepare_for(op, *args, **kwargs):
         defaults, build, kernel = ({"h0": None, "dht": None, "scale": None, "cu_seqlens": None,
                                     "chunk_indices": None, "chunk_offsets": None, "nt": 1, "state_v_first": False},
                                    _dhu_plan, "bwd_dhu")
+    elif op in (wy_dqkg, torch.ops.kdart.wy_dqkg):
+        names = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv", "scale", "state_v_first",
+                 "cu_seqlens", "chunk_indices", "chunk_offsets")
+        defaults, kernel = ({"scale": None, "state_v_first": False, "cu_seqlens": None, "chunk_indices": None,
+                             "chunk_offsets": None}, "wy_dqkg")
+
+        def build(*a):  # (scale and chunk_offsets choose nothing)
+            return _wy_plan(*a[:11], *a[12:15])
     else:
-        raise ValueError("prepare_for: op must be kdart.torch.bwd_intra or kdart.torch.bwd_dhu")
+        raise ValueError("prepare_for: op must be kdart.torch.bwd_intra, bwd_dhu or wy_dqkg")
     a = dict(defaults)
     a.update(zip(names, args))
     a.update(kwargs)

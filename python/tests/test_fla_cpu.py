@@ -141,7 +141,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
         finally:
             orig.update(saved)
         st = kf.stats()
-    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3}
+    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 1}
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
@@ -198,7 +198,8 @@ def _standins(monkeypatch, log):
         log.append("dAv")
         return _meta(*v.shape[:3], 64), torch.empty_like(do)
 
-    def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, **kw):
+    def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):  # fla's signature
         log.append("wy_dqkg")
         f = torch.empty_like(g, dtype=torch.float32)
         return f, f.clone(), torch.empty_like(v), torch.empty_like(beta, dtype=torch.float32), f.clone(), \
@@ -233,7 +234,7 @@ def test_production_config_routing(monkeypatch, case):
     """fla 0.6.0's chunk_kda_bwd run on a CPU machine with its other stages replaced by stand-ins, kdart's ops by
     recorders, and the tensors as chunk_kda hands them in each configuration (beta in fp32 when chunk_kda
     applies the beta sigmoid): kdart.fla takes bwd_intra, bwd_dhu and the folded dg cumsum with no fallback at
-    chunk size 64 (fla's 32 stays fla's, counted)."""
+    chunk size 64, and wy_dqkg (fla's 32 stays fla's, counted)."""
     import kdart.torch as kt
     io, H, HV, K, V, varlen, svf, gate_in, beta_dt, norec, C = case
     log = []
@@ -251,8 +252,14 @@ def test_production_config_routing(monkeypatch, case):
         B, T = q.shape[:2]
         S = (V, K) if state_v_first else (K, V)
         return _meta(B, (T + 63) // 64, HV, *S, dt=q.dtype), torch.empty_like(h0), torch.empty_like(dv)
+    def fake_wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                chunk_indices=None, chunk_offsets=None):
+        log.append(("kdart wy_dqkg", beta.dtype, state_v_first))
+        return (torch.empty_like(g), torch.empty_like(g), torch.empty_like(v), torch.empty_like(beta, dtype=g.dtype),
+                torch.empty_like(g), torch.empty_like(A, dtype=g.dtype))
     monkeypatch.setattr(kt, "bwd_intra", fake_intra)
     monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
+    monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
     T, N = 300, 3
     B = 1 if varlen else 2
     n_seq = N if varlen else B
@@ -264,7 +271,7 @@ def test_production_config_routing(monkeypatch, case):
     g_cum = _meta(B, T, HV, K)                     # the forward's g_cumsum (fp32), when the gate is not fused
     g_raw = _meta(B, T, HV, K, dt=io)              # the raw gate, when it is
     A_log, dt_bias = _meta(HV), _meta(HV * K)
-    Aqk, Akk = _meta(B, T, HV, C), _meta(B, T, HV, C)
+    Aqk, Akk = _meta(B, T, HV, C, dt=io), _meta(B, T, HV, C, dt=io)  # (fla: k.dtype)
     cu = _meta(N + 1, dt=torch.int64) if varlen else None  # [0, 1, 100, 300]: on q's device, as fla's
     ci = _meta(1 + 2 + 4, 2, dt=torch.int64) if varlen else None
     co = _meta(N + 1, dt=torch.int64) if varlen else None
@@ -297,12 +304,15 @@ def test_production_config_routing(monkeypatch, case):
     assert (dA is not None) == gate_in and (dbias is not None) == gate_in
     if C != 64:
         assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log
-        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0}
-        assert set(st["fallbacks"]) == {"bwd_intra: chunk_size=32", "bwd_dhu: chunk_size=32"}
+        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
+        assert set(st["fallbacks"]) == {"bwd_intra: chunk_size=32", "bwd_dhu: chunk_size=32",
+                                        "wy_dqkg: chunk_size=32"}
         return
     assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
     assert ("kdart bwd_intra", beta_dt, True) in log and ("kdart bwd_dhu", svf) in log
-    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1} and st["fallbacks"] == {}
+    assert ("kdart wy_dqkg", beta_dt, svf) in log and "wy_dqkg" not in log  # (the stand-in: fla's)
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1}
+    assert st["fallbacks"] == {}
     assert ("recompute_w_u" in log) == (not norec) and ("gate_bwd" in log) == gate_in
 
 

@@ -168,6 +168,6 @@ def test_production_flags(name):
     if os.environ.get("KDART_ERR_LOG"):  # (pytest-xdist keeps workers' prints to itself)
         with open(os.environ["KDART_ERR_LOG"], "a") as f:
             f.write(f"{name}: error vs float64 (kdart/fla): " + " ".join(line) + "\n")
-    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2}, st
+    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2}, st
     assert st["fallbacks"] == {}, st
     assert not math.isnan(sum(rel(k1, r) for k1, r in zip(kd1, ref)))

@@ -1,6 +1,6 @@
 /*
- * ops.c: the KDA backward operations, kdart_kda_bwd_intra and
- * kdart_kda_bwd_dhu: argument validation, specialization choice, launch.
+ * ops.c: the KDA backward operations, kdart_kda_bwd_intra, kdart_kda_bwd_dhu
+ * and kdart_kda_wy_dqkg: argument validation, specialization choice, launch.
  *
  * Validation happens in full before anything is launched, and a failure
  * names the argument and returns its own status (ENULL, EDTYPE, ESHAPE,
@@ -552,14 +552,106 @@ int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream) {
     return bwd_dhu_call(rt, a, stream, NULL);
 }
 
+/* wy_dqkg, launched or (so) only checked, as bwd_intra_call. */
+static int wy_dqkg_call(kdart_rt *rt, const kdart_wy_dqkg_args *a, void *stream, const spec_out *so) {
+    KDART__CHECK_RT(rt);
+    if (!a) return kdart__err(rt, KDART_ENULL, "args is NULL");
+    int rc;
+    if ((rc = check_struct_size(rt, a->struct_size, sizeof *a, sizeof *a, "kdart_wy_dqkg_args")) != KDART_OK)
+        return rc;
+    if (!a->q || !a->q->shape || a->q->ndim != 4 || !a->v || !a->v->shape || a->v->ndim != 4)
+        return kdart__err(rt, !a->q || !a->v ? KDART_ENULL : KDART_ESHAPE, "q must be [B,T,H,K] and v [B,T,HV,V]");
+    const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
+    const int64_t HV = a->v->shape[2], V = a->v->shape[3];
+    int io = dtype_of(a->q);
+    if (io != IO_BF16 && io != IO_FP16)
+        return kdart__err(rt, KDART_EDTYPE, "q is %s; the io dtype must be bfloat16 or float16", dtype_name(io));
+    if ((rc = check_head_dim(rt, K)) != KDART_OK) return rc;
+    if ((rc = check_value_dim(rt, V)) != KDART_OK) return rc;
+    if (B < 1 || T < 1 || H < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
+                          (long long)T, (long long)H, (long long)HV);
+    if (HV % H != 0)
+        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from v) is not a multiple of H=%lld (from q)",
+                          (long long)HV, (long long)H);
+    seqs sq;
+    if ((rc = check_seqs(rt, a->cu_seqlens, a->chunk_indices, NULL, B, T, so != NULL, &sq)) != KDART_OK) return rc;
+    if (!sq.varlen && B * HV > 65535) sq.varlen = 1;
+    const int tail = K != kdart__k_tile(K) || V % 64 != 0;
+    const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
+    const int64_t grid_x = !sq.varlen ? T / KDART_CHUNK : sq.cu ? T / KDART_CHUNK + sq.N : B * NTC;
+    /* h's chunk rows: B * ceil(T/64) at fixed length (B rows of them), or,
+     * packed, any NT >= 1 (>= chunk_indices's rows when given; the kernel
+     * checks the total on the device) */
+    int64_t NT = NTC, HB = B;
+    if (sq.cu) {
+        if (!a->h || !a->h->shape || a->h->ndim != 5)
+            return kdart__err(rt, !a->h ? KDART_ENULL : KDART_ESHAPE, "h must be [1,NT,HV,%s]",
+                              a->state_v_first ? "V,K" : "K,V");
+        NT = a->h->shape[1];
+        if (NT < 1 || NT < sq.ci_rows)
+            return kdart__err(rt, KDART_ESHAPE, "h has %lld chunk rows; needs at least %lld", (long long)NT,
+                              (long long)(sq.ci_rows > 1 ? sq.ci_rows : 1));
+        HB = 1;
+    }
+    if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX || NT > INT32_MAX)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
+                          (long long)HV, (long long)grid_x);
+    const int svf = a->state_v_first != 0;
+    const int64_t S1 = svf ? V : K, S2 = svf ? K : V;
+    tcheck c[] = {
+        {"q", a->q, -1, 4, {B, T, H, K}},          {"k", a->k, -1, 4, {B, T, H, K}},
+        {"v", a->v, -1, 4, {B, T, HV, V}},         {"v_new", a->v_new, -1, 4, {B, T, HV, V}},
+        {"g", a->g, 32, 4, {B, T, HV, K}},         {"beta", a->beta, -2, 3, {B, T, HV}},
+        {"A", a->A, -1, 4, {B, T, HV, 64}},        {"h", a->h, -1, 5, {HB, NT, HV, S1, S2}},
+        {"dh", a->dh, -1, 5, {HB, NT, HV, S1, S2}}, {"do", a->d_o, -1, 4, {B, T, HV, V}},
+        {"dv", a->dv, -1, 4, {B, T, HV, V}},
+        {"dq", a->dq, 32, 4, {B, T, HV, K}},       {"dk", a->dk, 32, 4, {B, T, HV, K}},
+        {"dv2", a->dv2, -1, 4, {B, T, HV, V}},     {"dg", a->dg, 32, 4, {B, T, HV, K}},
+        {"db", a->db, 32, 3, {B, T, HV}},          {"dA", a->dA, 32, 4, {B, T, HV, 64}},
+    };
+    const int n = (int)(sizeof c / sizeof c[0]), first_out = 11;
+    int device_id = -1;
+    for (int i = 0; i < n; i++)
+        if ((rc = check_tensor(rt, &c[i], io, &device_id, so != NULL)) != KDART_OK) return rc;
+    int vals[6] = {io, kdart__k_index(kdart__k_tile(K)), sq.varlen, tail, dtype_of(a->beta) == 32, svf};
+    if (so) return plan_answer(rt, KDART__K_WY_DQKG, vals, so);
+    if ((rc = check_overlap(rt, c, n, first_out)) != KDART_OK) return rc;
+    if ((rc = check_cu_overlap(rt, c, n, first_out, sq.cu)) != KDART_OK) return rc;
+    if ((rc = host_check(rt, &sq, T, sq.cu ? NT : grid_x)) != KDART_OK) return rc;
+
+    kdart__unit *u;
+    void *fn;
+    int *status = NULL;
+    if ((rc = resolve(rt, KDART__K_WY_DQKG, vals, device_id, &u, &fn, sq.varlen ? &status : NULL)) != KDART_OK)
+        return rc;
+    kdart_wy_dqkg_params p = {
+        (const void *)addr(a->q),    (const void *)addr(a->k),     (const void *)addr(a->v),
+        (const void *)addr(a->v_new), (const float *)addr(a->g),   (const void *)addr(a->beta),
+        (const void *)addr(a->A),    (const void *)addr(a->h),     (const void *)addr(a->dh),
+        (const void *)addr(a->d_o),  (const void *)addr(a->dv),    (float *)addr(a->dq),
+        (float *)addr(a->dk),        (void *)addr(a->dv2),         (float *)addr(a->dg),
+        (float *)addr(a->db),        (float *)addr(a->dA),         a->scale,
+        (int)B, (int)T, (int)H, (int)HV, (int)V,
+        sq.cu ? (const void *)addr(sq.cu) : NULL, status, (int)sq.N, (int)(sq.cu ? NT : grid_x), sq.is64, (int)K,
+    };
+    return kdart__launch(rt, fn, (unsigned)grid_x, (unsigned)(sq.varlen ? HV : B * HV), 1, u->threads, u->smem,
+                         stream, &p);
+}
+
+int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *a, void *stream) {
+    return wy_dqkg_call(rt, a, stream, NULL);
+}
+
 int kdart_spec_for(kdart_rt *rt, const char *kernel, const void *args, char *buf, size_t n) {
     KDART__CHECK_RT(rt);
     if (!kernel || !args || !buf) return kdart__err(rt, KDART_ENULL, "kernel, args and buf must not be NULL");
     const spec_out so = {buf, n};
     if (strcmp(kernel, "bwd_intra") == 0) return bwd_intra_call(rt, args, NULL, &so);
     if (strcmp(kernel, "bwd_dhu") == 0) return bwd_dhu_call(rt, args, NULL, &so);
+    if (strcmp(kernel, "wy_dqkg") == 0) return wy_dqkg_call(rt, args, NULL, &so);
     if (kdart__kernel_find(kernel))
-        return kdart__err(rt, KDART_EINVAL, "%s has no operation of its own (kdart_spec_for takes bwd_intra, bwd_dhu)",
+        return kdart__err(rt, KDART_EINVAL, "%s has no operation of its own (kdart_spec_for takes bwd_intra, bwd_dhu, wy_dqkg)",
                           kernel);
     return kdart__err(rt, KDART_EKERNEL, "no kernel named '%s'", kernel);
 }

@@ -11,7 +11,7 @@
  * the same manifest and the same cache key.
  *
  * The launch shapes here mirror the traits structs of the kernel sources
- * (RcumsumTraits, BwdIntraTraits, BwdDhuTraits), whose static_asserts pin the
+ * (RcumsumTraits, BwdIntraTraits, BwdDhuTraits, WyDqkgTraits), whose static_asserts pin the
  * same numbers; the GPU tests launch every specialization, so a mismatch
  * cannot go unnoticed.
  */
@@ -96,6 +96,16 @@ static void bwd_dhu_shape(const int *vals, int *threads, int *smem) {
     *smem = KDART__DHU_SMEM(K, bv);
 }
 
+/* WyDqkgTraits<K> in kernel_src/wy_dqkg.cuh: 256 threads; two stages of six
+ * 64 x 64 io tiles, A, and the small per-row and per-column slots, the same at
+ * every K tile (the K blocks of 64 columns are walked in turn). */
+#define KDART__WY_SMEM 108864
+static void wy_dqkg_shape(const int *vals, int *threads, int *smem) {
+    (void)vals;
+    *threads = 256;
+    *smem = KDART__WY_SMEM;
+}
+
 int kdart__dhu_bv_index(int bv) {
     for (int i = 0; i < KDART__NBV; i++)
         if (dhu_bvs[i] == bv) return i;
@@ -156,6 +166,7 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
 _Static_assert(3 <= KDART__MAX_SPECS, "chunk_rcumsum's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * 2 * 2 * 3 * 2 * 2 * 2 <= KDART__MAX_SPECS, "bwd_intra's specs exceed KDART__MAX_SPECS");
 _Static_assert(2 * KDART__NDK * KDART__NBV * 2 * 3 <= KDART__MAX_SPECS, "bwd_dhu's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 3 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_RCUMSUM] = {"chunk_rcumsum", "chunk_rcumsum.cuh", "kdart_chunk_rcumsum", 1,
@@ -167,6 +178,11 @@ const kdart__kernel kdart__kernels[KDART__NKERNELS] = {
     [KDART__K_BWD_DHU] = {"bwd_dhu", "bwd_dhu.cuh", "kdart_bwd_dhu", 5,
                           {IO_PARAM, DHU_K_PARAM, BV_PARAM, FLAG_PARAM("varlen"), DHU_TAIL_PARAM},
                           bwd_dhu_shape},
+    /* tail: a head dim below the K tile or V not a multiple of 64 (element
+     * loads and stores); svf: the V-first state layout of h and dh */
+    [KDART__K_WY_DQKG] = {"wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 6,
+                          {IO_PARAM, K_PARAM, FLAG_PARAM("varlen"), FLAG_PARAM("tail"), BETA_PARAM, FLAG_PARAM("svf")},
+                          wy_dqkg_shape},
 };
 
 /* The varlen specializations (those that take a device status word): the
@@ -208,6 +224,10 @@ int kdart__spec_prewarmed(int kernel, int spec) {
     if (kernel == KDART__K_BWD_INTRA && vals[5] == 1) return vals[0] == 0 && vals[1] == 1 && vals[2] == 0;
     if (kernel == KDART__K_BWD_DHU && dhu_k_tiles[vals[1]] == 192) return vals[0] == 0 && vals[4] == 0;
     if (kernel == KDART__K_BWD_DHU && vals[4] != 0) return vals[0] == 0 && dhu_k_tiles[vals[1]] == 128;
+    /* wy_dqkg: every native one with the K-first state; the V-first state and
+     * the tail (head dims 60, 100, 192) in bf16 with fp32 beta, as the
+     * configuration most models train with hands them over */
+    if (kernel == KDART__K_WY_DQKG && (vals[3] == 1 || vals[5] == 1)) return vals[0] == 0 && vals[4] == 1;
     return 1;
 }
 

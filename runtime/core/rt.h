@@ -47,7 +47,7 @@ typedef struct kdart__kernel {
     void (*launch_shape)(const int *vals, int *threads, int *smem_bytes);
 } kdart__kernel;
 
-enum { KDART__K_RCUMSUM = 0, KDART__K_BWD_INTRA = 1, KDART__K_BWD_DHU = 2, KDART__NKERNELS = 3 };
+enum { KDART__K_RCUMSUM = 0, KDART__K_BWD_INTRA = 1, KDART__K_BWD_DHU = 2, KDART__K_WY_DQKG = 3, KDART__NKERNELS = 4 };
 
 extern const kdart__kernel kdart__kernels[KDART__NKERNELS];
 const kdart__kernel *kdart__kernel_find(const char *name);

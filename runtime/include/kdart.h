@@ -223,7 +223,8 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * kernel (EKERNEL) or index (EINVAL).  The set: every native specialization
  * (tail=0; at bwd_dhu's K=192, bf16 only; bwd_intra's beta=f32 with
  * fold_dg=1, emit_bf16=0 only) and the tail ones most calls need (bf16
- * bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128);
+ * bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128;
+ * wy_dqkg's V-first state and tails in bf16 with fp32 beta);
  * never the stubs that the runtime does not launch (bwd_intra tail=1 with
  * varlen=0).  The rest compile on first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
@@ -440,6 +441,34 @@ typedef struct kdart_bwd_dhu_args {
     int state_v_first;
 } kdart_bwd_dhu_args;
 
+/* wy_dqkg: the WY backward fused with the state-gradient products (fla's
+ * chunk_kda_bwd_wy_dqkg_fused).  Any T, packed sequences (as bwd_intra: no
+ * chunk_offsets needed), K in 1..256, V in 1..512, HV a multiple of H (q and
+ * k have H heads, everything else HV), beta in the io dtype or fp32, either
+ * state layout.  h and dh have one row per chunk: [B,NT,HV,K,V] with NT =
+ * ceil(T/64), or [1,NT,HV,K,V] for packed sequences with NT >= the total
+ * chunk count (fla's h and bwd_dhu's dh as they are). */
+typedef struct kdart_wy_dqkg_args {
+    uint32_t struct_size;      /* sizeof(kdart_wy_dqkg_args) */
+    const DLTensor *q, *k;     /* [B,T,H,K]   io dtype */
+    const DLTensor *v, *v_new; /* [B,T,HV,V]  io dtype */
+    const DLTensor *g;         /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
+    const DLTensor *beta;      /* [B,T,HV]    io dtype or fp32 */
+    const DLTensor *A;         /* [B,T,HV,64] io dtype (Akk, the WY inverse) */
+    const DLTensor *h, *dh;    /* [B,NT,HV,K,V] io dtype ([..,V,K] with state_v_first) */
+    const DLTensor *d_o;       /* [B,T,HV,V]  io dtype ("do") */
+    const DLTensor *dv;        /* [B,T,HV,V]  io dtype (bwd_dhu's dv2) */
+    const DLTensor *dq, *dk;   /* out [B,T,HV,K] fp32 */
+    const DLTensor *dv2;       /* out [B,T,HV,V] io dtype */
+    const DLTensor *dg;        /* out [B,T,HV,K] fp32 */
+    const DLTensor *db;        /* out [B,T,HV]   fp32 */
+    const DLTensor *dA;        /* out [B,T,HV,64] fp32 (strictly lower; zeros above) */
+    float scale;
+    int state_v_first;
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
+} kdart_wy_dqkg_args;
+
 /* The CUDA function of a specialization in the current context, prepared
  * and loaded if needed, with its launch shape: for callers that launch it
  * themselves (cuLaunchKernel with one kdart_*_params struct from
@@ -453,6 +482,7 @@ KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char
 
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
+KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);
 
 /* The device status word of the current CUDA context: the KDART_DEVERR_*
  * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,
@@ -473,8 +503,8 @@ KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
 KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
 
 /* The specialization that kdart_kda_<kernel> would launch for these
- * arguments (args: a kdart_bwd_intra_args or kdart_bwd_dhu_args, kernel
- * "bwd_intra" or "bwd_dhu"), in canonical form, written into buf (n bytes
+ * arguments (args: a kdart_bwd_intra_args, kdart_bwd_dhu_args or
+ * kdart_wy_dqkg_args, kernel "bwd_intra", "bwd_dhu" or "wy_dqkg"), in canonical form, written into buf (n bytes
  * with the terminator); returns its length or a negative status.  The call
  * makes every check of the operation that does not look at memory (shapes,
  * dtypes, strides, sizes, cu_seqlens's shape; not the tensors' devices,

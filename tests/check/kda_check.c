@@ -370,7 +370,7 @@ static int run_all(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, in
     int rc = run_once(rt, fn, args, s, outs, nout, raw, 0, r);
     if (rc == 0 && r->status == KDART_OK)
         for (int i = 0; i < nout; i++) r->digest[i] = outs[i] ? fnv1a(raw[i], outs[i]->bytes) : 0;
-    void *again[4] = {0};
+    void *again[6] = {0};
     r->deterministic = 0;
     r->graph_equal = -1;
     if (rc == 0 && r->status == KDART_OK) {
@@ -874,6 +874,152 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------ wy_dqkg */
+
+static int launch_wy(kdart_rt *rt, const void *a, CUstream s) {
+    return kdart_kda_wy_dqkg(rt, (const kdart_wy_dqkg_args *)a, (void *)s);
+}
+
+int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
+    memset(r, 0, sizeof *r);
+    if (!cu_ready) return fail(r, "kc_init not called");
+    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io;
+    kref_rng rng;
+    kref_rng_seed(&rng, c->seed);
+    layout L;
+    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
+        layout_free(&L);
+        return -1;
+    }
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    const int64_t NT = L.packed ? L.chunks : (T + 63) / 64, HB = L.packed ? 1 : B;
+    const size_t nqk = (size_t)P * H * K, nk = (size_t)P * HV * K, nv = (size_t)P * HV * V, nb = (size_t)P * HV,
+                 nA = (size_t)P * HV * 64, nh = (size_t)HB * NT * HV * K * V;
+    const size_t live = (size_t)L.tokens;
+    double *q = dmalloc(nqk), *k = dmalloc(nqk), *v = dmalloc(nv), *vn = dmalloc(nv), *a = dmalloc(nk),
+           *g = dmalloc(nk), *beta = dmalloc(nb), *A = dmalloc(nA), *h = dmalloc(nh), *dh = dmalloc(nh),
+           *dout = dmalloc(nv), *dv = dmalloc(nv), *vf = dmalloc(nh), *got = dmalloc(nv > nk ? nv : nk);
+    double *ref[6], *exact[6];
+    const size_t per[6] = {(size_t)HV * K, (size_t)HV * K, (size_t)HV * V, (size_t)HV * K, (size_t)HV, (size_t)HV * 64};
+    for (int i = 0; i < 6; i++) ref[i] = dmalloc(P * per[i]), exact[i] = dmalloc(P * per[i]);
+    void *raw[6];
+    for (int i = 0; i < 6; i++) raw[i] = malloc(P * per[i] * 4 + 4);
+    dbuf d[17];
+    memset(d, 0, sizeof d);
+    int rc = -1;
+    int ok = q && k && v && vn && a && g && beta && A && h && dh && dout && dv && vf && got;
+    for (int i = 0; i < 6; i++) ok = ok && ref[i] && exact[i] && raw[i];
+    if (!ok) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, q);
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, k);
+    kref_gen_normal(&rng, nv, 1.0, v);
+    kref_gen_normal(&rng, nv, 1.0, vn);
+    kref_gen_normal(&rng, nv, 1.0, dout);
+    kref_gen_normal(&rng, nv, 1.0, dv);
+    kref_gen_gate(&rng, (kref_gate_family)c->gate, 1, P, HV, K, a);
+    harden_gates(&rng, c->seqs.hard_gates, nk, a);
+    for (size_t x = 0; x < nk; x++) g[x] = NAN; /* tokens past cu[N]: never read */
+    kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
+    kref_gen_beta(&rng, nb, beta);
+    /* A: the WY inverse's shape, unit diagonal, small below it, zero above */
+    for (size_t t = 0; t < (size_t)P; t++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int j = 0; j < 64; j++) A[(t * HV + hv) * 64 + j] = 0;
+    for (int n = 0; n < N; n++)
+        for (int64_t t = L.cu[n]; t < L.cu[n + 1]; t++) {
+            const int i = (int)((t - L.cu[n]) % 64);
+            for (int hv = 0; hv < HV; hv++)
+                for (int j = 0; j <= i; j++)
+                    A[((size_t)t * HV + hv) * 64 + j] = j == i ? 1.0 : 0.2 * kref_rng_normal(&rng);
+        }
+    kref_gen_normal(&rng, nh, 0.5, h);
+    kref_gen_normal(&rng, nh, 0.5, dh);
+    for (size_t x = live * HV * V; x < nv; x++) v[x] = vn[x] = dout[x] = dv[x] = NAN;
+    round_to(q, nqk, io), round_to(k, nqk, io), round_to(v, nv, io), round_to(vn, nv, io);
+    round_to(dout, nv, io), round_to(dv, nv, io), round_to(A, nA, io), round_to(h, nh, io), round_to(dh, nh, io);
+    round_to(g, nk, DT_F32);
+    round_to(beta, nb, c->beta_f32 ? DT_F32 : io);
+
+    const int svf = c->state_v_first;
+    const int64_t S1 = svf ? V : K, S2 = svf ? K : V;
+    int64_t sqk[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
+            sA[4] = {B, T, HV, 64}, sh[5] = {HB, NT, HV, S1, S2};
+    ok = !dalloc(&d[0], io, 4, sqk) && !dalloc(&d[1], io, 4, sqk) && !dalloc(&d[2], io, 4, sv) &&
+         !dalloc(&d[3], io, 4, sv) && !dalloc(&d[4], DT_F32, 4, sk) && !dalloc(&d[5], c->beta_f32 ? DT_F32 : io, 3, sb) &&
+         !dalloc(&d[6], io, 4, sA) && !dalloc(&d[7], io, 5, sh) && !dalloc(&d[8], io, 5, sh) &&
+         !dalloc(&d[9], io, 4, sv) && !dalloc(&d[10], io, 4, sv) && !dalloc(&d[11], DT_F32, 4, sk) &&
+         !dalloc(&d[12], DT_F32, 4, sk) && !dalloc(&d[13], io, 4, sv) && !dalloc(&d[14], DT_F32, 4, sk) &&
+         !dalloc(&d[15], DT_F32, 3, sb) && !dalloc(&d[16], DT_F32, 4, sA);
+    if (!ok || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
+        goto out;
+    }
+    const double *host_in[11] = {q, k, v, vn, g, beta, A, h, dh, dout, dv};
+    for (int i = 0; i < 11; i++) {
+        const double *src = host_in[i];
+        if (svf && (i == 7 || i == 8)) {
+            swap_kv(host_in[i], vf, nh / ((size_t)K * V), K, V);
+            src = vf;
+        }
+        if (dput(&d[i], src)) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    }
+    const double scale = 1.0 / sqrt((double)K);
+    kdart_wy_dqkg_args args = {sizeof args, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
+                               &d[6].t,     &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
+                               &d[13].t,    &d[14].t, &d[15].t, &d[16].t, (float)scale, svf, NULL, NULL};
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
+    dbuf *outs[6] = {&d[11], &d[12], &d[13], &d[14], &d[15], &d[16]};
+    if (run_all(rt, launch_wy, &args, outs, 6, raw, c->graph, c->reps, r)) goto out;
+    if (r->status != KDART_OK) {
+        rc = 0;
+        goto out;
+    }
+    if (c->seqs.garbage) {
+        garbage_verdict(rt, &c->seqs, outs, raw, 6, r);
+        rc = 0;
+        goto out;
+    }
+    const double fscale = (double)(float)scale;
+    kref_wy_dqkg_varlen(P, H, HV, K, V, N, L.cu, q, k, v, vn, g, beta, A, h, dh, dout, dv, fscale, io, ref[0], ref[1],
+                        ref[2], ref[3], ref[4], ref[5]);
+    kref_wy_dqkg_varlen(P, H, HV, K, V, N, L.cu, q, k, v, vn, g, beta, A, h, dh, dout, dv, fscale, -1, exact[0],
+                        exact[1], exact[2], exact[3], exact[4], exact[5]);
+    static const char *names[6] = {"dq", "dk", "dv2", "dg", "db", "dA"};
+    r->nout = 6;
+    r->untouched = 1;
+    for (int i = 0; i < 6; i++) {
+        const size_t n = live * per[i];
+        r->untouched &= poison_intact(outs[i], raw[i], n, (size_t)P * per[i]);
+        if (outs[i]->t.dtype.bits == 32)
+            for (size_t j = 0; j < n; j++) got[j] = ((float *)raw[i])[j];
+        else
+            for (size_t j = 0; j < n; j++)
+                got[j] = io == 0 ? kref_from_bf16(((uint16_t *)raw[i])[j]) : kref_from_fp16(((uint16_t *)raw[i])[j]);
+        r->names[i] = names[i];
+        r->rel_rms[i] = kref_rel_rms(ref[i], got, n);
+        r->rel_rms_alt[i] = kref_rel_rms(exact[i], got, n);
+        r->max_abs[i] = kref_max_abs(ref[i], got, n);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 17; i++) dfree(&d[i]);
+    layout_free(&L);
+    double *all[] = {q, k, v, vn, a, g, beta, A, h, dh, dout, dv, vf, got};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    for (int i = 0; i < 6; i++) free(ref[i]), free(exact[i]), free(raw[i]);
+    return rc;
+}
+
 /* ------------------------------------------------------- bad arguments */
 
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n) {
@@ -998,6 +1144,34 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
             failures += !(r.rel_rms[i] <= t);
         }
         fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
+    }
+    for (int s = 0; s < kdart_spec_count("wy_dqkg"); s++) {
+        char spec[128];
+        kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
+        kc_wy_case c = {2, 512, 2, 4, kc_spec_k(spec), 128, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
+                        strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 300 + (uint64_t)s, 20, 0,
+                        SELFTEST_SEQS(spec)};
+        if (kc_spec_tail(spec)) { /* a head dim below the tile, or V = 100, alternating */
+            if ((s >> 1) & 1) c.V = 100;
+            else c.K -= 4;
+        }
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
+        kc_report r;
+        char shape[64], errs[160] = "";
+        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
+                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
+        int ran = kc_run_wy(rt, &c, &r) == 0;
+        if (!ran || r.status != KDART_OK) {
+            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "wy_dqkg", spec, shape, r.message);
+            failures++;
+            continue;
+        }
+        for (int i = 0; i < r.nout; i++) {
+            size_t u = strlen(errs);
+            snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= 2e-3 ? "" : "!");
+            failures += !(r.rel_rms[i] <= 2e-3);
+        }
+        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "wy_dqkg", spec, shape, errs, r.ms);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
     fprintf(out, "\n");

@@ -77,6 +77,18 @@ typedef struct kc_dhu_case {
                           to and from the reference's K-first one */
 } kc_dhu_case;
 
+typedef struct kc_wy_case {
+    int B, T, H, HV, K, V;
+    int io;
+    int beta_f32;      /* beta in fp32, else the io dtype */
+    int state_v_first; /* h, dh as [.., V, K] */
+    int gate;          /* kref_gate_family */
+    unsigned long long seed;
+    int reps;
+    int graph;
+    kc_seqs seqs;
+} kc_wy_case;
+
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
@@ -102,12 +114,12 @@ typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */
     char message[512];     /* kdart_last_error on failure, or a harness error */
     int nout;
-    const char *names[4];
-    double rel_rms[4];     /* ||out-ref|| / ||ref|| in float64 */
-    double rel_rms_alt[4]; /* dhu: against the exact float64 scan (rel_rms is
+    const char *names[6];
+    double rel_rms[6];     /* ||out-ref|| / ||ref|| in float64 */
+    double rel_rms_alt[6]; /* dhu: against the exact float64 scan (rel_rms is
                               teacher-forced: the reference takes the kernel's
                               own rounded dH and dv2 as its matrix operands) */
-    double max_abs[4];
+    double max_abs[6];
     int deterministic;     /* a second launch gave bitwise-equal outputs */
     int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
     double ms;             /* median time per call over reps (0 if reps == 0) */
@@ -116,7 +128,7 @@ typedef struct kc_report {
                               every output element) */
     int devstatus;         /* kdart_device_status bits read (and cleared) after the launch */
     int nseq, tokens;      /* the sequences and cu[N] the case ran */
-    unsigned long long digest[4]; /* FNV-1a 64 of each output's bytes after the checked launch:
+    unsigned long long digest[6]; /* FNV-1a 64 of each output's bytes after the checked launch:
                                      equal digests of two runs of one case (same seed) mean
                                      bitwise-equal outputs, up to a 2^-64 collision */
 } kc_report;
@@ -125,6 +137,9 @@ typedef struct kc_report {
  * errors), or -1 on a harness failure (message says why). */
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r);
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
+/* wy_dqkg: rel_rms against the float64 reference with fla's roundings,
+ * rel_rms_alt against the exact one; outputs dq, dk, dv2, dg, db, dA */
+int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

@@ -157,6 +157,69 @@ START_TEST(intra_beta_f32_production) {
 }
 END_TEST
 
+/* wy_dqkg: against the float64 reference with fla's roundings (and the exact
+ * one, printed); every output past cu[N] must keep its poison. */
+static void check_wy(const kc_wy_case *c) {
+    kc_report r;
+    char what[256], sq[64];
+    seqs_label(&c->seqs, sq, sizeof sq);
+    snprintf(what, sizeof what, "wy %s%s%s %s B%d T%d H%d HV%d K%d V%d%s", c->io ? "fp16" : "bf16",
+             c->beta_f32 ? " beta=f32" : "", c->state_v_first ? " Vfirst" : "",
+             kref_gate_name((kref_gate_family)c->gate), c->B, c->T, c->H, c->HV, c->K, c->V, sq);
+    ck_assert_msg(kc_run_wy(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: an element past cu[N] was written", what);
+    for (int i = 0; i < r.nout; i++)
+        ck_assert_msg(r.rel_rms[i] <= 2e-3, "%s: %s rel RMS %.3e > 2e-3", what, r.names[i], r.rel_rms[i]);
+    ck_assert_msg(r.deterministic, "%s: two launches differ", what);
+    if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+}
+
+/* Every wy_dqkg specialization: the tail ones at a head dim 4 below the tile or
+ * V = 100 (alternating), the varlen ones on drawn packed sequences or (every
+ * other) a fixed length that is not a multiple of 64. */
+START_TEST(wy_every_spec) {
+    int n = kdart_spec_count("wy_dqkg");
+    ck_assert_int_gt(n, 0);
+    for (int s = 0; s < n; s++) {
+        char spec[128];
+        kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
+        kc_wy_case c = {2, 256, 2, 4, kc_spec_k(spec), 128, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
+                        strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0}};
+        static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
+        c.gate = gates[s % 4];
+        if (kc_spec_tail(spec)) {
+            if ((s >> 1) & 1) c.V = 100;
+            else c.K -= 4;
+        }
+        if (strstr(spec, "varlen=1")) {
+            if ((s >> 2) & 1) c.T = 200;
+            else every_spec_seqs(&c.seqs, &c.B, &c.T, s);
+        }
+        check_wy(&c);
+    }
+}
+END_TEST
+
+/* wy_dqkg as chunk_kda's backward hands it over: packed documents with one-token
+ * and partial-chunk ones, the safe gate's bound, fused and strong gates, gates of
+ * -1000, grouped value heads, both layouts, head dims 128 / 64 / 100 / 256. */
+START_TEST(wy_production) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int gates[3] = {KREF_GATE_CONST5, KREF_GATE_FUSED, KREF_GATE_STRONG};
+    static const int ks[4] = {128, 64, 100, 256}, vs[4] = {128, 64, 100, 128};
+    for (int v = 0; v < 8; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, v == 5 ? 0.05 : 0.0, 0};
+        kc_wy_case c = {1, 2100, 2, 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, 1, (v >> 1) & 1, gates[v % 3],
+                        seed + 21000 + (uint64_t)v, 0, v == 0, q};
+        check_wy(&c);
+    }
+    kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}};
+    check_wy(&f); /* fixed length, a partial last chunk, beta in the io dtype */
+}
+END_TEST
+
 START_TEST(intra_gate_families) {
     /* The strong gates on both dtypes and both head dims, B>1, HV = 2H. */
     static const int gates[5] = {KREF_GATE_MILD, KREF_GATE_LOGSIG, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
@@ -805,7 +868,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

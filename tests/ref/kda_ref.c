@@ -647,3 +647,117 @@ double kref_max_abs(const double *ref, const double *got, size_t n)
     }
     return m;
 }
+
+/* ------------------------------------------------------------- wy_dqkg */
+
+void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
+                         const int64_t *cu, const double *q,
+                         const double *k, const double *v, const double *vn,
+                         const double *g, const double *beta, const double *A,
+                         const double *h, const double *dh, const double *dout,
+                         const double *dv, double scale, int io,
+                         double *dq, double *dk, double *dv2, double *dg,
+                         double *db, double *dA) {
+    (void)T;
+    const int G = HV / H;
+    double *Sq = malloc(sizeof(double) * BT * K), *Sk = malloc(sizeof(double) * BT * K),
+           *dw = malloc(sizeof(double) * BT * K), *kgr = malloc(sizeof(double) * BT * K),
+           *dk0 = malloc(sizeof(double) * BT * K), *dkgb = malloc(sizeof(double) * BT * K),
+           *dgk = malloc(sizeof(double) * K), *dAp = malloc(sizeof(double) * BT * BT),
+           *X = malloc(sizeof(double) * BT * BT), *Y = malloc(sizeof(double) * BT * BT);
+    int64_t row = 0; /* chunk row of h, dh */
+    for (int n = 0; n < N; n++) {
+        const int64_t len = cu[n + 1] - cu[n], nc = (len + BT - 1) / BT;
+        for (int64_t c = 0; c < nc; c++, row++) {
+            const int nv = (int)(len - BT * c < BT ? len - BT * c : BT), last = nv - 1;
+            const int64_t t0 = cu[n] + BT * c;
+            for (int hv = 0; hv < HV; hv++) {
+                const int hq = hv / G;
+#define QK(t, d) (((size_t)(t0 + (t)) * H + hq) * K + (d))
+#define GK(t, d) (((size_t)(t0 + (t)) * HV + hv) * K + (d))
+#define VV(t, x) (((size_t)(t0 + (t)) * HV + hv) * V + (x))
+#define AA(t, j) (((size_t)(t0 + (t)) * HV + hv) * BT + (j))
+#define HH(d, x) (((size_t)row * HV + hv) * K * V + (size_t)(d) * V + (x))
+                for (int i = 0; i < nv; i++)
+                    for (int d = 0; d < K; d++) {
+                        double a = 0, b = 0, w = 0;
+                        for (int x = 0; x < V; x++) {
+                            a += dout[VV(i, x)] * h[HH(d, x)];
+                            b += vn[VV(i, x)] * dh[HH(d, x)];
+                            w += dv[VV(i, x)] * h[HH(d, x)];
+                        }
+                        Sq[i * K + d] = a, Sk[i * K + d] = b, dw[i * K + d] = kref_round_io(-w, io);
+                    }
+                for (int i = 0; i < nv; i++) {
+                    double dbi = 0;
+                    for (int x = 0; x < V; x++) { /* dvb = A^T dv */
+                        double s = 0;
+                        for (int r = 0; r < nv; r++) s += A[AA(r, i)] * dv[VV(r, x)];
+                        dv2[VV(i, x)] = kref_round_io(s * beta[(size_t)(t0 + i) * HV + hv], io);
+                        dbi += s * v[VV(i, x)];
+                    }
+                    db[(size_t)(t0 + i) * HV + hv] = dbi;
+                }
+                for (int d = 0; d < K; d++) {
+                    const double gn = g[GK(last, d)];
+                    double hd = 0;
+                    for (int x = 0; x < V; x++) hd += h[HH(d, x)] * dh[HH(d, x)];
+                    dgk[d] = exp2(gn) * hd;
+                    for (int i = 0; i < nv; i++) {
+                        const double ge = exp2(g[GK(i, d)]);
+                        dk0[i * K + d] = Sk[i * K + d] * exp2(gn - g[GK(i, d)]);
+                        dgk[d] += k[QK(i, d)] * dk0[i * K + d];
+                        kgr[i * K + d] = k[QK(i, d)] * ge;
+                        dq[GK(i, d)] = Sq[i * K + d] * ge * scale;
+                    }
+                }
+                for (int i = 0; i < nv; i++)
+                    for (int d = 0; d < K; d++) { /* dkgb = A^T dw */
+                        double s = 0;
+                        for (int r = 0; r < nv; r++) s += A[AA(r, i)] * dw[r * K + d];
+                        dkgb[i * K + d] = s;
+                    }
+                for (int i = 0; i < nv; i++) {
+                    const double be = beta[(size_t)(t0 + i) * HV + hv];
+                    double dbi = 0;
+                    for (int d = 0; d < K; d++) {
+                        const double ge = exp2(g[GK(i, d)]), kg = kgr[i * K + d], x = dkgb[i * K + d];
+                        dbi += x * kg;
+                        dk[GK(i, d)] = dk0[i * K + d] + x * ge * be;
+                        dg[GK(i, d)] = q[QK(i, d)] * dq[GK(i, d)] - k[QK(i, d)] * dk0[i * K + d] + kg * x * be +
+                                       (i == last ? dgk[d] : 0.0);
+                    }
+                    db[(size_t)(t0 + i) * HV + hv] += dbi;
+                }
+                /* dA' = dv v^T + dw R(kg)^T, then dA = -tril1(A^T R(tril1(dA') beta_j) A^T) */
+                for (int i = 0; i < nv; i++)
+                    for (int j = 0; j < nv; j++) {
+                        double s = 0;
+                        for (int x = 0; x < V; x++) s += dv[VV(i, x)] * v[VV(j, x)];
+                        for (int d = 0; d < K; d++) s += dw[i * K + d] * kref_round_io(kgr[j * K + d], io);
+                        dAp[i * BT + j] = s;
+                        X[i * BT + j] = i > j ? kref_round_io(s * beta[(size_t)(t0 + j) * HV + hv], io) : 0.0;
+                    }
+                for (int i = 0; i < nv; i++)
+                    for (int u = 0; u < nv; u++) {
+                        double s = 0;
+                        for (int j = 0; j < nv; j++) s += X[i * BT + j] * A[AA(u, j)];
+                        Y[i * BT + u] = kref_round_io(s, io);
+                    }
+                for (int t = 0; t < nv; t++)
+                    for (int u = 0; u < BT; u++) {
+                        double s = 0;
+                        if (u < nv && t > u)
+                            for (int r = 0; r < nv; r++) s += A[AA(r, t)] * Y[r * BT + u];
+                        dA[AA(t, u)] = u < nv && t > u ? -s : 0.0;
+                    }
+#undef QK
+#undef GK
+#undef VV
+#undef AA
+#undef HH
+            }
+        }
+    }
+    free(Sq), free(Sk), free(dw), free(kgr), free(dk0), free(dkgb), free(dgk), free(dAp), free(X), free(Y);
+}

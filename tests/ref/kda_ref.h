@@ -136,6 +136,28 @@ void kref_bwd_dhu_varlen(int T, int HV, int K, int V, int N,
                          const double *dht, double scale, int faithful_io,
                          double *dh, double *dv2, double *dh0);
 
+/*
+ * wy_dqkg (fla chunk_kda_bwd_wy_dqkg_fused), in double, on a packed batch
+ * (B = 1, cu_seqlens [N+1]; fixed length is cu = [0, T, .., BT]): q, k
+ * [T,H,K]; v, v_new, dout, dv [T,HV,V]; g (g2) [T,HV,K]; beta [T,HV]; A
+ * [T,HV,64] (row = token; columns below the chunk's valid rows are read);
+ * h, dh [NT,HV,K,V] with chunk (n, c) at row chunk_offsets[n] + c.  Outputs
+ * for the valid tokens: dq, dk, dg [T,HV,K]; dv2 [T,HV,V]; db [T,HV]; dA
+ * [T,HV,64] (all 64 columns, zero outside the strictly lower part).
+ * faithful_io = -1 is exact; 0 (bf16) or 1 (fp16) rounds dv2 as stored, dw and kg before
+ * the dA and dkgb products, and dA's factors between its two products, to
+ * the io dtype, as fla does (the kernel's rounding points).  Math:
+ * docs/kernels.md.  Tokens >= cu[N] are not read and not written.
+ */
+void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
+                         const int64_t *cu_seqlens, const double *q,
+                         const double *k, const double *v, const double *v_new,
+                         const double *g, const double *beta, const double *A,
+                         const double *h, const double *dh, const double *dout,
+                         const double *dv, double scale, int faithful_io,
+                         double *dq, double *dk, double *dv2, double *dg,
+                         double *db, double *dA);
+
 /* ---- Input generators (caller allocates, functions fill). ---- */
 typedef enum kref_gate_family {
     KREF_GATE_MILD = 0,   /* a = logsigmoid(1.5*randn + 2) */
