@@ -208,3 +208,90 @@ def varlen_dhu_inputs(cu, T, HV, K, V, io, device):
     a[5] = varlen_gate(cu, T, HV, K, device)
     N = len(cu) - 1
     return a, torch.randn(N, HV, K, V, device=device), torch.randn(N, HV, K, V, device=device)
+
+
+# ------------------------------------------------------------------- wy_dqkg
+
+def wy_dqkg_ref(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first=False):
+    """fla's chunk_kda_bwd_wy_dqkg_fused in float64, exact (no intermediate roundings; docs/kernels.md), T a
+    multiple of 64: (dq, dk, dv2, db, dg, dA), dq and dk at HV heads.  h, dh [B, NT, HV, K, V] ([.., V, K]
+    with state_v_first).  A partial chunk is a padded one: zero rows, g's last valid row repeated."""
+    G = v.shape[2] // q.shape[2]
+    d = lambda t: t.double()  # noqa: E731
+    q, k = (chunks(d(t).repeat_interleave(G, dim=2)) for t in (q, k))     # [B,NT,HV,64,K]
+    v, vn, do, dv = (chunks(d(t)) for t in (v, v_new, do, dv))             # [B,NT,HV,64,V]
+    g = chunks(d(g))
+    beta = chunks(d(beta)[..., None])[..., 0]                              # [B,NT,HV,64]
+    A = chunks(d(A))                                                       # [B,NT,HV,s,t]: row s = token
+    h, dh = d(h), d(dh)
+    if state_v_first:
+        h, dh = h.transpose(-1, -2), dh.transpose(-1, -2)                  # [B,NT,HV,K,V]
+    ge, gn = torch.exp2(g), g[..., -1:, :]
+    Sq = torch.einsum("bnhtv,bnhkv->bnhtk", do, h)
+    Sk = torch.einsum("bnhtv,bnhkv->bnhtk", vn, dh)
+    Sw = torch.einsum("bnhtv,bnhkv->bnhtk", dv, h)
+    dq = Sq * ge * scale
+    dk0 = Sk * torch.exp2(gn - g)
+    kg, dw = k * ge, -Sw
+    dvb = torch.einsum("bnhst,bnhsv->bnhtv", A, dv)
+    dv2 = dvb * beta[..., None]
+    dkgb = torch.einsum("bnhst,bnhsk->bnhtk", A, dw)
+    db = (dvb * v).sum(-1) + (dkgb * kg).sum(-1)
+    dgk = torch.exp2(gn[..., 0, :]) * (h * dh).sum(-1) + (k * dk0).sum(-2)
+    dk = dk0 + dkgb * ge * beta[..., None]
+    dg = q * dq - k * dk0 + kg * dkgb * beta[..., None]
+    dg[..., -1, :] += dgk
+    ar = torch.arange(CHUNK, device=q.device)
+    strict = (ar[:, None] > ar[None, :]).double()
+    dAp = (torch.einsum("bnhiv,bnhjv->bnhij", dv, v) + torch.einsum("bnhik,bnhjk->bnhij", dw, kg)) * strict
+    X = dAp * beta[..., None, :]
+    Y = torch.einsum("bnhij,bnhuj->bnhiu", X, A)
+    dA = -torch.einsum("bnhrt,bnhru->bnhtu", A, Y) * strict
+    return tuple(unchunk(x) for x in (dq, dk, dv2)) + (unchunk(db[..., None])[..., 0],) + \
+        tuple(unchunk(x) for x in (dg, dA))
+
+
+def wy_dqkg_ref_varlen(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu, state_v_first=False):
+    """wy_dqkg_ref per sequence of cu (h, dh [1, NT, ..] with chunk (n, c) at row chunk_offsets[n] + c);
+    tokens past cu[N] come back as zeros."""
+    co = chunk_offsets(cu)
+    outs = None
+    for n, (a, b) in enumerate(seq_bounds(cu)):
+        if b == a:
+            continue
+        ts = _padded_seq((q, k, v, v_new, g, beta, A, do, dv), a, b, edge_at=(4,))
+        r = wy_dqkg_ref(*ts[:7], h[:, co[n]:co[n + 1]], ts[7], dh[:, co[n]:co[n + 1]], ts[8], scale,
+                        state_v_first)
+        if outs is None:
+            outs = [x.new_zeros(1, q.shape[1], *x.shape[2:]) for x in r]
+        for o, x in zip(outs, r):
+            o[:, a:b] = x[:, :b - a]
+    return outs
+
+
+def wy_inputs(B, T, H, HV, K, V, io, device, beta_f32=True, state_v_first=False, cu=None):
+    """wy_dqkg's inputs as chunk_kda's backward hands them over: q, k, v, v_new, g, beta, A, h, do, dh, dv
+    (A unit lower triangular per chunk of each sequence; h, dh one row per chunk)."""
+    if cu is None:
+        g = gate(B, T, HV, K, device)
+        pos = (torch.arange(T, device=device) % CHUNK)
+        NT = B * (-(-T // CHUNK))
+        Bh = B
+    else:
+        g = varlen_gate(cu, T, HV, K, device)
+        pos = torch.zeros(T, dtype=torch.long, device=device)
+        for s, e in seq_bounds(cu):
+            pos[s:e] = torch.arange(e - s, device=device) % CHUNK
+        NT, Bh = chunk_offsets(cu)[-1], 1
+    q = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(io)
+    k = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(io)
+    v, v_new, do, dv = (torch.randn(B, T, HV, V, device=device).to(io) for _ in range(4))
+    beta = torch.sigmoid(torch.randn(B, T, HV, device=device))
+    beta = beta if beta_f32 else beta.to(io)
+    col = torch.arange(CHUNK, device=device)
+    A = torch.randn(B, T, HV, CHUNK, device=device) * 0.2 * (col[None, :] < pos[:, None]).float()[None, :, None, :]
+    A = (A + (col[None, :] == pos[:, None]).float()[None, :, None, :]).to(io)
+    S = (V, K) if state_v_first else (K, V)
+    h = (torch.randn(Bh, NT // Bh, HV, *S, device=device) * 0.5).to(io)
+    dh = (torch.randn(Bh, NT // Bh, HV, *S, device=device) * 0.5).to(io)
+    return [q, k, v, v_new, g, beta, A, h, do, dh, dv]

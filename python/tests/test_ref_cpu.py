@@ -160,3 +160,42 @@ def test_varlen_refs_equal_fixed_length():
     f = R.bwd_dhu_ref(*d, h0=h0, dht=dht, scale=0.3)
     assert torch.equal(v[0].reshape(f[0].shape), f[0]) and torch.equal(v[1], f[1])
     assert torch.equal(v[2].reshape(f[2].shape), f[2])
+
+
+def test_wy_ref_is_the_gradient():
+    """wy_dqkg_ref against autograd (float64) of the scalar the stage differentiates, per chunk:
+    sum do * scale (q ge) h  +  sum dh * (h exp2(gn) + (k exp2(gn - g))^T v_new)  +  sum dv * (u - w h),
+    u = A (v beta), w = A (k ge beta), A = (I + L)^-1 with L strictly lower: dq, dk, dv2 (= d/dv), dg (per
+    natural-log unit of g, which is in log2 units), db and dA (= d/dL) in both state layouts."""
+    torch.manual_seed(3)
+    B, T, H, K, V, C = 1, 128, 2, 8, 6, R.CHUNK
+    NT = T // C
+    dd = dict(dtype=torch.float64)
+    q, k = torch.randn(B, T, H, K, **dd), torch.randn(B, T, H, K, **dd)
+    v, vn, do, dv = (torch.randn(B, T, H, V, **dd) for _ in range(4))
+    g = (torch.nn.functional.logsigmoid(torch.randn(B, NT, C, H, K, **dd)).cumsum(2) * R.RCP_LN2).reshape(B, T, H, K)
+    beta = torch.rand(B, T, H, **dd)
+    Lm = torch.randn(B, NT, H, C, C, **dd) * 0.1 * torch.tril(torch.ones(C, C, **dd), -1)
+    h, dh = torch.randn(B, NT, H, K, V, **dd), torch.randn(B, NT, H, K, V, **dd)
+    scale = 0.3
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, g, beta, Lm)]
+    q_, k_, v_, g_, b_, L_ = leaves
+    A = torch.linalg.inv(torch.eye(C, **dd) + L_)                          # [B,NT,H,t,s]: row = token
+    qc, kc, vc, gc, vnc, doc, dvc = (R.chunks(t) for t in (q_, k_, v_, g_, vn, do, dv))
+    bc = R.chunks(b_[..., None])                                             # [B,NT,H,64,1]
+    ge, gn = torch.exp2(gc), gc[..., -1:, :]
+    o = scale * (qc * ge) @ h
+    hn = h * torch.exp2(gn).transpose(-1, -2) + (kc * torch.exp2(gn - gc)).transpose(-1, -2) @ vnc
+    w = A @ (kc * ge * bc)
+    vn2 = A @ (vc * bc) - w @ h
+    loss = (doc * o).sum() + (dh * hn).sum() + (dvc * vn2).sum()
+    loss.backward()
+    A_tok = R.unchunk(A.detach())                                            # [B,T,H,64]
+    for svf in (False, True):
+        hh, dhh = (h, dh) if not svf else (h.transpose(-1, -2).contiguous(), dh.transpose(-1, -2).contiguous())
+        dq, dk, dv2, db, dg, dA = R.wy_dqkg_ref(q, k, v, vn, g, beta, A_tok, hh, do, dhh, dv, scale, svf)
+        for name, got, want in (("dq", dq, q_.grad), ("dk", dk, k_.grad), ("dv2", dv2, v_.grad),
+                                ("dg", dg, g_.grad / math.log(2)),  # per natural-log unit of the gate, as fla's
+                                ("db", db, b_.grad),
+                                ("dA", dA, R.unchunk(L_.grad * torch.tril(torch.ones(C, C, **dd), -1)))):
+            assert R.rel_rms(got, want) < 1e-10, (name, svf, R.rel_rms(got, want))

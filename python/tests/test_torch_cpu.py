@@ -291,3 +291,50 @@ def test_dhu_plan_tail(K, svf, tail, tile):
     d, _, _ = dhu_args(B=1, T=128, HV=2, K=K, V=128, device="meta", h0=False, dht=False)
     plan = kt._dhu_plan(*d, None, None, None, None, None, None, None, svf)
     assert plan.spec == f"io=bf16,K={tile},BV=64,varlen=0,tail={tail}"  # off the GPU: the widest V tile
+
+
+def _wy_meta_args(B=2, T=192, H=2, HV=4, K=128, V=128, io=BF, svf=False, NT=None):
+    NT = B * (-(-T // 64)) if NT is None else NT
+    Bh = B if NT == B * (-(-T // 64)) else 1
+    S = (V, K) if svf else (K, V)
+    m = lambda *s, dt=io: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    return [m(B, T, H, K), m(B, T, H, K), m(B, T, HV, V), m(B, T, HV, V), m(B, T, HV, K, dt=F32),
+            m(B, T, HV, dt=F32), m(B, T, HV, 64), m(Bh, NT // Bh, HV, *S), m(B, T, HV, V), m(Bh, NT // Bh, HV, *S),
+            m(B, T, HV, V)]
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+@pytest.mark.parametrize("svf", [False, True])
+def test_wy_fake_shapes_and_plans(io, svf):
+    """wy_dqkg's fake implementation (fla's outputs: dq, dk at HV heads fp32, dv in the io dtype, db, dg, dA
+    fp32), opcheck on meta tensors, and the spec a plan prepares: ops.c's choice of K tile, varlen, tail."""
+    a = _wy_meta_args(io=io, svf=svf)
+    out = torch.ops.kdart.wy_dqkg(*a, 0.125, svf)
+    want = [((2, 192, 4, 128), F32), ((2, 192, 4, 128), F32), ((2, 192, 4, 128), io), ((2, 192, 4), F32),
+            ((2, 192, 4, 128), F32), ((2, 192, 4, 64), F32)]
+    assert [(tuple(o.shape), o.dtype) for o in out] == want
+    torch.library.opcheck(torch.ops.kdart.wy_dqkg.default, (*a, 0.125, svf),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    name = "bf16" if io == BF else "fp16"
+    assert kt._wy_plan(*a, svf).spec == f"io={name},K=128,varlen=0,tail=0,beta=f32,svf={int(svf)}"
+    b = _wy_meta_args(B=1, T=300, K=100, V=100, io=io, svf=svf, NT=7)
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="meta")
+    assert kt._wy_plan(*b, svf, cu).spec == f"io={name},K=128,varlen=1,tail=1,beta=f32,svf={int(svf)}"
+
+
+def test_wy_checks():
+    a = _wy_meta_args()
+    bad = list(a)
+    bad[6] = torch.empty(2, 192, 4, 64, dtype=F32, device="meta")
+    with pytest.raises(ValueError, match="EDTYPE: A"):
+        kt.wy_meta(*bad)
+    bad = list(a)
+    bad[5] = torch.empty(2, 192, 4, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match="EDTYPE: beta"):
+        kt.wy_meta(*bad)
+    bad = list(a)
+    bad[9] = torch.empty(2, 4, 4, 128, 128, dtype=BF, device="meta")
+    with pytest.raises(ValueError, match="ESHAPE: dh"):
+        kt.wy_meta(*bad)
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):
+        kt.wy_meta(*_wy_meta_args(V=600))

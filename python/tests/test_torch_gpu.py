@@ -9,7 +9,7 @@ if not torch.cuda.is_available():
 import kdart.torch as kt  # noqa: E402
 from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen, gate,  # noqa: E402
                      chunk_indices, chunk_offsets, dhu_inputs, intra_inputs, rel_rms, varlen_dhu_inputs,
-                     varlen_intra_inputs)
+                     varlen_intra_inputs, wy_dqkg_ref, wy_dqkg_ref_varlen, wy_inputs)
 
 IOS = [torch.bfloat16, torch.float16]
 
@@ -445,3 +445,80 @@ def test_beyond_32bit_indexing():
         assert rel_rms(sdh, rdh) < 1e-2 and rel_rms(sdv2, rdv2) < 1e-2 and rel_rms(sdh0[n - 1:], rdh0) < 1e-2
         del dh, dh0, dv2
     torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------- wy_dqkg
+
+WY_NAMES = ("dq", "dk", "dv", "db", "dg", "dA")
+
+
+def _wy_check(out, ref, io, what):
+    tol = 1e-2 if io == torch.bfloat16 else 2e-3  # the exact reference; the kernel rounds dw, kg, dA as fla
+    for name, o, r in zip(WY_NAMES, out, ref):
+        assert o.shape == r.shape, (what, name, o.shape, r.shape)
+        assert torch.isfinite(o).all(), (what, name)
+        assert rel_rms(o, r) < tol, (what, name, rel_rms(o, r))
+
+
+@pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("K,V", [(128, 128), (64, 64), (100, 100), (256, 128)])
+@pytest.mark.parametrize("svf", [False, True], ids=["kfirst", "vfirst"])
+def test_wy_dqkg_vs_float64(io, K, V, svf):
+    torch.manual_seed(K + V)
+    a = wy_inputs(2, 192, 2, 4, K, V, io, "cuda", beta_f32=svf, state_v_first=svf)
+    before = [t.clone() for t in a]
+    out = kt.wy_dqkg(*a, scale=K ** -0.5, state_v_first=svf)
+    assert all(torch.equal(x, y) for x, y in zip(a, before))  # inputs untouched
+    _wy_check(out, wy_dqkg_ref(*a, K ** -0.5, svf), io, f"K{K} V{V} svf{svf}")
+    again = kt.wy_dqkg(*a, scale=K ** -0.5, state_v_first=svf)
+    assert all(torch.equal(x, y) for x, y in zip(out, again))  # deterministic
+
+
+@pytest.mark.parametrize("cu", [[0, 1, 65, 200, 300], [0, 64, 64, 191]], ids=["short", "empty"])
+@pytest.mark.parametrize("with_ci", [False, True])
+def test_wy_dqkg_varlen_vs_float64(cu, with_ci):
+    dev = "cuda"
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=dev)
+    T = cu[-1]
+    a = wy_inputs(1, T, 2, 4, 128, 128, torch.bfloat16, dev, cu=cu_t)
+    ci = chunk_indices(cu_t) if with_ci else None
+    out = kt.wy_dqkg(*a, scale=0.125, cu_seqlens=cu_t, chunk_indices=ci)
+    _wy_check(out, wy_dqkg_ref_varlen(*a, 0.125, cu_t), torch.bfloat16, f"cu {cu}")
+
+
+def test_wy_dqkg_compile_and_graph_bitwise():
+    a = wy_inputs(1, 256, 2, 4, 128, 128, torch.bfloat16, "cuda")
+
+    def f(*x):
+        return kt.wy_dqkg(*x, scale=0.125)
+    eager = f(*a)
+    compiled = torch.compile(f, fullgraph=True)(*a)
+    assert all(torch.equal(x, y) for x, y in zip(eager, compiled))
+    assert kt.prepare_for(kt.wy_dqkg, *a, scale=0.125).startswith("io=bf16,K=128,varlen=0,tail=0,beta=f32")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        f(*a)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = f(*a)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+
+
+def test_wy_dqkg_bad_input():
+    a = wy_inputs(1, 128, 2, 4, 64, 64, torch.bfloat16, "cuda")
+    bad = list(a)
+    bad[6] = a[6].float()  # A in fp32
+    with pytest.raises(ValueError, match="A"):
+        kt.wy_dqkg(*bad)
+    bad = list(a)
+    bad[7] = a[7][:, :1]  # h one chunk row short
+    with pytest.raises(ValueError, match="h"):
+        kt.wy_dqkg(*bad)
+    bad = list(a)
+    bad[2] = a[2].transpose(1, 2).contiguous().transpose(1, 2)  # v not contiguous
+    with pytest.raises(ValueError, match="ESTRIDE"):
+        kt.wy_dqkg(*bad)
