@@ -1,0 +1,128 @@
+/*
+ * kda_params.h: the plain parameter structs shared by the host runtime (C11)
+ * and the device kernels (CUDA C++ compiled by NVRTC).
+ *
+ * Each kernel takes exactly one of these structs by value as its only
+ * parameter, so the host fills a struct and passes its address to
+ * cuLaunchKernel.  The structs hold only pointers and 32-bit integers, with
+ * no host or device headers, so that the same bytes mean the same thing to
+ * gcc and to NVRTC.  Changing a layout here changes the hash of this file,
+ * which is part of every cache key, so stale cubins can never be launched
+ * with a new layout.
+ *
+ * Layouts are the contiguous fla layouts of ../shared/spec/kda_backward.md
+ * (sections 3.1 and 4.1).  BT, the chunk length, is always 64.
+ */
+#ifndef KDART_KDA_PARAMS_H
+#define KDART_KDA_PARAMS_H
+
+#define KDART_CHUNK 64 /* BT: rows per chunk, fixed by the algorithm */
+
+/* Device-side findings of VARLEN launches (bits of *status). */
+#define KDART_DEVERR_CU_ORDER 1  /* cu[0] != 0 or cu_seqlens decreasing */
+#define KDART_DEVERR_CU_RANGE 2  /* cu[N] > T (the tensors' token count) */
+#define KDART_DEVERR_CHUNKS 4    /* more chunks than NT (grid or dh rows) */
+
+/* bwd_intra: grid (T/64, B*HV), one CTA per (chunk, batch x value head). */
+typedef struct kdart_bwd_intra_params {
+    const void *q;      /* [B,T,H,K]   io dtype (bf16 or fp16) */
+    const void *k;      /* [B,T,H,K]   io dtype */
+    const float *g;     /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
+    const void *beta;   /* [B,T,HV]    io dtype */
+    const float *dAqk;  /* [B,T,HV,64] fp32, lower triangle incl. diagonal */
+    const float *dAkk;  /* [B,T,HV,64] fp32, strictly lower */
+    const float *dq_in; /* [B,T,HV,K]  fp32 */
+    const float *dk_in; /* [B,T,HV,K]  fp32 */
+    const float *dg_in; /* [B,T,HV,K]  fp32 */
+    const float *db_in; /* [B,T,HV]    fp32 */
+    void *dq;           /* [B,T,HV,K]  fp32, or io dtype when emit_bf16 */
+    void *dk;           /* [B,T,HV,K]  fp32, or io dtype when emit_bf16 */
+    float *dg;          /* [B,T,HV,K]  fp32; suffix-summed per chunk when fold_dg */
+    float *db;          /* [B,T,HV]    fp32, db_in already added */
+    int B, T, H, HV;    /* K is a template argument of the kernel */
+    /* VARLEN specializations only (ignored otherwise): sequences are cu_seqlens's
+     * [cu[n], cu[n+1]) of the one packed row (B == 1) or, when cu_seqlens is NULL,
+     * the B rows of T tokens each; the last chunk of a sequence may be partial. */
+    const void *cu_seqlens; /* [N+1] int32 or int64 (cu_is64), on the device, or NULL */
+    int *status;            /* device word; KDART_DEVERR_* bits are atomicOr'ed in on bad cu_seqlens */
+    int N;                  /* sequences (B when cu_seqlens is NULL) */
+    int NT;                 /* grid chunks: upper bound of the total chunk count */
+    int cu_is64;            /* cu_seqlens holds int64 */
+    /* Head dim: the kernel's K template argument is the K tile; Kr is the real
+     * head dim, 1 <= Kr <= K tile (columns >= Kr are neither read nor written). */
+    int Kr;
+} kdart_bwd_intra_params;
+
+/* bwd_dhu: one serial reverse scan per (batch, value head, V tile). */
+typedef struct kdart_bwd_dhu_params {
+    const void *qg;    /* [B,T,HV,K]    io dtype */
+    const void *kg;    /* [B,T,HV,K]    io dtype */
+    const void *w;     /* [B,T,HV,K]    io dtype */
+    const float *g;    /* [B,T,HV,K]    fp32; only row 64c+63 of chunk c is read */
+    const void *dout;  /* [B,T,HV,V]    io dtype ("do" in the spec) */
+    const void *dv;    /* [B,T,HV,V]    io dtype */
+    const float *dht;  /* [B,HV,K,V]    fp32, or NULL: the scan starts from zero */
+    void *dh;          /* [B,NT,HV,K,V] io dtype, NT = T/64 */
+    void *dv2;         /* [B,T,HV,V]    io dtype */
+    float *dh0;        /* [B,HV,K,V]    fp32, or NULL: not produced */
+    float scale;       /* applied after the qg^T do accumulation, as fla does */
+    int B, T, HV, V;   /* K is a template argument of the kernel */
+    /* VARLEN specializations only (ignored otherwise); sequences as for bwd_intra.
+     * dh rows: chunk_offsets[n] + c, chunk_offsets the exclusive prefix sum of
+     * ceil(T_n / 64), derived on the device. */
+    const void *cu_seqlens; /* [N+1] int32 or int64 (cu_is64), on the device, or NULL */
+    int *status;            /* device word, as for bwd_intra */
+    int N;                  /* sequences (B when cu_seqlens is NULL); dht/dh0 are [N,HV,K,V] */
+    int NT;                 /* dh's chunk rows (its second dimension) */
+    int cu_is64;
+    /* Head dims: Kr <= the K tile, V any (the last V tile masked).
+     * state_v_first: dh is [.., V, K] and dht/dh0 [N, HV, V, K] (fla's transposed layout). */
+    int Kr;
+    int state_v_first;
+    /* VARLEN at BV 64 only: 0, or the SM count for the V split (bwd_dhu.cuh,
+     * kdart::dhu::varlen64; the grid is then ceil(V/32) wide) */
+    int v_split;
+    /* VARLEN at the K tile 256 (native) only: 0, or 1 for head pairs (bwd_dhu.cuh,
+     * kdart::dhu::pair_heads; HV even, the grid is (ceil(V/BV), N*HV/2)) */
+    int pair_heads;
+} kdart_bwd_dhu_params;
+
+/* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.
+ * x[t0+r, d] = sum_{r'=r..63} x[t0+r', d] in place, per chunk. */
+typedef struct kdart_rcumsum_params {
+    float *x;          /* [N, T, K] fp32, N = B*HV rows interleaved as [B,T,HV,K] */
+    int B, T, HV;      /* K is a template argument */
+} kdart_rcumsum_params;
+
+/* wy_dqkg: grid (T/64, B*HV), one CTA per (chunk, batch x value head); VARLEN
+ * as bwd_intra (grid (NT, HV)).  The WY backward fused with the state-gradient
+ * products (fla chunk_kda_bwd_wy_dqkg_fused). */
+typedef struct kdart_wy_dqkg_params {
+    const void *q;      /* [B,T,H,K]   io dtype */
+    const void *k;      /* [B,T,H,K]   io dtype */
+    const void *v;      /* [B,T,HV,V]  io dtype */
+    const void *v_new;  /* [B,T,HV,V]  io dtype */
+    const float *g;     /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units */
+    const void *beta;   /* [B,T,HV]    io dtype or fp32 (the beta parameter) */
+    const void *A;      /* [B,T,HV,64] io dtype, the WY inverse (row = token) */
+    const void *h;      /* [B*NT or NT,HV,K,V] io dtype ([..,V,K] when state_v_first) */
+    const void *dh;     /* as h */
+    const void *dout;   /* [B,T,HV,V]  io dtype ("do") */
+    const void *dv;     /* [B,T,HV,V]  io dtype (bwd_dhu's dv2) */
+    float *dq;          /* [B,T,HV,K]  fp32 */
+    float *dk;          /* [B,T,HV,K]  fp32 */
+    void *dv2;          /* [B,T,HV,V]  io dtype */
+    float *dg;          /* [B,T,HV,K]  fp32 */
+    float *db;          /* [B,T,HV]    fp32 */
+    float *dA;          /* [B,T,HV,64] fp32, strictly lower (zeros above) */
+    float scale;
+    int B, T, H, HV, V; /* K: the kernel's K tile; Kr below */
+    const void *cu_seqlens; /* as bwd_intra */
+    int *status;
+    int N;
+    int NT;                 /* grid chunks (VARLEN), h's chunk rows */
+    int cu_is64;
+    int Kr;                 /* the head dim, 1..K tile */
+} kdart_wy_dqkg_params;
+
+#endif /* KDART_KDA_PARAMS_H */

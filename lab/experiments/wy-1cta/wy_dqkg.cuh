@@ -1,0 +1,646 @@
+/*
+ * wy_dqkg.cuh: KDA backward, the WY backward fused with the state-gradient
+ * products (fla chunk_kda_bwd_wy_dqkg_fused).
+ *
+ * Math (docs/kernels.md, "wy_dqkg"), per (b, hv, chunk c) of 64 rows t, s, r,
+ * h = h_c, dh = dh_c (the chunk's state and state gradient, K x V), gn = g of
+ * the chunk's last valid row, ge = exp2(g):
+ *   S_q  = do h^T     S_k = v_new dh^T     S_w = dv h^T          (64 x K)
+ *   dq   = S_q ge scale
+ *   dk0  = S_k exp2(gn - g)
+ *   kg   = k ge;   dw = -S_w  (rounded to the io dtype)
+ *   dvb  = A^T dv;  dv2 = dvb beta;  dkgb = A^T dw
+ *   dA'  = dv v^T + dw kg^T   (kg rounded to the io dtype)
+ *   db   = sum_v dvb v + sum_k dkgb kg
+ *   dgk  = exp2(gn) sum_v h dh + sum_t k dk0          (per column)
+ *   dk   = dk0 + dkgb ge beta
+ *   dg   = q dq - k dk0 + kg dkgb beta + [t = last] dgk
+ *   dA   = -tril1(A^T (tril1(dA') beta_s) A^T)  (tril1: strictly lower, the
+ *          factors rounded to the io dtype between products)
+ * with the same roundings as fla, so that the two agree to fp32 summation order.
+ *
+ * LAUNCH CONTRACT (mirrored by the runtime; see WyDqkgTraits below):
+ *   kernel   kdart_wy_dqkg<IO, K, VARLEN, TAIL, BETA_F32, SVF>; IO in {kdart::bf16,
+ *            kdart::fp16}, K (the K tile) in {64, 128, 256}; TAIL: head dim Kr below
+ *            the tile or V not a multiple of 64 (element loads and stores); BETA_F32:
+ *            beta in fp32 rather than the io dtype; SVF: h, dh are [.., V, K].
+ *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra: blockIdx.x is the
+ *            chunk's index among all chunks, which is also its row of h and dh.
+ *   block    256 threads (8 warps: 4 row blocks of 16 x 2 column halves of 32).
+ *   smem     WyDqkgTraits<K>::kSmemBytes (108608) of dynamic shared memory, for every
+ *            K tile; __launch_bounds__(256, 2).
+ *   Requires T % 64 == 0 unless VARLEN; HV % H == 0; outputs never alias inputs;
+ *   every tensor 16-byte aligned; native (TAIL = false) specializations need
+ *   Kr == K and V % 64 == 0.
+ *
+ * Structure: the CTA walks steps (K block of 64 columns, V tile of 64 columns),
+ * V tiles inner.  Each step's tiles (do, dv, v_new, and v in the first K block;
+ * h and dh) are copied into shared memory with 16-byte cp.async while the
+ * previous step computes (two stages).  Per step, warp (wm, wn) accumulates rows
+ * 16 wm.., columns 32 wn.. of S_q, S_k, S_w with mma.sync m16n8k16 (fp32
+ * accumulators in registers), and in the first K block also dA' += dv v^T and
+ * the tile's dvb (dv2 and db's first term in its epilogue).  After a K block's
+ * last V tile, the K phase: dw to shared memory, dkgb = A^T dw, the elementwise
+ * epilogue (dq, dk, dg stored; the last row's dg held until the column sums are
+ * in), kg to shared memory, dA' += dw kg^T.  After the last K block, the two
+ * 64 x 64 products of dA.  Every reduction has a fixed order: deterministic.
+ * Shared tiles are 64 x 64 io with 128-byte rows whose 16-byte chunks are
+ * XOR-swizzled by the row (ldmatrix without bank conflicts).
+ */
+#ifndef KDART_WY_DQKG_CUH
+#define KDART_WY_DQKG_CUH
+
+#include "kdart_common.cuh"
+
+template <int K>
+struct WyDqkgTraits {
+    static_assert(K == 64 || K == 128 || K == 256, "wy_dqkg supports K tiles {64, 128, 256}");
+    static constexpr int kBT = 64;                /* chunk rows */
+    static constexpr int kKB = 64;                /* columns per K block */
+    static constexpr int kBV = 64;                /* columns per V tile */
+    static constexpr int kKBlocks = K / kKB;
+    static constexpr int kThreads = 256;
+    static constexpr int kMinBlocks = 1; /* variant: one CTA per SM, no spills */
+    static constexpr int kTile = kBT * 64 * 2;    /* one 64 x 64 io tile (bytes) */
+    static constexpr int kTiles = 6;              /* do, dv, v_new, v, h, dh */
+    static constexpr int kStage = kTiles * kTile;
+    static constexpr int kOffA = 2 * kStage;      /* A, [s][t] as stored */
+    static constexpr int kOffBeta = kOffA + kTile;   /* f32 [64] */
+    static constexpr int kOffHdh = kOffBeta + 256;   /* f32 [64]: sum_v h dh of the K block */
+    static constexpr int kOffCol = kOffHdh + 256;    /* f32 [4][64]: sum_t k dk0 per row block */
+    static constexpr int kOffLast = kOffCol + 1024;  /* f32 [64]: the last row's dg before dgk */
+    static constexpr int kOffDb = kOffLast + 256;    /* f32 [2][64]: db per column half */
+    static constexpr int kOffLoc = kOffDb + 512;     /* the chunk's location (VARLEN) */
+    static constexpr int kSmemBytes = kOffLoc + 64;
+    static_assert(kSmemBytes == 108864, "registry.c's KDART__WY_SMEM");
+
+};
+
+namespace kdart {
+namespace wy {
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* element offset of (row, col) in a swizzled 64 x 64 tile */
+__device__ __forceinline__ int swz(int row, int col) {
+    return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);
+}
+__device__ __forceinline__ void cp16z(unsigned s, const void *gsrc, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void ldsm4(unsigned a, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void ldsm4t(unsigned a, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+template <typename IO>
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if constexpr (io_traits<IO>::is_bf16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Fragment addresses (bytes, in a swizzled tile at s) for this lane.
+ * A operand rows m0.., k columns k0..: stored [m][k] (a_n) or [k][m] (a_t).
+ * B operand, two n8 tiles n0..n0+15, k rows k0..: stored [n][k] (b_n) or [k][n] (b_t);
+ * registers 0, 1: the first n tile's b0, b1; 2, 3: the second's. */
+__device__ __forceinline__ unsigned a_n(unsigned s, int m0, int k0, int l) {
+    return s + 2 * swz(m0 + (l & 15), k0 + ((l >> 4) << 3));
+}
+__device__ __forceinline__ unsigned a_t(unsigned s, int m0, int k0, int l) {
+    return s + 2 * swz(k0 + (l & 7) + (((l >> 4) & 1) << 3), m0 + (((l >> 3) & 1) << 3));
+}
+__device__ __forceinline__ unsigned b_n(unsigned s, int n0, int k0, int l) {
+    return s + 2 * swz(n0 + (l & 7) + (((l >> 4) & 1) << 3), k0 + (((l >> 3) & 1) << 3));
+}
+__device__ __forceinline__ unsigned b_t(unsigned s, int n0, int k0, int l) {
+    return s + 2 * swz(k0 + (l & 7) + (((l >> 3) & 1) << 3), n0 + (((l >> 4) & 1) << 3));
+}
+
+/* c (16 x 16 NP, this warp's rows m0.., columns n0..) += A (64-deep) B */
+template <typename IO, bool AT, bool BT, int NP = 2>
+__device__ __forceinline__ void gemm(float (&c)[2 * NP][4], unsigned sa, unsigned sb, int m0, int n0, int l) {
+#pragma unroll 1
+    for (int k0 = 0; k0 < 64; k0 += 16) {
+        unsigned a[4], b[4];
+        if (AT) ldsm4t(a_t(sa, m0, k0, l), a);
+        else ldsm4(a_n(sa, m0, k0, l), a);
+#pragma unroll
+        for (int np = 0; np < NP; ++np) {
+            if (BT) ldsm4t(b_t(sb, n0 + 16 * np, k0, l), b);
+            else ldsm4(b_n(sb, n0 + 16 * np, k0, l), b);
+            mma<IO>(c[2 * np], a, b[0], b[1]);
+            mma<IO>(c[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
+    return is64 ? static_cast<const long long *>(cu)[j] : (long long)static_cast<const int *>(cu)[j];
+}
+
+template <typename IO>
+__device__ __forceinline__ float ldf(const unsigned short *g) {
+    IO x;
+    x.bits = *g;
+    return to_float(x);
+}
+
+/* One 64 x 64 io tile into a swizzled shared tile: rows < nr and columns < nc
+ * from g (row r at g + r * stride), zeros elsewhere.  Native: 16-byte cp.async
+ * (nc == 64, g and stride 8-element aligned); TAIL: element loads. */
+template <bool TAIL>
+__device__ __forceinline__ void load_tile(unsigned short *s, const unsigned short *g, long long stride, int nr,
+                                          int nc, int tid) {
+    const int ch = tid & 7;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int row = (tid >> 3) + 32 * j;
+        unsigned short *d = s + row * 64 + (((ch ^ row) & 7) << 3);
+        if constexpr (!TAIL) {
+            const bool ok = row < nr;
+            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok);
+        } else {
+            unsigned short e[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) e[i] = row < nr && ch * 8 + i < nc ? g[row * stride + ch * 8 + i] : 0;
+            uint4 u;
+            u.x = e[0] | ((unsigned)e[1] << 16);
+            u.y = e[2] | ((unsigned)e[3] << 16);
+            u.z = e[4] | ((unsigned)e[5] << 16);
+            u.w = e[6] | ((unsigned)e[7] << 16);
+            *reinterpret_cast<uint4 *>(d) = u;
+        }
+    }
+}
+
+/* element offset of (row, col) in a swizzled 64 x 64 fp32 tile (256-byte rows, 16-byte chunks XOR-ed
+ * with the row: a warp's pair loads of 8 rows x 4 column pairs hit 32 distinct banks) */
+__device__ __forceinline__ int swz32(int row, int col) {
+    return row * 64 + ((((col >> 2) ^ row) & 7) << 2) + (((col >> 2) & 8) << 2) + (col & 3);
+}
+
+/* One 64 x 64 fp32 tile into a swizzled shared tile, as load_tile. */
+template <bool TAIL>
+__device__ __forceinline__ void load_tile32(float *s, const float *g, long long stride, int nr, int nc, int tid) {
+    const int ch = tid & 15;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int row = (tid >> 4) + 16 * j;
+        float *d = s + swz32(row, ch * 4);
+        if constexpr (!TAIL) {
+            const bool ok = row < nr;
+            cp16z(smem_u32(d), ok ? g + row * stride + ch * 4 : g, ok);
+        } else {
+            float4 u;
+            u.x = row < nr && ch * 4 + 0 < nc ? g[row * stride + ch * 4 + 0] : 0.f;
+            u.y = row < nr && ch * 4 + 1 < nc ? g[row * stride + ch * 4 + 1] : 0.f;
+            u.z = row < nr && ch * 4 + 2 < nc ? g[row * stride + ch * 4 + 2] : 0.f;
+            u.w = row < nr && ch * 4 + 3 < nc ? g[row * stride + ch * 4 + 3] : 0.f;
+            *reinterpret_cast<float4 *>(d) = u;
+        }
+    }
+}
+
+/* fp32 pair stores (columns c, c+1 of a row; TAIL: each if < n) */
+template <bool TAIL>
+__device__ __forceinline__ void st2(float *a, float x, float y, int c, int n) {
+    if constexpr (!TAIL) {
+        asm volatile("st.global.cs.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+    } else {
+        if (c < n) a[0] = x;
+        if (c + 1 < n) a[1] = y;
+    }
+}
+} /* namespace wy */
+} /* namespace kdart */
+
+template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF>
+__global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
+    const kdart_wy_dqkg_params p) {
+    using Tr = WyDqkgTraits<K>;
+    using namespace kdart;
+    using namespace kdart::wy;
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned short *sStage = reinterpret_cast<unsigned short *>(smem);
+    unsigned short *sA = reinterpret_cast<unsigned short *>(smem + Tr::kOffA);
+    float *sBeta = reinterpret_cast<float *>(smem + Tr::kOffBeta);
+    float *sHdh = reinterpret_cast<float *>(smem + Tr::kOffHdh);
+    float *sCol = reinterpret_cast<float *>(smem + Tr::kOffCol);
+    float *sLast = reinterpret_cast<float *>(smem + Tr::kOffLast);
+    float *sDb = reinterpret_cast<float *>(smem + Tr::kOffDb);
+    long long *sLoc = reinterpret_cast<long long *>(smem + Tr::kOffLoc);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    const int gid = lane >> 2, tq = lane & 3;
+    const int T = p.T, H = p.H, HV = p.HV, V = p.V;
+
+    /* ---------------- the chunk: first token t0, valid rows nv, h row ---------------- */
+    long long t0, hrow;
+    int hv, nv;
+    if constexpr (!VARLEN) {
+        const int bb = blockIdx.y / HV;
+        hv = blockIdx.y - bb * HV;
+        t0 = (long long)bb * T + 64ll * blockIdx.x;
+        hrow = (long long)bb * (T / 64) + blockIdx.x;
+        nv = 64;
+    } else {
+        /* As bwd_intra: every CTA scans all of cu_seqlens, which validates it and
+         * finds the CTA's sequence and chunk; any finding makes every CTA return
+         * before its first store, and CTA (0, 0) reports it. */
+        const int ci = blockIdx.x;
+        hv = blockIdx.y;
+        hrow = ci;
+        int *sInt = reinterpret_cast<int *>(sLoc); /* [2]: valid rows, [3]: findings */
+        if (p.cu_seqlens == nullptr) {
+            const int nct = (T + 63) >> 6;
+            const int n = ci / nct, c = ci - n * nct;
+            if (n >= p.N) return;
+            t0 = (long long)n * T + 64ll * c;
+            nv = min(64, T - 64 * c);
+        } else {
+            const int N = max(p.N, 0);
+            int *sScan = reinterpret_cast<int *>(sDb); /* [2][8] warp totals */
+            if (tid == 0) {
+                int f = 0;
+                if (ld_cu(p.cu_seqlens, p.cu_is64, 0) != 0) f |= KDART_DEVERR_CU_ORDER;
+                if (ld_cu(p.cu_seqlens, p.cu_is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
+                sInt[3] = f;
+                sInt[2] = 0;
+            }
+            int bad = 0;
+            unsigned carry = 0;
+#pragma unroll 1
+            for (int base = 0, par = 0; base < N; base += 256, par ^= 8) {
+                const int j = base + tid;
+                long long lo = 0, hi = 0;
+                unsigned cnt = 0;
+                if (j < N) {
+                    lo = ld_cu(p.cu_seqlens, p.cu_is64, j);
+                    hi = ld_cu(p.cu_seqlens, p.cu_is64, j + 1);
+                    if (hi < lo) bad = 1;
+                    if (lo >= 0 && lo <= hi && hi <= T) cnt = (unsigned)((hi - lo + 63) >> 6);
+                }
+                unsigned inc = cnt;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const unsigned x = __shfl_up_sync(0xffffffffu, inc, o);
+                    if (lane >= o) inc += x;
+                }
+                if (lane == 31) sScan[par + warp] = (int)inc;
+                __syncthreads();
+                unsigned pre = 0, tot = 0;
+#pragma unroll
+                for (int w = 0; w < 8; ++w) {
+                    const unsigned x = (unsigned)sScan[par + w];
+                    pre += w < warp ? x : 0u;
+                    tot += x;
+                }
+                const unsigned ex = carry + pre + inc - cnt;
+                if ((unsigned)ci - ex < cnt) {
+                    sLoc[0] = lo + 64 * (long long)((unsigned)ci - ex);
+                    sInt[2] = (int)min(64ll, hi - (lo + 64 * (long long)((unsigned)ci - ex)));
+                }
+                carry += tot;
+            }
+            const int f = (__syncthreads_or(bad) ? KDART_DEVERR_CU_ORDER : 0) | sInt[3] |
+                          (carry > (unsigned)max(p.NT, 0) ? KDART_DEVERR_CHUNKS : 0);
+            if (f != 0) {
+                if (ci == 0 && hv == 0 && tid == 0 && p.status != nullptr) atomicOr(p.status, f);
+                return;
+            }
+            nv = sInt[2];
+            if (nv == 0) return; /* beyond the last chunk */
+            t0 = sLoc[0];
+            __syncthreads(); /* sDb (the scan's scratch) is written again below */
+        }
+    }
+    const int hq = hv / (HV / H);
+    const int Kr = TAIL ? p.Kr : K;
+    const int nkb = TAIL ? (Kr + 63) >> 6 : Tr::kKBlocks;
+    const int nvt = (V + 63) >> 6;
+    const int nsteps = nkb * nvt;
+    const long long strQ = (long long)H * Kr, strG = (long long)HV * Kr, strV = (long long)HV * V;
+    const long long strA = (long long)HV * 64;
+    /* The row offsets live in shared memory and every use reads them back
+     * (volatile): the tensors' base addresses come from the parameter bank, so
+     * no 64-bit pointer is held in registers across the steps (with ten of them
+     * the kernel spilled). */
+    volatile long long *vLoc = sLoc;
+    if (tid == 0) {
+        sLoc[1] = t0 * H + hq;                  /* q, k row of token t0 */
+        sLoc[2] = t0 * HV + hv;                 /* v, g, ... row of token t0 */
+        sLoc[3] = (hrow * HV + hv) * Kr * V;    /* h, dh of the chunk */
+    }
+    __syncthreads();
+    auto rowQ = [&]() { return vLoc[1]; };
+    auto rowV = [&]() { return vLoc[2]; };
+    auto io = [](const void *b) { return static_cast<const unsigned short *>(b); };
+
+    /* step s's tiles into stage (s & 1) */
+    auto issue = [&](int s) {
+        const int kb = s / nvt, vt = s - kb * nvt;
+        unsigned short *st = sStage + (s & 1) * (Tr::kStage / 2);
+        const int vc = V - 64 * vt, kc = Kr - 64 * kb;
+        const long long ov = rowV() * V + 64 * vt, oh = vLoc[3];
+        load_tile<TAIL>(st + 0 * 4096, io(p.dout) + ov, strV, nv, vc, tid);
+        load_tile<TAIL>(st + 1 * 4096, io(p.dv) + ov, strV, nv, vc, tid);
+        load_tile<TAIL>(st + 2 * 4096, io(p.v_new) + ov, strV, nv, vc, tid);
+        if (kb == 0) load_tile<TAIL>(st + 3 * 4096, io(p.v) + ov, strV, nv, vc, tid);
+        if constexpr (!SVF) {
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid);
+        } else {
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid);
+        }
+    };
+
+    /* A (all 64 columns; rows past the chunk's end zero) and beta, with step 0 */
+    load_tile<false>(sA, io(p.A) + rowV() * 64, strA, nv, 64, tid);
+    if (tid < 64) {
+        float b = 0.f;
+        if (tid < nv) {
+            if constexpr (BETA_F32) b = static_cast<const float *>(p.beta)[(t0 + tid) * HV + hv];
+            else b = ldf<IO>(static_cast<const unsigned short *>(p.beta) + (t0 + tid) * HV + hv);
+        }
+        sBeta[tid] = b;
+    }
+    issue(0);
+    cp_commit();
+
+    float dA[4][4], aq[4][4], ak[4][4], aw[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dA[j][e] = 0.f;
+    float db0 = 0.f, db1 = 0.f; /* this thread's partials of rows m0 + gid, m0 + gid + 8 */
+    float hdh = 0.f;            /* sum_v h dh of column tid / 4 (quarter tid % 4 of each V tile) */
+
+#pragma unroll 1
+    for (int s = 0; s < nsteps; ++s) {
+        const int kb = s / nvt, vt = s - kb * nvt;
+        cp_wait_all();
+        __syncthreads(); /* step s's tiles are in; every warp is done with step s - 1 */
+        if (s + 1 < nsteps) issue(s + 1);
+        cp_commit();
+        unsigned short *st = sStage + (s & 1) * (Tr::kStage / 2);
+        const unsigned sDo = smem_u32(st), sDv = sDo + Tr::kTile, sVn = sDv + Tr::kTile, sV = sVn + Tr::kTile,
+                       sH = sV + Tr::kTile, sDh = sH + Tr::kTile, sAu = smem_u32(sA);
+        if (vt == 0) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) aq[j][e] = ak[j][e] = aw[j][e] = 0.f;
+            hdh = 0.f;
+        }
+        /* S_q += do h^T, S_w += dv h^T (and dA' += dv v^T) over the tile's 64 v, then S_k += v_new dh^T:
+         * two passes, so that only one pass's fragments are live (one pass over all three held 176
+         * registers where two CTAs per SM leave 128) */
+#pragma unroll 1
+        for (int k0 = 0; k0 < 64; k0 += 16) {
+            unsigned ado[4], adv[4];
+            ldsm4(a_n(sDo, m0, k0, lane), ado);
+            ldsm4(a_n(sDv, m0, k0, lane), adv);
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                unsigned bh[4];
+                if constexpr (!SVF) ldsm4(b_n(sH, n0 + 16 * np, k0, lane), bh);
+                else ldsm4t(b_t(sH, n0 + 16 * np, k0, lane), bh);
+                mma<IO>(aq[2 * np], ado, bh[0], bh[1]);
+                mma<IO>(aq[2 * np + 1], ado, bh[2], bh[3]);
+                mma<IO>(aw[2 * np], adv, bh[0], bh[1]);
+                mma<IO>(aw[2 * np + 1], adv, bh[2], bh[3]);
+                if (kb == 0) {
+                    unsigned bv[4];
+                    ldsm4(b_n(sV, n0 + 16 * np, k0, lane), bv);
+                    mma<IO>(dA[2 * np], adv, bv[0], bv[1]);
+                    mma<IO>(dA[2 * np + 1], adv, bv[2], bv[3]);
+                }
+            }
+        }
+        if constexpr (SVF) gemm<IO, false, true>(ak, sVn, sDh, m0, n0, lane);
+        else gemm<IO, false, false>(ak, sVn, sDh, m0, n0, lane);
+        /* sum_v h dh: column kk = tid / 4 of the K block, v in 16 (tid % 4).. */
+        {
+            const unsigned short *th = st + 4 * 4096, *tdh = st + 5 * 4096;
+            const int kk = tid >> 2, v0 = (tid & 3) * 16;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const int o = SVF ? swz(v0 + i, kk) : swz(kk, v0 + i);
+                hdh += ldf<IO>(th + o) * ldf<IO>(tdh + o);
+            }
+        }
+        if (kb == 0) {
+            /* dvb = A^T dv over this V tile; dv2 = dvb beta; db += sum_v dvb v (in two halves of 16
+             * columns: the whole 16 x 32 with S_q, S_k, S_w and dA' live spilled) */
+            const unsigned short *tv = st + 3 * 4096;
+            const int r0 = m0 + gid, r1 = r0 + 8;
+            const float be0 = sBeta[r0], be1 = sBeta[r1];
+            unsigned short *gdv2 = static_cast<unsigned short *>(p.dv2) + rowV() * V;
+#pragma unroll 1
+            for (int half = 0; half < 2; ++half) {
+                float dvb[2][4];
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dvb[j][e] = 0.f;
+                gemm<IO, true, true, 1>(dvb, sAu, sDv, m0, n0 + 16 * half, lane);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int c = n0 + 16 * half + 8 * j + 2 * tq, cg = 64 * vt + c;
+                    db0 += dvb[j][0] * ldf<IO>(tv + swz(r0, c)) + dvb[j][1] * ldf<IO>(tv + swz(r0, c + 1));
+                    db1 += dvb[j][2] * ldf<IO>(tv + swz(r1, c)) + dvb[j][3] * ldf<IO>(tv + swz(r1, c + 1));
+#pragma unroll
+                    for (int h2 = 0; h2 < 2; ++h2) {
+                        const int r = h2 ? r1 : r0;
+                        const float be = h2 ? be1 : be0;
+                        if (r >= nv) continue;
+                        unsigned short *a = gdv2 + r * strV + cg;
+                        const float x = dvb[j][2 * h2] * be, y = dvb[j][2 * h2 + 1] * be;
+                        if constexpr (!TAIL) {
+                            const unsigned u = pack2<IO>(x, y);
+                            asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(a), "r"(u) : "memory");
+                        } else {
+                            if (cg < V) a[0] = from_float<IO>(x).bits;
+                            if (cg + 1 < V) a[1] = from_float<IO>(y).bits;
+                        }
+                    }
+                }
+            }
+        }
+        if (vt != nvt - 1) continue;
+
+        /* ---------------- K phase of block kb ---------------- */
+        __syncthreads(); /* every warp is done with this stage's tiles: dw, kg go there */
+        unsigned short *sDW = st, *sKG = st + 4096;
+        const unsigned sDWu = smem_u32(sDW), sKGu = smem_u32(sKG);
+        /* the K block's q, k (io) and g (fp32) into the stage's other slots, copied while dw is
+         * written and the column sums of h dh are reduced (element loads in the epilogue left
+         * their latency exposed, twice per K block) */
+        const unsigned short *sQt = st + 2 * 4096, *sKt = st + 3 * 4096;
+        const float *sG = reinterpret_cast<const float *>(st + 4 * 4096);
+        load_tile<TAIL>(st + 2 * 4096, io(p.q) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid);
+        load_tile<TAIL>(st + 3 * 4096, io(p.k) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid);
+        load_tile32<TAIL>(reinterpret_cast<float *>(st + 4 * 4096), p.g + rowV() * Kr + 64 * kb, strG, nv,
+                          Kr - 64 * kb, tid);
+        cp_commit();
+        {
+            const float hs = hdh + __shfl_xor_sync(0xffffffffu, hdh, 1);
+            const float hs2 = hs + __shfl_xor_sync(0xffffffffu, hs, 2);
+            if ((tid & 3) == 0) sHdh[tid >> 2] = hs2;
+        }
+        const int r0 = m0 + gid, r1 = r0 + 8;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = n0 + 8 * j + 2 * tq;
+            *reinterpret_cast<unsigned *>(sDW + swz(r0, c)) = pack2<IO>(-aw[j][0], -aw[j][1]);
+            *reinterpret_cast<unsigned *>(sDW + swz(r1, c)) = pack2<IO>(-aw[j][2], -aw[j][3]);
+        }
+        cp_wait_all();
+        __syncthreads();
+        float kgb[4][4]; /* dkgb = A^T dw */
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) kgb[j][e] = 0.f;
+        gemm<IO, true, true>(kgb, sAu, sDWu, m0, n0, lane);
+
+        const int last = nv - 1;
+        const long long oK = rowV() * Kr;
+        const float be0 = sBeta[r0], be1 = sBeta[r1];
+        float col[4][2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = n0 + 8 * j + 2 * tq, cg = 64 * kb + c;
+            const float2 gn = *reinterpret_cast<const float2 *>(sG + swz32(last, c));
+            col[j][0] = col[j][1] = 0.f;
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2) {
+                const int r = h2 ? r1 : r0;
+                const float be = h2 ? be1 : be0;
+                const bool ok = r < nv;
+                /* (rows past the chunk's end and columns past Kr are zeros) */
+                const float2 g2 = *reinterpret_cast<const float2 *>(sG + swz32(r, c));
+                const unsigned qu = *reinterpret_cast<const unsigned *>(sQt + swz(r, c));
+                const unsigned ku = *reinterpret_cast<const unsigned *>(sKt + swz(r, c));
+                IO q0, q1, k0, k1;
+                q0.bits = (unsigned short)(qu & 0xffffu), q1.bits = (unsigned short)(qu >> 16);
+                k0.bits = (unsigned short)(ku & 0xffffu), k1.bits = (unsigned short)(ku >> 16);
+                const float2 q2 = make_float2(to_float(q0), to_float(q1)), k2 = make_float2(to_float(k0), to_float(k1));
+                const float ge0 = ex2(g2.x), ge1 = ex2(g2.y);
+                const float dq0 = aq[j][2 * h2] * ge0 * p.scale, dq1 = aq[j][2 * h2 + 1] * ge1 * p.scale;
+                const float dk00 = ok ? ak[j][2 * h2] * ex2(gn.x - g2.x) : 0.f;
+                const float dk01 = ok ? ak[j][2 * h2 + 1] * ex2(gn.y - g2.y) : 0.f;
+                const float kg0 = k2.x * ge0, kg1 = k2.y * ge1;
+                const float x0 = kgb[j][2 * h2], x1 = kgb[j][2 * h2 + 1];
+                const float kdk0 = k2.x * dk00, kdk1 = k2.y * dk01;
+                col[j][0] += kdk0;
+                col[j][1] += kdk1;
+                const float dk0 = dk00 + x0 * ge0 * be, dk1 = dk01 + x1 * ge1 * be;
+                const float dg0 = q2.x * dq0 - kdk0 + kg0 * x0 * be, dg1 = q2.y * dq1 - kdk1 + kg1 * x1 * be;
+                if (h2) db1 += x0 * kg0 + x1 * kg1;
+                else db0 += x0 * kg0 + x1 * kg1;
+                *reinterpret_cast<unsigned *>(sKG + swz(r, c)) = pack2<IO>(kg0, kg1);
+                if (ok) {
+                    st2<TAIL>(p.dq + oK + r * strG + cg, dq0, dq1, cg, Kr);
+                    st2<TAIL>(p.dk + oK + r * strG + cg, dk0, dk1, cg, Kr);
+                    if (r != last) st2<TAIL>(p.dg + oK + r * strG + cg, dg0, dg1, cg, Kr);
+                    else sLast[c] = dg0, sLast[c + 1] = dg1;
+                }
+            }
+        }
+        /* column sums of k dk0: over the 8 row groups of the warp, then (below) the 4 row blocks */
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float x = col[j][e];
+                x += __shfl_xor_sync(0xffffffffu, x, 4);
+                x += __shfl_xor_sync(0xffffffffu, x, 8);
+                x += __shfl_xor_sync(0xffffffffu, x, 16);
+                if (gid == 0) sCol[(warp & 3) * 64 + n0 + 8 * j + 2 * tq + e] = x;
+            }
+        __syncthreads(); /* kg, the column sums, the last row */
+        gemm<IO, false, false>(dA, sDWu, sKGu, m0, n0, lane); /* dA' += dw kg^T */
+        if (tid < 64) {
+            const int cg = 64 * kb + tid;
+            if (!TAIL || cg < Kr) {
+                const float dgk = ex2(sG[swz32(last, tid)]) * sHdh[tid] +
+                                  (((sCol[tid] + sCol[64 + tid]) + sCol[128 + tid]) + sCol[192 + tid]);
+                p.dg[oK + last * strG + cg] = sLast[tid] + dgk;
+            }
+        }
+    }
+
+    /* ---------------- dA = -tril1(A^T (tril1(dA') beta_s) A^T) ---------------- */
+    __syncthreads(); /* every warp is done with the last K phase's tiles */
+    unsigned short *sX = sStage, *sY = sStage + 4096;
+    const unsigned sXu = smem_u32(sX), sYu = smem_u32(sY), sAu = smem_u32(sA);
+    const int r0 = m0 + gid, r1 = r0 + 8;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int c = n0 + 8 * j + 2 * tq;
+        const float bc0 = sBeta[c], bc1 = sBeta[c + 1];
+        *reinterpret_cast<unsigned *>(sX + swz(r0, c)) =
+            pack2<IO>(r0 > c && r0 < nv ? dA[j][0] * bc0 : 0.f, r0 > c + 1 && r0 < nv ? dA[j][1] * bc1 : 0.f);
+        *reinterpret_cast<unsigned *>(sX + swz(r1, c)) =
+            pack2<IO>(r1 > c && r1 < nv ? dA[j][2] * bc0 : 0.f, r1 > c + 1 && r1 < nv ? dA[j][3] * bc1 : 0.f);
+    }
+    /* db: the row's partials over the 4 lanes of a row group, then the 2 column halves */
+    db0 += __shfl_xor_sync(0xffffffffu, db0, 1);
+    db0 += __shfl_xor_sync(0xffffffffu, db0, 2);
+    db1 += __shfl_xor_sync(0xffffffffu, db1, 1);
+    db1 += __shfl_xor_sync(0xffffffffu, db1, 2);
+    if (tq == 0) {
+        sDb[(warp >> 2) * 64 + r0] = db0;
+        sDb[(warp >> 2) * 64 + r1] = db1;
+    }
+    __syncthreads();
+    if (tid < nv) p.db[rowV() + tid * HV] = sDb[tid] + sDb[64 + tid];
+    float xy[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xy[j][e] = 0.f;
+    gemm<IO, false, false>(xy, sXu, sAu, m0, n0, lane); /* X A^T: B[s][u] = A[u][s] */
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int c = n0 + 8 * j + 2 * tq;
+        *reinterpret_cast<unsigned *>(sY + swz(r0, c)) = pack2<IO>(xy[j][0], xy[j][1]);
+        *reinterpret_cast<unsigned *>(sY + swz(r1, c)) = pack2<IO>(xy[j][2], xy[j][3]);
+        xy[j][0] = xy[j][1] = xy[j][2] = xy[j][3] = 0.f;
+    }
+    __syncthreads();
+    gemm<IO, true, true>(xy, sAu, sYu, m0, n0, lane); /* A^T Y */
+    float *gdA = p.dA + rowV() * 64;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int c = n0 + 8 * j + 2 * tq;
+        if (r0 < nv)
+            st2<false>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
+                       r0 > c + 1 && c + 1 < nv ? -xy[j][1] : 0.f, c, 64);
+        if (r1 < nv)
+            st2<false>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
+                       r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
+    }
+}
+
+#endif /* KDART_WY_DQKG_CUH */
