@@ -519,6 +519,22 @@ static int poison_intact(const dbuf *b, const void *raw, size_t from, size_t to)
     return ok;
 }
 
+/* Output i of a checked launch: its first n elements (the live tokens) against ref (and alt, the second
+ * reference, or NULL), the rest of its total elements still poison; got is scratch of n doubles. */
+static void score_output(kc_report *r, int i, const char *name, const dbuf *out, const void *raw, size_t n,
+                         size_t total, int io, const double *ref, const double *alt, double *got) {
+    r->untouched &= poison_intact(out, raw, n, total);
+    if (out->t.dtype.bits == 32)
+        for (size_t j = 0; j < n; j++) got[j] = ((const float *)raw)[j];
+    else
+        for (size_t j = 0; j < n; j++)
+            got[j] = io == 0 ? kref_from_bf16(((const uint16_t *)raw)[j]) : kref_from_fp16(((const uint16_t *)raw)[j]);
+    r->names[i] = name;
+    r->rel_rms[i] = kref_rel_rms(ref, got, n);
+    r->rel_rms_alt[i] = alt ? kref_rel_rms(alt, got, n) : NAN;
+    r->max_abs[i] = kref_max_abs(ref, got, n);
+}
+
 /* After a garbage-cu launch: the status bits (read, and cleared unless
  * keep_status), and every output element still poison. */
 static void garbage_verdict(kdart_rt *rt, const kc_seqs *s, dbuf **outs, void **raw, int nout, kc_report *r) {
@@ -619,17 +635,8 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     r->nout = 4;
     r->untouched = 1;
     for (int i = 0; i < 4; i++) {
-        const size_t per = i == 3 ? (size_t)HV : (size_t)HV * K, n = live * per;
-        r->untouched &= poison_intact(outs[i], raw[i], n, (size_t)P * per);
-        if (outs[i]->t.dtype.bits == 32)
-            for (size_t j = 0; j < n; j++) got[j] = ((float *)raw[i])[j];
-        else
-            for (size_t j = 0; j < n; j++)
-                got[j] = io == 0 ? kref_from_bf16(((uint16_t *)raw[i])[j]) : kref_from_fp16(((uint16_t *)raw[i])[j]);
-        r->names[i] = names[i];
-        r->rel_rms[i] = kref_rel_rms(refs[i], got, n);
-        r->max_abs[i] = kref_max_abs(refs[i], got, n);
-        r->rel_rms_alt[i] = NAN;
+        const size_t per = i == 3 ? (size_t)HV : (size_t)HV * K;
+        score_output(r, i, names[i], outs[i], raw[i], live * per, (size_t)P * per, io, refs[i], NULL, got);
     }
     rc = 0;
 out:
@@ -997,19 +1004,8 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     static const char *names[6] = {"dq", "dk", "dv2", "dg", "db", "dA"};
     r->nout = 6;
     r->untouched = 1;
-    for (int i = 0; i < 6; i++) {
-        const size_t n = live * per[i];
-        r->untouched &= poison_intact(outs[i], raw[i], n, (size_t)P * per[i]);
-        if (outs[i]->t.dtype.bits == 32)
-            for (size_t j = 0; j < n; j++) got[j] = ((float *)raw[i])[j];
-        else
-            for (size_t j = 0; j < n; j++)
-                got[j] = io == 0 ? kref_from_bf16(((uint16_t *)raw[i])[j]) : kref_from_fp16(((uint16_t *)raw[i])[j]);
-        r->names[i] = names[i];
-        r->rel_rms[i] = kref_rel_rms(ref[i], got, n);
-        r->rel_rms_alt[i] = kref_rel_rms(exact[i], got, n);
-        r->max_abs[i] = kref_max_abs(ref[i], got, n);
-    }
+    for (int i = 0; i < 6; i++)
+        score_output(r, i, names[i], outs[i], raw[i], live * per[i], (size_t)P * per[i], io, ref[i], exact[i], got);
     rc = 0;
 out:
     for (int i = 0; i < 17; i++) dfree(&d[i]);
