@@ -51,6 +51,7 @@
 #define KDART_WY_DQKG_CUH
 
 #include "kdart_common.cuh"
+#include "kdart_varlen.cuh"
 
 template <int K>
 struct WyDqkgTraits {
@@ -151,9 +152,6 @@ __device__ __forceinline__ void gemm(float (&c)[2 * NP][4], unsigned sa, unsigne
     }
 }
 
-__device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
-    return is64 ? static_cast<const long long *>(cu)[j] : (long long)static_cast<const int *>(cu)[j];
-}
 
 template <typename IO>
 __device__ __forceinline__ float ldf(const unsigned short *g) {
@@ -262,13 +260,12 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         hrow = (long long)bb * (T / 64) + blockIdx.x;
         nv = 64;
     } else {
-        /* As bwd_intra: every CTA scans all of cu_seqlens, which validates it and
-         * finds the CTA's sequence and chunk; any finding makes every CTA return
-         * before its first store, and CTA (0, 0) reports it. */
+        /* every CTA scans all of cu_seqlens, which validates it and finds the CTA's
+         * sequence and chunk (kdart_varlen.cuh); any finding makes every CTA return
+         * before its first store, and CTA (0, 0) reports it */
         const int ci = blockIdx.x;
         hv = blockIdx.y;
         hrow = ci;
-        int *sInt = reinterpret_cast<int *>(sLoc); /* [2]: valid rows, [3]: findings */
         if (p.cu_seqlens == nullptr) {
             const int nct = (T + 63) >> 6;
             const int n = ci / nct, c = ci - n * nct;
@@ -276,60 +273,10 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             t0 = (long long)n * T + 64ll * c;
             nv = min(64, T - 64 * c);
         } else {
-            const int N = max(p.N, 0);
-            int *sScan = reinterpret_cast<int *>(sDb); /* [2][8] warp totals */
-            if (tid == 0) {
-                int f = 0;
-                if (ld_cu(p.cu_seqlens, p.cu_is64, 0) != 0) f |= KDART_DEVERR_CU_ORDER;
-                if (ld_cu(p.cu_seqlens, p.cu_is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
-                sInt[3] = f;
-                sInt[2] = 0;
-            }
-            int bad = 0;
-            unsigned carry = 0;
-#pragma unroll 1
-            for (int base = 0, par = 0; base < N; base += 256, par ^= 8) {
-                const int j = base + tid;
-                long long lo = 0, hi = 0;
-                unsigned cnt = 0;
-                if (j < N) {
-                    lo = ld_cu(p.cu_seqlens, p.cu_is64, j);
-                    hi = ld_cu(p.cu_seqlens, p.cu_is64, j + 1);
-                    if (hi < lo) bad = 1;
-                    if (lo >= 0 && lo <= hi && hi <= T) cnt = (unsigned)((hi - lo + 63) >> 6);
-                }
-                unsigned inc = cnt;
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const unsigned x = __shfl_up_sync(0xffffffffu, inc, o);
-                    if (lane >= o) inc += x;
-                }
-                if (lane == 31) sScan[par + warp] = (int)inc;
-                __syncthreads();
-                unsigned pre = 0, tot = 0;
-#pragma unroll
-                for (int w = 0; w < 8; ++w) {
-                    const unsigned x = (unsigned)sScan[par + w];
-                    pre += w < warp ? x : 0u;
-                    tot += x;
-                }
-                const unsigned ex = carry + pre + inc - cnt;
-                if ((unsigned)ci - ex < cnt) {
-                    sLoc[0] = lo + 64 * (long long)((unsigned)ci - ex);
-                    sInt[2] = (int)min(64ll, hi - (lo + 64 * (long long)((unsigned)ci - ex)));
-                }
-                carry += tot;
-            }
-            const int f = (__syncthreads_or(bad) ? KDART_DEVERR_CU_ORDER : 0) | sInt[3] |
-                          (carry > (unsigned)max(p.NT, 0) ? KDART_DEVERR_CHUNKS : 0);
-            if (f != 0) {
-                if (ci == 0 && hv == 0 && tid == 0 && p.status != nullptr) atomicOr(p.status, f);
-                return;
-            }
-            nv = sInt[2];
-            if (nv == 0) return; /* beyond the last chunk */
-            t0 = sLoc[0];
-            __syncthreads(); /* sDb (the scan's scratch) is written again below */
+            /* (scratch: sDb, written again only after the helper's last barrier) */
+            nv = locate_chunk<Tr::kThreads>(p.cu_seqlens, p.cu_is64, p.N, T, p.NT, ci, ci == 0 && hv == 0, p.status,
+                                            reinterpret_cast<int *>(sDb), &t0);
+            if (nv <= 0) return; /* bad cu_seqlens (reported), or beyond the last chunk */
         }
     }
     const int hq = hv / (HV / H);

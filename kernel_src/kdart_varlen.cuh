@@ -1,0 +1,98 @@
+/*
+ * kdart_varlen.cuh: where a CTA's chunk lies in a packed batch (fla's cu_seqlens
+ * contract), for the kernels of one CTA per chunk.
+ *
+ * Chunk i (0-based, over all sequences in order) is sequence n's chunk c, where
+ * chunk_offsets[n] <= i < chunk_offsets[n+1] and chunk_offsets is the exclusive
+ * prefix sum of ceil(T_n / 64).  Every CTA scans ALL of cu_seqlens, NTH sequences
+ * per step (one barrier per step, the warp totals double-buffered by parity); the
+ * scan is also the validation: lengths enter the sum only where they are in range,
+ * so no unvalidated value ever becomes an index.  Nothing here reads fla's
+ * chunk_indices or chunk_offsets: the answer is derived on the device, so a
+ * captured launch replays for any cu_seqlens contents.
+ */
+#ifndef KDART_VARLEN_CUH
+#define KDART_VARLEN_CUH
+
+#include "kdart_common.cuh"
+
+namespace kdart {
+
+__device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
+    return is64 ? static_cast<const long long *>(cu)[j] : (long long)static_cast<const int *>(cu)[j];
+}
+
+/* Finds chunk ci of the N sequences of cu_seqlens over T storage tokens: returns its
+ * valid rows (1..64) and first token *t0, or 0 when ci is past the last chunk, or -1
+ * when cu_seqlens is bad (cu[0] != 0, decreasing, cu[N] > T, or more than NT chunks),
+ * which thread 0 of the reporting CTA atomicOr's into *status as KDART_DEVERR_* bits.
+ * Every thread of the CTA (NTH of them) must call it, and gets the same answer.
+ * scratch: 2 * NTH / 32 + 4 ints of shared memory, and 8-byte aligned. */
+template <int NTH>
+__device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int T, int NT, int ci, bool report,
+                                            int *status, int *scratch, long long *t0) {
+    constexpr int NW = NTH / 32;
+    long long *sT0 = reinterpret_cast<long long *>(scratch);  /* [0..1] */
+    int *sInt = scratch + 2;                                   /* [0]: valid rows, [1]: findings */
+    int *sScan = scratch + 4;                                  /* [2][NW] warp totals */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    N = max(N, 0);
+    if (tid == 0) {
+        int f = 0;
+        if (ld_cu(cu, is64, 0) != 0) f |= KDART_DEVERR_CU_ORDER;
+        if (ld_cu(cu, is64, N) > T) f |= KDART_DEVERR_CU_RANGE;
+        sInt[1] = f;
+        sInt[0] = 0;
+    }
+    int bad = 0;
+    unsigned carry = 0; /* chunks of the sequences before this step's */
+#pragma unroll 1
+    for (int base = 0, par = 0; base < N; base += NTH, par ^= NW) {
+        const int j = base + tid;
+        long long lo = 0, hi = 0;
+        unsigned cnt = 0;
+        if (j < N) {
+            lo = ld_cu(cu, is64, j);
+            hi = ld_cu(cu, is64, j + 1);
+            if (hi < lo) bad = 1;
+            if (lo >= 0 && lo <= hi && hi <= T) cnt = (unsigned)((hi - lo + 63) >> 6);
+        }
+        unsigned inc = cnt; /* warp-inclusive scan */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned x = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += x;
+        }
+        if (lane == 31) sScan[par + warp] = (int)inc;
+        __syncthreads();
+        unsigned pre = 0, tot = 0;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const unsigned x = (unsigned)sScan[par + w];
+            pre += w < warp ? x : 0u;
+            tot += x;
+        }
+        const unsigned ex = carry + pre + inc - cnt; /* chunk_offsets[j] */
+        if ((unsigned)ci - ex < cnt) {               /* ex <= ci < ex + cnt: one thread */
+            const long long s = lo + 64 * (long long)((unsigned)ci - ex);
+            sT0[0] = s;
+            sInt[0] = (int)min(64ll, hi - s);
+        }
+        carry += tot;
+    }
+    /* (the barrier also publishes sT0 and sInt) */
+    const int f = (__syncthreads_or(bad) ? KDART_DEVERR_CU_ORDER : 0) | sInt[1] |
+                  (carry > (unsigned)max(NT, 0) ? KDART_DEVERR_CHUNKS : 0);
+    if (f != 0) {
+        if (report && tid == 0 && status != nullptr) atomicOr(status, f);
+        return -1;
+    }
+    *t0 = sT0[0];
+    const int nv = sInt[0];
+    __syncthreads(); /* the scratch may be written again once every thread has read it */
+    return nv;
+}
+
+} /* namespace kdart */
+
+#endif /* KDART_VARLEN_CUH */
