@@ -212,10 +212,11 @@ def varlen_dhu_inputs(cu, T, HV, K, V, io, device):
 
 # ------------------------------------------------------------------- wy_dqkg
 
-def wy_dqkg_ref(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first=False):
+def wy_dqkg_ref(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first=False, last_rows=CHUNK):
     """fla's chunk_kda_bwd_wy_dqkg_fused in float64, exact (no intermediate roundings; docs/kernels.md), T a
     multiple of 64: (dq, dk, dv2, db, dg, dA), dq and dk at HV heads.  h, dh [B, NT, HV, K, V] ([.., V, K]
-    with state_v_first).  A partial chunk is a padded one: zero rows, g's last valid row repeated."""
+    with state_v_first).  A partial chunk is a padded one: zero rows, g's last valid row repeated; last_rows:
+    the valid rows of the last chunk (the per-column term of dg lands on its last valid row)."""
     G = v.shape[2] // q.shape[2]
     d = lambda t: t.double()  # noqa: E731
     q, k = (chunks(d(t).repeat_interleave(G, dim=2)) for t in (q, k))     # [B,NT,HV,64,K]
@@ -240,7 +241,8 @@ def wy_dqkg_ref(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first=
     dgk = torch.exp2(gn[..., 0, :]) * (h * dh).sum(-1) + (k * dk0).sum(-2)
     dk = dk0 + dkgb * ge * beta[..., None]
     dg = q * dq - k * dk0 + kg * dkgb * beta[..., None]
-    dg[..., -1, :] += dgk
+    dg[:, :-1, :, -1, :] += dgk[:, :-1]
+    dg[:, -1, :, last_rows - 1, :] += dgk[:, -1]
     ar = torch.arange(CHUNK, device=q.device)
     strict = (ar[:, None] > ar[None, :]).double()
     dAp = (torch.einsum("bnhiv,bnhjv->bnhij", dv, v) + torch.einsum("bnhik,bnhjk->bnhij", dw, kg)) * strict
@@ -261,7 +263,7 @@ def wy_dqkg_ref_varlen(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu, sta
             continue
         ts = _padded_seq((q, k, v, v_new, g, beta, A, do, dv), a, b, edge_at=(4,))
         r = wy_dqkg_ref(*ts[:7], h[:, co[n]:co[n + 1]], ts[7], dh[:, co[n]:co[n + 1]], ts[8], scale,
-                        state_v_first)
+                        state_v_first, (b - a - 1) % CHUNK + 1)
         if outs is None:
             outs = [x.new_zeros(1, q.shape[1], *x.shape[2:]) for x in r]
         for o, x in zip(outs, r):

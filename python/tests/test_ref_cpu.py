@@ -199,3 +199,46 @@ def test_wy_ref_is_the_gradient():
                                 ("db", db, b_.grad),
                                 ("dA", dA, R.unchunk(L_.grad * torch.tril(torch.ones(C, C, **dd), -1)))):
             assert R.rel_rms(got, want) < 1e-10, (name, svf, R.rel_rms(got, want))
+
+
+def test_wy_ref_varlen_is_the_gradient():
+    """wy_dqkg_ref_varlen on packed sequences with one-token and partial chunks against autograd of the same
+    scalar as above, chunk by chunk over each chunk's valid rows (gn: its last valid row)."""
+    torch.manual_seed(4)
+    cu = torch.tensor([0, 1, 100, 164, 200])
+    T, H, K, V = 200, 2, 8, 6
+    dd = dict(dtype=torch.float64)
+    a = [t.double() for t in R.wy_inputs(1, T, H, H, K, V, torch.float64, "cpu", cu=cu)]
+    q, k, v, vn, g, beta, A, h, do, dh, dv = a
+    scale = 0.3
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, g, beta)]
+    q_, k_, v_, g_, b_ = leaves
+    Lgrad = torch.zeros(1, T, H, R.CHUNK, **dd)
+    loss, row = 0, 0
+    Ls = []
+    for s, e in R.seq_bounds(cu):
+        for c0 in range(s, e, R.CHUNK):
+            c1 = min(c0 + R.CHUNK, e)
+            n = c1 - c0
+            At = A[0, c0:c1, :, :n].movedim(1, 0)                          # [H, n(token), n]
+            Lm = (torch.linalg.inv(At) - torch.eye(n, **dd)).detach().requires_grad_()
+            Ls.append((Lm, c0, c1))
+            Ac = torch.linalg.inv(torch.eye(n, **dd) + Lm)
+            sl = lambda t: t[0, c0:c1].movedim(1, 0)                       # noqa: E731  [H, n, X]
+            qc, kc, vc, gc, vnc, doc, dvc = (sl(t) for t in (q_, k_, v_, g_, vn, do, dv))
+            bc = b_[0, c0:c1].movedim(1, 0)[..., None]
+            ge, gn = torch.exp2(gc), gc[:, -1:, :]
+            hc, dhc = h[0, row].double(), dh[0, row].double()                # [H, K, V]
+            o = scale * (qc * ge) @ hc
+            hn = hc * torch.exp2(gn).transpose(-1, -2) + (kc * torch.exp2(gn - gc)).transpose(-1, -2) @ vnc
+            vn2 = Ac @ (vc * bc) - (Ac @ (kc * ge * bc)) @ hc
+            loss = loss + (doc * o).sum() + (dhc * hn).sum() + (dvc * vn2).sum()
+            row += 1
+    loss.backward()
+    for Lm, c0, c1 in Ls:
+        n = c1 - c0
+        Lgrad[0, c0:c1, :, :n] = (Lm.grad * torch.tril(torch.ones(n, n, **dd), -1)).movedim(0, 1)
+    out = R.wy_dqkg_ref_varlen(*a, scale, cu)
+    wants = (q_.grad, k_.grad, v_.grad, b_.grad, g_.grad / math.log(2), Lgrad)
+    for name, got, want in zip(("dq", "dk", "dv2", "db", "dg", "dA"), out, wants):
+        assert R.rel_rms(got, want) < 1e-10, (name, R.rel_rms(got, want))
