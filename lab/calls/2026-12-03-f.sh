@@ -3,7 +3,8 @@
 # reference was fixed (dg's per-column term on a partial chunk's last valid row); then wy_dqkg alone, for the next
 # round of tuning: ncu of one
 # launch at B2 T8192 H32 (speed of light, memory, occupancy, warp stalls), and kdart's time alone
-# (bench/side_by_side.py --no-fla) of main's kernel and of lab/experiments/wy-1cta (one CTA per SM, no spills).
+# (bench/side_by_side.py --no-fla) of main's kernel and of lab/experiments/wy-1cta (one CTA per SM, no spills:
+# kernel_src with lab/experiments/wy-1cta.diff applied, which this call read from that folder).
 set -u
 . lab/calls/common.sh
 KDART_TORCH_EXT=0 GPU_CHECK_PARTS=python PYTEST_LOG=pytest_wy PYTEST_TIMEOUT=100 \
