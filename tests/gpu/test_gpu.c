@@ -665,6 +665,18 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_dhu(&c);
     }
+    for (int s = 0; s < kdart_spec_count("wy_dqkg"); s++) {
+        char spec[128];
+        kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
+        kc_wy_case c = {1, 128, 1, 2, kc_spec_k(spec), 64, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
+                        strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 90 + (uint64_t)s, 0, 0, {0}};
+        if (kc_spec_tail(spec)) { /* the head dim or V below its tile, in turn */
+            if (s & 2) c.V = 60;
+            else c.K -= 4;
+        }
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
+        check_wy(&c);
+    }
 }
 END_TEST
 
