@@ -204,7 +204,7 @@ END_TEST
 
 /* wy_dqkg as chunk_kda's backward hands it over: packed documents with one-token
  * and partial-chunk ones, the safe gate's bound, fused and strong gates, gates of
- * -1000, grouped value heads, both layouts, head dims 128 / 64 / 100 / 256. */
+ * -1000, grouped value heads, both layouts, head dims 128 / 64 / 100 / 256, V up to 512. */
 START_TEST(wy_production) {
     static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
     static const int gates[3] = {KREF_GATE_CONST5, KREF_GATE_FUSED, KREF_GATE_STRONG};
@@ -217,6 +217,10 @@ START_TEST(wy_production) {
     }
     kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}};
     check_wy(&f); /* fixed length, a partial last chunk, beta in the io dtype */
+    kc_wy_case w = {1, 256, 2, 2, 128, 256, 0, 1, 0, KREF_GATE_CONST5, seed + 21200, 0, 0, {0}};
+    check_wy(&w); /* prod8192's K128 V256: four V tiles */
+    kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}};
+    check_wy(&x); /* the largest: K 256, V 512 (eight V tiles), V-first */
 }
 END_TEST
 
