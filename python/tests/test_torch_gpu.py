@@ -461,7 +461,7 @@ def _wy_check(out, ref, io, what):
 
 
 @pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
-@pytest.mark.parametrize("K,V", [(128, 128), (64, 64), (100, 100), (256, 128)])
+@pytest.mark.parametrize("K,V", [(128, 128), (64, 64), (100, 100), (256, 128), (128, 256)])
 @pytest.mark.parametrize("svf", [False, True], ids=["kfirst", "vfirst"])
 def test_wy_dqkg_vs_float64(io, K, V, svf):
     torch.manual_seed(K + V)
