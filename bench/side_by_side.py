@@ -2,7 +2,7 @@
 """bench/side_by_side.py: kdart against fla (flash-linear-attention), stage by stage.
 
 For each shape row it builds the inputs of the two KDA backward stages with
-torch (the recipe of ../shared/docs/peers.md, "Inputs"), runs fla's
+torch (fla's test recipe: bench/common.py), runs fla's
 chunk_kda_bwd_intra and chunk_gated_delta_rule_bwd_dhu and kdart's
 kdart_kda_bwd_intra and kdart_kda_bwd_dhu (libkdart.so through ctypes, DLPack
 DLTensors), checks that the two agree (relative RMS of every output against

@@ -1,7 +1,7 @@
 /*
  * bwd_dhu.cuh: KDA backward stage 4, the reverse state scan
  * (fla's chunk_gated_delta_rule_bwd_dhu with a per-channel gate gk = g2).
- * Spec: shared/spec/kda_backward.md sections 4 and 5.2.
+ * Math: docs/kernels.md, "bwd_dhu".
  *
  * Per (b, hv, V tile of BV columns), with dH in R^{K x BV} fp32, starting
  * from dht (or 0):

@@ -1,7 +1,7 @@
 /*
  * bwd_intra.cuh: KDA backward, intra-chunk stage (fla chunk_kda_bwd_intra).
  *
- * Math: ../shared/spec/kda_backward.md section 3.3.  Per (b, hv, chunk c),
+ * Math: docs/kernels.md, "bwd_intra".  Per (b, hv, chunk c),
  * t0 = 64c, r,s in [0,64), E(r,s,d) = exp2(g[r,d] - g[s,d]) for s <= r:
  *   Aq[r,d] = sum_{s<=r} dAqk[r,s] k[s,d] E(r,s,d)
  *   Ak[r,d] = sum_{s< r} dAkk[r,s] k[s,d] E(r,s,d)

@@ -10,8 +10,8 @@
  * which is part of every cache key, so stale cubins can never be launched
  * with a new layout.
  *
- * Layouts are the contiguous fla layouts of ../shared/spec/kda_backward.md
- * (sections 3.1 and 4.1).  BT, the chunk length, is always 64.
+ * Layouts are fla's contiguous layouts, as listed below (docs/kernels.md has
+ * the math of each stage).  BT, the chunk length, is always 64.
  */
 #ifndef KDART_KDA_PARAMS_H
 #define KDART_KDA_PARAMS_H

@@ -1,4 +1,4 @@
-"""kdart.torch: the two KDA backward stages as torch ops.
+"""kdart.torch: kdart's KDA backward stages as torch ops.
 
     dq, dk, db, dg = kdart.torch.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
                                           fold_dg=False, emit_bf16=False,

@@ -1,4 +1,4 @@
-"""Float64 torch references of the two stages (shared/spec/kda_backward.md sections 5.1 and 5.2), vectorized
+"""Float64 torch references of the stages (docs/kernels.md), vectorized
 over batch, heads and chunks; small shapes only (bwd_intra builds [B, NT, HV, 64, 64, K] tensors)."""
 import torch
 import torch.nn.functional as F

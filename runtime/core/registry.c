@@ -23,7 +23,7 @@
 
 #include "rt.h"
 
-/* Launch shapes of the two KDA kernels, from their traits structs. */
+/* Launch shapes of bwd_intra and bwd_dhu, from their traits structs. */
 #define KDART__INTRA_THREADS(K) 256 /* BwdIntraTraits<K>::kThreads */
 /* BwdIntraTraits<K>::kSmemBytes: 64-column passes; only the db partials
  * ([64][2 * K/64] fp32) grow with the K tile */

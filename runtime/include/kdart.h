@@ -345,7 +345,7 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
 
 /* Tensors are DLPack DLTensors: data, device, dtype, shape and strides
  * (strides NULL means contiguous).  The caller owns every buffer, outputs
- * included.  Layouts are contiguous and as in the spec (shapes below).
+ * included.  Layouts are contiguous, fla's (shapes below).
  *
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices

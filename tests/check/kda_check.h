@@ -1,5 +1,5 @@
 /*
- * kda_check.h: runs the two KDA kernels through kdart's public API on
+ * kda_check.h: runs the KDA kernels through kdart's public API on
  * fresh random inputs and measures their error against the float64
  * reference (tests/ref/kda_ref.c).  Shared by the GPU test suite
  * (tests/gpu/test_gpu.c) and `kdart selftest`.

@@ -1,20 +1,21 @@
 /*
- * kda_ref.h: the float64 host reference for the two KDA backward stages
- * (bwd_intra, spec section 5.1, and bwd_dhu, spec section 5.2 of
- * shared/spec/kda_backward.md), plus the seeded random number generator, the
- * bf16/fp16 host conversions, the test-input generators (spec section 6) and
- * the error metrics that the kernel tests use.
+ * kda_ref.h: the float64 host reference for the KDA backward stages
+ * (bwd_intra, bwd_dhu and wy_dqkg; docs/kernels.md has their math), plus the
+ * seeded random number generator, the bf16/fp16 host conversions, the
+ * test-input generators and the error metrics that the kernel tests use.
  *
  * Guarantees: plain C11 with only libc and libm; no global state (the RNG is
  * a caller-owned struct); every array is caller-allocated and uses the
  * contiguous fla layouts of kernel_src/kda_params.h with BT = 64; all
- * arithmetic is in double.  The reference algorithms are verified against
- * finite differences of the forward definitions by tests/test_reference.c.
+ * arithmetic is in double.  The bwd_intra and bwd_dhu references are verified
+ * against finite differences of the forward definitions by
+ * tests/test_reference.c; wy_dqkg's agrees with the kernel to fp32 summation
+ * order on the GPU, as does the torch reference (python/tests/kda_ref.py) that
+ * python/tests/test_ref_cpu.py checks against autograd.
  * Any T >= 0 (the last chunk of a row may be partial) and HV % H == 0; K and
  * V are free (no K in {64,128} restriction here).
  *
- * Variable length (fla 0.6.0's cu_seqlens contract, shared/docs/
- * users_and_varlen.md): the _varlen functions take B = 1 packed arrays of T
+ * Variable length (fla 0.6.0's cu_seqlens contract): the _varlen functions take B = 1 packed arrays of T
  * storage tokens and cu_seqlens [N+1] (int64, cu[0] = 0, non-decreasing,
  * cu[N] <= T).  Sequence n is tokens [cu[n], cu[n+1]); its chunks are
  * ceil(T_n / 64), chunk c covering tokens cu[n] + 64c ..
@@ -88,7 +89,7 @@ int64_t kref_gen_cu_seqlens(kref_rng *r, int N, int lo, int hi, int with_empty,
  * [B,T,HV,K]; db_in [B,T,HV].  Outputs per value head: dq, dk, dg [B,T,HV,K]
  * and db [B,T,HV] (db_in included).  With fold_dg the dg output is the
  * chunk-local inclusive suffix sum (over the chunk's valid rows).  dAkk's
- * diagonal is read, as in the spec (fla writes it as zero).
+ * diagonal is read (fla writes it as zero).
  */
 void kref_bwd_intra(int B, int T, int H, int HV, int K,
                     const double *q, const double *k, const double *g,
@@ -202,7 +203,7 @@ void kref_gen_dA_varlen(kref_rng *r, int T, int HV, int N,
                         const int64_t *cu_seqlens, int strict, double garbage,
                         double *dA);
 /*
- * Realistic bwd_dhu inputs (spec 6.3) from q, k [B,T,HV,K] (at value heads,
+ * Realistic bwd_dhu inputs from q, k [B,T,HV,K] (at value heads,
  * rows unit-norm), beta [B,T,HV] and g2 [B,T,HV,K]: per chunk
  * L[r,s] = beta[r] sum_d k[r,d]k[s,d]exp2(g2[r,d]-g2[s,d]) (s<r),
  * Akk = (I+L)^-1 (forward substitution), w = Akk (beta k exp2(g2)),
