@@ -174,7 +174,7 @@ typedef struct kc_shape {
     int fold_dg, emit_bf16; /* bwd_intra options; rows with either set skip bwd_dhu */
 } kc_shape;
 
-/* peers.md's table plus prod8192 with fold_dg and emit_bf16 on. */
+/* The standard table (the shapes fla's users run) plus prod8192 with fold_dg and emit_bf16 on. */
 extern const kc_shape kc_standard_shapes[];
 extern const int kc_n_standard;
 

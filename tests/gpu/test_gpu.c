@@ -12,7 +12,7 @@
  *     block terms run on tf32 tensor cores (operands rounded to 10-bit
  *     mantissas, 2^-11 relative), as fla's do; the diagonal blocks and all
  *     accumulation are fp32.  Measured errors are 1e-5 or below; fla's own
- *     are 1e-7..2.3e-4 depending on the gate family (peers.md).
+ *     are 1e-7..2.3e-4 depending on the gate family.
  *   bwd_intra emit_bf16 outputs (dq, dk in the io dtype): one rounding to
  *     bf16 (2^-9 relative) or fp16 (2^-12): rel RMS <= 4e-3 and 5e-4.
  *   bwd_dhu, teacher-forced (the reference takes the kernel's own rounded
