@@ -9,6 +9,9 @@
  * gate families and with GVA (HV = 2H); kref_bwd_dhu equals the finite
  * differences of the spec 4.6 forward scan for dh, dv2 and dh0, and its
  * fla-faithful mode differs from the exact one by a bf16/fp16-sized amount;
+ * kref_wy_dqkg_varlen equals the finite differences of the scalar wy_dqkg
+ * differentiates (dq, dk, dv2, dg, db and dA through A = (I + L)^-1) on packed
+ * sequences with a one-token and a partial chunk and grouped value heads;
  * the generators keep their invariants; the bf16/fp16 conversions round to
  * nearest even.  Inputs are fresh each run; the seed is printed and
  * KREF_SEED=<seed> replays a run.
@@ -1303,6 +1306,187 @@ START_TEST(test_metrics_rng)
 }
 END_TEST
 
+/* ------------------------------------------------------------ wy_dqkg --- */
+
+/* A wy_dqkg problem on a packed batch (B = 1): the inputs of
+ * kref_wy_dqkg_varlen, with the WY matrix of each chunk parametrized as
+ * A = (I + L)^-1, L strictly lower (the forward's), so that the reference's
+ * dA (the gradient with respect to L) has a finite difference to meet. */
+typedef struct wy_prob {
+    int T, H, HV, K, V, N;
+    const int64_t *cu;
+    double *q, *k, *v, *vn, *g, *beta, *L, *h, *dh, *dout, *dv, *A;
+    double scale;
+} wy_prob;
+
+/* A of every chunk from L (forward substitution of the unit lower triangular
+ * I + L), in the [T, HV, 64] token-row layout; columns past the chunk's
+ * valid rows are zero. */
+static void wy_make_A(wy_prob *p)
+{
+    for (int n = 0; n < p->N; n++)
+        for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT) {
+            const int nr = (int)(p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT);
+            for (int hv = 0; hv < p->HV; hv++)
+                for (int i = 0; i < nr; i++) {
+                    double *Ai = &p->A[(((size_t)c0 + i) * p->HV + hv) * BT];
+                    const double *Li = &p->L[(((size_t)c0 + i) * p->HV + hv) * BT];
+                    for (int j = 0; j < BT; j++) Ai[j] = 0.0;
+                    /* row i of (I + L)^-1: A[i] = e_i - sum_{m<i} L[i][m] A[m] */
+                    Ai[i] = 1.0;
+                    for (int m = 0; m < i; m++) {
+                        const double *Am = &p->A[(((size_t)c0 + m) * p->HV + hv) * BT];
+                        for (int j = 0; j <= m; j++) Ai[j] -= Li[m] * Am[j];
+                    }
+                }
+        }
+}
+
+/* The scalar wy_dqkg differentiates, per chunk (valid rows, gn = g of the
+ * last valid row, h and dh the chunk's rows):
+ *   sum do * scale (q ge) h + sum dh * (h exp2(gn) + (k exp2(gn - g))^T v_new)
+ *   + sum dv * (A (v beta) - A (k ge beta) h) */
+static double wy_loss(wy_prob *p)
+{
+    wy_make_A(p);
+    const int G = p->HV / p->H, K = p->K, V = p->V, HV = p->HV, H = p->H;
+    double loss = 0.0;
+    int64_t row = 0;
+    double *u = dalloc((size_t)BT * V), *w = dalloc((size_t)BT * K);
+    for (int n = 0; n < p->N; n++)
+        for (int64_t c0 = p->cu[n]; c0 < p->cu[n + 1]; c0 += BT, row++) {
+            const int nr = (int)(p->cu[n + 1] - c0 < BT ? p->cu[n + 1] - c0 : BT);
+            for (int hv = 0; hv < HV; hv++) {
+                const int hq = hv / G;
+                const double *hh = &p->h[((size_t)row * HV + hv) * K * V], *dhh = &p->dh[((size_t)row * HV + hv) * K * V];
+#define WQ(t, d) (((size_t)(c0 + (t)) * H + hq) * K + (d))
+#define WG(t, d) (((size_t)(c0 + (t)) * HV + hv) * K + (d))
+#define WV(t, x) (((size_t)(c0 + (t)) * HV + hv) * V + (x))
+#define WB(t) ((size_t)(c0 + (t)) * HV + hv)
+                for (int t = 0; t < nr; t++)
+                    for (int x = 0; x < V; x++) {
+                        double o = 0.0;
+                        for (int d = 0; d < K; d++) o += p->q[WQ(t, d)] * exp2(p->g[WG(t, d)]) * hh[d * V + x];
+                        loss += p->dout[WV(t, x)] * p->scale * o;
+                    }
+                for (int d = 0; d < K; d++) {
+                    const double gn = p->g[WG(nr - 1, d)];
+                    for (int x = 0; x < V; x++) {
+                        double hn = hh[d * V + x] * exp2(gn);
+                        for (int t = 0; t < nr; t++) hn += p->k[WQ(t, d)] * exp2(gn - p->g[WG(t, d)]) * p->vn[WV(t, x)];
+                        loss += dhh[d * V + x] * hn;
+                    }
+                }
+                for (int t = 0; t < nr; t++) {
+                    const double *At = &p->A[WB(t) * BT];
+                    for (int x = 0; x < V; x++) {
+                        double a = 0.0;
+                        for (int s = 0; s < nr; s++) a += At[s] * p->v[WV(s, x)] * p->beta[WB(s)];
+                        u[t * V + x] = a;
+                    }
+                    for (int d = 0; d < K; d++) {
+                        double a = 0.0;
+                        for (int s = 0; s < nr; s++) a += At[s] * p->k[WQ(s, d)] * exp2(p->g[WG(s, d)]) * p->beta[WB(s)];
+                        w[t * K + d] = a;
+                    }
+                    for (int x = 0; x < V; x++) {
+                        double vn2 = u[t * V + x];
+                        for (int d = 0; d < K; d++) vn2 -= w[t * K + d] * hh[d * V + x];
+                        loss += p->dv[WV(t, x)] * vn2;
+                    }
+                }
+#undef WQ
+#undef WG
+#undef WV
+#undef WB
+            }
+        }
+    free(u), free(w);
+    return loss;
+}
+
+static double wy_fd(wy_prob *p, double *x, double h)
+{
+    const double x0 = *x;
+    *x = x0 + h;
+    const double lp = wy_loss(p);
+    *x = x0 - h;
+    const double lm = wy_loss(p);
+    *x = x0;
+    return (lp - lm) / (2 * h);
+}
+
+/* kref_wy_dqkg_varlen (exact) against central differences of wy_loss in every
+ * input it differentiates: q, k, v (dv2), the cumulative gate (dg, per
+ * natural-log unit), beta and L (dA), on packed sequences with a one-token
+ * and a partial chunk, grouped value heads (HV = 2H). */
+START_TEST(test_wy_fd)
+{
+    static const int64_t cu[] = {0, 1, 70, 134};
+    wy_prob p = {.T = 140, .H = 1, .HV = 2, .K = 5, .V = 3, .N = 3, .cu = cu, .scale = 0.37};
+    kref_rng rng;
+    kref_rng_seed(&rng, g_seed ^ 0x77ull);
+    const int T = p.T, H = p.H, HV = p.HV, K = p.K, V = p.V;
+    const int64_t NT = kref_chunk_offsets(p.N, cu, NULL);
+    const size_t nqk = (size_t)T * H * K, nk = (size_t)T * HV * K, nv = (size_t)T * HV * V, nb = (size_t)T * HV,
+                 nA = (size_t)T * HV * BT, nh = (size_t)NT * HV * K * V;
+    p.q = dalloc(nqk), p.k = dalloc(nqk), p.v = dalloc(nv), p.vn = dalloc(nv), p.g = dalloc(nk);
+    p.beta = dalloc(nb), p.L = dalloc(nA), p.A = dalloc(nA), p.h = dalloc(nh), p.dh = dalloc(nh);
+    p.dout = dalloc(nv), p.dv = dalloc(nv);
+    double *a = dalloc(nk);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, p.q);
+    kref_gen_unit_rows(&rng, (size_t)T * H, K, p.k);
+    kref_gen_normal(&rng, nv, 1.0, p.v);
+    kref_gen_normal(&rng, nv, 1.0, p.vn);
+    kref_gen_normal(&rng, nv, 1.0, p.dout);
+    kref_gen_normal(&rng, nv, 1.0, p.dv);
+    kref_gen_normal(&rng, nh, 0.5, p.h);
+    kref_gen_normal(&rng, nh, 0.5, p.dh);
+    kref_gen_beta(&rng, nb, p.beta);
+    kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, T, HV, K, a);
+    fill(p.g, nk, 0.0);
+    kref_gate_cumsum_varlen(T, HV, K, p.N, cu, a, p.g);
+    fill(p.L, nA, 0.0);
+    for (int n = 0; n < p.N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int j = 0; j < (int)((t - cu[n]) % BT); j++) p.L[((size_t)t * HV + hv) * BT + j] = 0.2 * kref_rng_normal(&rng);
+    wy_make_A(&p);
+    double *dq = dalloc(nk), *dk = dalloc(nk), *dv2 = dalloc(nv), *dg = dalloc(nk), *db = dalloc(nb), *dA = dalloc(nA);
+    kref_wy_dqkg_varlen(T, H, HV, K, V, p.N, cu, p.q, p.k, p.v, p.vn, p.g, p.beta, p.A, p.h, p.dh, p.dout, p.dv,
+                        p.scale, -1, dq, dk, dv2, dg, db, dA);
+    const int64_t nt = cu[p.N];
+    const double hstep = 1e-5;
+    double worst = 0.0;
+    /* q and k: HV = 2H, so the gradient of q[t,h] sums the reference's dq over the group */
+    for (int64_t t = 0; t < nt; t++)
+        for (int d = 0; d < K; d++) {
+            const double aq = dq[((size_t)t * HV + 0) * K + d] + dq[((size_t)t * HV + 1) * K + d];
+            const double ak = dk[((size_t)t * HV + 0) * K + d] + dk[((size_t)t * HV + 1) * K + d];
+            worst = fmax(worst, fd_rel(wy_fd(&p, &p.q[(size_t)t * K + d], hstep), aq, rms_of(dq, (size_t)nt * HV * K)));
+            worst = fmax(worst, fd_rel(wy_fd(&p, &p.k[(size_t)t * K + d], hstep), ak, rms_of(dk, (size_t)nt * HV * K)));
+        }
+    for (int64_t t = 0; t < nt; t++)
+        for (int hv = 0; hv < HV; hv++) {
+            const size_t b = (size_t)t * HV + hv;
+            worst = fmax(worst, fd_rel(wy_fd(&p, &p.beta[b], hstep), db[b], rms_of(db, (size_t)nt * HV)));
+            for (int x = 0; x < V; x++)
+                worst = fmax(worst, fd_rel(wy_fd(&p, &p.v[b * V + x], hstep), dv2[b * V + x], rms_of(dv2, (size_t)nt * HV * V)));
+            for (int d = 0; d < K; d++) /* g in log2 units: d/dg2 = ln 2 * d/dg_nat */
+                worst = fmax(worst, fd_rel(wy_fd(&p, &p.g[b * K + d], hstep) / M_LN2,
+                                           dg[b * K + d], rms_of(dg, (size_t)nt * HV * K)));
+            int64_t cs, ce;
+            chunk_of(p.N, cu, t, &cs, &ce);
+            for (int j = 0; j < (int)(t - cs); j++)
+                worst = fmax(worst, fd_rel(wy_fd(&p, &p.L[b * BT + j], hstep), dA[b * BT + j], rms_of(dA, nA)));
+        }
+    printf("wy_dqkg reference vs finite differences: worst relative error %.2e\n", worst);
+    CHK(worst < 1e-6);
+    double *all[] = {p.q, p.k, p.v, p.vn, p.g, p.beta, p.L, p.A, p.h, p.dh, p.dout, p.dv, a, dq, dk, dv2, dg, db, dA};
+    for (size_t x = 0; x < sizeof all / sizeof all[0]; x++) free(all[x]);
+}
+END_TEST
+
 static Suite *ref_suite(void)
 {
     Suite *s = suite_create("reference");
@@ -1327,6 +1511,10 @@ static Suite *ref_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_dhu_fd, 0, 2);
     tcase_add_loop_test(tc, test_dhu_faithful, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("wy_dqkg");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_wy_fd);
     suite_add_tcase(s, tc);
     tc = tcase_create("varlen");
     tcase_set_timeout(tc, 300);

@@ -7,11 +7,8 @@
  * Guarantees: plain C11 with only libc and libm; no global state (the RNG is
  * a caller-owned struct); every array is caller-allocated and uses the
  * contiguous fla layouts of kernel_src/kda_params.h with BT = 64; all
- * arithmetic is in double.  The bwd_intra and bwd_dhu references are verified
- * against finite differences of the forward definitions by
- * tests/test_reference.c; wy_dqkg's agrees with the kernel to fp32 summation
- * order on the GPU, as does the torch reference (python/tests/kda_ref.py) that
- * python/tests/test_ref_cpu.py checks against autograd.
+ * arithmetic is in double.  The references are verified against finite
+ * differences of the forward definitions by tests/test_reference.c.
  * Any T >= 0 (the last chunk of a row may be partial) and HV % H == 0; K and
  * V are free (no K in {64,128} restriction here).
  *
