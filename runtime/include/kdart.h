@@ -349,13 +349,12 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  *
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices
- * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu),
- * HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or 256 serves
- * every K up to its tile (1..64, 65..128, 129..256; bwd_dhu's tile 192 takes
- * 129..192) with masked loads and stores, and bwd_dhu any V with its last V
- * tile masked.  A
- * failure returns its own status with a message naming the argument, and
- * launches nothing and writes nothing.
+ * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu
+ * and wy_dqkg), HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or
+ * 256 serves every K up to its tile (1..64, 65..128, 129..256; bwd_dhu's tile
+ * 192 takes 129..192) with masked loads and stores, and bwd_dhu and wy_dqkg
+ * any V with the last V tile masked.  A failure returns its own status with
+ * a message naming the argument, and launches nothing and writes nothing.
  *
  * Sequences (fla 0.6.0's contract).  Fixed length: B rows of any T >= 1
  * tokens; each row is ceil(T/64) chunks, the last partial when T % 64 != 0
@@ -381,9 +380,9 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * device status word, which kdart_device_status reads.
  *
  * Sizes: any tensor size (offsets are 64-bit; a tensor of more than 2^32
- * elements is fine), T <= 2^31 - 1; bwd_intra takes any batch (past
- * B*HV = 65535 it runs its variable-length body, same results), bwd_dhu at
- * most 65535 serial scans N*HV (EUNSUPPORTED beyond).
+ * elements is fine), T <= 2^31 - 1; bwd_intra and wy_dqkg take any batch
+ * (past B*HV = 65535 they run their variable-length body, same results),
+ * bwd_dhu at most 65535 serial scans N*HV (EUNSUPPORTED beyond).
  *
  * The launch path allocates nothing and synchronizes nothing, so it may be
  * captured in a CUDA graph, variable-length launches included (with a fixed
