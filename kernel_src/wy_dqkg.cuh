@@ -27,7 +27,7 @@
  *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra: blockIdx.x is the
  *            chunk's index among all chunks, which is also its row of h and dh.
  *   block    256 threads (8 warps: 4 row blocks of 16 x 2 column halves of 32).
- *   smem     WyDqkgTraits<K>::kSmemBytes (108608) of dynamic shared memory, for every
+ *   smem     WyDqkgTraits<K>::kSmemBytes (108864) of dynamic shared memory, for every
  *            K tile; __launch_bounds__(256, 2).
  *   Requires T % 64 == 0 unless VARLEN; HV % H == 0; outputs never alias inputs;
  *   every tensor 16-byte aligned; native (TAIL = false) specializations need
@@ -40,7 +40,8 @@
  * 16 wm.., columns 32 wn.. of S_q, S_k, S_w with mma.sync m16n8k16 (fp32
  * accumulators in registers), and in the first K block also dA' += dv v^T and
  * the tile's dvb (dv2 and db's first term in its epilogue).  After a K block's
- * last V tile, the K phase: dw to shared memory, dkgb = A^T dw, the elementwise
+ * last V tile, the K phase: dw to shared memory (and the K block's q, k, g
+ * copied into the stage's free slots meanwhile), dkgb = A^T dw, the elementwise
  * epilogue (dq, dk, dg stored; the last row's dg held until the column sums are
  * in), kg to shared memory, dA' += dw kg^T.  After the last K block, the two
  * 64 x 64 products of dA.  Every reduction has a fixed order: deterministic.
