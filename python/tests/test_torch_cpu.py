@@ -338,3 +338,11 @@ def test_wy_checks():
         kt.wy_meta(*bad)
     with pytest.raises(ValueError, match="EUNSUPPORTED"):
         kt.wy_meta(*_wy_meta_args(V=600))
+
+
+def test_wy_plan_batch_past_grid_y():
+    """B*HV past the grid's 65535 in y: wy_dqkg's variable-length body takes the batch (B rows of T tokens)."""
+    a = _wy_meta_args(B=1025, T=64, H=32, HV=64, K=64, V=64)
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0"
+    a = _wy_meta_args(B=1, T=100, H=2, HV=4, K=64, V=64)  # any T at fixed length: varlen, h of ceil(T/64) rows
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0"
