@@ -207,6 +207,8 @@ static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kda
  * first field added since (first_new) begins. */
 static int check_struct_size(kdart_rt *rt, uint32_t have, size_t first_new, size_t full, const char *type) {
     if (have >= first_new && have <= full) return KDART_OK;
+    if (first_new == full) /* a struct with no older form */
+        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (sizeof(%s))", have, full, type);
     return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu without the varlen fields)",
                       have, full, type, first_new);
 }
