@@ -72,7 +72,7 @@ struct WyDqkgTraits {
     static constexpr int kOffCol = kOffHdh + 256;    /* f32 [4][64]: sum_t k dk0 per row block */
     static constexpr int kOffLast = kOffCol + 1024;  /* f32 [64]: the last row's dg before dgk */
     static constexpr int kOffDb = kOffLast + 256;    /* f32 [2][64]: db per column half */
-    static constexpr int kOffLoc = kOffDb + 512;     /* the chunk's location (VARLEN) */
+    static constexpr int kOffLoc = kOffDb + 512;     /* [1..3]: the row offsets of q, v and the state */
     static constexpr int kSmemBytes = kOffLoc + 64;
     static_assert(kSmemBytes == 108864, "registry.c's KDART__WY_SMEM");
     static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs per SM");

@@ -130,7 +130,8 @@ def _count_fallback(stage, reason):
         new = key not in _warned
         _warned.add(key)
     if new:
-        warnings.warn(f"kdart.fla: {stage} falls back to fla ({reason})", RuntimeWarning, stacklevel=3)
+        # stacklevel: fla's line that called the stage (through _serve and the wrapper)
+        warnings.warn(f"kdart.fla: {stage} falls back to fla ({reason})", RuntimeWarning, stacklevel=4)
 
 
 def stats():
@@ -248,70 +249,63 @@ def wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_fi
 
 # ------------------------------------------------------------- wrappers
 
-def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
-                   chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
-    orig = _state["orig"][_INTRA]
-    reason = intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices, chunk_size,
-                           safe_gate, lower_bound, use_graph)
+def _serve(stage, reason, kdart_call, fla_call):
+    """kdart_call(kdart.torch) when the call was not refused (reason None) and kdart takes it, counted as
+    served; else fla_call(), counted (and warned once) as a fallback for the reason."""
     if reason is None:
         from . import torch as kt
-        fold = _state["fold"]
         try:
-            out = kt.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=fold, cu_seqlens=cu_seqlens,
-                               chunk_indices=chunk_indices)
+            out = kdart_call(kt)
         except ValueError as e:
             reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
         else:
-            _count_served("bwd_intra")
-            if fold:  # folded over the same chunks: each sequence's, as the cumsum with this cu_seqlens
-                _tls.folded = (weakref.ref(out[3]), cu_seqlens)
+            _count_served(stage)
             return out
-    _count_fallback("bwd_intra", reason)
-    return orig(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
-                chunk_size=chunk_size, safe_gate=safe_gate, lower_bound=lower_bound, use_graph=use_graph)
+    _count_fallback(stage, reason)
+    return fla_call()
+
+
+def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
+                   chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
+    fold = _state["fold"]
+
+    def kdart_call(kt):
+        out = kt.bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=fold, cu_seqlens=cu_seqlens,
+                           chunk_indices=chunk_indices)
+        if fold:  # folded over the same chunks: each sequence's, as the cumsum with this cu_seqlens
+            _tls.folded = (weakref.ref(out[3]), cu_seqlens)
+        return out
+    return _serve("bwd_intra", intra_refusal(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
+                                             chunk_size, safe_gate, lower_bound, use_graph), kdart_call,
+                  lambda: _state["orig"][_INTRA](q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=cu_seqlens,
+                                                 chunk_indices=chunk_indices, chunk_size=chunk_size,
+                                                 safe_gate=safe_gate, lower_bound=lower_bound, use_graph=use_graph))
 
 
 def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
                  cu_seqlens=None, chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
-    orig = _state["orig"][_DHU]
-    reason = dhu_refusal(q, k, w, do, dv, g, gk, h0, dht, scale, state_v_first, cu_seqlens, chunk_size,
-                         chunk_indices, chunk_offsets, use_graph)
-    if reason is None:
-        from . import torch as kt
-        try:
-            out = kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
-                             chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
-                             state_v_first=bool(state_v_first))
-        except ValueError as e:
-            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
-        else:
-            _count_served("bwd_dhu")
-            return out
-    _count_fallback("bwd_dhu", reason)
-    return orig(q, k, w, do, dv, g=g, gk=gk, h0=h0, dht=dht, scale=scale, state_v_first=state_v_first,
-                cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices,
-                chunk_offsets=chunk_offsets, use_graph=use_graph)
+    return _serve("bwd_dhu", dhu_refusal(q, k, w, do, dv, g, gk, h0, dht, scale, state_v_first, cu_seqlens,
+                                         chunk_size, chunk_indices, chunk_offsets, use_graph),
+                  lambda kt: kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
+                                        chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
+                                        state_v_first=bool(state_v_first)),
+                  lambda: _state["orig"][_DHU](q, k, w, do, dv, g=g, gk=gk, h0=h0, dht=dht, scale=scale,
+                                               state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                                               chunk_size=chunk_size, chunk_indices=chunk_indices,
+                                               chunk_offsets=chunk_offsets, use_graph=use_graph))
 
 
 def _wy_wrapper(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
                 chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
-    orig = _state["orig"][_WY]
-    reason = wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens, chunk_size,
-                        chunk_indices, chunk_offsets, use_graph)
-    if reason is None:
-        from . import torch as kt
-        try:
-            out = kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
-                             state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
-        except ValueError as e:
-            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
-        else:
-            _count_served("wy_dqkg")
-            return out
-    _count_fallback("wy_dqkg", reason)
-    return orig(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale, state_v_first=state_v_first,
-                cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices,
-                chunk_offsets=chunk_offsets, use_graph=use_graph)
+    return _serve("wy_dqkg", wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first,
+                                        cu_seqlens, chunk_size, chunk_indices, chunk_offsets, use_graph),
+                  lambda kt: kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                                        state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens,
+                                        chunk_indices=chunk_indices),
+                  lambda: _state["orig"][_WY](q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                                              state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                                              chunk_size=chunk_size, chunk_indices=chunk_indices,
+                                              chunk_offsets=chunk_offsets, use_graph=use_graph))
 
 
 _DEFAULT = object()

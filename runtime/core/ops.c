@@ -287,6 +287,21 @@ static int check_seqs(kdart_rt *rt, const DLTensor *cu, const DLTensor *ci, cons
     return KDART_OK;
 }
 
+/* Packed sequences: the chunk rows of a per-chunk state tensor t ([1,NT,HV,..]),
+ * which only the device can count exactly, so any NT >= 1 (>= the rows of
+ * chunk_indices when given: fla sizes its states by it) and the kernel checks. */
+static int packed_chunk_rows(kdart_rt *rt, const DLTensor *t, const char *name, int svf, const seqs *s,
+                             int64_t *NT) {
+    if (!t || !t->shape || t->ndim != 5)
+        return kdart__err(rt, !t ? KDART_ENULL : KDART_ESHAPE, "%s must be [1,NT,HV,%s]", name, svf ? "V,K" : "K,V");
+    *NT = t->shape[1];
+    if (*NT < 1 || *NT < s->ci_rows)
+        return kdart__err(rt, KDART_ESHAPE, "%s has %lld chunk rows; needs at least %lld (%s)", name, (long long)*NT,
+                          (long long)(s->ci_rows > 1 ? s->ci_rows : 1),
+                          s->ci_rows > 1 ? "the rows of chunk_indices" : "one");
+    return KDART_OK;
+}
+
 /* KDART_CHECK (debugging only, never capturable): cu_seqlens copied to the
  * host synchronously and checked as the kernels would, before anything is
  * launched.  max_chunks: the most chunks the call has room for. */
@@ -462,16 +477,7 @@ static int bwd_dhu_call(kdart_rt *rt, const kdart_bwd_dhu_args *a, void *stream,
      * the total is known only on the device, so any NT >= 1 (>= the rows of
      * chunk_indices, when given: fla sizes dh by it) and the kernel checks */
     int64_t NT = (T + KDART_CHUNK - 1) / KDART_CHUNK;
-    if (sq.cu) {
-        if (!a->dh || !a->dh->shape || a->dh->ndim != 5)
-            return kdart__err(rt, !a->dh ? KDART_ENULL : KDART_ESHAPE,
-                              svf ? "dh must be [1,NT,HV,V,K]" : "dh must be [1,NT,HV,K,V]");
-        NT = a->dh->shape[1];
-        if (NT < 1 || NT < sq.ci_rows)
-            return kdart__err(rt, KDART_ESHAPE, "dh has %lld chunk rows; needs at least %lld (%s)", (long long)NT,
-                              (long long)(sq.ci_rows > 1 ? sq.ci_rows : 1),
-                              sq.ci_rows > 1 ? "the rows of chunk_indices" : "one");
-    }
+    if (sq.cu && (rc = packed_chunk_rows(rt, a->dh, "dh", svf, &sq, &NT)) != KDART_OK) return rc;
     /* Both bodies index with 64-bit offsets; the grid is (V/BV, N*HV), one
      * serial scan per sequence, value head and V tile */
     if (T > INT32_MAX || NT > INT32_MAX || N * HV > 65535)
@@ -587,13 +593,7 @@ static int wy_dqkg_call(kdart_rt *rt, const kdart_wy_dqkg_args *a, void *stream,
      * checks the total on the device) */
     int64_t NT = NTC, HB = B;
     if (sq.cu) {
-        if (!a->h || !a->h->shape || a->h->ndim != 5)
-            return kdart__err(rt, !a->h ? KDART_ENULL : KDART_ESHAPE, "h must be [1,NT,HV,%s]",
-                              a->state_v_first ? "V,K" : "K,V");
-        NT = a->h->shape[1];
-        if (NT < 1 || NT < sq.ci_rows)
-            return kdart__err(rt, KDART_ESHAPE, "h has %lld chunk rows; needs at least %lld", (long long)NT,
-                              (long long)(sq.ci_rows > 1 ? sq.ci_rows : 1));
+        if ((rc = packed_chunk_rows(rt, a->h, "h", a->state_v_first, &sq, &NT)) != KDART_OK) return rc;
         HB = 1;
     }
     if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX || NT > INT32_MAX)

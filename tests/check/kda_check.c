@@ -1074,6 +1074,26 @@ out:
 #define SELFTEST_SEQS(spec) \
     (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})
 
+/* One selftest line: the case's error per output against its tolerance (tol[i], a '!' marks one above
+ * it), or why it did not run.  Returns the failures it counts. */
+static int selftest_row(FILE *out, const char *kernel, const char *spec, const char *shape, int ran,
+                        const kc_report *r, const double *tol) {
+    if (!ran || r->status != KDART_OK) {
+        fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", kernel, spec, shape, r->message);
+        return 1;
+    }
+    char errs[160] = "";
+    int failures = 0;
+    for (int i = 0; i < r->nout; i++) {
+        const size_t u = strlen(errs);
+        const int bad = !(r->rel_rms[i] <= tol[i]);
+        snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r->names[i], r->rel_rms[i], bad ? "!" : "");
+        failures += bad;
+    }
+    fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", kernel, spec, shape, errs, r->ms);
+    return failures;
+}
+
 int kc_selftest(kdart_rt *rt, FILE *out) {
     char why[256];
     if (kc_init(why, sizeof why) != 0) {
@@ -1097,23 +1117,13 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         if (c.emit_bf16) c.HV = c.H;
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
-        char shape[64], errs[128] = "";
+        char shape[64];
         snprintf(shape, sizeof shape, "%s%d T%d H%d HV%d K%d", c.seqs.nseq ? "N" : "B", c.seqs.nseq ? c.seqs.nseq : c.B,
                  c.T, c.H, c.HV, c.K);
-        int ran = kc_run_intra(rt, &c, &r) == 0;
-        if (!ran || r.status != KDART_OK) {
-            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "bwd_intra", spec, shape, r.message);
-            failures++;
-            continue;
-        }
-        double tol = c.emit_bf16 ? (c.io == 0 ? 4e-3 : 5e-4) : 1e-4;
-        for (int i = 0; i < r.nout; i++) {
-            size_t u = strlen(errs);
-            double t = i < 2 ? tol : 1e-4;
-            snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= t ? "" : "!");
-            failures += !(r.rel_rms[i] <= t);
-        }
-        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "bwd_intra", spec, shape, errs, r.ms);
+        const int ran = kc_run_intra(rt, &c, &r) == 0;
+        const double tq = c.emit_bf16 ? (c.io == 0 ? 4e-3 : 5e-4) : 1e-4; /* dq, dk in the io dtype */
+        const double tol[] = {tq, tq, 1e-4, 1e-4};
+        failures += selftest_row(out, "bwd_intra", spec, shape, ran, &r, tol);
     }
     for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
@@ -1124,22 +1134,12 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
                          seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), svf};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
-        char shape[64], errs[128] = "";
+        char shape[64];
         snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d%s", c.seqs.nseq ? "N" : "B",
                  c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V, svf ? " Vfirst" : "");
-        int ran = kc_run_dhu(rt, &c, &r) == 0;
-        if (!ran || r.status != KDART_OK) {
-            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "bwd_dhu", spec, shape, r.message);
-            failures++;
-            continue;
-        }
-        for (int i = 0; i < r.nout; i++) {
-            size_t u = strlen(errs);
-            double t = i == 2 ? 1e-5 : 1e-3;
-            snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= t ? "" : "!");
-            failures += !(r.rel_rms[i] <= t);
-        }
-        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "bwd_dhu", spec, shape, errs, r.ms);
+        const int ran = kc_run_dhu(rt, &c, &r) == 0;
+        const double tol[] = {1e-3, 1e-3, 1e-5};
+        failures += selftest_row(out, "bwd_dhu", spec, shape, ran, &r, tol);
     }
     for (int s = 0; s < kdart_spec_count("wy_dqkg"); s++) {
         char spec[128];
@@ -1153,21 +1153,12 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         }
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
-        char shape[64], errs[160] = "";
+        char shape[64];
         snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
                  c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
-        int ran = kc_run_wy(rt, &c, &r) == 0;
-        if (!ran || r.status != KDART_OK) {
-            fprintf(out, "%-10s %-58s %-28s FAILED: %s\n", "wy_dqkg", spec, shape, r.message);
-            failures++;
-            continue;
-        }
-        for (int i = 0; i < r.nout; i++) {
-            size_t u = strlen(errs);
-            snprintf(errs + u, sizeof errs - u, "%s %.1e%s ", r.names[i], r.rel_rms[i], r.rel_rms[i] <= 2e-3 ? "" : "!");
-            failures += !(r.rel_rms[i] <= 2e-3);
-        }
-        fprintf(out, "%-10s %-58s %-28s %-44s %9.4f\n", "wy_dqkg", spec, shape, errs, r.ms);
+        const int ran = kc_run_wy(rt, &c, &r) == 0;
+        const double tol[] = {2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
+        failures += selftest_row(out, "wy_dqkg", spec, shape, ran, &r, tol);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
     fprintf(out, "\n");
