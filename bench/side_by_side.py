@@ -235,7 +235,7 @@ def k_tile(K):
 
 
 def intra_spec(K, fold, emit):
-    """The bwd_intra specialization ops.c launches for a fixed-length row (T % 64 == 0): K below its tile
+    """The bwd_intra specialization kdart launches for a fixed-length row (T % 64 == 0): K below its tile
     runs the masked tail body, which is varlen=1 only."""
     kt = k_tile(K)
     tail = int(K != kt)
@@ -465,7 +465,7 @@ def main(argv=None):
     ap.add_argument("--no-ceiling", action="store_true", help="skip the 2 GiB copy-ceiling measurement")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--warm-only", action="store_true",
-                    help="fla's two stages once per row at T <= 1024 (the same Triton specializations), no kdart, "
+                    help="fla's stages (--stage) once per row at T <= 1024 (the same Triton specializations), no kdart, "
                          "no timing: the workload of tools/triton_warm.py")
     ap.add_argument("--varlen", action="store_true",
                     help="run the variable-length table instead (bench/varlen.py; its options: --varlen --help)")
@@ -489,9 +489,12 @@ def main(argv=None):
             return 3
         for r in rows:
             small = Row(r.name, r.B, min(r.T, 1024), r.H, r.HV, r.K, r.V)
-            fla_intra(fla, make_intra(small, dev))
-            if not r.fold_emit:
+            if args.stage in ("both", "intra", "all"):
+                fla_intra(fla, make_intra(small, dev))
+            if args.stage in ("both", "dhu", "all") and not r.fold_emit:
                 fla_dhu(fla, make_dhu(small, dev))
+            if args.stage in ("wy", "all") and not r.fold_emit:
+                fla_wy(fla, make_wy(small, dev))
             torch.cuda.synchronize()
             print(f"[{r.name}] warm", flush=True)
         return 0

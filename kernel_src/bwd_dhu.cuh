@@ -216,7 +216,7 @@ struct BwdDhuTraits {
         return (unsigned)((u >> 3) * kColBlock + r * 128 + (((u & 7) ^ (r & 7)) << 4));
     }
 };
-/* the runtime's copy of the launch contract (runtime/registry.c) */
+/* the runtime's copy of the launch contract (runtime/core/stages/bwd_dhu.c) */
 static_assert(BwdDhuTraits<128, 64>::kSmemBytes == 216064 && BwdDhuTraits<128, 32>::kSmemBytes == 183296 &&
               BwdDhuTraits<128, 16>::kSmemBytes == 166912, "contract K=128");
 static_assert(BwdDhuTraits<64, 64>::kSmemBytes == 134144 && BwdDhuTraits<64, 32>::kSmemBytes == 105472 &&

@@ -23,8 +23,8 @@
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for every K tile.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory:
  *            111872 + 512 per 64-column pass (only the db partials grow), so
- *            112384 for K=64, 112896 for K=128, 113920 for K=256 (registry.c's
- *            KDART__INTRA_SMEM); the runtime must set
+ *            112384 for K=64, 112896 for K=128, 113920 for K=256 (the stage file's
+ *            INTRA_SMEM, runtime/core/stages/bwd_intra.c); the runtime must set
  *            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it.
  *            __launch_bounds__(256, 2): 128 registers, two CTAs per SM, at
  *            every K tile.
@@ -387,7 +387,7 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
 
 /* One kernel per specialization (see "HEAD DIM"): TAIL = false is the native body
  * (Kr == K), TAIL = true the column-tail body, which needs VARLEN's parameter (Kr);
- * <VARLEN = false, TAIL = true> is the stub below, which the host never launches (ops.c
+ * <VARLEN = false, TAIL = true> is the stub below, which the host never launches (kdart
  * picks varlen = 1 with the tail).  (The body is the __global__ function itself: as a
  * __forceinline__ function called from a wrapper kernel, the native specializations'
  * SASS changed on sm_100a.) */

@@ -74,7 +74,7 @@ struct WyDqkgTraits {
     static constexpr int kOffDb = kOffLast + 256;    /* f32 [2][64]: db per column half */
     static constexpr int kOffLoc = kOffDb + 512;     /* [1..3]: the row offsets of q, v and the state */
     static constexpr int kSmemBytes = kOffLoc + 64;
-    static_assert(kSmemBytes == 108864, "registry.c's KDART__WY_SMEM");
+    static_assert(kSmemBytes == 108864, "WY_SMEM of runtime/core/stages/wy_dqkg.c");
     static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs per SM");
 };
 

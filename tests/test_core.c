@@ -87,9 +87,9 @@ START_TEST(registry_specs) {
      * and its parameters their tables (a value past KDART__MAX_VALUES is only a compiler warning) */
     for (int k = 0; k < kdart_kernel_count(); k++) {
         ck_assert_int_le(kdart_spec_count(kdart_kernel_name(k)), KDART__MAX_SPECS);
-        ck_assert_int_le(kdart__kernels[k].nparams, KDART__MAX_PARAMS);
-        for (int i = 0; i < kdart__kernels[k].nparams; i++) {
-            const kdart__param *q = &kdart__kernels[k].params[i];
+        ck_assert_int_le(kdart__kernel_at(k)->nparams, KDART__MAX_PARAMS);
+        for (int i = 0; i < kdart__kernel_at(k)->nparams; i++) {
+            const kdart__param *q = &kdart__kernel_at(k)->params[i];
             ck_assert(q->nvalues >= 1 && q->nvalues <= KDART__MAX_VALUES);
             ck_assert(q->dflt >= 0 && q->dflt < q->nvalues);
             for (int v = 0; v < q->nvalues; v++) ck_assert(q->values[v] != NULL && q->targs[v] != NULL);
@@ -217,7 +217,7 @@ END_TEST
 
 /* kda_check's every-spec shapes (selftest, test_gpu's every-spec and
  * sanitizer loops): for each spec, the head dim (and for bwd_dhu V and the
- * layout) it derives are ones for which ops.c's rules (K tile; bwd_intra
+ * layout) it derives are ones for which the stages' rules (K tile; bwd_intra
  * tail = K below the tile, then varlen = 1; bwd_dhu tail 1 = K below the tile
  * or V % BV != 0, else tail 2 = state_v_first) pick that very spec;
  * bwd_intra's stubs are skipped. */

@@ -76,7 +76,7 @@ if ls .whl/*.whl >/dev/null 2>&1 && want warm; then
         --log "/tmp/warm-$1" -- "${@:3}"; }
   # (varlen rows are full size, about 10 GB a worker: fewer of them)
   [ -n "${WARM_E2E:-}" ] && w e2e "${WARM_JOBS:-12}" python3 bench/e2e.py --warm-only --shapes "$WARM_E2E"
-  [ -n "${WARM_SBS:-}" ] && w sbs "${WARM_JOBS:-12}" python3 bench/side_by_side.py --warm-only --rows "$WARM_SBS"
+  [ -n "${WARM_SBS:-}" ] && w sbs "${WARM_JOBS:-12}" python3 bench/side_by_side.py --warm-only --rows "$WARM_SBS" ${WARM_SBS_ARGS:-}
   [ -n "${WARM_PYTEST:-}" ] && w pytest "${WARM_JOBS:-12}" python3 -m pytest $WARM_PYTEST -q -p no:cacheprovider
   [ -n "${WARM_VARLEN:-}" ] && w varlen "${WARM_VARLEN_JOBS:-5}" python3 bench/varlen.py --lib "$b/libkdart.so" \
     --rows "$WARM_VARLEN" --iters 1

@@ -62,32 +62,76 @@ class DLTensor(ctypes.Structure):  # dlpack 0.6 .. 1.x (DLTensor is unchanged)
 
 
 _PT = ctypes.POINTER(DLTensor)
-INTRA_TENSORS = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "dg_in", "db_in",
-                 "dq", "dk", "dg", "db")
-DHU_TENSORS = ("qg", "kg", "w", "g", "d_o", "dv", "dht", "dh", "dv2", "dh0")
-INTRA_SEQS = ("cu_seqlens", "chunk_indices")                 # added in 0.2 (varlen), after the flags
-DHU_SEQS = ("cu_seqlens", "chunk_indices", "chunk_offsets")  # added in 0.2 (varlen), after v_tile
 
 
-class IntraArgs(ctypes.Structure):  # kdart_bwd_intra_args
-    _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in INTRA_TENSORS]
-                + [("fold_dg", ctypes.c_int), ("emit_bf16", ctypes.c_int)] + [(n, _PT) for n in INTRA_SEQS])
+class OpArgInfo(ctypes.Structure):  # kdart_op_arg_info
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("optional", ctypes.c_int),
+                ("offset", ctypes.c_uint32), ("args_size", ctypes.c_uint32), ("dtype", ctypes.c_char_p),
+                ("flag", ctypes.c_char_p), ("dims", ctypes.c_char_p)]
 
 
-class DhuArgs(ctypes.Structure):  # kdart_bwd_dhu_args
-    _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in DHU_TENSORS]
-                + [("scale", ctypes.c_float), ("v_tile", ctypes.c_int)] + [(n, _PT) for n in DHU_SEQS]
-                + [("state_v_first", ctypes.c_int)])  # added in 0.2 after DHU_SEQS (head dims)
+ARG_INPUT, ARG_OUTPUT, ARG_SEQS, ARG_INT, ARG_FLOAT = 1, 2, 3, 4, 5
+_ARG_CTYPE = {ARG_INPUT: _PT, ARG_OUTPUT: _PT, ARG_SEQS: _PT, ARG_INT: ctypes.c_int, ARG_FLOAT: ctypes.c_float}
 
 
-WY_TENSORS = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "dh", "d_o", "dv",
-              "dq", "dk", "dv2", "dg", "db", "dA")
-WY_SEQS = ("cu_seqlens", "chunk_indices")
+class OpArg:
+    """One argument of an operation's args struct, as kdart_op_arg describes it."""
+    __slots__ = ("name", "kind", "optional", "offset", "dtype", "flag", "dims")
+
+    def __init__(self, info):
+        self.name, self.kind, self.optional = info.name.decode(), info.kind, bool(info.optional)
+        self.offset, self.dtype = info.offset, _s(info.dtype)
+        self.flag = _s(info.flag)
+        self.dims = tuple(d.strip() for d in info.dims.decode().split(",")) if info.dims else None
+
+    @property
+    def is_tensor(self):
+        return self.kind in (ARG_INPUT, ARG_OUTPUT, ARG_SEQS)
+
+    def __repr__(self):
+        return f"OpArg({self.name}, kind={self.kind}, dtype={self.dtype}, dims={self.dims})"
 
 
-class WyArgs(ctypes.Structure):  # kdart_wy_dqkg_args
-    _fields_ = ([("struct_size", ctypes.c_uint32)] + [(n, _PT) for n in WY_TENSORS]
-                + [("scale", ctypes.c_float), ("state_v_first", ctypes.c_int)] + [(n, _PT) for n in WY_SEQS])
+_op_cache = {}
+
+
+def op_args(kernel):
+    """(args, size): kernel's operation's arguments (OpArg: tensors in the order of its checks, then scalars,
+    then cu_seqlens and fla's index tensors) and its args struct's size, from the C side's own table
+    (kdart_op_arg): bindings build their calls from it instead of writing the stage's rules down again."""
+    got = _op_cache.get(kernel)
+    if got is None:
+        L = lib()
+        info = OpArgInfo()
+        n = L.kdart_op_arg(kernel.encode(), 0, ctypes.byref(info))
+        if n < 0:
+            raise error_for(n, f"{L.kdart_errname(n).decode()}: kdart_op_arg({kernel!r})")
+        if n == 0:
+            raise value_error("EINVAL", f"EINVAL: {kernel} has no operation of its own")
+        args = []
+        for i in range(n):
+            L.kdart_op_arg(kernel.encode(), i, ctypes.byref(info))
+            args.append(OpArg(info))
+        got = _op_cache[kernel] = (tuple(args), info.args_size)
+    return got
+
+
+def op_struct(kernel):
+    """A ctypes Structure laid out as kernel's args struct (its fields named as kdart_op_arg names them:
+    "do" for d_o), checked field by field against the C offsets."""
+    key = ("struct", kernel)
+    cls = _op_cache.get(key)
+    if cls is None:
+        args, size = op_args(kernel)
+        ordered = sorted(args, key=lambda a: a.offset)
+        fields = [("struct_size", ctypes.c_uint32)] + [(a.name, _ARG_CTYPE[a.kind]) for a in ordered]
+        cls = type(f"{kernel}_args", (ctypes.Structure,), {"_fields_": fields})
+        bad = [a.name for a in ordered if getattr(cls, a.name).offset != a.offset]
+        if bad or ctypes.sizeof(cls) != size:
+            raise runtime_error("EINVAL", f"EINVAL: {kernel}'s args struct does not lay out as the library's "
+                                          f"(fields {bad}, size {ctypes.sizeof(cls)} vs {size})")
+        _op_cache[key] = cls
+    return cls
 
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
@@ -146,8 +190,8 @@ _SIGNATURES = {
     "kdart_spec_canonical": (_i, [_cp, _cp, _cp, ctypes.c_size_t]),
     "kdart_prepare": (_i, [_vp, _cp, _cp, _cp, ctypes.c_uint32, ctypes.POINTER(Prepared)]),
     "kdart_cache_list": (_i, [_vp, ENTRY_FN, _vp]),
-    "kdart_kda_bwd_intra": (_i, [_vp, ctypes.POINTER(IntraArgs), _vp]),
-    "kdart_kda_bwd_dhu": (_i, [_vp, ctypes.POINTER(DhuArgs), _vp]),
+    "kdart_op_arg": (_i, [_cp, _i, ctypes.POINTER(OpArgInfo)]),
+    "kdart_op_run": (_i, [_vp, _cp, _vp, _vp]),
     "kdart_get_function": (_i, [_vp, _cp, _cp, _vp]),
     "kdart_dhu_v_tile": (_i, [_vp, _i64, _i64, _i64, _i64, ctypes.POINTER(_i)]),
     "kdart_spec_for": (_i, [_vp, _cp, _vp, _cp, ctypes.c_size_t]),
@@ -418,7 +462,7 @@ class Runtime:
         return bits.value
 
     def spec_for(self, kernel, args):
-        """The canonical spec kdart_kda_<kernel> would launch for args (a ctypes IntraArgs / DhuArgs or its
+        """The canonical spec kdart_kda_<kernel> would launch for args (an op_struct(kernel) or its
         address): kdart's own checks and choices (kdart_spec_for), nothing launched."""
         buf = ctypes.create_string_buffer(256)
         addr = args if isinstance(args, int) else ctypes.addressof(args)

@@ -45,8 +45,10 @@ refuses comes back to the Python path, which raises with fla's argument names.
 """
 import contextlib
 import ctypes
+import inspect
 import operator
 import os
+import re
 import threading
 import warnings
 
@@ -69,58 +71,6 @@ def _bad(msg):
     return _lib.value_error("ESHAPE", msg)
 
 
-def _want(name, t, shape, dtype):
-    """ValueError unless t has this shape and dtype (dtype None: any io dtype; a tuple: any of those)."""
-    if not isinstance(t, torch.Tensor):
-        raise _lib.value_error("ENULL", f"{name} must be a tensor, got {type(t).__name__}")
-    if dtype is None and t.dtype not in _IO:
-        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}; the io dtype must be "
-                                                  f"torch.bfloat16 or torch.float16")
-    if isinstance(dtype, tuple) and t.dtype not in dtype:
-        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected one of {dtype}")
-    if isinstance(dtype, torch.dtype) and t.dtype != dtype:
-        raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}, expected {dtype}")
-    if tuple(t.shape) != tuple(shape):
-        raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}, expected {list(shape)}")
-
-
-def _dims(q, g):
-    if q.dim() != 4 or g.dim() != 4:
-        raise _bad("ESHAPE: q must be [B,T,H,K] and g [B,T,HV,K]")
-    B, T, H, K = q.shape
-    HV = g.shape[2]
-    if not 1 <= K <= 256:
-        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: head dim K={K} is not supported "
-                                                        "(K must be 1..256)")
-    if T < 1:
-        raise _bad(f"ESHAPE: empty tensor: T={T}")
-    return B, T, H, K, HV
-
-
-def _seqs(B, cu_seqlens, chunk_indices, chunk_offsets=None):
-    """Checks cu_seqlens and fla's index tensors (shapes and dtypes only); returns N, the sequence count."""
-    if cu_seqlens is None:
-        if chunk_indices is not None or chunk_offsets is not None:
-            raise _lib.value_error("EINVAL", "EINVAL: chunk_indices/chunk_offsets given without cu_seqlens")
-        return B
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-        raise _bad("ESHAPE: cu_seqlens must be a 1-D tensor [N+1], N >= 1")
-    if cu_seqlens.dtype not in _IDX:
-        raise _lib.value_error("EDTYPE", f"EDTYPE: cu_seqlens is {cu_seqlens.dtype}; expected int32 or int64")
-    if B != 1:
-        raise _bad(f"ESHAPE: cu_seqlens needs B == 1 (sequences packed along T), got B={B}")
-    N = cu_seqlens.shape[0] - 1
-    for name, t, ok in (("chunk_indices", chunk_indices, lambda t: t.dim() == 2 and t.shape[1] == 2),
-                        ("chunk_offsets", chunk_offsets, lambda t: t.dim() == 1 and t.shape[0] == N + 1)):
-        if t is None:
-            continue
-        if t.dtype != cu_seqlens.dtype:
-            raise _lib.value_error("EDTYPE", f"EDTYPE: {name} is {t.dtype}; cu_seqlens is {cu_seqlens.dtype}")
-        if not ok(t):
-            raise _bad(f"ESHAPE: {name} has shape {list(t.shape)}")
-    return N
-
-
 def _chunk_count(cu_seqlens):
     """sum ceil(T_n / 64): what fla's len(prepare_chunk_indices(cu_seqlens)) is (synchronizes)."""
     lens = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(min=0)  # bad cu_seqlens: the kernel reports them
@@ -137,113 +87,220 @@ def _fla_nt(T, cu_seqlens, chunk_indices, nt=None):
     return _chunk_count(cu_seqlens) if nt is None else nt
 
 
+# ------------------------------------------------------------------ the stages, as kdart describes them
+
+class _Stage:
+    """One kdart operation as its C side describes it (kdart_op_arg: its args struct, its tensors with their
+    dtypes and dims, its scalars), and the one thing the binding adds: fla's names for its arguments and the
+    order fla returns its outputs in.  Checks, output shapes and dtypes, the args struct and the spec all
+    follow from the description; nothing of a stage's rules is written here."""
+
+    def __init__(self, kernel, fla_names, returns):
+        self.kernel, self.fla_names, self.returns = kernel, fla_names, returns
+        self.built = False
+
+    def build(self):
+        if not self.built:
+            args, _ = _lib.op_args(self.kernel)
+            self.struct = _lib.op_struct(self.kernel)
+            self.tensors = tuple(a for a in args if a.is_tensor)
+            self.names = tuple(a.name for a in self.tensors)
+            self.slot = {a.name: 6 * i for i, a in enumerate(self.tensors)}  # DLTensor i's data at [6 i]
+            self.inputs = tuple(a for a in self.tensors if a.kind == _lib.ARG_INPUT)
+            self.outputs = tuple(a for a in self.tensors if a.kind == _lib.ARG_OUTPUT)
+            self.built = True
+        return self
+
+    def slots(self, names):
+        """The plan data slots of these C argument names, in order."""
+        return tuple(self.build().slot[n] for n in names)
+
+
+# fla's names where they differ from the C args struct's (C name -> fla name), and fla's return order
+_INTRA = _Stage("bwd_intra", {"dq_in": "dq", "dk_in": "dk", "dg_in": "dg", "db_in": "db"},
+                ("dq", "dk", "db", "dg"))
+_DHU = _Stage("bwd_dhu", {"qg": "q", "kg": "k", "g": "gk", "dht": "dht", "dh0": "h0"}, ("dh", "dh0", "dv2"))
+_WY = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA"))
+
+
+def _sizes(st, t, sc, nt):
+    """The call's sizes (B, T, H, HV, K, V, N, NT, HB, S1, S2), read from its inputs as the description
+    writes their dims; NT of a packed call whose inputs hold no state: nt (fla's count of chunk rows)."""
+    d = {"64": CHUNK}
+    for a in st.inputs:
+        x = t.get(a.name)
+        if isinstance(x, torch.Tensor) and x.dim() == len(a.dims):
+            for sym, n in zip(a.dims, x.shape):
+                d.setdefault(sym, n)
+    cu = t.get("cu_seqlens")
+    B, T = d.get("B", 1), d.get("T", 1)
+    d.setdefault("N", B if cu is None else cu.shape[0] - 1)
+    d.setdefault("HB", B if cu is None else 1)
+    d.setdefault("NT", -(-T // CHUNK) if cu is None else nt)
+    K, V = d.get("K", 1), d.get("V", 1)
+    svf = bool(sc.get("state_v_first"))
+    d.setdefault("S1", V if svf else K)
+    d.setdefault("S2", K if svf else V)
+    return d
+
+
+def _outputs(st, t, sc, nt=None, want=()):
+    """{C name: (shape, dtype)} of the call's outputs (an optional output only when named in want)."""
+    st.build()
+    d = _sizes(st, t, sc, nt)
+    x0 = t.get(st.inputs[0].name)
+    io = x0.dtype if isinstance(x0, torch.Tensor) and x0.dtype in _IO else torch.bfloat16
+    out = {}
+    for a in st.outputs:
+        if a.optional and a.name not in want:
+            continue
+        dt = _F32 if a.dtype == "float32" else io if a.dtype == "io" else (io if sc.get(a.flag) else _F32)
+        out[a.name] = (tuple(d.get(sym, 1) for sym in a.dims), dt)
+    return out
+
+
+def _fla_message(st, msg):
+    """kdart's message with fla's argument names (kdart names the C struct's fields)."""
+    return re.sub(r"\b(tensor|output|input) (\w+)", lambda m: f"{m.group(1)} {st.fla_names.get(m.group(2), m.group(2))}",
+                  msg)
+
+
+def _ask_kdart(st, plan):
+    """kdart's own checks of the plan's arguments and the spec it would launch (kdart_spec_for: shapes,
+    dtypes, sizes; nothing that looks at memory), raising as the C library words it, in fla's names."""
+    try:
+        return _fast()["rt"].spec_for(st.kernel, plan.args)
+    except _lib.KdartError as e:
+        raise type(e)(e.status, e.name, _fla_message(st, str(e))) from None
+
+
+def _meta(st, t, sc, nt=None, want=()):
+    """Checks a call's arguments through kdart (shapes and dtypes; concrete sizes only: under symbolic ones,
+    the launch checks) and returns its outputs' (shape, dtype) in fla's return order (None: not produced)."""
+    outs = _outputs(st, t, sc, nt, want)
+    concrete = all(isinstance(n, int) for x in t.values() if isinstance(x, torch.Tensor) for n in x.shape) and \
+        all(isinstance(n, int) for s, _ in outs.values() for n in s)
+    if concrete:
+        fakes = {n: torch.empty(s, dtype=dt, device="meta") for n, (s, dt) in outs.items()}
+        _ask_kdart(st, _Plan(st, {**t, **fakes}, sc))
+    return [outs.get(n) for n in st.returns]
+
+
+def _intra_call(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices):
+    return (dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq_in=dq, dk_in=dk, dg_in=dg, db_in=db,
+                 cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
+            dict(fold_dg=int(bool(fold_dg)), emit_bf16=int(bool(emit_bf16))))
+
+
+def _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, v_tile=0):
+    return (dict(qg=q, kg=k, w=w, g=gk, do=do, dv=dv, dht=dht, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                 chunk_offsets=chunk_offsets),
+            dict(state_v_first=int(bool(state_v_first)), v_tile=v_tile))
+
+
+def _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices):
+    return (dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, dh=dh, do=do, dv=dv, cu_seqlens=cu_seqlens,
+                 chunk_indices=chunk_indices),
+            dict(state_v_first=int(bool(state_v_first))))
+
+
+def _shape_error(name, t, ndim, what):
+    if not isinstance(t, torch.Tensor):
+        raise _lib.value_error("ENULL", f"ENULL: {name} must be a tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise _bad(f"ESHAPE: {name} must be {what}")
+
+
 def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
                chunk_indices=None):
-    """Checks bwd_intra's arguments (ValueError); returns its outputs' (shape, dtype) list."""
-    B, T, H, K, HV = _dims(q, g)
-    _seqs(B, cu_seqlens, chunk_indices)
-    io = q.dtype
-    _want("q", q, (B, T, H, K), None)
-    if HV % H:
-        raise _bad(f"ESHAPE: HV={HV} (value heads, from g) is not a multiple of H={H} (from q)")
-    if emit_bf16 and HV != H:
-        raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: emit_bf16 needs HV == H")
-    # beta: the io dtype, or fp32 (fla's when chunk_kda applies the beta sigmoid; its own specialization)
-    for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("g", g, (B, T, HV, K), _F32),
-                               ("beta", beta, (B, T, HV), (io, _F32)), ("dAqk", dAqk, (B, T, HV, CHUNK), _F32),
-                               ("dAkk", dAkk, (B, T, HV, CHUNK), _F32), ("dq", dq, (B, T, HV, K), _F32),
-                               ("dk", dk, (B, T, HV, K), _F32), ("db", db, (B, T, HV), _F32),
-                               ("dg", dg, (B, T, HV, K), _F32)):
-        _want(name, t, shape, dt)
-    odt = io if emit_bf16 else _F32
-    return [((B, T, HV, K), odt), ((B, T, HV, K), odt), ((B, T, HV), _F32), ((B, T, HV, K), _F32)]
+    """Checks bwd_intra's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list."""
+    return _meta(_INTRA, *_intra_call(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens,
+                                      chunk_indices))
 
 
 def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
              nt=None, state_v_first=False):
-    """Checks bwd_dhu's arguments (ValueError); returns its outputs' (shape, dtype) list (dh, dh0, dv2);
-    dh0's shape is (0,) when h0 is None.  dh has fla's rows: B*ceil(T/64) at fixed length; varlen:
-    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks).  state_v_first: the
-    state's last two dims are [V, K] (dh, h0, dht, dh0), else [K, V]."""
-    B, T, HV, K, _ = _dims(q, gk)
-    N = _seqs(B, cu_seqlens, chunk_indices, chunk_offsets)
-    NT = _fla_nt(T, cu_seqlens, chunk_indices, nt)
-    if do.dim() != 4:
-        raise _bad("ESHAPE: do must be [B,T,HV,V]")
-    V = do.shape[3]
-    if not 1 <= V <= 512:
-        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
-                                                        "(V must be 1..512)")
-    S = (V, K) if state_v_first else (K, V)
-    io = q.dtype
-    _want("q", q, (B, T, HV, K), None)
-    for name, t, shape, dt in (("k", k, (B, T, HV, K), io), ("w", w, (B, T, HV, K), io),
-                               ("do", do, (B, T, HV, V), io), ("dv", dv, (B, T, HV, V), io),
-                               ("gk", gk, (B, T, HV, K), _F32)):
-        _want(name, t, shape, dt)
+    """Checks bwd_dhu's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list (dh,
+    dh0, dv2); dh0's shape is (0,) when h0 is None.  dh has fla's rows: B*ceil(T/64) at fixed length; varlen:
+    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks).  state_v_first: the state's last
+    two dims are [V, K] (dh, h0, dht, dh0), else [K, V]."""
+    _shape_error("q", q, 4, "[B,T,HV,K]")
+    if cu_seqlens is not None and isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1:
+        nt = _fla_nt(q.shape[1], cu_seqlens, chunk_indices, nt)
+    t, sc = _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, 64)
+    outs = _meta(_DHU, t, sc, max(nt, 1) if isinstance(nt, int) else nt, ("dh0",) if h0 is not None else ())
     if h0 is not None:
-        _want("h0", h0, (N, HV) + S, _F32)
-    if dht is not None:
-        _want("dht", dht, (N, HV) + S, _F32)
-    return [((B, NT, HV) + S, io), ((N, HV) + S if h0 is not None else (0,), _F32),
-            ((B, T, HV, V), io)]
+        _check_h0(h0, outs[1][0])
+    else:
+        outs[1] = ((0,), _F32)
+    if isinstance(nt, int) and nt == 0:  # only zero-length sequences: fla's dh has no rows
+        outs[0] = ((outs[0][0][0], 0) + outs[0][0][2:], outs[0][1])
+    return outs
+
+
+def _check_h0(h0, shape):
+    """h0 only sizes dh0 (kdart checks dh0's shape, built as h0's): the same shape, float32."""
+    if not isinstance(h0, torch.Tensor):
+        raise _lib.value_error("ENULL", f"ENULL: h0 must be a tensor, got {type(h0).__name__}")
+    if h0.dtype != _F32:
+        raise _lib.value_error("EDTYPE", f"EDTYPE: h0 is {h0.dtype}, expected torch.float32")
+    if tuple(h0.shape) != tuple(shape):
+        raise _bad(f"ESHAPE: h0 has shape {list(h0.shape)}, expected {list(shape)}")
 
 
 def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None, chunk_indices=None):
-    """Checks wy_dqkg's arguments (ValueError); returns its outputs' (shape, dtype) list in fla's order
-    (dq, dk, dv2, db, dg, dA)."""
-    B, T, H, K, HV = _dims(q, g)
-    _seqs(B, cu_seqlens, chunk_indices)
-    if v.dim() != 4:
-        raise _bad("ESHAPE: v must be [B,T,HV,V]")
-    V = v.shape[3]
-    if not 1 <= V <= 512:
-        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: value dim V={V} is not supported "
-                                                        "(V must be 1..512)")
-    if HV % H:
-        raise _bad(f"ESHAPE: HV={HV} (value heads, from g) is not a multiple of H={H} (from q)")
-    if h.dim() != 5:
-        raise _bad("ESHAPE: h must be [B,NT,HV,K,V]")
-    NT = h.shape[1] if cu_seqlens is not None else -(-T // CHUNK)
-    S = (V, K) if state_v_first else (K, V)
-    io = q.dtype
-    _want("q", q, (B, T, H, K), None)
-    for name, t, shape, dt in (("k", k, (B, T, H, K), io), ("v", v, (B, T, HV, V), io),
-                               ("v_new", v_new, (B, T, HV, V), io), ("g", g, (B, T, HV, K), _F32),
-                               ("beta", beta, (B, T, HV), (io, _F32)), ("A", A, (B, T, HV, CHUNK), io),
-                               ("h", h, (B, NT, HV) + S, io), ("do", do, (B, T, HV, V), io),
-                               ("dh", dh, (B, NT, HV) + S, io), ("dv", dv, (B, T, HV, V), io)):
-        _want(name, t, shape, dt)
-    return [((B, T, HV, K), _F32), ((B, T, HV, K), _F32), ((B, T, HV, V), io), ((B, T, HV), _F32),
-            ((B, T, HV, K), _F32), ((B, T, HV, CHUNK), _F32)]
+    """Checks wy_dqkg's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list in fla's
+    order (dq, dk, dv2, db, dg, dA)."""
+    return _meta(_WY, *_wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens,
+                                chunk_indices))
 
 
 # ------------------------------------------------------------------ plans
 
 class _Plan:
-    """The ctypes argument struct of one signature; calls only write data pointers."""
+    """The args struct of one signature, laid out from kdart's description of the stage; calls only write
+    data pointers (DLTensor i's at data[6 i])."""
 
-    def __init__(self, args_cls, names, tensors, fill):
-        n = len(names)
-        self.dls = (_lib.DLTensor * n)()
+    def __init__(self, st, t, sc):
+        st.build()
+        self.dls = (_lib.DLTensor * len(st.names))()
         self.keep = []
-        self.args = args_cls()
-        self.args.struct_size = ctypes.sizeof(args_cls)
-        for i, (name, t) in enumerate(zip(names, tensors)):
-            if t is None:
-                continue  # stays a NULL pointer (optional dht / dh0)
+        self.args = st.struct()
+        self.args.struct_size = ctypes.sizeof(st.struct)
+        dev0 = None
+        for i, a in enumerate(st.tensors):
+            x = t.get(a.name)
+            if x is None:
+                continue  # stays a NULL pointer (optional dht / dh0, no cu_seqlens)
             dl = self.dls[i]
-            shape = (ctypes.c_int64 * t.dim())(*t.shape)
+            shape = (ctypes.c_int64 * x.dim())(*x.shape)
             self.keep.append(shape)
-            dl.shape, dl.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), t.dim()
-            dl.device = _lib.DLDevice(2, t.get_device()) if t.is_cuda else _lib.DLDevice(1, 0)
-            code, bits = _DL_DTYPE.get(t.dtype, (0, 0))
+            dl.shape, dl.ndim = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), x.dim()
+            dl.device = _lib.DLDevice(2, x.get_device()) if x.is_cuda else _lib.DLDevice(1, 0)
+            if dev0 is None:
+                dev0 = dl.device
+            elif a.kind == _lib.ARG_OUTPUT:
+                dl.device = dev0  # the outputs are on the inputs' device (built on meta)
+            code, bits = _DL_DTYPE.get(x.dtype, (0, 0))
             dl.dtype = _lib.DLDataType(code, bits, 1)
-            setattr(self.args, name, ctypes.pointer(dl))
-        fill(self.args)
+            setattr(self.args, a.name, ctypes.pointer(dl))
+        for name, v in sc.items():
+            setattr(self.args, name, v)
         self.addr = ctypes.addressof(self.args)
-        self.data = memoryview(self.dls).cast("B").cast("Q")  # data field of DLTensor i at [6 i]
+        self.data = memoryview(self.dls).cast("B").cast("Q")
         self.warm = False
+
+
+def _build_plan(st, t, sc, nt=None, want=(), layout=()):
+    """A plan for one signature: kdart's checks and spec (kdart_spec_for), then the tensors' devices and
+    contiguity (layout); plan.outs: the outputs' (shape, dtype) by C name."""
+    outs = _outputs(st, t, sc, nt, want)
+    fakes = {n: torch.empty(shp, dtype=dt, device="meta") for n, (shp, dt) in outs.items()}
+    plan = _Plan(st, {**t, **fakes}, sc)
+    plan.spec = _ask_kdart(st, plan)
+    dev = _check_layout(layout)
+    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
+    return plan
 
 
 # Plans are per thread: a call writes its data pointers into the plan's
@@ -394,21 +451,12 @@ def _prepare_plan(kernel, plan, dev):
 
 def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens=None,
                 chunk_indices=None):
-    outs = intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
-    dev = _check_layout((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
-    fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]  # metadata only
-    # C order: ..., dq_in, dk_in, dg_in, db_in, dq, dk, dg, db (fla returns dq, dk, db, dg), cu_seqlens, chunk_indices
-    tensors = (q, k, g, beta, dAqk, dAkk, dq, dk, dg, db, fake[0], fake[1], fake[3], fake[2], cu_seqlens,
-               chunk_indices)
-
-    def fill(a):
-        a.fold_dg, a.emit_bf16 = int(bool(fold_dg)), int(bool(emit_bf16))
-    plan = _Plan(_lib.IntraArgs, _lib.INTRA_TENSORS + _lib.INTRA_SEQS, tensors, fill)
-    for i in range(10, 14):  # the outputs are on the inputs' device
-        plan.dls[i].device = plan.dls[0].device
-    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for)
-    plan.spec = _fast()["rt"].spec_for("bwd_intra", plan.args)
+    t, sc = _intra_call(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
+    plan = _build_plan(_INTRA, t, sc, layout=(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
+    plan.outs = [plan.outs[n] for n in _INTRA.returns]
+    plan.d_in = _INTRA.slots(("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "db_in", "dg_in"))
+    plan.d_out = _INTRA.slots(_INTRA.returns)
+    plan.d_seq = _INTRA.slots(("cu_seqlens", "chunk_indices"))
     return plan
 
 
@@ -454,47 +502,43 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     ob, og = torch.empty_like(db), torch.empty_like(dg)
     if not plan.warm:
         _prepare_plan("bwd_intra", plan, plan.dev)
-    d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_intra_args order
-    d[0], d[6], d[12], d[18], d[24] = q.data_ptr(), k.data_ptr(), g.data_ptr(), beta.data_ptr(), dAqk.data_ptr()
-    d[30], d[36], d[42], d[48], d[54] = dAkk.data_ptr(), dq.data_ptr(), dk.data_ptr(), dg.data_ptr(), db.data_ptr()
-    d[60], d[66], d[72], d[78] = oq.data_ptr(), ok.data_ptr(), og.data_ptr(), ob.data_ptr()
+    d = plan.data  # the slots of kdart's description of bwd_intra (_Stage)
+    for i, x in zip(plan.d_in, ts):
+        d[i] = x.data_ptr()
+    for i, x in zip(plan.d_out, (oq, ok, ob, og)):
+        d[i] = x.data_ptr()
     if cu_seqlens is not None:
-        d[84] = cu_seqlens.data_ptr()
+        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
         if chunk_indices is not None:
-            d[90] = chunk_indices.data_ptr()
+            d[plan.d_seq[1]] = chunk_indices.data_ptr()
     _launch("intra", plan, plan.idx)
     return oq, ok, ob, og
 
 
 def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
               nt=None, state_v_first=False):
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
-    rows = outs[0][0][1]
-    if rows == 0:  # only zero-length sequences: fla's dh has no rows; kdart's dh needs one (never written)
-        outs[0] = ((outs[0][0][0], 1) + outs[0][0][2:], outs[0][1])
-    dev = _check_layout((q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
-    fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]
-    tensors = (q, k, w, gk, do, dv, dht, fake[0], fake[2], fake[1] if h0 is not None else None, cu_seqlens,
-               chunk_indices, chunk_offsets)
-
-    def fill(a):
-        # 0: ops.c picks the tile (kdart_dhu_v_tile's) and, for packed sequences at BV 64, may add the V split
-        # (the C++ fast path passes 0 too)
-        a.v_tile = 0
-        a.state_v_first = int(bool(state_v_first))
-    plan = _Plan(_lib.DhuArgs, _lib.DHU_TENSORS + _lib.DHU_SEQS, tensors, fill)
-    for i in (7, 8, 9):
-        plan.dls[i].device = plan.dls[0].device
-    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
     # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for): on the
-    # device its V tile is the one kdart picks for the device's SM count; elsewhere (never launched) the
-    # widest, the choice for one SM
-    on_gpu = dev.type == "cuda"
-    plan.args.v_tile = 0 if on_gpu else 64
-    with torch.cuda.device(dev) if on_gpu else contextlib.nullcontext():
-        plan.spec = _fast()["rt"].spec_for("bwd_dhu", plan.args)
+    # device its V tile is the one kdart picks for the device's SM count (v_tile 0; the launch passes 0 too,
+    # and kdart may add the V split for packed sequences at BV 64); elsewhere (never launched) the widest,
+    # the choice for one SM
+    on_gpu = isinstance(q, torch.Tensor) and q.is_cuda
+    _shape_error("q", q, 4, "[B,T,HV,K]")
+    rows = _fla_nt(q.shape[1], cu_seqlens, chunk_indices, nt) if isinstance(cu_seqlens, torch.Tensor) else None
+    t, sc = _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first,
+                      0 if on_gpu else 64)
+    want = ("dh0",) if h0 is not None else ()
+    with torch.cuda.device(q.device) if on_gpu else contextlib.nullcontext():
+        # only zero-length sequences: fla's dh has no rows; kdart's dh needs one (never written)
+        plan = _build_plan(_DHU, t, sc, None if rows is None else max(rows, 1), want,
+                           (q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
+    if h0 is not None:
+        _check_h0(h0, plan.outs["dh0"][0])
     plan.args.v_tile = 0
     plan.no_rows = rows == 0
+    plan.d_in = _DHU.slots(("qg", "kg", "w", "g", "do", "dv"))
+    plan.d_dht, plan.d_dh0 = _DHU.slots(("dht", "dh0"))
+    plan.d_out = _DHU.slots(("dh", "dv2"))
+    plan.d_seq = _DHU.slots(("cu_seqlens", "chunk_indices", "chunk_offsets"))
     return plan
 
 
@@ -511,47 +555,39 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     if not (all(map(_CONTIG, ts)) and (dht is None or dht.is_contiguous())):
         _check_layout((q, k, w, do, dv, gk, dht))
     dev = plan.dev
-    (s0, t0), (s1, t1), _ = plan.outs
+    s0, t0 = plan.outs["dh"]
     dh = torch.empty(s0, dtype=t0, device=dev)
-    dh0 = torch.empty_like(h0) if h0 is not None else torch.empty(s1, dtype=t1, device=dev)  # h0 is fp32
+    dh0 = torch.empty_like(h0) if h0 is not None else torch.empty((0,), dtype=_F32, device=dev)  # h0 is fp32
     dv2 = torch.empty_like(dv)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, dev)
-    d = plan.data  # DLTensor i's data at [6 i], in kdart_bwd_dhu_args order (dht 6, dh0 9 stay NULL if absent)
-    d[0], d[6], d[12], d[18], d[24], d[30] = (q.data_ptr(), k.data_ptr(), w.data_ptr(), gk.data_ptr(),
-                                              do.data_ptr(), dv.data_ptr())
-    d[42], d[48] = dh.data_ptr(), dv2.data_ptr()
+    d = plan.data  # the slots of kdart's description of bwd_dhu (_Stage); dht, dh0 stay NULL if absent
+    for i, x in zip(plan.d_in, (q, k, w, gk, do, dv)):
+        d[i] = x.data_ptr()
+    d[plan.d_out[0]], d[plan.d_out[1]] = dh.data_ptr(), dv2.data_ptr()
     if dht is not None:
-        d[36] = dht.data_ptr()
+        d[plan.d_dht] = dht.data_ptr()
     if h0 is not None:
-        d[54] = dh0.data_ptr()
+        d[plan.d_dh0] = dh0.data_ptr()
     if cu_seqlens is not None:
-        d[60] = cu_seqlens.data_ptr()
+        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
         if chunk_indices is not None:
-            d[66] = chunk_indices.data_ptr()
+            d[plan.d_seq[1]] = chunk_indices.data_ptr()
         if chunk_offsets is not None:
-            d[72] = chunk_offsets.data_ptr()
+            d[plan.d_seq[2]] = chunk_offsets.data_ptr()
     _launch("dhu", plan, plan.idx)
     return (dh[:, :0] if plan.no_rows else dh), dh0, dv2
 
 
 def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None,
              chunk_indices=None):
-    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
-    dev = _check_layout((q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
-    fake = [torch.empty(s, dtype=d, device="meta") for s, d in outs]
-    # C order: dq, dk, dv2, dg, db, dA (fla returns dq, dk, dv, db, dg, dA)
-    tensors = (q, k, v, v_new, g, beta, A, h, dh, do, dv, fake[0], fake[1], fake[2], fake[4], fake[3], fake[5],
-               cu_seqlens, chunk_indices)
-
-    def fill(a):
-        a.state_v_first = int(bool(state_v_first))
-    plan = _Plan(_lib.WyArgs, _lib.WY_TENSORS + _lib.WY_SEQS, tensors, fill)
-    for i in range(11, 17):
-        plan.dls[i].device = plan.dls[0].device
-    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
-    plan.spec = _fast()["rt"].spec_for("wy_dqkg", plan.args)
+    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    plan = _build_plan(_WY, t, sc, layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
+    plan.outs = [plan.outs[n] for n in _WY.returns]  # dq, dk, dv2, db, dg, dA
+    plan.d_in = _WY.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv"))
+    plan.d_out = _WY.slots(_WY.returns)
+    plan.d_seq = _WY.slots(("cu_seqlens", "chunk_indices"))
     return plan
 
 
@@ -570,15 +606,15 @@ def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("wy_dqkg", plan, dev)
-    d = plan.data  # DLTensor i's data at [6 i], in kdart_wy_dqkg_args order (h, dh before do: C's order)
-    for i, t in enumerate((q, k, v, v_new, g, beta, A, h, dh, do, dv)):
-        d[6 * i] = t.data_ptr()
-    d[66], d[72], d[78], d[84], d[90], d[96] = (o[0].data_ptr(), o[1].data_ptr(), o[2].data_ptr(),
-                                                o[4].data_ptr(), o[3].data_ptr(), o[5].data_ptr())
+    d = plan.data  # the slots of kdart's description of wy_dqkg (_Stage)
+    for i, x in zip(plan.d_in, ts):
+        d[i] = x.data_ptr()
+    for i, x in zip(plan.d_out, o):
+        d[i] = x.data_ptr()
     if cu_seqlens is not None:
-        d[102] = cu_seqlens.data_ptr()
+        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
         if chunk_indices is not None:
-            d[108] = chunk_indices.data_ptr()
+            d[plan.d_seq[1]] = chunk_indices.data_ptr()
     _launch("wy", plan, plan.idx)
     return tuple(o)
 
@@ -762,32 +798,20 @@ def device_status(device=None, clear=True):
 
 
 def prepare_for(op, *args, **kwargs):
-    """Prepares (compiles or loads, into the inputs' device) the specialization that op (bwd_intra or
-    bwd_dhu) would launch for these arguments, without launching: call it before CUDA-graph capture."""
-    if op in (bwd_intra, torch.ops.kdart.bwd_intra):
-        names = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg", "fold_dg", "emit_bf16",
-                 "cu_seqlens", "chunk_indices")
-        defaults, build, kernel = ({"fold_dg": False, "emit_bf16": False, "cu_seqlens": None, "chunk_indices": None},
-                                   _intra_plan, "bwd_intra")
-    elif op in (bwd_dhu, torch.ops.kdart.bwd_dhu):
-        names = ("q", "k", "w", "do", "dv", "gk", "h0", "dht", "scale", "cu_seqlens", "chunk_indices",
-                 "chunk_offsets", "nt", "state_v_first")
-        defaults, build, kernel = ({"h0": None, "dht": None, "scale": None, "cu_seqlens": None,
-                                    "chunk_indices": None, "chunk_offsets": None, "nt": 1, "state_v_first": False},
-                                   _dhu_plan, "bwd_dhu")
-    elif op in (wy_dqkg, torch.ops.kdart.wy_dqkg):
-        names = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv", "scale", "state_v_first",
-                 "cu_seqlens", "chunk_indices", "chunk_offsets")
-        defaults, kernel = ({"scale": None, "state_v_first": False, "cu_seqlens": None, "chunk_indices": None,
-                             "chunk_offsets": None}, "wy_dqkg")
-
-        def build(*a):  # (scale and chunk_offsets choose nothing)
-            return _wy_plan(*a[:11], *a[12:15])
+    """Prepares (compiles or loads, into the inputs' device) the specialization that op (bwd_intra, bwd_dhu or
+    wy_dqkg, or its torch.ops.kdart op) would launch for these arguments, without launching: call it before
+    CUDA-graph capture.  Returns the spec, as kdart's C side chooses it for these arguments."""
+    for fn, st, build in ((bwd_intra, _INTRA, _intra_plan), (bwd_dhu, _DHU, _dhu_plan), (wy_dqkg, _WY, _wy_plan)):
+        if op is fn or op is getattr(torch.ops.kdart, st.kernel):
+            break
     else:
         raise ValueError("prepare_for: op must be kdart.torch.bwd_intra, bwd_dhu or wy_dqkg")
-    a = dict(defaults)
-    a.update(zip(names, args))
-    a.update(kwargs)
-    plan = build(*(a[n] for n in names))
-    _prepare_plan(kernel, plan, plan.dev)
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    params = inspect.signature(build).parameters
+    a = {k: v for k, v in bound.arguments.items() if k in params}
+    if "nt" in params:  # packed without chunk_indices: dh's rows need not be counted to prepare
+        a.setdefault("nt", 1)
+    plan = build(**a)
+    _prepare_plan(st.kernel, plan, plan.dev)
     return plan.spec

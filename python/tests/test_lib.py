@@ -18,6 +18,31 @@ def test_kernels():
     assert "fold_dg" in ks["bwd_intra"]
 
 
+@pytest.mark.parametrize("kernel,first,outputs", [
+    ("bwd_intra", "q", ["dq", "dk", "dg", "db"]),
+    ("bwd_dhu", "qg", ["dh", "dv2", "dh0"]),
+    ("wy_dqkg", "q", ["dq", "dk", "dv2", "dg", "db", "dA"]),
+])
+def test_op_description(kernel, first, outputs):
+    """Each operation's args struct as the library describes it (kdart_op_arg): the struct the package builds
+    from it lays out as the C one, field by field (op_struct checks each offset and the size)."""
+    import ctypes
+    args, size = _lib.op_args(kernel)
+    assert args[0].name == first and args[0].kind == _lib.ARG_INPUT and args[0].dims[0] == "B"
+    assert [a.name for a in args if a.kind == _lib.ARG_OUTPUT] == outputs
+    assert [a.name for a in args if a.kind == _lib.ARG_SEQS][0] == "cu_seqlens"
+    cls = _lib.op_struct(kernel)
+    assert ctypes.sizeof(cls) == size
+    assert all(getattr(cls, a.name).offset == a.offset for a in args)
+
+
+def test_op_description_refusals():
+    with pytest.raises(ValueError, match="no operation of its own"):
+        _lib.op_args("chunk_rcumsum")
+    with pytest.raises(ValueError, match="EKERNEL"):
+        _lib.op_args("nope")
+
+
 def test_open_info(cpu_runtime, tmp_path):
     info = cpu_runtime.info()
     assert info["cache_path"].startswith(str(tmp_path))

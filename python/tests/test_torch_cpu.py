@@ -254,7 +254,7 @@ def test_head_dims(K, V):
     (64, 1025, 64, 64, None, "K=64,varlen=1,tail=0"),  # B*HV > 65535: the varlen body takes the batch
 ])
 def test_plan_specs_are_ops_c_choices(K, B, T, HV, cu, want):
-    """The spec a plan prepares (prepare_for, and the check before a capture) is the one ops.c launches for
+    """The spec a plan prepares (prepare_for, and the check before a capture) is the one kdart launches for
     the shapes: K tile, varlen (T % 64, cu_seqlens, K below its tile, B*HV past the grid's y) and tail."""
     a = intra_args(B=B, T=T, H=HV // 2, HV=HV, K=K, device="meta")  # metadata only
     cus = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="meta")
@@ -274,10 +274,10 @@ def test_intra_beta_dtypes():
         assert [o[1] for o in outs] == [torch.float32] * 4
     for dt in (torch.float16, torch.float64):
         a[3] = torch.empty(1, 128, 4, dtype=dt, device="meta")
-        with pytest.raises(ValueError, match="EDTYPE: beta is"):
+        with pytest.raises(ValueError, match="EDTYPE: tensor beta is"):
             kt.intra_meta(*a)
     a[3] = torch.empty(1, 128, 2, dtype=torch.float32, device="meta")
-    with pytest.raises(ValueError, match="ESHAPE: beta"):
+    with pytest.raises(ValueError, match="ESHAPE: tensor beta"):
         kt.intra_meta(*a)
 
 
@@ -307,7 +307,7 @@ def _wy_meta_args(B=2, T=192, H=2, HV=4, K=128, V=128, io=BF, svf=False, NT=None
 @pytest.mark.parametrize("svf", [False, True])
 def test_wy_fake_shapes_and_plans(io, svf):
     """wy_dqkg's fake implementation (fla's outputs: dq, dk at HV heads fp32, dv in the io dtype, db, dg, dA
-    fp32), opcheck on meta tensors, and the spec a plan prepares: ops.c's choice of K tile, varlen, tail."""
+    fp32), opcheck on meta tensors, and the spec a plan prepares: kdart's choice of K tile, varlen, tail."""
     a = _wy_meta_args(io=io, svf=svf)
     out = torch.ops.kdart.wy_dqkg(*a, 0.125, svf)
     want = [((2, 192, 4, 128), F32), ((2, 192, 4, 128), F32), ((2, 192, 4, 128), io), ((2, 192, 4), F32),
@@ -326,15 +326,15 @@ def test_wy_checks():
     a = _wy_meta_args()
     bad = list(a)
     bad[6] = torch.empty(2, 192, 4, 64, dtype=F32, device="meta")
-    with pytest.raises(ValueError, match="EDTYPE: A"):
+    with pytest.raises(ValueError, match="EDTYPE: tensor A"):
         kt.wy_meta(*bad)
     bad = list(a)
     bad[5] = torch.empty(2, 192, 4, dtype=torch.float16, device="meta")
-    with pytest.raises(ValueError, match="EDTYPE: beta"):
+    with pytest.raises(ValueError, match="EDTYPE: tensor beta"):
         kt.wy_meta(*bad)
     bad = list(a)
     bad[9] = torch.empty(2, 4, 4, 128, 128, dtype=BF, device="meta")
-    with pytest.raises(ValueError, match="ESHAPE: dh"):
+    with pytest.raises(ValueError, match="ESHAPE: tensor dh"):
         kt.wy_meta(*bad)
     with pytest.raises(ValueError, match="EUNSUPPORTED"):
         kt.wy_meta(*_wy_meta_args(V=600))

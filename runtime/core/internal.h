@@ -9,6 +9,10 @@
  *                     env.c (KDART_* variables).  libc and kdart.h only.
  *   cache/            store.c, store.h: the SQLite compile cache.  Base only.
  *   runtime/core/     rt.h (the handle): registry.c (the kernel table),
+ *                     stage.h, stage.c (a stage's one description and
+ *                     the engine every operation runs through),
+ *                     stages/ (one file per stage: registry row,
+ *                     launch shape, prewarm rule, operation),
  *                     source.c (kernel_src loading and include closure),
  *                     locate.c (where the kernels are when nobody said),
  *                     prepare.c (kdart_prepare), compile.c (NVRTC +
@@ -17,7 +21,7 @@
  *                     tables), runtime.c (the handle's open and close),
  *                     error.c (status table, per-handle messages),
  *                     cache_api.c (the public cache calls), jobs.c
- *                     (background compiles), ops.c (the KDA operations).
+ *                     (background compiles).
  *                     Base and store; never the service.
  *   runtime/service/  service.h: client.c (the protocol codec, the client,
  *                     the remote-prepare hook it installs on a handle),

@@ -250,7 +250,7 @@ int kdart_prepare_async(kdart_rt *rt, const char *kernel, const char *spec, cons
     kdart_job *j = kdart__calloc(1, sizeof *j);
     if (!j) return kdart__err(rt, KDART_ENOMEM, "queuing a compile");
     j->jobs = js;
-    j->kernel = (int)(k - kdart__kernels);
+    j->kernel = kdart__kernel_index(k);
     memcpy(j->vals, vals, sizeof j->vals);
     if (arch) snprintf(j->arch, sizeof j->arch, "%s", arch);
     j->flags = flags;

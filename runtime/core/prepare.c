@@ -599,7 +599,7 @@ static int check_arch(kdart_rt *rt, const char *arch) {
 static int request_begin(kdart_rt *rt, request *q, int kernel, const int *vals, const char *arch) {
     memset(q, 0, sizeof *q);
     q->kernel = kernel;
-    q->k = &kdart__kernels[kernel];
+    q->k = kdart__kernel_at(kernel);
     if (!arch) {
         pthread_mutex_lock(&rt->lock);
         arch = default_arch(rt); /* set once, then fixed until kdart_close */
@@ -711,7 +711,7 @@ int kdart_prepare(kdart_rt *rt, const char *kernel, const char *spec, const char
     int vals[KDART__MAX_PARAMS];
     int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
     if (rc) return rc;
-    return kdart__prepare(rt, (int)(k - kdart__kernels), vals, arch, flags, out, NULL);
+    return kdart__prepare(rt, kdart__kernel_index(k), vals, arch, flags, out, NULL);
 }
 
 /* ------------------------------------------------------------- kdart_why */
@@ -806,7 +806,7 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     int rc = kdart__kernel_spec(rt, kernel, spec, &k, vals);
     if (rc) return rc;
     request q;
-    rc = request_begin(rt, &q, (int)(k - kdart__kernels), vals, arch);
+    rc = request_begin(rt, &q, kdart__kernel_index(k), vals, arch);
     if (rc) {
         request_free(&q);
         pthread_mutex_unlock(&rt->lock);

@@ -23,7 +23,7 @@
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
 #define KDART__MAX_PARAMS 7
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 192     /* largest spec_count of any kernel (bwd_intra); registry.c asserts it */
+#define KDART__MAX_SPECS 192     /* largest spec_count of any kernel (bwd_intra); every stage file asserts its own */
 #define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */
@@ -36,6 +36,10 @@ typedef struct kdart__param {
     int dflt;                              /* index of the default value */
 } kdart__param;
 
+typedef struct kdart__op kdart__op; /* a stage's operation: stage.h */
+
+/* A stage: one kernel of kernel_src/ and the operation around it, all in one
+ * file under runtime/core/stages/ (stage.h says what the engine does from it). */
 typedef struct kdart__kernel {
     const char *name;   /* "bwd_intra" */
     const char *source; /* file in kernel_src/ */
@@ -45,11 +49,21 @@ typedef struct kdart__kernel {
     /* Launch shape of a specialization: threads per CTA and dynamic shared
      * memory bytes.  Mirrors the traits struct of the kernel source. */
     void (*launch_shape)(const int *vals, int *threads, int *smem_bytes);
+    /* In the default prewarm set (NULL: every specialization that is not a stub) */
+    int (*prewarmed)(const int *vals);
+    /* Compiles to a trap and is never launched or prewarmed (NULL: none) */
+    int (*stub)(const int *vals);
+    const kdart__op *op; /* NULL: no operation of its own (called by others' launches) */
 } kdart__kernel;
 
-enum { KDART__K_RCUMSUM = 0, KDART__K_BWD_INTRA = 1, KDART__K_BWD_DHU = 2, KDART__K_WY_DQKG = 3, KDART__NKERNELS = 4 };
-
-extern const kdart__kernel kdart__kernels[KDART__NKERNELS];
+/* The registry: the built-in stages (runtime/core/stages/), in this order,
+ * then any a test registered (stage.h). */
+#define KDART__MAX_KERNELS 8
+extern const kdart__kernel kdart__stage_chunk_rcumsum, kdart__stage_bwd_intra, kdart__stage_bwd_dhu,
+    kdart__stage_wy_dqkg;
+int kdart__kernel_count(void);
+const kdart__kernel *kdart__kernel_at(int index);
+int kdart__kernel_index(const kdart__kernel *k);
 const kdart__kernel *kdart__kernel_find(const char *name);
 /* Parses a spec string into value indices (defaults filled in).  On error
  * returns KDART_ESPEC and writes why into err. */
@@ -181,7 +195,7 @@ int kdart__cuda_sm_count(kdart_rt *rt, int *sms);
 typedef struct kdart__unit {
     struct kdart__unit *next;
     char key[65];
-    int kernel;          /* KDART__K_* */
+    int kernel;          /* kdart__kernel_index */
     int spec;            /* spec index */
     char arch[16];
     unsigned char *cubin;
@@ -277,7 +291,7 @@ struct kdart_rt {
     kdart__unit *units;     /* every unit compiled or loaded, newest first */
     /* Units prepared for the current device's arch, by kernel and spec:
      * what the launch path reads. */
-    _Atomic(kdart__unit *) slots[KDART__NKERNELS][KDART__MAX_SPECS];
+    _Atomic(kdart__unit *) slots[KDART__MAX_KERNELS][KDART__MAX_SPECS];
     /* The device status word (one int) of each context that a varlen unit was
      * bound in, allocated then under rt->lock (cuda.c); read lock-free. */
     _Atomic(void *) status_ctx[KDART__MAX_CTX];

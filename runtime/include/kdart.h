@@ -502,8 +502,8 @@ KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
 KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
 
 /* The specialization that kdart_kda_<kernel> would launch for these
- * arguments (args: a kdart_bwd_intra_args, kdart_bwd_dhu_args or
- * kdart_wy_dqkg_args, kernel "bwd_intra", "bwd_dhu" or "wy_dqkg"), in canonical form, written into buf (n bytes
+ * arguments (args: the kernel's args struct, e.g. kdart_wy_dqkg_args for
+ * "wy_dqkg"), in canonical form, written into buf (n bytes
  * with the terminator); returns its length or a negative status.  The call
  * makes every check of the operation that does not look at memory (shapes,
  * dtypes, strides, sizes, cu_seqlens's shape; not the tensors' devices,
@@ -513,6 +513,38 @@ KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K
  * it to prepare exactly what a launch will need (kdart.torch.prepare_for)
  * without writing down kdart's rules a second time.  Any thread. */
 KDART_EXTERN int kdart_spec_for(kdart_rt *rt, const char *kernel, const void *args, char *buf, size_t n);
+
+/* Any stage's operation by name: kdart_op_run(rt, "wy_dqkg", &args, stream)
+ * is kdart_kda_wy_dqkg(rt, &args, stream).  KDART_EINVAL for a kernel with
+ * no operation of its own (chunk_rcumsum runs inside bwd_intra's). */
+KDART_EXTERN int kdart_op_run(kdart_rt *rt, const char *kernel, const void *args, void *stream);
+
+/* An operation's arguments, described from the same table its checks read,
+ * so that a binding can build the args struct, allocate the outputs and ask
+ * kdart_spec_for without writing any stage's rules down again. */
+enum { KDART_ARG_INPUT = 1, KDART_ARG_OUTPUT = 2, KDART_ARG_SEQS = 3, KDART_ARG_INT = 4, KDART_ARG_FLOAT = 5 };
+typedef struct kdart_op_arg_info {
+    const char *name;   /* "q", "do", "scale", "cu_seqlens" */
+    int kind;           /* KDART_ARG_*: a tensor (input, output, or one of cu_seqlens, chunk_indices,
+                           chunk_offsets) or an int / float scalar */
+    int optional;       /* tensors: 1 when it may be NULL */
+    uint32_t offset;    /* of the field in the args struct (const DLTensor *, int or float) */
+    uint32_t args_size; /* sizeof the args struct (the same in every answer) */
+    const char *dtype;  /* tensors: "io" (bfloat16 or float16, one per call), "float32", "io|float32", or
+                           "io?" (the io dtype when the int scalar named by flag is nonzero, else float32);
+                           cu_seqlens and the index tensors: "int32|int64"; scalars: NULL */
+    const char *flag;   /* "io?": the scalar that picks the dtype; else NULL */
+    const char *dims;   /* tensors: their shape in sizes, "B, T, HV, K" (B batch rows, T tokens, H query
+                           heads, HV value heads, K head dim, V value dim, N sequences, NT chunk rows of a
+                           state, HB a state's batch (B; 1 when packed), S1, S2 a state's trailing dims
+                           (K, V; V, K with state_v_first), 64 the chunk); scalars: NULL */
+} kdart_op_arg_info;
+/* Describes argument `index` of kernel's operation into *out and returns the
+ * number of arguments (tensors in the order of the args struct's checks,
+ * then scalars, then the sequence tensors); 0 for a kernel with no
+ * operation; KDART_EKERNEL, KDART_EINVAL (index out of range), KDART_ENULL.
+ * Constant tables: any thread, no handle needed. */
+KDART_EXTERN int kdart_op_arg(const char *kernel, int index, kdart_op_arg_info *out);
 
 /* ------------------------------------------------------ compile service */
 

@@ -214,6 +214,45 @@ static int dpoison(const dbuf *b) {
     return cu.cuMemsetD32_v2(b->p, pat, b->bytes / 4) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/* kc_tensor: a dbuf a test outside this file may hold (kda_check.h). */
+static dbuf to_dbuf(const kc_tensor *k) {
+    dbuf b;
+    b.p = (CUdeviceptr)k->p, b.bytes = k->bytes, b.t = k->t;
+    memcpy(b.shape, k->shape, sizeof b.shape);
+    b.t.shape = b.shape;
+    return b;
+}
+int kc_tensor_make(kc_tensor *k, int dtype, int ndim, const int64_t *shape) {
+    dbuf b;
+    memset(k, 0, sizeof *k);
+    if (ndim < 1 || ndim > 5 || dalloc(&b, dtype == 32 ? DT_F32 : dtype, ndim, shape)) return -1;
+    k->p = b.p, k->bytes = b.bytes, k->t = b.t;
+    memcpy(k->shape, b.shape, sizeof k->shape);
+    k->t.shape = k->shape;
+    return 0;
+}
+int kc_tensor_put(kc_tensor *k, const double *x) {
+    dbuf b = to_dbuf(k);
+    return dput(&b, x);
+}
+int kc_tensor_get(const kc_tensor *k, double *x) {
+    dbuf b = to_dbuf(k);
+    void *raw = malloc(k->bytes ? k->bytes : 1);
+    int rc = raw ? dget(&b, raw, x) : -1;
+    free(raw);
+    return rc;
+}
+int kc_tensor_poison(const kc_tensor *k) {
+    dbuf b = to_dbuf(k);
+    return dpoison(&b);
+}
+void kc_tensor_free(kc_tensor *k) {
+    dbuf b = to_dbuf(k);
+    dfree(&b);
+    k->p = 0;
+}
+int kc_sync(void) { return cu.cuCtxSynchronize() == CUDA_SUCCESS ? 0 : -1; }
+
 /* bwd_intra's tensors in kdart_bwd_intra_args order: in[0..9] are q, k, g,
  * beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in; out[0..3] (when out is not
  * NULL) dq, dk (out_dtype), dg, db.  Returns 0 or -1. */
@@ -1069,7 +1108,7 @@ out:
 
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
  * (T = 0 in the shape column: cu[N] tokens), the others B = 2 rows of 512;
- * every other tail=1 bwd_intra spec runs the fixed-length rows too (ops.c
+ * every other tail=1 bwd_intra spec runs the fixed-length rows too (kdart
  * sends a head dim below its tile to the varlen body at fixed length). */
 #define SELFTEST_SEQS(spec) \
     (strstr(spec, "varlen=1") ? (kc_seqs){5, NULL, 1, 700, 0, 0, 1, 1, 0, 0.0, 0} : (kc_seqs){0})

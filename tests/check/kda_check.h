@@ -29,6 +29,23 @@
  * Returns 0, or 77 (ctest's skip code) when there is no GPU, with why. */
 int kc_init(char *why, size_t n);
 
+/* A device tensor for a test of one's own (the registry's test-only stage):
+ * dtype 0 bf16, 1 fp16, 32 fp32; put converts from doubles (rounding to the
+ * dtype), get back; poison fills NaN.  Each returns 0 or -1. */
+typedef struct kc_tensor {
+    DLTensor t;
+    int64_t shape[5];
+    unsigned long long p;
+    size_t bytes;
+} kc_tensor;
+int kc_tensor_make(kc_tensor *k, int dtype, int ndim, const int64_t *shape);
+int kc_tensor_put(kc_tensor *k, const double *x);
+int kc_tensor_get(const kc_tensor *k, double *x);
+int kc_tensor_poison(const kc_tensor *k);
+void kc_tensor_free(kc_tensor *k);
+/* Waits for the current context's work; 0 or -1. */
+int kc_sync(void);
+
 /* Sequences of a case.  nseq = 0: fixed length, B rows of any
  * T >= 1 tokens (T % 64 != 0 runs the varlen=1 specialization with no
  * cu_seqlens).  nseq > 0: one packed row (B must be 1) of T storage tokens
@@ -98,13 +115,13 @@ int kc_spec_tail(const char *spec);
 /* Whether a bwd_intra spec takes beta in fp32 (beta=f32). */
 int kc_spec_beta_f32(const char *spec);
 /* Whether a bwd_intra spec is one kdart launches: varlen=0,tail=1 is a trap
- * stub (the tail body reads Kr from the varlen params; ops.c sends a head
+ * stub (the tail body reads Kr from the varlen params; kdart sends a head
  * dim below its tile to varlen=1 at fixed length too). */
 int kc_intra_spec_launchable(const char *spec);
-/* The head dim K for which ops.c launches a bwd_intra spec: the K tile, or
+/* The head dim K for which kdart launches a bwd_intra spec: the K tile, or
  * tile - 4 for a tail=1 spec (so that the tail body itself runs). */
 int kc_intra_spec_k(const char *spec);
-/* The shape for which ops.c launches a bwd_dhu spec with v_tile = the
+/* The shape for which kdart launches a bwd_dhu spec with v_tile = the
  * spec's BV: *K = the K tile, *V as given (a multiple of 64), *svf = 0 for
  * tail=0; for tail=1, variant % 3 picks what selects the masked path:
  * 0 K = tile - 4, 1 V - 4 (a partial last V tile), 2 the V-first state. */

@@ -126,7 +126,7 @@ static void intra_every_spec_of(int beta_f32) {
         if (c.emit_bf16) c.HV = c.H; /* emit needs HV == H */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
-        /* every other tail spec at fixed length (ops.c sends it to the varlen body with B rows) */
+        /* every other tail spec at fixed length (kdart sends it to the varlen body with B rows) */
         if (strstr(spec, "varlen=1") && !(kc_spec_tail(spec) && ((s >> 2) & 1)))
             every_spec_seqs(&c.seqs, &c.B, &c.T, s);
         check_intra(&c);
@@ -645,10 +645,29 @@ START_TEST(warm_load_times) {
 }
 END_TEST
 
-/* Small shapes for compute-sanitizer (KDART_GPU_SMALL=1): every
- * specialization once, B=1, two chunks. */
+/* name is one of the comma-separated entries of list */
+static int name_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Small shapes for compute-sanitizer (KDART_GPU_SMALL=1, or a list of
+ * kernels: KDART_GPU_SMALL=wy_dqkg): every specialization once, B=1, two
+ * chunks. */
+static int small_wants(const char *kernel) {
+    const char *small = getenv("KDART_GPU_SMALL");
+    return small && (strcmp(small, "1") == 0 || name_listed(small, kernel));
+}
+
 START_TEST(small_for_sanitizers) {
-    for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
+    for (int s = 0; small_wants("bwd_intra") && s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         if (!kc_intra_spec_launchable(spec)) continue;
@@ -659,7 +678,7 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, kc_spec_tail(spec) ? s >> 1 : s);
         check_intra(&c); /* tail specs: packed and fixed length (T = 65) in turn */
     }
-    for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
+    for (int s = 0; small_wants("bwd_dhu") && s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         int K, V = 128, svf;
@@ -669,7 +688,7 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_dhu(&c);
     }
-    for (int s = 0; s < kdart_spec_count("wy_dqkg"); s++) {
+    for (int s = 0; small_wants("wy_dqkg") && s < kdart_spec_count("wy_dqkg"); s++) {
         char spec[128];
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
         kc_wy_case c = {1, 128, 1, 2, kc_spec_k(spec), 64, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
@@ -740,7 +759,7 @@ START_TEST(dhu_head_dims) {
 }
 END_TEST
 
-/* -------------------------------------------- the specialization ops.c picks
+/* -------------------------------------------- the specialization kdart picks
  *
  * Each case runs (checked against the reference) on a handle of its own over
  * a fresh cache file, which then holds exactly what the call compiled: one
@@ -781,7 +800,7 @@ static void expect_launched(kdart_rt *h, char *dir, const char *kernel, const ch
     kdart_close(h);
     test_rmtree(dir);
     ck_assert_msg(l.n == 1, "%s: %d %s entries compiled, want 1 (%s)", what, l.n, kernel, canon);
-    ck_assert_msg(strcmp(l.spec, canon) == 0, "%s: ops.c launched %s [%s], want [%s]", what, kernel, l.spec, canon);
+    ck_assert_msg(strcmp(l.spec, canon) == 0, "%s: kdart launched %s [%s], want [%s]", what, kernel, l.spec, canon);
     printf("%-40s -> %s [%s]\n", what, kernel, l.spec);
 }
 
@@ -847,18 +866,6 @@ START_TEST(spec_choice) {
 }
 END_TEST
 
-/* name is one of the comma-separated entries of list */
-static int name_listed(const char *list, const char *name) {
-    const size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
 
 int main(void) {
     char why[256];
@@ -877,7 +884,7 @@ int main(void) {
     TCase *tc = tcase_create("kernels");
     tcase_set_timeout(tc, 1200);
     const char *small = getenv("KDART_GPU_SMALL");
-    if (small && small[0] == '1') {
+    if (small && small[0]) {
         tcase_add_test(tc, small_for_sanitizers);
         goto run;
     }

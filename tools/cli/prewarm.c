@@ -350,15 +350,55 @@ CLI_COMMAND(prewarm, "compile the registered specializations into the cache",
 
 /* ------------------------------------------------------------- kernels */
 
+typedef struct kernels_opts {
+    int args;
+} kernels_opts;
+
+/* One line per argument of a kernel's operation, from kdart_op_arg. */
+static void print_args(const char *name) {
+    static const char *const kinds[] = {"", "in", "out", "seqs", "int", "float"};
+    kdart_op_arg_info a;
+    int n = kdart_op_arg(name, 0, &a);
+    if (n <= 0) {
+        printf("    (no operation of its own)\n");
+        return;
+    }
+    for (int i = 0; i < n && kdart_op_arg(name, i, &a) > 0; i++) {
+        char dt[48], dims[48] = "";
+        snprintf(dt, sizeof dt, "%s%s", a.dtype ? a.dtype : "", a.flag ? a.flag : "");
+        if (a.dims) snprintf(dims, sizeof dims, "[%s]", a.dims);
+        char line[160];
+        int len = snprintf(line, sizeof line, "    %-14s %-5s %-18s %s%s", a.name, kinds[a.kind], dt, dims,
+                           a.optional ? " (optional)" : "");
+        while (len > 0 && len < (int)sizeof line && line[len - 1] == ' ') line[--len] = 0;
+        printf("%s\n", line);
+    }
+}
+
 static int run_kernels(cli *c, const void *opts, int nargs, char **args) {
+    (void)c, (void)nargs, (void)args;
+    const kernels_opts *o = opts;
     for (int i = 0; i < kdart_kernel_count(); i++) {
         const char *name = kdart_kernel_name(i);
         const char *params = kdart_kernel_params(name);
         printf("%-16s %3d specs  %s\n", name, kdart_spec_count(name), params ? params : "");
+        if (o->args) print_args(name);
     }
     return EXIT_OK;
 }
 
+#define K(field) offsetof(kernels_opts, field)
+static const cli_option kernels_options[] = {
+    {"args", 0, CLI_FLAG, NULL, K(args), 0, 0, 0,
+     "also each operation's arguments (kdart_op_arg): name, kind, dtype and dims"},
+    {NULL},
+};
+#undef K
+
+static const kernels_opts kernels_defaults = {0};
+
 CLI_COMMAND(kernels, "list the registered kernels and their parameters",
+    CLI_OPTIONS(kernels_options, kernels_opts, &kernels_defaults),
     .about = "One line per registered kernel: its name, its number of specializations\n"
-             "and the values each parameter takes.\n");
+             "and the values each parameter takes; with --args, the arguments of its\n"
+             "operation as the checks read them.\n");

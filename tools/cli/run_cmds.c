@@ -30,11 +30,11 @@ static int run_selftest(cli *c, const void *opts, int nargs, char **args) {
 }
 
 CLI_COMMAND(selftest, "run every kernel on the GPU against the float64 reference",
-    .about = "Runs every specialization of bwd_intra and bwd_dhu once on fresh random\n"
-             "inputs and prints each output's error against the float64 reference and\n"
-             "the time per call.  A tail=1 specialization runs with the shape that\n"
+    .about = "Runs every specialization of bwd_intra, bwd_dhu and wy_dqkg once on fresh\n"
+             "random inputs and prints each output's error against the float64 reference\n"
+             "and the time per call.  A tail specialization runs with the shape that\n"
              "selects it (a head dim 4 below its K tile; bwd_dhu also a partial last V\n"
-             "tile or the V-first state).\n",
+             "tile or the V-first state; wy_dqkg also V = 100).\n",
     .exits = "Exit status: 0 all pass, 1 otherwise, 3 without a GPU.\n");
 
 typedef struct bench_opts {

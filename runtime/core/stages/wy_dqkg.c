@@ -1,0 +1,137 @@
+/*
+ * wy_dqkg: the WY backward fused with the state-gradient products
+ * (kernel_src/wy_dqkg.cuh; fla's chunk_kda_bwd_wy_dqkg_fused),
+ * kdart_kda_wy_dqkg.  One CTA of 256 threads per (chunk, value head), the
+ * K blocks of 64 columns walked in turn.  Everything kdart knows about the
+ * stage is here: its registry row, launch shape, default prewarm rule, and
+ * its operation's arguments, checks, specialization choice and launch.
+ */
+#include "../stage.h"
+#include "kda_params.h"
+
+/* WyDqkgTraits<K> in kernel_src/wy_dqkg.cuh: 256 threads; two stages of six
+ * 64 x 64 io tiles, A, and the small per-row and per-column slots, the same at
+ * every K tile. */
+#define WY_THREADS 256
+#define WY_SMEM 108864
+static void shape(const int *vals, int *threads, int *smem) {
+    (void)vals;
+    *threads = WY_THREADS;
+    *smem = WY_SMEM;
+}
+
+/* The default prewarm set: every native one with the K-first state; the
+ * V-first state and the tail (head dims 60, 100, 192) in bf16 with fp32
+ * beta, as the configuration most models train with hands them over.
+ * vals: io, K, varlen, tail, beta, svf. */
+static int prewarmed(const int *vals) {
+    if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
+    return 1;
+}
+
+#define ARGS kdart_wy_dqkg_args
+#define IN 0
+#define OUT KDART__A_OUT
+
+static int dims(kdart_rt *rt, kdart__call *c) {
+    const ARGS *a = c->args;
+    int rc;
+    if (!a->q || !a->q->shape || a->q->ndim != 4 || !a->v || !a->v->shape || a->v->ndim != 4)
+        return kdart__err(rt, !a->q || !a->v ? KDART_ENULL : KDART_ESHAPE, "q must be [B,T,H,K] and v [B,T,HV,V]");
+    if ((rc = kdart__call_io(rt, c, a->q, "q", 4)) != KDART_OK) return rc;
+    const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
+    const int64_t HV = a->v->shape[2], V = a->v->shape[3];
+    if ((rc = kdart__check_head_dim(rt, K)) != KDART_OK) return rc;
+    if ((rc = kdart__check_value_dim(rt, V)) != KDART_OK) return rc;
+    if (B < 1 || T < 1 || H < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
+                          (long long)T, (long long)H, (long long)HV);
+    if (HV % H != 0)
+        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from v) is not a multiple of H=%lld (from q)",
+                          (long long)HV, (long long)H);
+    if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
+    if ((rc = kdart__chunk_grid(rt, c, B, T, HV, 0)) != KDART_OK) return rc;
+    /* h's chunk rows: B * ceil(T/64) at fixed length (B rows of them), or,
+     * packed, any NT >= 1 (>= chunk_indices's rows when given; the kernel
+     * checks the total on the device) */
+    const int svf = a->state_v_first != 0;
+    int64_t NT = (T + KDART_CHUNK - 1) / KDART_CHUNK, HB = B;
+    if (c->sq.cu) {
+        if ((rc = kdart__packed_chunk_rows(rt, c, a->h, "h", svf, &NT)) != KDART_OK) return rc;
+        if (NT > INT32_MAX) return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (h has %lld chunk rows)",
+                                              (long long)NT);
+        HB = 1;
+        c->max_chunks = NT;
+    }
+    int64_t *d = c->d;
+    d[KDART__D_B] = B, d[KDART__D_T] = T, d[KDART__D_H] = H, d[KDART__D_HV] = HV, d[KDART__D_K] = K;
+    d[KDART__D_V] = V, d[KDART__D_NT] = NT, d[KDART__D_HB] = HB;
+    d[KDART__D_S1] = svf ? V : K, d[KDART__D_S2] = svf ? K : V;
+    return KDART_OK;
+}
+
+static int choose(kdart_rt *rt, kdart__call *c) {
+    (void)rt;
+    const ARGS *a = c->args;
+    const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
+    const int v[6] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
+                      kdart__dtype_of(a->beta) == 32, a->state_v_first != 0};
+    memcpy(c->vals, v, sizeof v);
+    return KDART_OK;
+}
+
+static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void *fn, int *status, void *stream) {
+    const ARGS *a = c->args;
+    const int64_t *d = c->d;
+    kdart_wy_dqkg_params p = {
+        kdart__ptr(a->q),  kdart__ptr(a->k),  kdart__ptr(a->v),   kdart__ptr(a->v_new), kdart__ptr(a->g),
+        kdart__ptr(a->beta), kdart__ptr(a->A), kdart__ptr(a->h),  kdart__ptr(a->dh),    kdart__ptr(a->d_o),
+        kdart__ptr(a->dv), (float *)kdart__ptr(a->dq), (float *)kdart__ptr(a->dk), (void *)kdart__ptr(a->dv2),
+        (float *)kdart__ptr(a->dg), (float *)kdart__ptr(a->db), (float *)kdart__ptr(a->dA), a->scale,
+        (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_V],
+        kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
+        (int)d[KDART__D_K],
+    };
+    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
+}
+
+static const kdart__op op = {
+    sizeof(ARGS), sizeof(ARGS), "kdart_wy_dqkg_args", 17, 2,
+    {
+        KDART__TARG("q", ARGS, q, KDART__DT_IO, IN, B, T, H, K),
+        KDART__TARG("k", ARGS, k, KDART__DT_IO, IN, B, T, H, K),
+        KDART__TARG("v", ARGS, v, KDART__DT_IO, IN, B, T, HV, V),
+        KDART__TARG("v_new", ARGS, v_new, KDART__DT_IO, IN, B, T, HV, V),
+        KDART__TARG("g", ARGS, g, KDART__DT_F32, IN, B, T, HV, K),
+        KDART__TARG("beta", ARGS, beta, KDART__DT_IO_F32, IN, B, T, HV),
+        KDART__TARG("A", ARGS, A, KDART__DT_IO, IN, B, T, HV, 64),
+        KDART__TARG("h", ARGS, h, KDART__DT_IO, IN, HB, NT, HV, S1, S2),
+        KDART__TARG("dh", ARGS, dh, KDART__DT_IO, IN, HB, NT, HV, S1, S2),
+        KDART__TARG("do", ARGS, d_o, KDART__DT_IO, IN, B, T, HV, V),
+        KDART__TARG("dv", ARGS, dv, KDART__DT_IO, IN, B, T, HV, V),
+        KDART__TARG("dq", ARGS, dq, KDART__DT_F32, OUT, B, T, HV, K),
+        KDART__TARG("dk", ARGS, dk, KDART__DT_F32, OUT, B, T, HV, K),
+        KDART__TARG("dv2", ARGS, dv2, KDART__DT_IO, OUT, B, T, HV, V),
+        KDART__TARG("dg", ARGS, dg, KDART__DT_F32, OUT, B, T, HV, K),
+        KDART__TARG("db", ARGS, db, KDART__DT_F32, OUT, B, T, HV),
+        KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT, B, T, HV, 64),
+    },
+    {KDART__SARG("scale", ARGS, scale, 'f'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i')},
+    offsetof(ARGS, cu_seqlens), offsetof(ARGS, chunk_indices), 0,
+    dims, choose, launch,
+};
+
+_Static_assert(2 * 3 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
+
+const kdart__kernel kdart__stage_wy_dqkg = {
+    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 6,
+    {KDART__IO_PARAM, KDART__K_PARAM, KDART__FLAG_PARAM("varlen"),
+     /* tail: a head dim below the K tile or V not a multiple of 64 (element
+      * loads and stores); svf: the V-first state layout of h and dh */
+     KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf")},
+    shape, prewarmed, NULL, &op,
+};
+
+int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *a, void *stream) {
+    return kdart__op_call(rt, &kdart__stage_wy_dqkg, a, stream, NULL, 0);
+}
