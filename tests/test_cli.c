@@ -631,6 +631,20 @@ START_TEST(test_prewarm_then_hits) {
     ck_assert_msg(strstr(r.err, "hit") == NULL, "--quiet still printed progress:\n%s", r.err);
     EXPECT_IN(r.out, "3 hits");
     run_free(&r);
+
+    /* Without --arch (and KDART_ARCH) on a machine without a GPU: both targets, Hopper's and
+     * Blackwell's, so a CPU node's cache serves either kind of GPU node. */
+    const char *env_arch = getenv("KDART_ARCH");
+    RUN(&r, "stats");
+    const int no_gpu = strstr(r.out, "not available") != NULL;
+    run_free(&r);
+    if (no_gpu && !(env_arch && env_arch[0])) {
+        RUN(&r, "prewarm", "--kernel", "chunk_rcumsum");
+        EXPECT_STATUS(&r, 0);
+        EXPECT_IN(r.out, "prewarm: 6 entries: 3 compiled, 3 hits");
+        EXPECT_IN(r.err, "chunk_rcumsum K=64 sm_100a");
+        run_free(&r);
+    }
 }
 END_TEST
 

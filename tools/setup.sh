@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# tools/setup.sh: the main job on a fresh machine.  Installs what is
-# missing, builds, prewarms the default cache for sm_100a (the design's
-# primary target) and for the local GPU's arch when there is one, prints
-# `kdart ls`, and on a GPU machine runs `kdart selftest`.
+# tools/setup.sh [ARCHS]: the main job on a fresh machine.  Installs what is
+# missing, builds, prewarms the default cache for ARCHS (comma-separated; else
+# $KDART_ARCHS; else the local GPU's arch, or sm_90a and sm_100a without one),
+# through both doors when torch is importable: the shell's `kdart` (the
+# toolkit's NVRTC) and `python -m kdart` (the NVRTC a PyTorch process loads,
+# torch's own; cache keys name the NVRTC, docs/design.md "One NVRTC per
+# door"), prints `kdart ls`, and on a GPU machine runs `kdart selftest`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bdir="${KDART_BUILD_DIR:-$root/build}"
 "$root/tools/build.sh"
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 kdart="$bdir/kdart"
-archs="sm_100a"
-stats="$("$kdart" stats 2>/dev/null || true)"
+archs="${1:-${KDART_ARCHS:-}}"
+arch_opt=()
+[ -n "$archs" ] && arch_opt=(--arch "$archs")
 gpu=0
-if printf '%s\n' "$stats" | grep -q '^CUDA *available'; then
-  gpu=1
-  dev_arch="$(printf '%s\n' "$stats" | awk '/^default arch/ {print $3}')"
-  [ -n "$dev_arch" ] && [ "$dev_arch" != sm_100a ] && archs="$archs,$dev_arch"
+stats="$("$kdart" stats 2>/dev/null || true)"
+printf '%s\n' "$stats" | grep -q '^CUDA *available' && gpu=1
+"$kdart" prewarm "${arch_opt[@]}" --jobs "$(nproc)"
+py="${PYTHON:-python3}"
+if "$py" -c "import torch" 2>/dev/null; then
+  PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" KDART_LIBRARY="$bdir/libkdart.so" \
+    "$py" -m kdart prewarm "${arch_opt[@]}" --jobs "$(nproc)"
 fi
-"$kdart" prewarm --arch "$archs" --jobs "$(nproc)"
 "$kdart" ls
 if [ "$gpu" = 1 ]; then
   "$kdart" selftest

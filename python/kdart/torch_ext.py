@@ -1,6 +1,7 @@
 """kdart.torch_ext: builds and loads kdart.torch's C++ fast path (_torch_ext.cpp) against the installed torch.
 
-    python -m kdart.torch_ext        # build once (about a minute: torch's headers), then every process uses it
+    python -m kdart.torch_ext        # build once (about a minute: torch's headers), then every process uses it;
+                                     # again only when torch or this source changed (--force: anyway)
 
 One eager kdart.torch call from Python costs, on the path written in Python, a few microseconds per tensor
 argument (each attribute read and each torch.empty goes through torch's Python bindings); the C++ path
@@ -102,7 +103,7 @@ def _cuda_include():
     """A folder with cuda_runtime_api.h for c10/cuda's headers (the direct entries), or None: the CUDA
     toolkit torch found (CUDA_HOME), else the nvidia-cuda-runtime wheel's headers beside torch."""
     import torch
-    from torch.utils import cpp_extension as ce
+    ce = _quiet_cpp_extension()
     if not torch.version.cuda:
         return None
     cands = [os.path.join(ce.CUDA_HOME, "include")] if ce.CUDA_HOME else []
@@ -122,7 +123,7 @@ def build(verbose=False):
     import tempfile
 
     import torch
-    from torch.utils import cpp_extension as ce
+    ce = _quiet_cpp_extension()
     d = build_dir()
     os.makedirs(d, exist_ok=True)
     so = _so_path()[0]
@@ -150,10 +151,47 @@ def build(verbose=False):
     return load()
 
 
-def main():
+USAGE = """usage: python -m kdart.torch_ext [--force] [-v]
+
+Builds kdart.torch's C++ fast path for the installed torch (about a minute), unless the build for this
+torch and this source is there already (its folder is keyed by both: KDART_TORCH_EXT_DIR, else
+~/.cache/kdart/torch_ext).
+
+  --force     build again even when it is up to date
+  -v          print the compiler command
+  -h, --help  print this text and exit
+"""
+
+
+def _quiet_cpp_extension():
+    """torch.utils.cpp_extension, imported without its note (on a machine without a GPU it logs "No CUDA
+    runtime is found" at import, at warning level: true, and nothing this build needs)."""
+    import logging
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        log.setLevel(level)
+    return cpp_extension
+
+
+def main(argv=None):
     import time
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        sys.stdout.write(USAGE)
+        return 0
+    bad = [a for a in argv if a not in ("-v", "--force")]
+    if bad:
+        sys.stderr.write(f"kdart.torch_ext: unknown argument {bad[0]!r}\n" + USAGE)
+        return 2
+    if "--force" not in argv and any(os.path.exists(p) for p in _so_path()):
+        print(f"kdart.torch_ext: up to date in {build_dir()}")
+        return 0
     t0 = time.time()
-    build(verbose="-v" in sys.argv)
+    build(verbose="-v" in argv)
     print(f"kdart.torch_ext: built in {time.time() - t0:.0f} s into {build_dir()}")
     return 0
 

@@ -121,3 +121,56 @@ def test_kernel_dir_env_passed(monkeypatch, tmp_path):
     monkeypatch.setenv("KDART_KERNEL_DIR", str(tmp_path))
     with kdart.Runtime(flags=_lib.OPEN_NO_CUDA) as rt:
         assert rt.kernel_dir == str(tmp_path) and rt.info()["kernel_dir"] == str(tmp_path)
+
+
+def _door(args, tmp_path):
+    """`python -m kdart ARGS` (the Python door of the kdart program) on tmp_path's cache."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env.pop("KDART_ARCH", None)
+    return subprocess.run([sys.executable, "-m", "kdart", "--cache", str(tmp_path / "kdart.db")] + args,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_one_cache_two_doors(tmp_path):
+    """A prewarm through the kdart program's Python door (python -m kdart) is what the library in a Python
+    process hits: the same NVRTC, so the same keys; nothing is compiled again, no entry added."""
+    r = _door(["prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "3 compiled" in r.stdout
+    stats = _door(["stats"], tmp_path).stdout
+    with _lib.Runtime(cache_path=str(tmp_path / "kdart.db"), flags=_lib.OPEN_NO_CUDA) as rt:
+        info = rt.info()
+        assert f"{info['nvrtc']} ({info['nvrtc_build']})" in stats  # one NVRTC, one key
+        before = rt.cache_list()
+        for K in (64, 128, 256):
+            assert rt.prepare("chunk_rcumsum", f"K={K}", "sm_90a")["source"] == "cache"
+        assert len(rt.cache_list()) == len(before) == 3
+
+
+def test_door_environment(monkeypatch, tmp_path):
+    """The program runs with the Python door's NVRTC directory first on LD_LIBRARY_PATH."""
+    from kdart import cli
+    for so in ("libnvrtc.so.13", "libnvJitLink.so.13"):
+        (tmp_path / so).write_bytes(b"")
+    monkeypatch.setattr(_lib, "cuda_lib_dirs", lambda: [str(tmp_path / "none"), str(tmp_path)])
+    env = cli.environment({"LD_LIBRARY_PATH": "/x"})
+    assert env["LD_LIBRARY_PATH"] == f"{tmp_path}:/x"
+
+
+def test_torch_ext_help_builds_nothing(tmp_path):
+    """`python -m kdart.torch_ext --help` prints its usage and builds nothing (no torch needed); a bad
+    argument is a usage error."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+               KDART_TORCH_EXT_DIR=str(tmp_path / "ext"))
+    r = subprocess.run([sys.executable, "-m", "kdart.torch_ext", "--help"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m kdart.torch_ext"), r.stdout + r.stderr
+    assert not (tmp_path / "ext").exists()
+    r = subprocess.run([sys.executable, "-m", "kdart.torch_ext", "--nope"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "unknown argument '--nope'" in r.stderr
+    assert not (tmp_path / "ext").exists()

@@ -3,8 +3,9 @@
 Builds the wheel from this checkout (scikit-build-core over the project's CMake, fetched from PyPI by pip's
 isolated build), checks what it carries (one libkdart.so, the bundled SQLite and libuv, the kernel sources,
 no build- or source-tree paths), installs it with --no-deps into a new venv (no torch there) and, from a
-directory outside the checkout, imports kdart, checks that it uses its own library and kernels, and compiles
-one specialization for sm_100a.  Skips when the build backend cannot be fetched (no package index), and
+directory outside the checkout, prewarms one specialization for sm_100a with the wheel's `kdart` console
+script, imports kdart, checks that it uses its own library and kernels, and finds that specialization in the
+cache (one cache for both doors).  Skips when the build backend cannot be fetched (no package index), and
 when KDART_SKIP_WHEEL_TEST=1 (the wheel build takes about a minute on two cores).
 """
 import os
@@ -73,11 +74,17 @@ def test_wheel_installs_and_runs(wheel, tmp_path):
         "rt = kdart.Runtime()\n"
         "info = rt.info()\n"
         "assert info['kernel_dir'].startswith(pkg), info['kernel_dir']\n"
+        "n = len(rt.cache_list())\n"
         "p = rt.prepare('chunk_rcumsum', 'K=64', 'sm_100a')\n"
-        "assert p['source'] == 'compiled', p\n"
+        "assert p['source'] == 'cache', p\n"  # the console script's prewarm below made it
+        "assert len(rt.cache_list()) == n, n\n"
         "print('version', kdart.version(), 'kernels', info['kernel_dir'], 'key', p['key'][:12])\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KDART_") and k != "PYTHONPATH"}
     env.update(KDART_DISABLE_CUDA="1", KDART_CACHE_DIR=str(tmp_path / "cache"))
+    # the wheel's `kdart` on the venv's PATH: the package's program, through the Python door
+    r = subprocess.run([str(env_dir / "bin" / "kdart"), "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=64",
+                        "--arch", "sm_100a"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "1 compiled" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([py, "-c", script], cwd=str(tmp_path), env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -197,12 +197,19 @@ static int prewarm_target(cli *c, const prewarm_opts *o, const char **arches, in
     if (st != KDART_OK) return cli_fail(c, st, "cannot read the runtime's settings");
     if (*narches == 0) {
         /* The default is KDART_ARCH's when that is set (this tool reads
-         * the environment), else the device's: a bad one names its origin. */
+         * the environment), else the device's: a bad one names its origin.
+         * Without either (a CPU node building the cache for GPU nodes), both
+         * targets the kernels are built for: Hopper's and Blackwell's. */
         char why[512];
         const char *env = getenv("KDART_ARCH");
-        if (kdart_arch_supported(info->default_arch, why, sizeof why) != KDART_OK)
-            return cli_usage(c, "%s%s", env && env[0] ? "KDART_ARCH: " : "", why);
-        arches[(*narches)++] = info->default_arch;
+        if (!(env && env[0]) && !info->cuda_available) {
+            arches[(*narches)++] = "sm_90a";
+            arches[(*narches)++] = "sm_100a";
+        } else {
+            if (kdart_arch_supported(info->default_arch, why, sizeof why) != KDART_OK)
+                return cli_usage(c, "%s%s", env && env[0] ? "KDART_ARCH: " : "", why);
+            arches[(*narches)++] = info->default_arch;
+        }
     }
     *writable = info->cache_writable;
     /* Prewarming into memory is wasted work; say so, but do it anyway: the
@@ -317,8 +324,8 @@ static int run_prewarm(cli *c, const void *opts, int nargs, char **args) {
 #define P(field) offsetof(prewarm_opts, field)
 static const cli_option prewarm_options[] = {
     {"arch", 0, CLI_STRING, "LIST", P(arch), 0, 0, 0,
-     "comma-separated targets, e.g. sm_90a,sm_100a (default: the runtime's default: KDART_ARCH, else the local "
-     "GPU's, else sm_100a)"},
+     "comma-separated targets, e.g. sm_90a,sm_100a (default: KDART_ARCH, else the local GPU's, else both "
+     "sm_90a and sm_100a)"},
     {"kernel", 0, CLI_LIST, "NAME", P(kernels), 0, 16, 0, "only this kernel (repeatable; see 'kdart kernels')"},
     {"spec", 0, CLI_LIST, "SPEC", P(specs), 0, CLI_LIST_MAX, 0,
      "only this specialization of the one --kernel, e.g. K=64 or io=bf16,fold_dg=0,emit_bf16=0,K=128 "
