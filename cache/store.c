@@ -2283,6 +2283,47 @@ static int gc_op(kdart__store *st, void *arg) {
     return evict(st, a->max_bytes, NULL, &a->evicted, &a->freed);
 }
 
+typedef struct age_args {
+    int64_t before, evicted, freed;
+} age_args;
+
+static int age_op(kdart__store *st, void *arg) {
+    age_args *a = arg;
+    int64_t total0, total1;
+    sqlite3_stmt *del;
+    int rc = query_int64(st, "SELECT COALESCE(SUM(cubin_size), 0) FROM entries", &total0, "sizing the cache");
+    if (rc || (rc = prepare(st, "DELETE FROM entries WHERE last_used < ?1", &del, "evicting unused entries")))
+        return rc;
+    sqlite3_bind_int64(del, 1, a->before);
+    int src = sqlite3_step(del);
+    if (src != SQLITE_DONE) rc = sql_err(st, src, "evicting unused entries");
+    sqlite3_finalize(del);
+    if (rc) return rc;
+    a->evicted = sqlite3_changes(st->db);
+    if ((rc = query_int64(st, "SELECT COALESCE(SUM(cubin_size), 0) FROM entries", &total1, "sizing the cache")))
+        return rc;
+    a->freed = total0 - total1;
+    return KDART_OK;
+}
+
+int kdart__store_gc_age(kdart__store *st, int64_t before, int64_t *evicted, int64_t *freed) {
+    if (evicted) *evicted = 0;
+    if (freed) *freed = 0;
+    if (!st) return KDART_EINVAL;
+    op_begin(st);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    age_args a = {before, 0, 0};
+    int rc = clean(st, age_op, &a);
+    if (rc) return rc;
+    if (evicted) *evicted = a.evicted;
+    if (freed) *freed = a.freed;
+    return KDART_OK;
+}
+
+void kdart__store_set_max_bytes(kdart__store *st, int64_t max_bytes) {
+    if (st) st->max_bytes = max_bytes;
+}
+
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed) {
     if (evicted) *evicted = 0;
     if (freed) *freed = 0;
@@ -2658,6 +2699,40 @@ int kdart__store_count(kdart__store *st, const char *name, int64_t delta) {
     sqlite3_finalize(up);
     gate_leave(st);
     return rc;
+}
+
+int kdart__store_counter_set(kdart__store *st, const char *name, int64_t value) {
+    if (!st || !name) return KDART_EINVAL;
+    op_begin(st);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    gate_enter(st, 0);
+    int rc = sql_exec(st, COUNTERS_TABLE, "creating the counters table");
+    sqlite3_stmt *up = NULL;
+    if (!rc && !(rc = prepare(st, "INSERT OR REPLACE INTO counters(name, value) VALUES (?1, ?2)", &up, "setting"))) {
+        sqlite3_bind_text(up, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(up, 2, value);
+        int src = sqlite3_step(up);
+        rc = src == SQLITE_DONE ? KDART_OK : sql_err(st, src, "setting %s", name);
+        sqlite3_finalize(up);
+    }
+    if (!rc) st->counters_ready = 1;
+    gate_leave(st);
+    return rc;
+}
+
+static int zero_op(kdart__store *st, void *arg) {
+    (void)arg;
+    int rc = sql_exec(st, "UPDATE entries SET hits = 0 WHERE hits != 0", "zeroing the hit counts");
+    if (!rc) rc = sql_exec(st, COUNTERS_TABLE, "creating the counters table");
+    if (!rc) rc = sql_exec(st, "UPDATE counters SET value = 0 WHERE name = 'misses'", "zeroing the misses");
+    return rc;
+}
+
+int kdart__store_zero_stats(kdart__store *st) {
+    if (!st) return KDART_EINVAL;
+    op_begin(st);
+    if (!writable(st)) return set_err(st, KDART_ECACHE, "cache %s is read-only", st->path);
+    return clean(st, zero_op, NULL);
 }
 
 int kdart__store_counter(kdart__store *st, const char *name, int64_t *value) {

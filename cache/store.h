@@ -105,6 +105,10 @@ int kdart__store_getstats(kdart__store *st, kdart__store_stats *out);
 int kdart__store_verify(kdart__store *st, int64_t *checked, int64_t *damaged);
 /* Evicts rows by oldest last_used until cubin bytes <= max_bytes. */
 int kdart__store_gc(kdart__store *st, int64_t max_bytes, int64_t *evicted, int64_t *freed);
+/* Evicts the rows last used before `before` (unix seconds), failed ones too. */
+int kdart__store_gc_age(kdart__store *st, int64_t before, int64_t *evicted, int64_t *freed);
+/* The budget puts keep (<= 0: none); open's max_bytes until changed. */
+void kdart__store_set_max_bytes(kdart__store *st, int64_t max_bytes);
 
 /* Deletes the entry with this full key: OK, or ENOENT when there is none.
  * The writable store only (ECACHE when read-only). */
@@ -117,6 +121,11 @@ int kdart__store_clear(kdart__store *st, int64_t *removed);
  * never counted). */
 int kdart__store_count(kdart__store *st, const char *name, int64_t delta);
 int kdart__store_counter(kdart__store *st, const char *name, int64_t *value);
+/* Sets the named counter to value (the file's own settings live there too:
+ * "limit.max_bytes"); ECACHE when read-only. */
+int kdart__store_counter_set(kdart__store *st, const char *name, int64_t value);
+/* Zeroes the statistics: every entry's hit count and the "misses" counter. */
+int kdart__store_zero_stats(kdart__store *st);
 
 /* ------------------------------------------------------------- leases */
 

@@ -43,7 +43,7 @@ has() { grep -q -- "$1" "$tmp/last"; }
 
 check "cmake --install into a fresh prefix" cmake --install "$build" --prefix "$tmp/p1"
 for f in include/kdart.h include/dlpack/dlpack.h lib/libkdart.so lib/libkdart.a lib/cmake/kdart/kdartConfig.cmake \
-    lib/pkgconfig/kdart.pc share/kdart/kernel_src/bwd_intra.cuh bin/kdart share/doc/kdart/LICENSE; do
+    lib/pkgconfig/kdart.pc lib/pkgconfig/kdart-static.pc share/kdart/kernel_src/bwd_intra.cuh bin/kdart share/doc/kdart/LICENSE; do
     check "installed $f" test -e "$tmp/p1/$f"
 done
 check "SONAME is versioned" bash -c "readelf -d '$tmp/p1/lib/libkdart.so' | grep -q 'SONAME.*libkdart.so.[0-9]'"
@@ -64,6 +64,9 @@ check "examples/embed builds (static)" cmake --build "$tmp/es"
 check "pkg-config finds kdart" env PKG_CONFIG_PATH="$tmp/p1/lib/pkgconfig" pkg-config --exists --print-errors kdart
 check "examples/embed builds with pkg-config" bash -c "cc -std=c11 '$src/examples/embed/embed.c' -o '$tmp/ep' \
     \$(PKG_CONFIG_PATH='$tmp/p1/lib/pkgconfig' pkg-config --cflags --libs kdart)"
+check "examples/embed builds with pkg-config kdart-static" bash -c "cc -std=c11 '$src/examples/embed/embed.c' \
+    -o '$tmp/eps' \$(PKG_CONFIG_PATH='$tmp/p1/lib/pkgconfig' pkg-config --cflags --libs kdart-static)"
+check "  ... and needs no libkdart.so" bash -c "! readelf -d '$tmp/eps' | grep -q 'NEEDED.*libkdart'"
 
 # Move the prefix: nothing may still point at p1.
 mv "$tmp/p1" "$tmp/p2"
@@ -73,6 +76,9 @@ check "embed (shared) runs from the moved prefix" env LD_LIBRARY_PATH="$lib" "$t
 check "  ... and read the moved prefix's kernels" has "kernel dir $p2/share/kdart/kernel_src"
 check "  ... and compiled for sm_100a" has "prepared   bwd_intra"
 check "embed (pkg-config) runs from the moved prefix" env LD_LIBRARY_PATH="$lib" "$tmp/ep"
+check "  ... and hit the cache" has "from cache"
+check "embed (pkg-config kdart-static) runs with KDART_KERNEL_DIR" \
+    env KDART_KERNEL_DIR="$p2/share/kdart/kernel_src" LD_LIBRARY_PATH="$cuda/lib64" "$tmp/eps"
 check "  ... and hit the cache" has "from cache"
 check "the moved CLI lists the entry" "$p2/bin/kdart" ls
 check "  ... one bwd_intra sm_100a entry" has "bwd_intra .*sm_100a"

@@ -413,17 +413,17 @@ static const struct {
     const char *command;
     const char *options;
 } command_options[] = {
-    {"prewarm", "arch= kernel= spec= all jobs= force service="},
+    {"prewarm", "arch= kernel= spec= all jobs= force service= json"},
     {"ls", "kernel= arch= json"},
     {"show", "json"},
     {"sass", ""},
     {"export", "output="},
-    {"verify", ""},
-    {"gc", "max-bytes="},
+    {"verify", "json"},
+    {"gc", "max-bytes= older-than= keep forget"},
     {"rm", ""},
     {"clear", ""},
-    {"stats", "json"},
-    {"why", "arch="},
+    {"stats", "json zero"},
+    {"why", "arch= json"},
     {"serve", "socket= jobs= max-clients= idle-timeout= stop timeout= status"},
     {"kernels", ""},
     {"selftest", ""},
@@ -568,7 +568,7 @@ START_TEST(test_stats) {
     char db[PATH_MAX + 16];
     snprintf(db, sizeof db, "%s/kdart.db", test_dir);
     EXPECT_IN(r.out, db);
-    EXPECT_IN(r.out, "writable");
+    EXPECT_IN(r.out, "not created yet"); /* stats never creates the cache it reports on */
     EXPECT_IN(r.out, "NVRTC");
     EXPECT_IN(r.out, "nvJitLink");
     /* The CLI must work with no driver at all, and say so.  Whether there
@@ -625,11 +625,23 @@ START_TEST(test_prewarm_then_hits) {
     /* --force recompiles what the cache holds. */
     RUN_EXPECT(0, out, "3 compiled, 0 hits, 0 failed", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--force");
 
-    /* --quiet drops the progress lines but keeps the summary. */
+    /* --quiet prints errors only: no progress lines, no summary; the exit status says how it went. */
     RUN(&r, "--quiet", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
     EXPECT_STATUS(&r, 0);
     ck_assert_msg(strstr(r.err, "hit") == NULL, "--quiet still printed progress:\n%s", r.err);
-    EXPECT_IN(r.out, "3 hits");
+    ck_assert_msg(r.out[0] == 0, "--quiet still printed:\n%s", r.out);
+    run_free(&r);
+
+    /* --json: the summary as one object; the default is one job per CPU. */
+    RUN(&r, "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '{'), "prewarm --json is not a JSON object:\n%s", r.out);
+    EXPECT_IN(r.out, "\"entries\": 3, \"compiled\": 0, \"hits\": 3, \"failed\": 0");
+    EXPECT_IN(r.out, "\"archs\": [\"sm_90a\"]");
+    char jobs[32];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(jobs, sizeof jobs, "\"jobs\": %ld,", cpus < 3 ? cpus : 3); /* (never more jobs than entries) */
+    EXPECT_IN(r.out, jobs);
     run_free(&r);
 
     /* Without --arch (and KDART_ARCH) on a machine without a GPU: both targets, Hopper's and
@@ -822,7 +834,8 @@ START_TEST(test_show) {
     ck_assert_msg(json_valid(r.out, '{'), "show --json is not a JSON object:\n%s", r.out);
     EXPECT_IN(r.out, key1);
     EXPECT_IN(r.out, "\"manifest\": [");
-    EXPECT_IN(r.out, "\"report\": [");
+    EXPECT_IN(r.out, "\"report\": {\"registers\": "); /* an object, numbers as numbers */
+    EXPECT_IN(r.out, "\"spill_store_bytes\": 0");
     EXPECT_IN(r.out, "\"log\": ");
     run_free(&r);
 
@@ -921,6 +934,7 @@ static void corrupt_blobs(void) {
 START_TEST(test_verify) {
     use_seed();
     RUN_EXPECT(0, out, "checked 3 entries, 0 damaged", "verify");
+    RUN_EXPECT(0, out, "{\"checked\": 3, \"damaged\": 0, \"ok\": true}", "verify", "--json");
 
     corrupt_blobs();
     RUN_EXPECT(1, out, "3 damaged", "verify");
@@ -960,9 +974,23 @@ START_TEST(test_why) {
     EXPECT_STATUS(&r, 0);
     EXPECT_IN(r.out, "miss");
     EXPECT_IN(r.out, "arch: entry has sm_90a, request needs sm_100a");
+    /* the fields counted as listed: arch and the two option lines that carry it */
+    EXPECT_IN(r.out, "differs in 3 fields:");
+    run_free(&r);
+
+    RUN(&r, "why", "chunk_rcumsum", "K=128", "--arch", "sm_100a", "--json");
+    EXPECT_STATUS(&r, 0);
+    ck_assert_msg(json_valid(r.out, '{'), "why --json is not a JSON object:\n%s", r.out);
+    EXPECT_IN(r.out, "\"hit\": false");
+    EXPECT_IN(r.out, "\"differences\": [\"arch: entry has sm_90a, request needs sm_100a\"");
+    EXPECT_IN(r.out, "\"manifest\": [\"arch=sm_100a\"");
     run_free(&r);
 
     RUN_EXPECT(0, out, "hit", "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a");
+    RUN_EXPECT(0, out, "\"hit\": true", "why", "chunk_rcumsum", "K=128", "--arch", "sm_90a", "--json");
+    /* a target without the 'a' suffix is taken, with a word */
+    RUN_EXPECT(0, err, "warning: sm_90 has no arch-specific instructions", "why", "chunk_rcumsum", "K=128",
+               "--arch", "sm_90");
 
     RUN_STATUS(2, "why", "chunk_rcumsum", "K=96", "--arch", "sm_90a");
 }
@@ -1222,6 +1250,27 @@ START_TEST(test_empty_caches) {
 }
 END_TEST
 
+/* A command that only reads (or removes from) a cache never creates one: a --cache in a directory that
+ * does not exist stays that way, and the commands answer as for an empty cache. */
+START_TEST(test_missing_cache_not_created) {
+    char missing[PATH_MAX + 32], parent[PATH_MAX + 16];
+    snprintf(parent, sizeof parent, "%s/no-such-dir", test_dir);
+    snprintf(missing, sizeof missing, "%s/sub/x.db", parent);
+    RUN_EXPECT(0, err, "the cache has no entries", "--cache", missing, "ls");
+    RUN_EXPECT(0, out, "not created yet", "--cache", missing, "stats");
+    RUN_STATUS(0, "--cache", missing, "verify");
+    RUN_STATUS(0, "--cache", missing, "gc", "--max-bytes", "0");
+    RUN_STATUS(0, "--cache", missing, "clear");
+    RUN_STATUS(4, "--cache", missing, "rm", "abcdef");
+    RUN_EXPECT(0, out, "miss", "--cache", missing, "why", "chunk_rcumsum", "K=64", "--arch", "sm_90a");
+    struct stat st;
+    ck_assert_msg(stat(parent, &st) != 0, "a reading command created %s", parent);
+    /* prewarm creates it */
+    RUN_STATUS(0, "--cache", missing, "prewarm", "--kernel", "chunk_rcumsum", "--spec", "K=64", "--arch", "sm_90a");
+    ck_assert_int_eq(stat(missing, &st), 0);
+}
+END_TEST
+
 /* A bad KDART_ARCH fails only what compiles for the default arch, and the
  * message names the variable; listing and checking a cache work. */
 START_TEST(test_bad_env_arch) {
@@ -1232,7 +1281,50 @@ START_TEST(test_bad_env_arch) {
     RUN_STATUS(0, "stats");
     RUN_EXPECT(2, err, "kdart prewarm: KDART_ARCH: 'garbage'", "-q", "prewarm", "--kernel", "chunk_rcumsum");
     RUN_EXPECT(2, err, "EARCH: KDART_ARCH: 'garbage'", "-q", "why", "chunk_rcumsum", "K=64");
+    /* well formed but older than Hopper: named as the variable's too */
+    static const char *const env89[] = {"KDART_ARCH=sm_89", NULL};
+    extra_env = env89;
+    RUN_EXPECT(2, err, "kdart prewarm: KDART_ARCH: sm_89 is not supported", "-q", "prewarm", "--kernel",
+               "chunk_rcumsum");
+    RUN_EXPECT(2, err, "EARCH: KDART_ARCH: sm_89", "-q", "why", "chunk_rcumsum", "K=64");
     extra_env = NULL;
+}
+END_TEST
+
+/* The cache controls people know from ccache: eviction by age, a size limit kept in the cache file, zeroed
+ * statistics; and stats naming where each setting came from. */
+START_TEST(test_gc_age_limit_zero) {
+    RUN_STATUS(0, "-q", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a");
+    RUN_STATUS(0, "-q", "prewarm", "--kernel", "chunk_rcumsum", "--arch", "sm_90a"); /* 3 hits */
+    RUN_EXPECT(0, out, "hits             3", "stats");
+    RUN_EXPECT(0, out, "statistics zeroed", "stats", "--zero");
+    RUN_EXPECT(0, out, "hits             0", "stats");
+    RUN_EXPECT(0, out, "misses           0", "stats");
+    RUN_EXPECT(0, out, "entries          3", "stats"); /* the entries stay */
+    /* the limit: default, kept in the file, overridden by the variable, back to none */
+    RUN_EXPECT(0, out, "cache_max_bytes 2147483648  (default (2 GiB))", "stats");
+    RUN_EXPECT(0, out, "kept 512.0M as the cache's size limit", "gc", "--max-bytes", "512M", "--keep");
+    RUN_EXPECT(0, out, "cache_max_bytes 536870912  (the cache file", "stats");
+    RUN_EXPECT(0, out, "\"origin\": \"the cache file", "stats", "--json");
+    static const char *const env[] = {"KDART_CACHE_MAX_BYTES=1G", NULL};
+    extra_env = env;
+    RUN_EXPECT(0, out, "cache_max_bytes 1073741824  (KDART_CACHE_MAX_BYTES)", "stats");
+    extra_env = NULL;
+    RUN_EXPECT(0, out, "cache_path ", "stats");
+    RUN_EXPECT(0, out, "forgot the cache's size limit", "gc", "--forget");
+    RUN_EXPECT(0, out, "cache_max_bytes 2147483648  (default (2 GiB))", "stats");
+    static const char *const nolimit[] = {"KDART_CACHE_MAX_BYTES=0", NULL};
+    extra_env = nolimit;
+    RUN_EXPECT(0, out, "cache_max_bytes none (no limit)  (KDART_CACHE_MAX_BYTES)", "stats");
+    extra_env = NULL;
+    /* by age: nothing is a day old; everything is older than now once a second has passed */
+    RUN_EXPECT(0, out, "evicted 0 entries", "gc", "--older-than", "1d");
+    sleep(1);
+    RUN_EXPECT(0, out, "evicted 3 entries", "gc", "--older-than", "0s");
+    RUN_EXPECT(2, err, "gc needs --max-bytes N or --older-than AGE", "gc");
+    RUN_EXPECT(2, err, "--keep needs --max-bytes N with N > 0", "gc", "--max-bytes", "0", "--keep");
+    RUN_EXPECT(2, err, "wants a duration like 45s", "gc", "--older-than", "3w");
+    RUN_EXPECT(2, err, "--keep needs --max-bytes", "gc", "--older-than", "1d", "--keep");
 }
 END_TEST
 
@@ -1252,6 +1344,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(usage, test_stats);
     tcase_add_test(usage, test_show_absent_key);
     tcase_add_test(usage, test_empty_caches);
+    tcase_add_test(usage, test_missing_cache_not_created);
     tcase_add_test(usage, test_bad_env_arch);
     tcase_add_test(usage, test_help_lists_options);
     tcase_add_test(usage, test_option_parser);
@@ -1276,6 +1369,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(cache, test_ls_filters);
     tcase_add_test(cache, test_rm);
     tcase_add_test(cache, test_clear);
+    tcase_add_test(cache, test_gc_age_limit_zero);
     tcase_add_test(cache, test_stats_hits_misses);
     tcase_add_test(cache, test_verify_page1);
     tcase_add_test(cache, test_verify_counts_lost);

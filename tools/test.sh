@@ -15,6 +15,12 @@ py="${PYTHON:-python3}"
 if ! "$py" -c "import pytest" 2>/dev/null; then
   "$py" -m pip install --quiet pytest
 fi
+if "$py" -c "import torch" 2>/dev/null; then
+  echo "tools/test.sh: Python tests with $py (torch $("$py" -c 'import torch; print(torch.__version__)'))"
+else
+  echo "tools/test.sh: Python tests with $py; torch is not importable there, so the torch tests skip" \
+       "(PYTHON=/path/to/python picks another interpreter)"
+fi
 rc=0
 KDART_LIBRARY="$bdir/libkdart.so" "$py" -m pytest "$root/python/tests" -q -p no:cacheprovider || rc=$?
 # 5: no tests collected; not a failure here.

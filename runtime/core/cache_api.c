@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt.h"
 
@@ -193,6 +194,79 @@ int kdart_cache_gc(kdart_rt *rt, int64_t max_bytes, int64_t *evicted, int64_t *f
     return rc;
 }
 
+int kdart_cache_gc_age(kdart_rt *rt, int64_t seconds, int64_t *evicted, int64_t *freed) {
+    KDART__CHECK_RT(rt);
+    int64_t e = 0, f = 0;
+    if (seconds < 0) return kdart__err(rt, KDART_EINVAL, "seconds must be >= 0");
+    if (!rt->rw) return no_cache(rt);
+    pthread_mutex_lock(&rt->lock);
+    int rc = store_status(rt, rt->rw, kdart__store_gc_age(rt->rw, (int64_t)time(NULL) - seconds, &e, &f), "gc");
+    pthread_mutex_unlock(&rt->lock);
+    if (evicted) *evicted = e;
+    if (freed) *freed = f;
+    return rc;
+}
+
+int kdart_cache_set_max_bytes(kdart_rt *rt, int64_t max_bytes) {
+    KDART__CHECK_RT(rt);
+    if (max_bytes < -1) return kdart__err(rt, KDART_EINVAL, "max_bytes must be -1 (no limit), 0 (forget) or a size");
+    if (!rt->rw) return no_cache(rt);
+    pthread_mutex_lock(&rt->lock);
+    int rc = store_status(rt, rt->rw, kdart__store_counter_set(rt->rw, "limit.max_bytes", max_bytes), "set_max_bytes");
+    /* this handle follows, unless an option or the variable chose its limit */
+    if (rc == KDART_OK && (strncmp(rt->from_max_bytes, "the cache", 9) == 0 || strncmp(rt->from_max_bytes, "default", 7) == 0)) {
+        rt->cache_max_bytes = max_bytes ? max_bytes : (int64_t)2 << 30;
+        rt->from_max_bytes = max_bytes ? "the cache file (kdart gc --max-bytes N --keep)" : "default (2 GiB)";
+        kdart__store_set_max_bytes(rt->rw, rt->cache_max_bytes);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int kdart_cache_zero_stats(kdart_rt *rt) {
+    KDART__CHECK_RT(rt);
+    if (!rt->rw) return no_cache(rt);
+    pthread_mutex_lock(&rt->lock);
+    int rc = store_status(rt, rt->rw, kdart__store_zero_stats(rt->rw), "zero_stats");
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int kdart_setting(kdart_rt *rt, int index, const char **name, const char **value, const char **origin) {
+    KDART__CHECK_RT(rt);
+    if (!name || !value || !origin) return kdart__err(rt, KDART_ENULL, "name, value and origin must not be NULL");
+    kdart_rt_info info;
+    int rc = kdart_info(rt, &info); /* resolves the default arch */
+    if (rc) return rc;
+    pthread_mutex_lock(&rt->lock);
+    rc = KDART_OK;
+    switch (index) {
+    case 0:
+        *name = "cache_path", *value = rt->cache_path, *origin = rt->from_cache_path;
+        break;
+    case 1:
+        *name = "kernel_dir", *value = rt->kernel_dir, *origin = rt->from_kernel_dir;
+        break;
+    case 2:
+        *name = "default_arch", *value = info.default_arch;
+        *origin = rt->from_arch ? rt->from_arch : info.cuda_available ? "the local GPU" : "default (no GPU: sm_100a)";
+        break;
+    case 3:
+        if (rt->cache_max_bytes < 0) snprintf(rt->setting_buf, sizeof rt->setting_buf, "none (no limit)");
+        else snprintf(rt->setting_buf, sizeof rt->setting_buf, "%lld", (long long)rt->cache_max_bytes);
+        *name = "cache_max_bytes", *value = rt->setting_buf, *origin = rt->from_max_bytes;
+        break;
+    case 4:
+        snprintf(rt->setting_buf2, sizeof rt->setting_buf2, "%d", rt->compile_threads);
+        *name = "compile_threads", *value = rt->setting_buf2, *origin = rt->from_threads;
+        break;
+    default:
+        rc = kdart__err(rt, KDART_EINVAL, "no setting %d", index);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
 int kdart_cache_remove(kdart_rt *rt, const char *prefix, char removed_key[65]) {
     KDART__CHECK_RT(rt);
     if (!prefix) return kdart__err(rt, KDART_ENULL, "key prefix is NULL");
@@ -244,7 +318,9 @@ int kdart_info(kdart_rt *rt, kdart_rt_info *info) {
     pthread_mutex_lock(&rt->lock);
     if (!rt->default_arch) rt->default_arch = kdart__strdup(cuda_ok ? arch : "sm_100a");
     pthread_mutex_unlock(&rt->lock);
-    info->cache_path = rt->rw ? rt->cache_path : "";
+    /* the path of a cache KDART_OPEN_NO_CREATE left unopened (it does not exist yet) is still its path */
+    const int absent = !rt->rw && (rt->flags & KDART_OPEN_NO_CREATE) && strcmp(rt->cache_path, ":memory:") != 0;
+    info->cache_path = rt->rw || absent ? rt->cache_path : "";
     info->cache_writable = rt->rw && !kdart__store_readonly(rt->rw);
     info->kernel_dir = rt->kernel_dir;
     info->default_arch = rt->default_arch ? rt->default_arch : "sm_100a";

@@ -822,10 +822,16 @@ int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, const char *ar
     } else if (!n.best_manifest) {
         kdart__buf_fmt(&out, "status:  miss: the cache holds no entry for kernel %s\n", k->name);
     } else {
-        kdart__buf_fmt(&out, "status:  miss; nearest entry %.12s differs in %d field(s):\n", n.best_key,
-               n.best_diff);
-        diff_fields(q.manifest, n.best_manifest, &out, 0);
-        diff_fields(n.best_manifest, q.manifest, &out, 1);
+        /* the fields, one line each (best_diff counts a changed line on both sides) */
+        kdart__buf diffs = {0};
+        diff_fields(q.manifest, n.best_manifest, &diffs, 0);
+        diff_fields(n.best_manifest, q.manifest, &diffs, 1);
+        int nfields = 0;
+        for (const char *c = diffs.s ? diffs.s : ""; *c; c++) nfields += *c == '\n';
+        kdart__buf_fmt(&out, "status:  miss; nearest entry %.12s differs in %d field%s:\n%s", n.best_key, nfields,
+                       nfields == 1 ? "" : "s", diffs.s ? diffs.s : "");
+        out.oom |= diffs.oom;
+        kdart__buf_free(&diffs);
     }
     kdart__buf_fmt(&out, "manifest:\n%s", q.manifest);
     kdart__free(n.best_manifest);

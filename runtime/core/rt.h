@@ -271,6 +271,9 @@ struct kdart_rt {
     kdart__store **tiers;   /* lookup order: tiers[0] = rw, tiers[1..n_ro] the
                                read-only caches; NULL where unavailable */
     int64_t cache_max_bytes;
+    /* where each setting's value came from, for kdart_setting (static strings) */
+    const char *from_cache_path, *from_kernel_dir, *from_arch, *from_max_bytes, *from_threads;
+    char setting_buf[32], setting_buf2[16]; /* kdart_setting's numbers as text */
     int cache_warned;       /* a cache failure was logged at WARN (under lock) */
     int compile_threads;
     uint32_t flags;

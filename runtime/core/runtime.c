@@ -38,17 +38,17 @@ static const char *env(const kdart_rt *rt, const char *name) {
 }
 
 /* Default cache file: KDART_CACHE_DIR, XDG_CACHE_HOME/kdart, ~/.cache/kdart. */
-static char *default_cache_path(const kdart_rt *rt) {
+static char *default_cache_path(kdart_rt *rt) {
     char buf[4096];
     const char *d;
     if ((d = env(rt, "KDART_CACHE_DIR")) != NULL)
-        snprintf(buf, sizeof buf, "%s/kdart.db", d);
+        snprintf(buf, sizeof buf, "%s/kdart.db", d), rt->from_cache_path = "KDART_CACHE_DIR";
     else if ((d = getenv("XDG_CACHE_HOME")) != NULL && d[0] == '/')
-        snprintf(buf, sizeof buf, "%s/kdart/kdart.db", d);
+        snprintf(buf, sizeof buf, "%s/kdart/kdart.db", d), rt->from_cache_path = "XDG_CACHE_HOME";
     else if ((d = getenv("HOME")) != NULL && d[0])
-        snprintf(buf, sizeof buf, "%s/.cache/kdart/kdart.db", d);
+        snprintf(buf, sizeof buf, "%s/.cache/kdart/kdart.db", d), rt->from_cache_path = "default (~/.cache/kdart)";
     else
-        return kdart__strdup("");
+        return rt->from_cache_path = "default (no HOME: in memory)", kdart__strdup("");
     return kdart__strdup(buf);
 }
 
@@ -80,7 +80,9 @@ int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t m
 
 static void open_stores(kdart_rt *rt) {
     char err[512];
-    if (rt->cache_path[0] && strcmp(rt->cache_path, ":memory:") != 0) {
+    /* KDART_OPEN_NO_CREATE: a cache that does not exist stays so (a reader has nothing to read) */
+    const int absent = (rt->flags & KDART_OPEN_NO_CREATE) && access(rt->cache_path, F_OK) != 0 && errno == ENOENT;
+    if (rt->cache_path[0] && strcmp(rt->cache_path, ":memory:") != 0 && !absent) {
         err[0] = 0;
         int rc = kdart__store_open(&rt->rw, rt->cache_path, 0, rt->cache_max_bytes, err, sizeof err);
         if (rc) {
@@ -149,17 +151,22 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     }
     rt->compile = kdart__compile_nvrtc;
     rt->compile_threads = opts.compile_threads > 0 ? opts.compile_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    rt->from_threads = opts.compile_threads > 0 ? "kdart_options.compile_threads" : "default (one per CPU)";
 
     rt->cache_max_bytes = opts.cache_max_bytes;
+    rt->from_max_bytes = "kdart_options.cache_max_bytes";
     int64_t mb;
     /* "0" in the variable means no budget, as a negative option does. */
     if (rt->cache_max_bytes == 0 && kdart__env_number(rt, "KDART_CACHE_MAX_BYTES", 1, 0, INT64_MAX, &mb))
-        rt->cache_max_bytes = mb ? mb : -1;
-    if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30;
+        rt->cache_max_bytes = mb ? mb : -1, rt->from_max_bytes = "KDART_CACHE_MAX_BYTES";
+    /* 0: not given; the cache's own limit (kdart_cache_set_max_bytes) or 2 GiB, once the stores are open */
 
     /* Strings the handle owns. */
+    rt->from_cache_path = "kdart_options.cache_path";
     rt->cache_path = opts.cache_path ? kdart__strdup(opts.cache_path) : default_cache_path(rt);
     const char *kd = opts.kernel_dir ? opts.kernel_dir : env(rt, "KDART_KERNEL_DIR");
+    rt->from_kernel_dir = opts.kernel_dir ? "kdart_options.kernel_dir" : kd ? "KDART_KERNEL_DIR"
+                                                                           : "default (found from the library's place)";
     rt->kernel_dir = kd ? kdart__strdup(kd) : kdart__default_kernel_dir(); /* locate.c */
     /* A malformed options.arch is the caller's error: the open fails.  A
      * bad KDART_ARCH is kept and warned about: commands that compile
@@ -168,6 +175,7 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
      * (prepare.c, check_arch). */
     const char *arch = opts.arch ? opts.arch : env(rt, "KDART_ARCH");
     rt->arch_from_env = !opts.arch && arch;
+    rt->from_arch = opts.arch ? "kdart_options.arch" : arch ? "KDART_ARCH" : NULL; /* NULL: resolved on first use */
     if (arch && kdart__arch_check(arch) != KDART_OK) {
         if (!rt->arch_from_env) {
             rc = KDART_EARCH;
@@ -202,6 +210,14 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
                    rt->kernel_dir);
 
     open_stores(rt);
+    /* No option and no variable set the limit: the cache file's own
+     * (kdart_cache_set_max_bytes), else 2 GiB. */
+    int64_t kept = 0;
+    if (rt->cache_max_bytes == 0 && rt->rw && kdart__store_counter(rt->rw, "limit.max_bytes", &kept) == KDART_OK &&
+        kept != 0)
+        rt->cache_max_bytes = kept, rt->from_max_bytes = "the cache file (kdart gc --max-bytes N --keep)";
+    if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30, rt->from_max_bytes = "default (2 GiB)";
+    kdart__store_set_max_bytes(rt->rw, rt->cache_max_bytes);
     rt->magic = KDART__MAGIC;
     *out = rt;
     return KDART_OK;

@@ -161,6 +161,9 @@ typedef struct kdart_options {
 #define KDART_OPEN_CHECK 0x4u      /* debugging: before each variable-length launch, copy
                                       cu_seqlens to the host (synchronously) and validate it
                                       (also KDART_CHECK=1); such launches cannot be captured */
+#define KDART_OPEN_NO_CREATE 0x8u  /* use the writable cache only if its file exists: never create it
+                                      or its directory (tools that only read; the runtime then
+                                      compiles in memory, without a warning) */
 
 /* Fills defaults; touches only *opts (any thread). */
 KDART_EXTERN void kdart_options_init(kdart_options *opts);
@@ -327,6 +330,27 @@ KDART_EXTERN int kdart_cache_verify(kdart_rt *rt, int64_t *checked, int64_t *dam
 /* Evicts least recently used entries until the cache holds at most
  * max_bytes of cubins. */
 KDART_EXTERN int kdart_cache_gc(kdart_rt *rt, int64_t max_bytes, int64_t *evicted, int64_t *freed_bytes);
+/* Evicts the entries not used for at least `seconds` (recorded failures
+ * too): ccache's --evict-older-than. */
+KDART_EXTERN int kdart_cache_gc_age(kdart_rt *rt, int64_t seconds, int64_t *evicted, int64_t *freed_bytes);
+/* Keeps max_bytes in the writable cache file as its own size limit: every
+ * handle that opens it without kdart_options.cache_max_bytes or
+ * KDART_CACHE_MAX_BYTES then keeps its cubins under it (-1: no limit; 0:
+ * forget it, back to the 2 GiB default).  This handle's limit changes too,
+ * unless an option or the variable set it.  Evicts nothing by itself
+ * (kdart_cache_gc does). */
+KDART_EXTERN int kdart_cache_set_max_bytes(kdart_rt *rt, int64_t max_bytes);
+/* Zeroes the writable cache's statistics: every entry's hit count and the
+ * miss count (kdart_cache_stats_get's hits and misses). */
+KDART_EXTERN int kdart_cache_zero_stats(kdart_rt *rt);
+/* The handle's settings, one per index from 0: *name ("cache_path",
+ * "kernel_dir", "default_arch", "cache_max_bytes", "compile_threads"),
+ * *value as text, and *origin, where the value came from
+ * ("kdart_options.cache_path", "KDART_CACHE_DIR", "the cache file", "the
+ * local GPU", "default (...)").  KDART_EINVAL past the last.  The strings
+ * stay valid until kdart_close, or until the setting changes. */
+KDART_EXTERN int kdart_setting(kdart_rt *rt, int index, const char **name, const char **value,
+                               const char **origin);
 /* Removes the writable cache's entry whose key starts with key_prefix (a
  * unique prefix, as for kdart_cache_get; entries of read-only caches are
  * never touched: KDART_ENOENT if it is only there).  removed_key (may be

@@ -73,52 +73,6 @@ static int cache_writable(cli *c) {
     return kdart_info(c->rt, &info) != KDART_OK || info.cache_writable;
 }
 
-/* Writes s as a JSON string literal: quotes, backslashes and control
- * characters escaped; bytes that are not valid UTF-8 (a compiler log can
- * contain anything) become U+FFFD so that the output always parses. */
-static void json_string(FILE *f, const char *s) {
-    if (!s) {
-        fputs("null", f);
-        return;
-    }
-    const unsigned char *p = (const unsigned char *)s;
-    fputc('"', f);
-    while (*p) {
-        unsigned char ch = *p;
-        if (ch == '"' || ch == '\\') {
-            fputc('\\', f);
-            fputc(ch, f);
-            p++;
-        } else if (ch < 0x20 || ch == 0x7f) {
-            switch (ch) {
-            case '\n': fputs("\\n", f); break;
-            case '\t': fputs("\\t", f); break;
-            case '\r': fputs("\\r", f); break;
-            default: fprintf(f, "\\u%04x", ch); break;
-            }
-            p++;
-        } else if (ch < 0x80) {
-            fputc(ch, f);
-            p++;
-        } else {
-            /* Length of a well-formed UTF-8 sequence starting here, or 0. */
-            int len = ch >= 0xc2 && ch <= 0xdf ? 2 : ch >= 0xe0 && ch <= 0xef ? 3 : ch >= 0xf0 && ch <= 0xf4 ? 4 : 0;
-            for (int k = 1; k < len; k++)
-                if ((p[k] & 0xc0) != 0x80) len = 0;
-            if (len == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f))) len = 0;
-            if (len == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))) len = 0;
-            if (len) {
-                fwrite(p, 1, (size_t)len, f);
-                p += len;
-            } else {
-                fputs("\\ufffd", f);
-                p++;
-            }
-        }
-    }
-    fputc('"', f);
-}
-
 /* Calls fn on each non-empty line of text (not NUL-terminated: n bytes). */
 static void each_line(const char *text, void (*fn)(void *user, const char *line, size_t n), void *user) {
     for (const char *p = text ? text : ""; *p;) {
@@ -138,7 +92,7 @@ static void json_line(void *user, const char *line, size_t n) {
     json_lines_state *s = user;
     char *copy = strndup(line, n);
     if (!s->first) fputs(", ", s->f);
-    json_string(s->f, copy ? copy : "");
+    cli_json_string(s->f, copy ? copy : "");
     free(copy);
     s->first = 0;
 }
@@ -150,6 +104,44 @@ static void json_lines(FILE *f, const char *text) {
     fputc('[', f);
     each_line(text, json_line, &s);
     fputc(']', f);
+}
+
+/* Writes the report's "name=value" lines as one JSON object, numbers as
+ * numbers ("registers": 128); a name that comes back is kept as the first
+ * value's (the report names each figure once). */
+static void json_report(FILE *f, const char *text) {
+    fputc('{', f);
+    int first = 1;
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (eq && eq > p) {
+            char name[128], value[512];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+            snprintf(value, sizeof value, "%.*s", (int)(n - (size_t)(eq - p) - 1), eq + 1);
+            /* seen before? (a short report: a linear look back is enough) */
+            int seen = 0;
+            for (const char *q = text; q < p && !seen;) {
+                const char *qn = strchr(q, '\n');
+                size_t qlen = qn ? (size_t)(qn - q) : strlen(q);
+                seen = qlen > strlen(name) && strncmp(q, name, strlen(name)) == 0 && q[strlen(name)] == '=';
+                q += qlen + (qn ? 1 : 0);
+            }
+            if (!seen) {
+                char *end;
+                strtod(value, &end);
+                fputs(first ? "" : ", ", f);
+                cli_json_string(f, name);
+                fputs(": ", f);
+                if (value[0] && *end == 0 && strspn(value, "0123456789.-+eE") == strlen(value)) fputs(value, f);
+                else cli_json_string(f, value);
+                first = 0;
+            }
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    fputc('}', f);
 }
 
 static void indented_line(void *user, const char *line, size_t n) {
@@ -261,10 +253,10 @@ static void ls_json(const ls_rows *rows) {
     for (size_t i = 0; i < rows->n; i++) {
         const kdart_entry *r = &rows->v[i];
         fputs(i ? ",\n  {" : "\n  {", stdout);
-        fputs("\"key\": ", stdout), json_string(stdout, r->key);
-        fputs(", \"kernel\": ", stdout), json_string(stdout, r->kernel);
-        fputs(", \"spec\": ", stdout), json_string(stdout, r->spec);
-        fputs(", \"arch\": ", stdout), json_string(stdout, r->arch);
+        fputs("\"key\": ", stdout), cli_json_string(stdout, r->key);
+        fputs(", \"kernel\": ", stdout), cli_json_string(stdout, r->kernel);
+        fputs(", \"spec\": ", stdout), cli_json_string(stdout, r->spec);
+        fputs(", \"arch\": ", stdout), cli_json_string(stdout, r->arch);
         printf(", \"status\": \"%s\", \"tier\": %d, \"cubin_size\": %zu, \"compile_ms\": %.3f",
                r->failed ? "failed" : "ok", r->tier, r->cubin_size, r->compile_ms);
         printf(", \"hits\": %" PRId64 ", \"created\": %" PRId64 ", \"last_used\": %" PRId64 "}", r->hits, r->created,
@@ -330,6 +322,7 @@ static const cli_option ls_options[] = {
 };
 
 CLI_COMMAND(ls, "list cache entries",
+    .no_create = 1,
     CLI_OPTIONS(ls_options, ls_opts, NULL),
     .about = "One line per entry of the writable cache and every --ro-cache:\n"
              "KEY (first 12 hex digits), KERNEL, SPEC, ARCH, SIZE (cubin), COMPILE_MS,\n"
@@ -375,18 +368,18 @@ static void show_text(const kdart_entry *e, int writable) {
 }
 
 static void show_json(const kdart_entry *e) {
-    fputs("{\"key\": ", stdout), json_string(stdout, e->key);
-    fputs(",\n \"kernel\": ", stdout), json_string(stdout, e->kernel);
-    fputs(",\n \"spec\": ", stdout), json_string(stdout, e->spec);
-    fputs(",\n \"arch\": ", stdout), json_string(stdout, e->arch);
+    fputs("{\"key\": ", stdout), cli_json_string(stdout, e->key);
+    fputs(",\n \"kernel\": ", stdout), cli_json_string(stdout, e->kernel);
+    fputs(",\n \"spec\": ", stdout), cli_json_string(stdout, e->spec);
+    fputs(",\n \"arch\": ", stdout), cli_json_string(stdout, e->arch);
     printf(",\n \"status\": \"%s\",\n \"tier\": %d,\n \"cubin_size\": %zu", e->failed ? "failed" : "ok", e->tier,
            e->cubin_size);
-    fputs(",\n \"cubin_sha256\": ", stdout), json_string(stdout, e->cubin_sha256);
+    fputs(",\n \"cubin_sha256\": ", stdout), cli_json_string(stdout, e->cubin_sha256);
     printf(",\n \"compile_ms\": %.3f,\n \"created\": %" PRId64 ",\n \"last_used\": %" PRId64 ",\n \"hits\": %" PRId64,
            e->compile_ms, e->created, e->last_used, e->hits);
     fputs(",\n \"manifest\": ", stdout), json_lines(stdout, e->manifest);
-    fputs(",\n \"report\": ", stdout), json_lines(stdout, e->report);
-    fputs(",\n \"log\": ", stdout), json_string(stdout, e->log ? e->log : "");
+    fputs(",\n \"report\": ", stdout), json_report(stdout, e->report);
+    fputs(",\n \"log\": ", stdout), cli_json_string(stdout, e->log ? e->log : "");
     fputs("}\n", stdout);
 }
 
@@ -404,6 +397,7 @@ static int run_show(cli *c, const void *opts, int nargs, char **args) {
 }
 
 CLI_COMMAND(show, "print everything about one entry",
+    .no_create = 1,
     CLI_OPTIONS(json_options, json_opts, NULL),
     ONE_KEY,
     .about = "KEY is a full key or a unique prefix of one.  Prints the key, kernel, spec,\n"
@@ -515,6 +509,7 @@ static int run_sass(cli *c, const void *opts, int nargs, char **args) {
 }
 
 CLI_COMMAND(sass, "disassemble an entry's cubin (nvdisasm or cuobjdump)",
+    .no_create = 1,
     ONE_KEY,
     .about = "Writes the entry's cubin to a temporary file and runs 'nvdisasm -c' on it,\n"
              "or 'cuobjdump -sass' when nvdisasm is missing.  Both are looked for on PATH,\n"
@@ -571,6 +566,7 @@ static const cli_option export_options[] = {
 };
 
 CLI_COMMAND(export, "write an entry's cubin to a file",
+    .no_create = 1,
     CLI_OPTIONS(export_options, export_opts, NULL),
     ONE_KEY,
     .about = "Writes the raw cubin (an ELF file that cuobjdump and nvdisasm read).\n",
@@ -579,19 +575,41 @@ CLI_COMMAND(export, "write an entry's cubin to a file",
 
 /* ------------------------------------------------- verify, gc, rm, clear */
 
+/* 1 when the writable cache this command was pointed at does not exist (a
+ * command that never creates one then has nothing to do), with a note. */
+static int cache_absent(cli *c, const char *what) {
+    kdart_rt_info info;
+    if (kdart_info(c->rt, &info) != KDART_OK || !info.cache_path || !info.cache_path[0] ||
+        access(info.cache_path, F_OK) == 0)
+        return 0;
+    if (!c->g.quiet || strcmp(what, "nothing to do") != 0)
+        cli_error(c, "no writable cache at %s: %s", info.cache_path, what);
+    return 1;
+}
+
 static int run_verify(cli *c, const void *opts, int nargs, char **args) {
+    const json_opts *o = opts;
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
     int64_t checked = 0, damaged = 0;
-    int st = kdart_cache_verify(c->rt, &checked, &damaged);
-    if (st != KDART_OK && st != KDART_ECORRUPT) return cli_fail(c, st, "verify failed");
-    if (st == KDART_ECORRUPT) cli_error(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
-    printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
-           damaged ? " (quarantined or lost; they will be recompiled on next use)" : "");
+    int st = KDART_OK;
+    if (!cache_absent(c, "nothing to do")) {
+        st = kdart_cache_verify(c->rt, &checked, &damaged);
+        if (st != KDART_OK && st != KDART_ECORRUPT) return cli_fail(c, st, "verify failed");
+        if (st == KDART_ECORRUPT) cli_error(c, "%s", kdart_last_error(c->rt)); /* what was wrong, what was done */
+    }
+    if (o->json)
+        printf("{\"checked\": %" PRId64 ", \"damaged\": %" PRId64 ", \"ok\": %s}\n", checked, damaged,
+               damaged || st == KDART_ECORRUPT ? "false" : "true");
+    else
+        printf("checked %" PRId64 " entr%s, %" PRId64 " damaged%s\n", checked, checked == 1 ? "y" : "ies", damaged,
+               damaged ? " (quarantined or lost; they will be recompiled on next use)" : "");
     return damaged || st == KDART_ECORRUPT ? EXIT_FAIL : EXIT_OK;
 }
 
 CLI_COMMAND(verify, "check the cache's integrity and every cubin's checksum",
+    .no_create = 1,
+    CLI_OPTIONS(json_options, json_opts, NULL),
     .about = "Runs SQLite's integrity check and compares every cubin with its stored\n"
              "SHA-256.  Damaged entries are quarantined (they are recompiled when next\n"
              "needed); damaged indexes are rebuilt; damage in the file's pages that\n"
@@ -604,38 +622,73 @@ CLI_COMMAND(verify, "check the cache's integrity and every cubin's checksum",
     .exits = "Exit status: 0 clean, 1 damage found (and repaired: the next run is clean).\n");
 
 typedef struct gc_opts {
-    int64_t max_bytes;
+    int64_t max_bytes; /* -1: not given */
+    int64_t older_than; /* seconds; -1: not given */
+    int keep, forget;
 } gc_opts;
 
 static int run_gc(cli *c, const void *opts, int nargs, char **args) {
     const gc_opts *o = opts;
+    if (o->max_bytes < 0 && o->older_than < 0 && !o->forget)
+        return cli_usage(c, "gc needs --max-bytes N or --older-than AGE (or both), or --forget");
+    if (o->keep && o->max_bytes <= 0)
+        return cli_usage(c, "--keep needs --max-bytes N with N > 0 (the limit to keep)");
+    if (o->keep && o->forget) return cli_usage(c, "--keep and --forget contradict each other");
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
-    int64_t evicted = 0, freed = 0;
-    int st = kdart_cache_gc(c->rt, o->max_bytes, &evicted, &freed);
+    if (o->keep || o->forget) { /* before the absent-cache check: keeping a limit creates the cache */
+        int st = kdart_cache_set_max_bytes(c->rt, o->keep ? o->max_bytes : 0);
+        if (st != KDART_OK) return cli_fail(c, st, "cannot keep the limit");
+        if (o->max_bytes < 0 && o->older_than < 0) {
+            if (!c->g.quiet) printf("forgot the cache's size limit (the default applies)\n");
+            return EXIT_OK;
+        }
+    }
+    if (cache_absent(c, "nothing to do")) {
+        printf("evicted 0 entries, freed 0 bytes (0B)\n");
+        return EXIT_OK;
+    }
+    int64_t evicted = 0, freed = 0, e2 = 0, f2 = 0;
+    int st = o->older_than >= 0 ? kdart_cache_gc_age(c->rt, o->older_than, &evicted, &freed) : KDART_OK;
+    if (st == KDART_OK && o->max_bytes >= 0) st = kdart_cache_gc(c->rt, o->max_bytes, &e2, &f2);
     if (st != KDART_OK) return cli_fail(c, st, "gc failed");
+    evicted += e2, freed += f2;
     char sz[32];
     printf("evicted %" PRId64 " entr%s, freed %" PRId64 " bytes (%s)\n", evicted, evicted == 1 ? "y" : "ies", freed,
            format_size(freed, sz, sizeof sz));
+    if (o->keep && !c->g.quiet) printf("kept %s as the cache's size limit\n", format_size(o->max_bytes, sz, sizeof sz));
     return EXIT_OK;
 }
 
 static const cli_option gc_options[] = {
-    {"max-bytes", 0, CLI_BYTES, "N", offsetof(gc_opts, max_bytes), 0, 0, CLI_REQUIRED,
+    {"max-bytes", 0, CLI_BYTES, "N", offsetof(gc_opts, max_bytes), 0, 0, 0,
      "the most bytes of cubins to keep; 0 evicts every entry that holds a cubin"},
+    {"older-than", 0, CLI_AGE, "AGE", offsetof(gc_opts, older_than), 0, 0, 0,
+     "evict the entries not used for AGE (45s, 90m, 12h, 30d), recorded failures too"},
+    {"keep", 0, CLI_FLAG, NULL, offsetof(gc_opts, keep), 0, 0, 0,
+     "also keep N in the cache file as its size limit, for every later process that sets none itself "
+     "(kdart_options.cache_max_bytes, KDART_CACHE_MAX_BYTES)"},
+    {"forget", 0, CLI_FLAG, NULL, offsetof(gc_opts, forget), 0, 0, 0,
+     "forget a limit kept with --keep: the default (2 GiB) applies again"},
     {NULL},
 };
 
-CLI_COMMAND(gc, "evict least recently used entries down to a size",
-    CLI_OPTIONS(gc_options, gc_opts, NULL),
+static const gc_opts gc_defaults = {-1, -1, 0, 0};
+
+CLI_COMMAND(gc, "evict least recently used entries down to a size, or by age",
+    .no_create = 1,
+    CLI_OPTIONS(gc_options, gc_opts, &gc_defaults),
     .about = "Evicts least recently used entries until the cubins in the writable cache\n"
-             "take at most N bytes.  N takes a binary suffix: K, M, G, T (512M, 2G, 1.5GiB;\n"
-             "read as KDART_CACHE_MAX_BYTES is).\n",
+             "take at most N bytes, and (--older-than) the entries unused for AGE.  N takes\n"
+             "a binary suffix: K, M, G, T (512M, 2G, 1.5GiB; read as KDART_CACHE_MAX_BYTES\n"
+             "is).  With --keep, N stays in the cache file as its limit (kdart stats shows\n"
+             "the limit in force and where it came from).\n",
     .exits = "Exit status: 0 ok, 1 the cache failed, 2 usage.\n");
 
 static int run_rm(cli *c, const void *opts, int nargs, char **args) {
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
+    if (cache_absent(c, "no entry to remove in the writable cache")) return EXIT_NOTFOUND;
     /* Every key is tried; the exit status is the first failure's. */
     for (int i = 0; i < nargs; i++) {
         char key[65];
@@ -648,6 +701,7 @@ static int run_rm(cli *c, const void *opts, int nargs, char **args) {
 }
 
 CLI_COMMAND(rm, "remove entries from the writable cache",
+    .no_create = 1,
     .operands = "KEY...",
     .min_args = 1,
     .max_args = -1,
@@ -662,6 +716,10 @@ CLI_COMMAND(rm, "remove entries from the writable cache",
 static int run_clear(cli *c, const void *opts, int nargs, char **args) {
     int rc = cli_open(c, 0);
     if (rc != EXIT_OK) return rc;
+    if (cache_absent(c, "nothing to do")) {
+        printf("removed 0 entries\n");
+        return EXIT_OK;
+    }
     int64_t removed = 0;
     int st = kdart_cache_clear(c->rt, &removed);
     if (st != KDART_OK) return cli_fail(c, st, "clear failed");
@@ -670,6 +728,7 @@ static int run_clear(cli *c, const void *opts, int nargs, char **args) {
 }
 
 CLI_COMMAND(clear, "remove every entry from the writable cache",
+    .no_create = 1,
     .about = "Removes every entry, including recorded compile failures and quarantined\n"
              "rows, from the writable cache in one transaction.  Read-only caches are\n"
              "never changed.\n",
@@ -677,23 +736,51 @@ CLI_COMMAND(clear, "remove every entry from the writable cache",
 
 /* --------------------------------------------------------------- stats */
 
+/* Where a setting came from, in the CLI's words: the options it fills from
+ * its own flags are named as the flags. */
+static const char *origin_word(const char *origin) {
+    if (strcmp(origin, "kdart_options.cache_path") == 0) return "--cache";
+    if (strcmp(origin, "kdart_options.kernel_dir") == 0) return "--kernel-dir";
+    return origin;
+}
+
+/* Each of the runtime's settings (kdart_setting): name, value, origin. */
+static void settings_out(const cli *c, int json) {
+    const char *name, *value, *origin;
+    for (int i = 0; kdart_setting(c->rt, i, &name, &value, &origin) == KDART_OK; i++) {
+        if (json) {
+            fputs(i ? ",\n  " : "\n  ", stdout);
+            fputs("{\"name\": ", stdout), cli_json_string(stdout, name);
+            fputs(", \"value\": ", stdout), cli_json_string(stdout, value);
+            fputs(", \"origin\": ", stdout), cli_json_string(stdout, origin_word(origin));
+            fputs("}", stdout);
+        } else {
+            if (i == 0) printf("settings         (value, and where it came from)\n");
+            printf("  %-15s %s  (%s)\n", name, value, origin_word(origin));
+        }
+    }
+}
+
 static void stats_json(const cli *c, const kdart_rt_info *info, const kdart_cache_stats *cs) {
-    fputs("{\"version\": ", stdout), json_string(stdout, kdart_version());
-    fputs(",\n \"cache_path\": ", stdout), json_string(stdout, info->cache_path);
+    fputs("{\"version\": ", stdout), cli_json_string(stdout, kdart_version());
+    fputs(",\n \"cache_path\": ", stdout), cli_json_string(stdout, info->cache_path);
     printf(",\n \"cache_writable\": %s", info->cache_writable ? "true" : "false");
     fputs(",\n \"ro_cache_paths\": [", stdout);
     for (int i = 0; i < c->g.ro_cache.n; i++) {
         if (i) fputs(", ", stdout);
-        json_string(stdout, c->g.ro_cache.v[i]);
+        cli_json_string(stdout, c->g.ro_cache.v[i]);
     }
     fputs("]", stdout);
-    fputs(",\n \"kernel_dir\": ", stdout), json_string(stdout, info->kernel_dir);
-    fputs(",\n \"default_arch\": ", stdout), json_string(stdout, info->default_arch);
+    fputs(",\n \"kernel_dir\": ", stdout), cli_json_string(stdout, info->kernel_dir);
+    fputs(",\n \"default_arch\": ", stdout), cli_json_string(stdout, info->default_arch);
     printf(",\n \"nvrtc_version\": \"%d.%d\"", info->nvrtc_major, info->nvrtc_minor);
-    fputs(",\n \"nvrtc_build\": ", stdout), json_string(stdout, info->nvrtc_build);
+    fputs(",\n \"nvrtc_build\": ", stdout), cli_json_string(stdout, info->nvrtc_build);
     printf(",\n \"nvjitlink_version\": \"%d.%d\"", info->nvjitlink_major, info->nvjitlink_minor);
     printf(",\n \"cuda_available\": %s", info->cuda_available ? "true" : "false");
     printf(",\n \"cache_max_bytes\": %" PRId64, info->cache_max_bytes);
+    fputs(",\n \"settings\": [", stdout);
+    settings_out(c, 1);
+    fputs("]", stdout);
     if (cs)
         printf(",\n \"entries\": %" PRId64 ",\n \"failed_entries\": %" PRId64 ",\n \"quarantined\": %" PRId64
                ",\n \"bytes\": %" PRId64 ",\n \"hits\": %" PRId64 ",\n \"misses\": %" PRId64
@@ -705,7 +792,9 @@ static void stats_json(const cli *c, const kdart_rt_info *info, const kdart_cach
 static void stats_text(const cli *c, const kdart_rt_info *info, const kdart_cache_stats *cs) {
     char sz[32], sz2[32];
     printf("kdart            %s\n", kdart_version());
-    if (info->cache_path && info->cache_path[0])
+    if (info->cache_path && info->cache_path[0] && access(info->cache_path, F_OK) != 0)
+        printf("cache path       %s (not created yet: the first prewarm or compile creates it)\n", info->cache_path);
+    else if (info->cache_path && info->cache_path[0])
         printf("cache path       %s (%s)\n", info->cache_path, info->cache_writable ? "writable" : "read-only");
     else
         printf("cache path       none: compiling in memory\n");
@@ -716,6 +805,7 @@ static void stats_text(const cli *c, const kdart_rt_info *info, const kdart_cach
            info->nvrtc_build ? info->nvrtc_build : "?");
     printf("nvJitLink        %d.%d\n", info->nvjitlink_major, info->nvjitlink_minor);
     printf("CUDA             %s\n", info->cuda_available ? "available" : "not available (no driver or no device)");
+    settings_out(c, 0);
     if (!cs) return;
     printf("entries          %" PRId64 " (%" PRId64 " failed compiles, %" PRId64 " quarantined)\n", cs->entries,
            cs->failed_entries, cs->quarantined);
@@ -730,8 +820,12 @@ static void stats_text(const cli *c, const kdart_rt_info *info, const kdart_cach
     printf("compile time     %.1f s in total\n", cs->compile_ms_total / 1000.0);
 }
 
+typedef struct stats_opts {
+    int json, zero;
+} stats_opts;
+
 static int run_stats(cli *c, const void *opts, int nargs, char **args) {
-    const json_opts *o = opts;
+    const stats_opts *o = opts;
     /* CUDA is loaded here on purpose: "is CUDA available" is a question
      * stats answers. */
     int rc = cli_open(c, 1);
@@ -744,7 +838,7 @@ static int run_stats(cli *c, const void *opts, int nargs, char **args) {
      * show, and that is not an error of `stats`. */
     kdart_cache_stats cs;
     memset(&cs, 0, sizeof cs);
-    int have_cache = info.cache_path && info.cache_path[0];
+    int have_cache = info.cache_path && info.cache_path[0] && access(info.cache_path, F_OK) == 0;
     int st2 = have_cache ? kdart_cache_stats_get(c->rt, &cs) : KDART_OK;
     if (st2 != KDART_OK && !o->json) cli_fail(c, st2, "cannot read cache statistics");
     const kdart_cache_stats *shown = have_cache && st2 == KDART_OK ? &cs : NULL;
@@ -752,30 +846,75 @@ static int run_stats(cli *c, const void *opts, int nargs, char **args) {
         stats_json(c, &info, shown);
     else
         stats_text(c, &info, shown);
+    if (st2 == KDART_OK && o->zero && have_cache) { /* after showing them, as ccache -z */
+        int st3 = kdart_cache_zero_stats(c->rt);
+        if (st3 != KDART_OK) return cli_fail(c, st3, "cannot zero the statistics");
+        if (!c->g.quiet && !o->json) printf("statistics zeroed (hits and misses)\n");
+    }
     return st2 == KDART_OK ? EXIT_OK : cli_exit_for_status(st2);
 }
 
 static const cli_option stats_options[] = {
-    {"json", 0, CLI_FLAG, NULL, offsetof(json_opts, json), 0, 0, 0, "the same as one JSON object, with raw numbers"},
+    {"json", 0, CLI_FLAG, NULL, offsetof(stats_opts, json), 0, 0, 0, "the same as one JSON object, with raw numbers"},
+    {"zero", 0, CLI_FLAG, NULL, offsetof(stats_opts, zero), 0, 0, 0,
+     "then zero the cache's hit and miss counts (the entries stay)"},
     {NULL},
 };
 
 CLI_COMMAND(stats, "cache statistics and the runtime's settings",
-    CLI_OPTIONS(stats_options, json_opts, NULL),
+    .no_create = 1,
+    CLI_OPTIONS(stats_options, stats_opts, NULL),
     .about = "Prints the cache path and whether it is writable, the read-only caches,\n"
              "the kernel source directory, the default architecture, the NVRTC and\n"
              "nvJitLink versions, whether CUDA is available, and the cache's entry,\n"
              "byte, hit, miss and compile-time totals (hits: entries served from the\n"
              "cache; misses: lookups that found no entry in any cache, whether this\n"
              "process then compiled it, the compile service did, or another process\n"
-             "did while this one waited for it).\n",
+             "did while this one waited for it), and each setting with where its value\n"
+             "came from (a flag, a variable, the cache file, the local GPU, a default).\n",
     .exits = "Exit status: 0 ok, 1 the cache's totals could not be read.\n");
 
 /* ----------------------------------------------------------------- why */
 
 typedef struct why_opts {
     const char *arch;
+    int json;
 } why_opts;
+
+/* kdart_why's text as one JSON object: request, key, status ("hit" or
+ * "miss") with its line, the differences from the nearest entry, and the
+ * manifest's lines. */
+static void why_json(const char *text) {
+    char request[512] = "", key[80] = "", status[512] = "";
+    const char *diffs = NULL, *manifest = NULL;
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 9 && strncmp(p, "request: ", 9) == 0) snprintf(request, sizeof request, "%.*s", (int)n - 9, p + 9);
+        else if (n > 9 && strncmp(p, "key:     ", 9) == 0) snprintf(key, sizeof key, "%.*s", (int)n - 9, p + 9);
+        else if (n > 9 && strncmp(p, "status:  ", 9) == 0) {
+            snprintf(status, sizeof status, "%.*s", (int)n - 9, p + 9);
+            if (nl) diffs = nl + 1;
+        } else if (n == 9 && strncmp(p, "manifest:", 9) == 0) manifest = nl ? nl + 1 : "";
+        p += n + (nl ? 1 : 0);
+    }
+    fputs("{\"request\": ", stdout), cli_json_string(stdout, request);
+    fputs(", \"key\": ", stdout), cli_json_string(stdout, key);
+    printf(", \"hit\": %s, \"status\": ", strncmp(status, "hit", 3) == 0 ? "true" : "false");
+    cli_json_string(stdout, status);
+    fputs(",\n \"differences\": [", stdout);
+    for (const char *p = diffs; p && strncmp(p, "  ", 2) == 0;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char *line = strndup(p + 2, n - 2);
+        if (p != diffs) fputs(", ", stdout);
+        cli_json_string(stdout, line ? line : "");
+        free(line);
+        p += n + (nl ? 1 : 0);
+    }
+    fputs("],\n \"manifest\": ", stdout), json_lines(stdout, manifest ? manifest : "");
+    fputs("}\n", stdout);
+}
 
 static int run_why(cli *c, const void *opts, int nargs, char **args) {
     const why_opts *o = opts;
@@ -794,8 +933,12 @@ static int run_why(cli *c, const void *opts, int nargs, char **args) {
                   kdart_kernel_params(kernel));
         return EXIT_USAGE;
     }
-    fputs(text ? text : "", stdout);
-    if (text && text[0] && text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+    if (o->json) {
+        why_json(text);
+    } else {
+        fputs(text ? text : "", stdout);
+        if (text && text[0] && text[strlen(text) - 1] != '\n') fputc('\n', stdout);
+    }
     free(text);
     return EXIT_OK;
 }
@@ -803,10 +946,13 @@ static int run_why(cli *c, const void *opts, int nargs, char **args) {
 static const cli_option why_options[] = {
     {"arch", 0, CLI_STRING, "A", offsetof(why_opts, arch), 0, 0, 0,
      "the target to ask about (default: the runtime's default architecture)"},
+    {"json", 0, CLI_FLAG, NULL, offsetof(why_opts, json), 0, 0, 0,
+     "the answer as one JSON object: request, key, hit, status, differences, manifest"},
     {NULL},
 };
 
 CLI_COMMAND(why, "explain the key of a specialization and how the cache differs",
+    .no_create = 1,
     CLI_OPTIONS(why_options, why_opts, NULL),
     .operands = "KERNEL [SPEC]",
     .min_args = 1,

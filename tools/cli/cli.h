@@ -50,6 +50,7 @@ typedef enum cli_arg {
     CLI_INT,     /* int in lo..hi */
     CLI_SECONDS, /* double in lo..hi */
     CLI_BYTES,   /* int64_t; a size as KDART_CACHE_MAX_BYTES reads it (512M, 2G) */
+    CLI_AGE,     /* int64_t seconds; a duration: 45s, 90m, 12h, 30d (a bare number: seconds) */
 } cli_arg;
 
 /* cli_option.flags */
@@ -96,6 +97,7 @@ typedef struct cli {
     kdart_options opts;     /* handed to kdart_open */
     const cli_command *cmd; /* the command running, for messages: "kdart ls: ..." */
     kdart_rt *rt;           /* opened by cli_open, closed in main */
+    int no_create;          /* the command's no_create: cli_open adds KDART_OPEN_NO_CREATE */
 } cli;
 
 /* A command's handler: opts is its options struct as the parser filled it,
@@ -115,6 +117,7 @@ struct cli_command {
     const char *synopsis;      /* usage lines, where the generated one would mislead; else NULL */
     const char *about;         /* help: what the command does, before the options */
     const char *exits;         /* help: its exit statuses, after the options */
+    int no_create;             /* 1: never creates a missing cache (it reads, or removes from, one) */
 };
 
 /* A cli_command's option table, the options struct it fills and the
@@ -147,6 +150,8 @@ void cli_describe_failure(char *buf, size_t n, int status, const char *detail);
 int cli_fail(cli *c, int status, const char *what);
 /* Opens c->rt with the command line's options; need_cuda 0 never loads libcuda. */
 int cli_open(cli *c, int need_cuda);
+/* Writes s as a JSON string literal (escaped; invalid UTF-8 as U+FFFD); NULL as null. */
+void cli_json_string(FILE *f, const char *s);
 /* EXIT_OK for a registered kernel; else says so, lists them, EXIT_NOTFOUND. */
 int cli_check_kernel(const cli *c, const char *name);
 /* EXIT_OK for a target the runtime accepts; else its reason, EXIT_USAGE. */

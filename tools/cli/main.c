@@ -159,6 +159,7 @@ static void log_to_stderr(void *user, int level, const char *message) {
 int cli_open(cli *c, int need_cuda) {
     kdart_options o = c->opts;
     if (!need_cuda) o.flags |= KDART_OPEN_NO_CUDA;
+    if (c->no_create) o.flags |= KDART_OPEN_NO_CREATE;
     int rc = kdart_open(&c->rt, &o);
     if (rc != KDART_OK) {
         c->rt = NULL;
@@ -182,8 +183,14 @@ int cli_check_kernel(const cli *c, const char *name) {
  * rather than once per specialization. */
 int cli_check_arch(const cli *c, const char *arch) {
     char why[512];
-    if (kdart_arch_supported(arch, why, sizeof why) == KDART_OK) return EXIT_OK;
-    return cli_usage(c, "%s", why);
+    if (kdart_arch_supported(arch, why, sizeof why) != KDART_OK) return cli_usage(c, "%s", why);
+    /* sm_90 (no suffix) compiles, but without Hopper's arch-specific instructions: bwd_dhu then takes
+     * its mma.sync path instead of wgmma.  Say so once: a GPU of that family runs sm_90a code. */
+    size_t n = strlen(arch);
+    if (!c->g.quiet && n && arch[n - 1] != 'a' && arch[n - 1] != 'f')
+        cli_error(c, "warning: %s has no arch-specific instructions: kdart's kernels are built and measured for "
+                     "the 'a' targets (sm_90a, sm_100a); on %s bwd_dhu runs without wgmma", arch, arch);
+    return EXIT_OK;
 }
 
 /* ---------------------------------------------------------------- help */
@@ -237,6 +244,7 @@ static int dispatch(cli *c, const cli_command *cmd, int argc, char **argv) {
     } else {
         if (cmd->defaults) memcpy(opts, cmd->defaults, cmd->opts_size);
         c->cmd = cmd;
+        c->no_create = cmd->no_create;
         rc = cli_parse(c, cmd, argc, argv, opts, args, &nargs);
         if (rc == CLI_HELP) {
             cli_print_help(stdout, cmd);

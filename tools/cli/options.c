@@ -100,6 +100,16 @@ static int store(reader *r, const cli_option *o, const char *as, const char *val
         if (kdart_parse_bytes(value, (int64_t *)at) != KDART_OK)
             return cli_usage(c, "%s wants a size like 512M or 2G, not '%s'", as, value);
         break;
+    case CLI_AGE: {
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        long long unit = !*end ? 1 : !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+                       : !strcmp(end, "d") ? 86400 : 0;
+        if (errno || end == value || value[0] == '-' || !unit || v > INT64_MAX / unit)
+            return cli_usage(c, "%s wants a duration like 45s, 90m, 12h or 30d, not '%s'", as, value);
+        *(int64_t *)at = (int64_t)(v * unit);
+        break;
+    }
     }
     return EXIT_OK;
 }
@@ -312,3 +322,50 @@ void cli_print_help(FILE *f, const cli_command *cmd) {
     fputs("  (and the global options: see 'kdart --help')\n", f);
     if (cmd->exits) fprintf(f, "\n%s", cmd->exits);
 }
+
+/* Writes s as a JSON string literal: quotes, backslashes and control
+ * characters escaped; bytes that are not valid UTF-8 (a compiler log can
+ * contain anything) become U+FFFD so that the output always parses. */
+void cli_json_string(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', f);
+    while (*p) {
+        unsigned char ch = *p;
+        if (ch == '"' || ch == '\\') {
+            fputc('\\', f);
+            fputc(ch, f);
+            p++;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            switch (ch) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", ch); break;
+            }
+            p++;
+        } else if (ch < 0x80) {
+            fputc(ch, f);
+            p++;
+        } else {
+            /* Length of a well-formed UTF-8 sequence starting here, or 0. */
+            int len = ch >= 0xc2 && ch <= 0xdf ? 2 : ch >= 0xe0 && ch <= 0xef ? 3 : ch >= 0xf0 && ch <= 0xf4 ? 4 : 0;
+            for (int k = 1; k < len; k++)
+                if ((p[k] & 0xc0) != 0x80) len = 0;
+            if (len == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] > 0x9f))) len = 0;
+            if (len == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] > 0x8f))) len = 0;
+            if (len) {
+                fwrite(p, 1, (size_t)len, f);
+                p += len;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cli.h"
@@ -30,6 +31,7 @@ typedef struct prewarm_opts {
     int jobs;
     int force;
     const char *service; /* the compile service's socket, else NULL */
+    int json;            /* the summary as one JSON object on stdout */
 } prewarm_opts;
 
 typedef struct prewarm_task {
@@ -263,6 +265,10 @@ static int make_tasks(const prewarm_opts *o, char (*canon)[SPEC_MAX], const char
 /* Runs the tasks on `jobs` threads (the calling one included); returns how
  * many threads ran. */
 static int run_tasks(prewarm_run *run, int jobs) {
+    if (jobs <= 0) { /* the default: one per online CPU (compiles are CPU-bound and independent) */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        jobs = cpus < 1 ? 1 : cpus > MAX_JOBS ? MAX_JOBS : (int)cpus;
+    }
     if (jobs > run->ntasks) jobs = run->ntasks > 0 ? run->ntasks : 1;
     pthread_t threads[MAX_JOBS];
     int started = 0;
@@ -310,8 +316,19 @@ static int run_prewarm(cli *c, const void *opts, int nargs, char **args) {
     free(run.tasks);
 
     int n = run.ntasks;
-    printf("prewarm: %d entr%s: %d compiled, %d hits, %d failed in %.1fs (%d job%s)\n", n, n == 1 ? "y" : "ies",
-           run.compiled, run.hits, run.failed, now_s() - run.t0, threads, threads > 1 ? "s" : "");
+    if (o->json) {
+        printf("{\"entries\": %d, \"compiled\": %d, \"hits\": %d, \"failed\": %d, \"unstored\": %d, "
+               "\"seconds\": %.3f, \"jobs\": %d, \"archs\": [",
+               n, run.compiled, run.hits, run.failed, run.unstored, now_s() - run.t0, threads);
+        for (int a = 0; a < narches; a++) {
+            fputs(a ? ", " : "", stdout);
+            cli_json_string(stdout, arches[a][0] ? arches[a] : "(the service's default)");
+        }
+        fputs("]}\n", stdout);
+    } else if (!c->g.quiet) {
+        printf("prewarm: %d entr%s: %d compiled, %d hits, %d failed in %.1fs (%d job%s)\n", n, n == 1 ? "y" : "ies",
+               run.compiled, run.hits, run.failed, now_s() - run.t0, threads, threads > 1 ? "s" : "");
+    }
     if (run.failed) return EXIT_FAIL;
     if (run.unstored) {
         cli_error(c, "%d compiled entr%s not stored in the cache (see the warnings above); exit status %d",
@@ -332,16 +349,18 @@ static const cli_option prewarm_options[] = {
      "(repeatable; omitted parameters take their defaults)"},
     {"all", 0, CLI_FLAG, NULL, P(all), 0, 0, 0,
      "every specialization, the stubs that are never launched included (not with --spec or --service)"},
-    {"jobs", 'j', CLI_INT, "N", P(jobs), 1, MAX_JOBS, 0, "compile with N threads (default 1)"},
+    {"jobs", 'j', CLI_INT, "N", P(jobs), 1, MAX_JOBS, 0, "compile with N threads (default: one per CPU)"},
     {"force", 0, CLI_FLAG, NULL, P(force), 0, 0, 0,
      "recompile even what the cache holds (including recorded failures) and replace the entries"},
     {"service", 0, CLI_STRING, "SOCKET", P(service), 0, 0, CLI_NONEMPTY,
      "send the requests to the compile service listening on SOCKET ('kdart serve'), which compiles them into "
      "its cache; --jobs requests are in flight at once.  Without --arch the service's default target is used"},
+    {"json", 0, CLI_FLAG, NULL, P(json), 0, 0, 0,
+     "the summary as one JSON object on stdout (entries, compiled, hits, failed, unstored, seconds, jobs, archs)"},
     {NULL},
 };
 
-static const prewarm_opts prewarm_defaults = {.jobs = 1};
+static const prewarm_opts prewarm_defaults = {.jobs = 0}; /* 0: one per online CPU (run_prewarm) */
 
 CLI_COMMAND(prewarm, "compile the registered specializations into the cache",
     CLI_OPTIONS(prewarm_options, prewarm_opts, &prewarm_defaults),
