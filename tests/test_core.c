@@ -382,6 +382,43 @@ static kdart_rt *env_open(test_log *log) {
 
 /* A numeric variable that does not read is refused with a warning naming
  * it and its value, and the default used; so is an unknown KDART_LOG. */
+/* Without a log callback, warnings reach stderr ("kdart: warning: ..."): a refused setting is never
+ * silent in a program that embeds kdart; KDART_LOG=off silences it. */
+START_TEST(default_log_to_stderr) {
+    char path[] = "/tmp/kdart-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    setenv("KDART_CACHE_MAX_BYTES", "abc", 1);
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("KDART_LOG", "off", 1);
+        kdart_options o;
+        kdart_options_init(&o);
+        o.cache_path = "";
+        o.flags = KDART_OPEN_NO_CUDA;
+        kdart_rt *rt = NULL;
+        ck_assert_int_eq(kdart_open(&rt, &o), KDART_OK);
+        kdart_close(rt);
+    }
+    unsetenv("KDART_LOG");
+    unsetenv("KDART_CACHE_MAX_BYTES");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[4096] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    unlink(path);
+    buf[n > 0 ? n : 0] = 0;
+    const char *hit = strstr(buf, "kdart: warning: KDART_CACHE_MAX_BYTES=abc ignored");
+    ck_assert_msg(hit != NULL, "stderr lacks the warning:\n%s", buf);
+    ck_assert_msg(strstr(hit + strlen("kdart: warning: KDART_CACHE_MAX_BYTES=abc"), "KDART_CACHE_MAX_BYTES=abc") == NULL,
+                  "KDART_LOG=off still printed:\n%s", buf);
+}
+END_TEST
+
 START_TEST(env_bad_values) {
     static const char *const bad[] = {"1e30", "inf", "nan", "abc", "-5", "1T1", "99999999999T", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -898,6 +935,7 @@ int main(void) {
     tcase_add_test(tc, open_options);
     tcase_add_test(tc, env_overrides);
     tcase_add_test(tc, parse_bytes);
+    tcase_add_test(tc, default_log_to_stderr);
     tcase_add_test(tc, env_bad_values);
     tcase_add_test(tc, env_switches_and_ranges);
     tcase_add_test(tc, env_bad_arch);

@@ -17,6 +17,7 @@ KdartRuntimeError (also a RuntimeError), with kdart_last_error's message.
 """
 import ctypes
 import glob
+import logging
 import os
 import site
 import sys
@@ -380,8 +381,36 @@ def _s(b):
     return None if b is None else b.decode(errors="replace")
 
 
+# The C library's log, through Python's logging: logger "kdart" (kdart.fla and kdart.torch log under it
+# too).  With no handler configured, Python prints WARNING and above to stderr, as the C library does for
+# a program that sets no callback.  The callback may run on kdart's compile threads (ctypes takes the GIL).
+log = logging.getLogger("kdart")
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
+def _log_to_logging(user, level, message):
+    try:
+        log.log(_LEVELS.get(level, logging.WARNING), "%s", message.decode(errors="replace") if message else "")
+    except Exception:  # a callback must never raise into C
+        pass
+
+
+_LOG_CB = LOG_FN(_log_to_logging)  # one object for the process: C keeps its address
+
+
+def _c_log_level():
+    """The most verbose C level worth passing up: what the "kdart" logger would show when the handle opens,
+    or KDART_LOG's (info, debug) if more; None for KDART_LOG=off (the C library then logs nothing)."""
+    env = os.environ.get("KDART_LOG", "")
+    if env == "off":
+        return None
+    lv = 3 if log.isEnabledFor(logging.DEBUG) else 2 if log.isEnabledFor(logging.INFO) else 1
+    return max(lv, {"debug": 3, "info": 2}.get(env, 1))
+
+
 class Runtime:
-    """One kdart_rt handle.  Thread-safe as the C handle is; close() once nobody uses it."""
+    """One kdart_rt handle.  Thread-safe as the C handle is; close() once nobody uses it.  Its log goes to
+    the "kdart" logger."""
 
     def __init__(self, cache_path=None, kernel_dir=None, arch=None, flags=0, ro_cache_paths=()):
         L = load()
@@ -397,6 +426,9 @@ class Runtime:
             self._keep.append(arr)
             opts.ro_cache_paths, opts.n_ro_cache_paths = arr, len(ro_cache_paths)
         opts.flags = flags
+        level = _c_log_level()
+        if level is not None:
+            opts.log, opts.log_level = _LOG_CB, level
         h = ctypes.c_void_p()
         rc = self.lib.kdart_open(ctypes.byref(h), ctypes.byref(opts))
         if rc:

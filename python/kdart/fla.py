@@ -43,8 +43,9 @@ the one it was written for and refuses with RuntimeError when they differ.
 import contextlib
 import inspect
 import threading
-import warnings
 import weakref
+
+from . import _lib
 
 __all__ = ["enable", "disable", "enabled", "is_enabled", "stats", "reset_stats"]
 
@@ -129,9 +130,8 @@ def _count_fallback(stage, reason):
         _fallbacks[key] = _fallbacks.get(key, 0) + 1
         new = key not in _warned
         _warned.add(key)
-    if new:
-        # stacklevel: fla's line that called the stage (through _serve and the wrapper)
-        warnings.warn(f"kdart.fla: {stage} falls back to fla ({reason})", RuntimeWarning, stacklevel=4)
+    if new:  # once per stage and reason, through the "kdart" logger (stats() counts every one)
+        _lib.log.getChild("fla").warning("%s falls back to fla (%s)", stage, reason)
 
 
 def stats():

@@ -50,7 +50,6 @@ import operator
 import os
 import re
 import threading
-import warnings
 
 import torch
 
@@ -341,7 +340,7 @@ def _load_ext():
             if ext.ABI != major * 10000 + minor * 100 + patch:
                 raise RuntimeError(f"built for another kdart ({ext.ABI}, library {_lib.version()})")
     except Exception as e:  # a stale or foreign build: the Python path serves, and says why once
-        warnings.warn(f"kdart.torch: the C++ fast path is not used ({e})", RuntimeWarning, stacklevel=2)
+        _lib.log.getChild("torch").warning("the C++ fast path is not used (%s)", e)
         return None
     return ext
 

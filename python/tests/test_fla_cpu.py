@@ -1,5 +1,5 @@
 """kdart.fla without a GPU: patching and restoring fla's names, the signature guard, acceptance checks."""
-import contextlib
+import logging
 import os
 
 import pytest
@@ -86,7 +86,7 @@ def test_head_dims_served(monkeypatch, D):
     assert kf.dhu_refusal(q, q, q, big, big, gk=gk) == "V=513 (V > 512)"
 
 
-def test_wrappers_route_fold_and_fall_back(monkeypatch):
+def test_wrappers_route_fold_and_fall_back(monkeypatch, caplog):
     """The wrappers' plumbing with kdart's op and fla's functions replaced by recorders (no GPU): a served
     bwd_intra folds dg and the chunk_local_cumsum of exactly that tensor is skipped; refused calls go to
     fla's function with every argument; kdart's ValueError is a counted fallback."""
@@ -134,15 +134,18 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch):
             def refuse(*args, **kw):
                 raise kf_value_error()
             monkeypatch.setattr(kt, "bwd_intra", refuse)
-            with pytest.warns(RuntimeWarning, match="kdart refused: ESHAPE"):
+            with caplog.at_level(logging.WARNING, logger="kdart"):  # once, through the "kdart" logger
                 chunk_bwd.chunk_kda_bwd_intra(*a, chunk_size=64)
+                chunk_bwd.chunk_kda_bwd_intra(*a, chunk_size=64)
+            said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
+            assert said == ["bwd_intra falls back to fla (kdart refused: ESHAPE)"], said
             assert calls[-1] == ("fla", {"cu_seqlens": None, "chunk_indices": None, "chunk_size": 64,
                                          "safe_gate": False, "lower_bound": None, "use_graph": False})
         finally:
             orig.update(saved)
         st = kf.stats()
     assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0}
-    assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 1}
+    assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 2}  # (counted every time)
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
 
@@ -230,7 +233,7 @@ PROD = [
 @pytest.mark.parametrize("case", PROD, ids=lambda c: "{}-H{}-HV{}-K{}-V{}-{}{}-gate{}-beta{}-norec{}-C{}".format(
     str(c[0])[6:], c[1], c[2], c[3], c[4], "varlen" if c[5] else "fixed", "-vfirst" if c[6] else "", int(c[7]),
     str(c[8])[6:], int(c[9]), c[10]))
-def test_production_config_routing(monkeypatch, case):
+def test_production_config_routing(monkeypatch, case, caplog):
     """fla 0.6.0's chunk_kda_bwd run on a CPU machine with its other stages replaced by stand-ins, kdart's ops by
     recorders, and the tensors as chunk_kda hands them in each configuration (beta in fp32 when chunk_kda
     applies the beta sigmoid): kdart.fla takes bwd_intra, bwd_dhu and the folded dg cumsum with no fallback at
@@ -289,7 +292,7 @@ def test_production_config_routing(monkeypatch, case):
             orig["chunk_gated_delta_rule_bwd_dhu"] = lambda *x, **y: log.append("fla bwd_dhu") or (
                 None, y["h0"], x[4])
             orig["chunk_local_cumsum"] = lambda *x, **y: log.append("fla cumsum") or x[0]
-            with pytest.warns(RuntimeWarning) if C != 64 else contextlib.nullcontext():
+            with caplog.at_level(logging.WARNING, logger="kdart"):
                 out = chunk_bwd.chunk_kda_bwd(
                     q=q, k=k, v=v, beta=beta, Aqk=Aqk, Akk=Akk, scale=K ** -0.5, initial_state=h0, do=do, dht=dht,
                     g=None if gate_in and not norec else g_cum, g_org=g_raw if gate_in else None,
@@ -302,7 +305,9 @@ def test_production_config_routing(monkeypatch, case):
     dq, dk, dv, db, dg, dh0, dA, dbias = out
     assert dq.shape == (B, T, H, K) and dk.shape == (B, T, H, K) and dg.shape == (B, T, HV, K)
     assert (dA is not None) == gate_in and (dbias is not None) == gate_in
+    said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
     if C != 64:
+        assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in ("bwd_dhu", "bwd_intra", "wy_dqkg")]
         assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log
         assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
         assert set(st["fallbacks"]) == {"bwd_intra: chunk_size=32", "bwd_dhu: chunk_size=32",
@@ -312,7 +317,7 @@ def test_production_config_routing(monkeypatch, case):
     assert ("kdart bwd_intra", beta_dt, True) in log and ("kdart bwd_dhu", svf) in log
     assert ("kdart wy_dqkg", beta_dt, svf) in log and "wy_dqkg" not in log  # (the stand-in: fla's)
     assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1}
-    assert st["fallbacks"] == {}
+    assert st["fallbacks"] == {} and said == []
     assert ("recompute_w_u" in log) == (not norec) and ("gate_bwd" in log) == gate_in
 
 

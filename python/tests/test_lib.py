@@ -174,3 +174,19 @@ def test_torch_ext_help_builds_nothing(tmp_path):
                        timeout=120)
     assert r.returncode == 2 and "unknown argument '--nope'" in r.stderr
     assert not (tmp_path / "ext").exists()
+
+
+def test_c_log_reaches_logging(monkeypatch, tmp_path, caplog):
+    """The C library's warnings arrive in Python's logging, logger "kdart" (a refused setting, named once),
+    and KDART_LOG=off keeps them out."""
+    import logging
+    monkeypatch.setenv("KDART_CACHE_MAX_BYTES", "abc")
+    with caplog.at_level(logging.WARNING, logger="kdart"):
+        _lib.Runtime(cache_path=str(tmp_path / "a.db"), flags=_lib.OPEN_NO_CUDA).close()
+    said = [r.getMessage() for r in caplog.records if r.name == "kdart"]
+    assert len(said) == 1 and "KDART_CACHE_MAX_BYTES=abc ignored" in said[0], said
+    caplog.clear()
+    monkeypatch.setenv("KDART_LOG", "off")
+    with caplog.at_level(logging.WARNING, logger="kdart"):
+        _lib.Runtime(cache_path=str(tmp_path / "b.db"), flags=_lib.OPEN_NO_CUDA).close()
+    assert not [r for r in caplog.records if r.name == "kdart"]

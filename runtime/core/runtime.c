@@ -131,16 +131,20 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     rt->log_user = opts.log_user;
     rt->log_level = opts.log_level;
     const char *lv = env(rt, "KDART_LOG");
-    int lv_known = !lv || !strcmp(lv, "stderr") || !strcmp(lv, "warn") || !strcmp(lv, "info") || !strcmp(lv, "debug");
-    if (lv && !rt->log) {
+    int lv_known = !lv || !strcmp(lv, "stderr") || !strcmp(lv, "warn") || !strcmp(lv, "info") ||
+                   !strcmp(lv, "debug") || !strcmp(lv, "off");
+    /* No callback: warnings and errors to stderr, so that nothing refused or
+     * given up on is silent (KDART_LOG=off for none, info or debug for more). */
+    if (!rt->log && !(lv && !strcmp(lv, "off"))) {
         rt->log = log_stderr;
-        rt->log_level = strcmp(lv, "debug") == 0 ? KDART_LOG_DEBUG
-                        : strcmp(lv, "info") == 0 ? KDART_LOG_INFO
-                                                  : KDART_LOG_WARN;
+        rt->log_level = !lv ? KDART_LOG_WARN
+                        : strcmp(lv, "debug") == 0 ? KDART_LOG_DEBUG
+                        : strcmp(lv, "info") == 0  ? KDART_LOG_INFO
+                                                   : KDART_LOG_WARN;
     }
     /* A typo is said out loud (stderr logging still starts, at WARN). */
     if (!lv_known)
-        kdart__log(rt, KDART_LOG_WARN, "KDART_LOG=%.80s unknown (stderr, warn, info or debug); read as warn", lv);
+        kdart__log(rt, KDART_LOG_WARN, "KDART_LOG=%.80s unknown (off, stderr, warn, info or debug); read as warn", lv);
     int64_t on;
     if (kdart__env_number(rt, "KDART_CHECK", 0, 0, 1, &on) && on) rt->flags |= KDART_OPEN_CHECK;
     /* Read here, per handle, as every variable is, and so not under

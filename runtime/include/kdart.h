@@ -13,8 +13,11 @@
  *     detailed message of the last failure (NVRTC log excerpt, CUDA error
  *     name, SQLite message, which argument was wrong) is kept on the handle
  *     and read with kdart_last_error().
- *   - The library never exits, aborts or prints.  It reports through the log
- *     callback given in kdart_options, and only there.
+ *   - The library never exits or aborts.  It reports through the log
+ *     callback given in kdart_options; without one, warnings and errors go
+ *     to stderr ("kdart: warning: ...", once each where they could repeat),
+ *     so that a refused setting or a fallback is never silent
+ *     (KDART_LOG=off: nothing; KDART_LOG=info or debug: more).
  *   - libcuda is loaded with dlopen on first use, so compiling, prewarming
  *     and inspecting the cache work on machines with no GPU or driver.
  *   - Codes are stable: a code is never renumbered or reused.
@@ -145,7 +148,8 @@ typedef struct kdart_options {
                                       here fails kdart_open (EARCH); a bad KDART_ARCH does
                                       not: it is warned about, and prepares for the
                                       default arch fail with EARCH naming it */
-    kdart_log_fn log;              /* NULL: silent, unless KDART_LOG=stderr */
+    kdart_log_fn log;              /* NULL: warnings and errors to stderr (KDART_LOG: off,
+                                      stderr or warn, info, debug) */
     void *log_user;
     int log_level;                 /* most verbose level passed to log; KDART_LOG_WARN default */
     int compile_threads;           /* compile workers of kdart_prepare_async, started
