@@ -6,7 +6,10 @@
     import kdart.torch                   # torch ops: kdart.torch.bwd_intra / bwd_dhu
     import kdart.fla; kdart.fla.enable() # fla's chunk_kda backward through kdart
 
-The C library is loaded on first use (see kdart._lib for where it is found).
+    python -m kdart prewarm              # the cache PyTorch hits (kdart.cli: the kdart program, this NVRTC)
+
+The C library is loaded on first use (see kdart._lib for where it is found); what it says goes to
+Python's logging, logger "kdart".
 """
 from ._lib import (KdartError, KdartRuntimeError, KdartValueError, Runtime, cache_list, kernels, prepare,
                    runtime, version)
