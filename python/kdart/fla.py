@@ -36,6 +36,16 @@ reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
 that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
 other call goes to fla's function).  disable() puts fla's functions back.
 
+Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk_kda backward (the wheel's
+kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
+logged once per reason through the "kdart.fla" logger; stats() counts every one.
+
+Why names in fla's module and not fla 0.6.0's backend registry (fla.backends), which can dispatch every
+function replaced here (chunk_local_cumsum has a registry of its own): FLA_DISABLE_BACKEND_DISPATCH=1
+turns the whole registry off; a registered implementation that kdart refuses after its verifier passed
+cannot hand the call back to fla's function (the registry's wrapper holds it), so every refusal would
+have to move into the verifiers; and the dispatch cost per call is not measured yet.
+
 The wrappers are written for fla-core 0.6.0: enable() compares
 inspect.signature of every function it replaces (and of chunk_kda_bwd) with
 the one it was written for and refuses with RuntimeError when they differ.
@@ -339,6 +349,14 @@ def enable(fold_dg=True):
     """Routes fla's chunk_kda backward stages through kdart (idempotent).  RuntimeError when the installed
     fla is not the one this was written for; ImportError when fla or torch is missing."""
     import importlib
+    import os
+    if os.environ.get("FLA_KDART") == "0":  # the environment's kill switch, named as fla's backend switches
+        with _lock:
+            said = "FLA_KDART=0" in _warned
+            _warned.add("FLA_KDART=0")
+        if not said:
+            _lib.log.getChild("fla").warning("FLA_KDART=0: kdart.fla.enable() leaves fla's functions in place")
+        return
     with _lock:
         if _state["module"] is not None:
             _state["fold"] = bool(fold_dg)

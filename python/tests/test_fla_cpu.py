@@ -337,3 +337,26 @@ def test_beta_dtypes_routed():
         assert kf.intra_refusal(*a) == "mixed io dtypes (torch.bfloat16, torch.float64)"
     finally:
         f._is_cuda = old
+
+
+def test_environment_switch():
+    """FLA_KDART=1 turns kdart.fla on when a script imports fla's chunk_kda backward, with no code change
+    (kdart._autoload, which the wheel's kdart-autoload.pth imports at start-up); FLA_KDART=0 makes
+    enable() leave fla alone, and says so once."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = ("import kdart._autoload, kdart.fla\n"  # (what the .pth does at start-up)
+              "import fla.ops.kda.chunk_bwd as m\n"
+              "print('enabled', kdart.fla.is_enabled(), m.chunk_kda_bwd_intra.__module__)\n")
+    env = dict(os.environ, PYTHONPATH=here, FLA_KDART="1")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "enabled True kdart.fla" in r.stdout, r.stdout + r.stderr[-2000:]
+    script0 = ("import logging, kdart.fla\n"
+               "logging.basicConfig()\n"
+               "kdart.fla.enable(); kdart.fla.enable()\n"
+               "print('enabled', kdart.fla.is_enabled())\n")
+    r = subprocess.run([sys.executable, "-c", script0], env=dict(env, FLA_KDART="0"), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "enabled False" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert r.stderr.count("FLA_KDART=0: kdart.fla.enable() leaves fla's functions in place") == 1, r.stderr

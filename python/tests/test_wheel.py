@@ -50,7 +50,9 @@ def test_wheel_contents(wheel):
                  "kdart/fla.py", "kdart/share/kdart/kernel_src/bwd_intra.cuh",
                  "kdart/share/kdart/kernel_src/bwd_dhu.cuh", "kdart/share/kdart/kernel_src/kda_params.h",
                  # what `python -m kdart.torch_ext` builds from
-                 "kdart/torch_ext.py", "kdart/_torch_ext.cpp", "kdart/include/kdart.h", "kdart/include/dlpack/dlpack.h"):
+                 "kdart/torch_ext.py", "kdart/_torch_ext.cpp", "kdart/include/kdart.h", "kdart/include/dlpack/dlpack.h",
+                 # FLA_KDART=1 without code changes: the start-up hook at site-packages' top
+                 "kdart-autoload.pth", "kdart/_autoload.py"):
         assert want in names, want
     assert not [n for n in names if n.endswith((".a", ".pc", ".cmake"))]
     assert not [n for n in names if n.endswith(".cpp") and n != "kdart/_torch_ext.cpp"]
@@ -89,3 +91,10 @@ def test_wheel_installs_and_runs(wheel, tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "version " in r.stdout and str(env_dir) in r.stdout
+    # the start-up hook: idle without FLA_KDART=1 (kdart not even imported), waiting for fla with it
+    probe = "import sys; print('kdart' in sys.modules, [type(f).__name__ for f in sys.meta_path][:1])"
+    r = subprocess.run([py, "-c", probe], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split()[0] == "False", r.stdout + r.stderr
+    r = subprocess.run([py, "-c", probe], cwd=str(tmp_path), env=dict(env, FLA_KDART="1"), capture_output=True,
+                       text=True, timeout=120)
+    assert "_EnableAfterImport" in r.stdout, r.stdout + r.stderr
