@@ -426,7 +426,7 @@ static const struct {
     {"why", "arch= json"},
     {"serve", "socket= jobs= max-clients= idle-timeout= stop timeout= status"},
     {"kernels", ""},
-    {"selftest", ""},
+    {"selftest", "kernel="},
     {"bench", "shape= io= fold-dg emit-bf16 reps="},
     {"help", ""},
 };
@@ -558,6 +558,8 @@ START_TEST(test_selftest_placeholder) {
         EXPECT_IN(r.out, "selftest: 0 failure(s)");
     }
     run_free(&r);
+    /* --kernel names one kernel with an operation, checked before any GPU is looked for */
+    RUN_EXPECT(2, err, "--kernel takes bwd_intra, bwd_dhu or wy_dqkg", "selftest", "--kernel", "chunk_rcumsum");
 }
 END_TEST
 

@@ -1133,7 +1133,7 @@ static int selftest_row(FILE *out, const char *kernel, const char *spec, const c
     return failures;
 }
 
-int kc_selftest(kdart_rt *rt, FILE *out) {
+int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
     char why[256];
     if (kc_init(why, sizeof why) != 0) {
         fprintf(out, "selftest: %s\n", why);
@@ -1144,7 +1144,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
     fprintf(out, "kdart selftest (seed %llu): error vs the float64 reference (rel RMS), time per call\n",
             (unsigned long long)seed);
     fprintf(out, "%-10s %-58s %-28s %-44s %9s\n", "kernel", "spec", "shape", "rel RMS per output", "ms/call");
-    for (int s = 0; s < kdart_spec_count("bwd_intra"); s++) {
+    for (int s = 0; (!only || strcmp(only, "bwd_intra") == 0) && s < kdart_spec_count("bwd_intra"); s++) {
         char spec[128];
         kdart_spec_at("bwd_intra", s, spec, sizeof spec);
         if (!kc_intra_spec_launchable(spec)) continue; /* varlen=0,tail=1: a stub */
@@ -1164,7 +1164,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         const double tol[] = {tq, tq, 1e-4, 1e-4};
         failures += selftest_row(out, "bwd_intra", spec, shape, ran, &r, tol);
     }
-    for (int s = 0; s < kdart_spec_count("bwd_dhu"); s++) {
+    for (int s = 0; (!only || strcmp(only, "bwd_dhu") == 0) && s < kdart_spec_count("bwd_dhu"); s++) {
         char spec[128];
         kdart_spec_at("bwd_dhu", s, spec, sizeof spec);
         int K, V = 128, svf;
@@ -1180,7 +1180,7 @@ int kc_selftest(kdart_rt *rt, FILE *out) {
         const double tol[] = {1e-3, 1e-3, 1e-5};
         failures += selftest_row(out, "bwd_dhu", spec, shape, ran, &r, tol);
     }
-    for (int s = 0; s < kdart_spec_count("wy_dqkg"); s++) {
+    for (int s = 0; (!only || strcmp(only, "wy_dqkg") == 0) && s < kdart_spec_count("wy_dqkg"); s++) {
         char spec[128];
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
         kc_wy_case c = {2, 512, 2, 4, kc_spec_k(spec), 128, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),

@@ -178,10 +178,10 @@ void kc_ctx_destroy(void *ctx);
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n);
 #define KC_NBAD 11
 
-/* The selftest of `kdart selftest`: every specialization of both kernels
- * once, with errors and time per call, printed to out.  Returns the number
- * of failures. */
-int kc_selftest(kdart_rt *rt, FILE *out);
+/* The selftest of `kdart selftest`: every specialization of every kernel
+ * with an operation (only, when not NULL, names one: "wy_dqkg") once, with
+ * errors and time per call, printed to out.  Returns the number of failures. */
+int kc_selftest(kdart_rt *rt, FILE *out, const char *only);
 
 /* ---- benchmark (kdart bench) ---- */
 

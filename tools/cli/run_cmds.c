@@ -7,6 +7,7 @@
  * too, so that what a user runs on a new machine is what the tests ran.
  * Without a GPU they exit 3 and say why, before opening anything.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,13 +24,29 @@ static int open_gpu(cli *c) {
     return cli_open(c, 1);
 }
 
+typedef struct selftest_opts {
+    const char *kernel; /* only this kernel's specializations, else every kernel's */
+} selftest_opts;
+
 static int run_selftest(cli *c, const void *opts, int nargs, char **args) {
+    const selftest_opts *o = opts;
+    if (o->kernel && strcmp(o->kernel, "bwd_intra") != 0 && strcmp(o->kernel, "bwd_dhu") != 0 &&
+        strcmp(o->kernel, "wy_dqkg") != 0)
+        return cli_usage(c, "--kernel takes bwd_intra, bwd_dhu or wy_dqkg (the kernels with an operation), not '%s'",
+                         o->kernel);
     int rc = open_gpu(c);
     if (rc != EXIT_OK) return rc;
-    return kc_selftest(c->rt, stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+    return kc_selftest(c->rt, stdout, o->kernel) == 0 ? EXIT_OK : EXIT_FAIL;
 }
 
+static const cli_option selftest_options[] = {
+    {"kernel", 0, CLI_STRING, "NAME", offsetof(selftest_opts, kernel), 0, 0, CLI_NONEMPTY,
+     "only this kernel's specializations (bwd_intra, bwd_dhu or wy_dqkg)"},
+    {NULL},
+};
+
 CLI_COMMAND(selftest, "run every kernel on the GPU against the float64 reference",
+    CLI_OPTIONS(selftest_options, selftest_opts, NULL),
     .about = "Runs every specialization of bwd_intra, bwd_dhu and wy_dqkg once on fresh\n"
              "random inputs and prints each output's error against the float64 reference\n"
              "and the time per call.  A tail specialization runs with the shape that\n"
