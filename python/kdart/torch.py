@@ -270,7 +270,10 @@ class _Plan:
         for i, a in enumerate(st.tensors):
             x = t.get(a.name)
             if x is None:
-                continue  # stays a NULL pointer (optional dht / dh0, no cu_seqlens)
+                continue  # stays a NULL pointer (optional dht / dh0, no cu_seqlens; kdart says ENULL if needed)
+            if not isinstance(x, torch.Tensor):
+                name = st.fla_names.get(a.name, a.name)
+                raise _lib.value_error("ENULL", f"ENULL: {name} must be a tensor, got {type(x).__name__}")
             dl = self.dls[i]
             shape = (ctypes.c_int64 * x.dim())(*x.shape)
             self.keep.append(shape)

@@ -367,3 +367,15 @@ def test_torch_ext_rebuilds_only_when_out_of_date(tmp_path, monkeypatch):
     assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
     assert "No CUDA runtime" not in r.stderr  # quiet: no notes from torch's build helpers
     assert open(so, "rb").read() == b"not a build: it must not be touched"
+
+
+def test_not_a_tensor_is_named():
+    """An argument that is not a tensor is refused by name, in fla's words, before kdart is asked."""
+    a = intra_args(B=1, T=128, H=2, HV=4, K=64, device="meta")
+    a[1] = [1, 2, 3]
+    with pytest.raises(ValueError, match="ENULL: k must be a tensor, got list"):
+        kt.intra_meta(*a)
+    a = intra_args(B=1, T=128, H=2, HV=4, K=64, device="meta")
+    a[6] = 0.5  # fla's dq (kdart's dq_in)
+    with pytest.raises(ValueError, match="ENULL: dq must be a tensor, got float"):
+        kt.intra_meta(*a)
