@@ -152,6 +152,14 @@ int cli_fail(cli *c, int status, const char *what);
 int cli_open(cli *c, int need_cuda);
 /* Writes s as a JSON string literal (escaped; invalid UTF-8 as U+FFFD); NULL as null. */
 void cli_json_string(FILE *f, const char *s);
+/* "512B", "12.3K", "4.0M": binary units, into buf. */
+const char *cli_format_size(int64_t bytes, char *buf, size_t n);
+/* Calls fn on each non-empty line of text; writes "name=value" lines as a JSON array of strings. */
+void cli_each_line(const char *text, void (*fn)(void *user, const char *line, size_t n), void *user);
+void cli_json_lines(FILE *f, const char *text);
+/* 1 when the writable cache the command was pointed at does not exist (a command that never creates
+ * one then has nothing to do), with a note saying what. */
+int cli_cache_absent(cli *c, const char *what);
 /* EXIT_OK for a registered kernel; else says so, lists them, EXIT_NOTFOUND. */
 int cli_check_kernel(const cli *c, const char *name);
 /* EXIT_OK for a target the runtime accepts; else its reason, EXIT_USAGE. */

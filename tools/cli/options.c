@@ -13,10 +13,16 @@
  * Accepted: "--name VALUE", "--name=VALUE", "-x VALUE", "-xVALUE" (also
  * "-x=VALUE"), bundled short flags ("-vv", "-qv"), operands between the
  * options, and "--", after which everything is an operand.
+ *
+ * At its end, the small output helpers every group of commands shares
+ * (JSON strings and line lists, sizes, the missing-cache note), so that a
+ * command's file holds only its command.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -369,3 +375,60 @@ void cli_json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* "512B", "12.3K", "4.0M": binary units, short enough for a table column. */
+const char *cli_format_size(int64_t bytes, char *buf, size_t n) {
+    static const char units[] = "BKMGTP";
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, n, "%" PRId64 "B", bytes);
+    else
+        snprintf(buf, n, "%.1f%c", v, units[u]);
+    return buf;
+}
+
+/* Calls fn on each non-empty line of text (not NUL-terminated: n bytes). */
+void cli_each_line(const char *text, void (*fn)(void *user, const char *line, size_t n), void *user) {
+    for (const char *p = text ? text : ""; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0) fn(user, p, n);
+        p += n + (nl ? 1 : 0);
+    }
+}
+
+typedef struct json_lines_state {
+    FILE *f;
+    int first;
+} json_lines_state;
+
+static void json_line(void *user, const char *line, size_t n) {
+    json_lines_state *s = user;
+    char *copy = strndup(line, n);
+    if (!s->first) fputs(", ", s->f);
+    cli_json_string(s->f, copy ? copy : "");
+    free(copy);
+    s->first = 0;
+}
+
+/* Writes "name=value" lines as a JSON array of strings (lossless: the
+ * manifest and report may repeat a name). */
+void cli_json_lines(FILE *f, const char *text) {
+    json_lines_state s = {f, 1};
+    fputc('[', f);
+    cli_each_line(text, json_line, &s);
+    fputc(']', f);
+}
+
+/* 1 when the writable cache this command was pointed at does not exist (a
+ * command that never creates one then has nothing to do), with a note. */
+int cli_cache_absent(cli *c, const char *what) {
+    kdart_rt_info info;
+    if (kdart_info(c->rt, &info) != KDART_OK || !info.cache_path || !info.cache_path[0] ||
+        access(info.cache_path, F_OK) == 0)
+        return 0;
+    if (!c->g.quiet || strcmp(what, "nothing to do") != 0)
+        cli_error(c, "no writable cache at %s: %s", info.cache_path, what);
+    return 1;
+}
