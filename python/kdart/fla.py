@@ -40,12 +40,17 @@ Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk
 kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
 logged once per reason through the "kdart.fla" logger; stats() counts every one.
 
-Why names in fla's module and not fla 0.6.0's backend registry (fla.backends), which can dispatch every
-function replaced here (chunk_local_cumsum has a registry of its own): FLA_DISABLE_BACKEND_DISPATCH=1
-turns the whole registry off; a registered implementation that kdart refuses after its verifier passed
-cannot hand the call back to fla's function (the registry's wrapper holds it), so every refusal would
-have to move into the verifiers.  (Its cost is small: about 6 us per dispatched call measured on a 2-core
-CPU, four calls per backward.)
+Two routes, one set of wrappers.  enable(via="names"), the default, replaces the names in fla's module as
+above.  enable(via="registry") (or KDART_FLA_VIA=registry) registers kdart's backends in fla 0.6.0's backend
+registry instead (fla.backends: 'kda' for bwd_intra and wy_dqkg, 'common' for bwd_dhu, chunk_local_cumsum's
+own for the dg fold; priority 1, ahead of fla's TileLang; FLA_KDART=0 turns them off as fla's switches do);
+their verifiers accept while kdart.fla is enabled, and a fallback calls fla's own function unwrapped, never
+the registry again.  Both routes serve, fold and fall back the same (the routing tests run both).  Why the
+names route stays the default: FLA_DISABLE_BACKEND_DISPATCH=1 turns the registry off (the registry route then
+refuses to start, with that reason); fla runs every dispatched call under torch.compiler.disable, so under
+torch.compile the registry route breaks the graph where kdart's custom ops would trace; and the registry
+route has not yet run on a GPU.  Its cost is small: about 6 us per dispatched call measured on a 2-core
+CPU, four calls per backward.
 
 The wrappers are written for fla-core 0.6.0: enable() compares
 inspect.signature of every function it replaces (and of chunk_kda_bwd) with
@@ -94,7 +99,7 @@ EXPECTED = {
 }
 
 _lock = threading.RLock()
-_state = {"module": None, "orig": None, "fold": False}
+_state = {"module": None, "orig": None, "fold": False, "via": None}
 _served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
 _fallbacks = {}
 _warned = set()
@@ -346,9 +351,54 @@ _WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMS
 
 # ------------------------------------------------------ enable / disable
 
-def enable(fold_dg=True):
-    """Routes fla's chunk_kda backward stages through kdart (idempotent).  RuntimeError when the installed
-    fla is not the one this was written for; ImportError when fla or torch is missing."""
+def _fla_backends():
+    """fla.backends when its dispatch is on (FLA_DISABLE_BACKEND_DISPATCH was not 1 when fla was imported)."""
+    try:
+        from fla import backends
+    except ImportError:
+        return None
+    return None if getattr(backends, "_DISPATCH_DISABLED", True) else backends
+
+
+_registered = []  # the backends kdart put in fla's registries (once per process)
+
+
+def _register(backends, mod):
+    """kdart's backends in fla 0.6.0's registries: 'kda' (bwd_intra, wy_dqkg), 'common' (bwd_dhu) and
+    chunk_local_cumsum's own.  Each accepts a call only while kdart.fla is enabled through the registry
+    (its verifier), and then runs the same wrapper as the names route: kdart for what it takes, fla's own
+    function (unwrapped: never back into the registry) for the rest.  Priority 1: ahead of fla's TileLang
+    backend; FLA_KDART=0 turns it off, as fla's switches do."""
+    if _registered:
+        return
+
+    def on(*args, **kwargs):
+        return (_state["via"] == "registry", "kdart.fla is not enabled")
+
+    class _Kdart(backends.BaseBackend):
+        backend_type = "kdart"
+        env_var = "FLA_KDART"
+        priority = 1
+
+    kda = type("KdartKDABackend", (_Kdart,), {
+        _INTRA: staticmethod(_intra_wrapper), _INTRA + "_verifier": staticmethod(on),
+        _WY: staticmethod(_wy_wrapper), _WY + "_verifier": staticmethod(on)})
+    common = type("KdartCommonBackend", (_Kdart,), {
+        _DHU: staticmethod(_dhu_wrapper), _DHU + "_verifier": staticmethod(on)})
+    cumsum = type("KdartCumsumBackend", (_Kdart,), {
+        _CUMSUM: staticmethod(_cumsum_wrapper), _CUMSUM + "_verifier": staticmethod(on)})
+    backends.register("kda")(kda)
+    backends.register("common")(common)
+    backends.register(getattr(mod, _CUMSUM))(cumsum)
+    _registered.extend((kda, common, cumsum))
+
+
+def enable(fold_dg=True, via=None):
+    """Routes fla's chunk_kda backward stages through kdart (idempotent).  via: "names" (the default:
+    the functions' names in fla's backward module replaced) or "registry" (kdart's backends registered in
+    fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  RuntimeError
+    when the installed fla is not the one this was written for, or the registry is asked for with fla's
+    dispatch off; ImportError when fla or torch is missing."""
     import importlib
     import os
     if os.environ.get("FLA_KDART") == "0":  # the environment's kill switch, named as fla's backend switches
@@ -358,30 +408,47 @@ def enable(fold_dg=True):
         if not said:
             _lib.log.getChild("fla").warning("FLA_KDART=0: kdart.fla.enable() leaves fla's functions in place")
         return
+    via = via or os.environ.get("KDART_FLA_VIA") or "names"
+    if via not in ("names", "registry"):
+        raise ValueError(f"kdart.fla.enable: via must be 'names' or 'registry', not {via!r}")
     with _lock:
         if _state["module"] is not None:
+            if _state["via"] != via:
+                raise RuntimeError(f"kdart.fla is enabled through {_state['via']}; disable() it first")
             _state["fold"] = bool(fold_dg)
             return
         mod = importlib.import_module(MODULE)
         _check_signatures(mod)
         from . import torch as _kt  # noqa: F401  (registers the ops; raises early if torch is missing)
-        _state["orig"] = {name: getattr(mod, name) for name in _WRAPPERS}
+        if via == "registry":
+            backends = _fla_backends()
+            if backends is None:
+                raise RuntimeError("kdart.fla.enable(via='registry'): fla's backend dispatch is off "
+                                   "(FLA_DISABLE_BACKEND_DISPATCH=1 when fla was imported); use via='names'")
+            # fla's own functions, never the registry's wrappers (a fallback must not come back to kdart)
+            _state["orig"] = {name: inspect.unwrap(getattr(mod, name)) for name in _WRAPPERS}
+            _register(backends, mod)
+        else:
+            _state["orig"] = {name: getattr(mod, name) for name in _WRAPPERS}
+            for name in _WRAPPERS:  # the cumsum wrapper passes through unless bwd_intra folded dg
+                setattr(mod, name, _WRAPPERS[name])
         _state["fold"] = bool(fold_dg)
-        for name in _WRAPPERS:  # the cumsum wrapper passes through unless bwd_intra folded dg
-            setattr(mod, name, _WRAPPERS[name])
+        _state["via"] = via
         _state["module"] = mod
 
 
 def disable():
-    """Puts fla's own functions back (idempotent)."""
+    """Puts fla's own functions back (idempotent); through the registry, kdart's backends decline."""
     with _lock:
         mod = _state["module"]
         if mod is None:
             return
-        for name, fn in _state["orig"].items():
-            setattr(mod, name, fn)
+        if _state["via"] == "names":
+            for name, fn in _state["orig"].items():
+                setattr(mod, name, fn)
         _state["module"] = None
         _state["fold"] = False
+        _state["via"] = None
 
 
 def is_enabled():
@@ -391,12 +458,12 @@ def is_enabled():
 @contextlib.contextmanager
 def enabled(fold_dg=True):
     """with kdart.fla.enabled(): ... (restores the previous state on exit)."""
-    was, was_fold = is_enabled(), _state["fold"]
+    was, was_fold, was_via = is_enabled(), _state["fold"], _state["via"]
     enable(fold_dg)
     try:
         yield
     finally:
         if was:
-            enable(was_fold)
+            enable(was_fold, was_via)
         else:
             disable()

@@ -4,7 +4,10 @@ import os
 
 import pytest
 
-os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+# fla's backend dispatch off, as the names route is usually tested; on for the registry route (KDART_FLA_VIA=registry:
+# test_registry_route runs the routing tests again that way, in a process of their own)
+if os.environ.get("KDART_FLA_VIA") != "registry":
+    os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 torch = pytest.importorskip("torch")
 chunk_bwd = pytest.importorskip("fla.ops.kda.chunk_bwd")
 import kdart.fla as kf  # noqa: E402
@@ -212,6 +215,10 @@ def _standins(monkeypatch, log):
         log.append("gate_bwd")
         return torch.empty_like(g), None if A_log is None else torch.empty_like(A_log), \
             None if dt_bias is None else torch.empty_like(dt_bias)
+    if os.environ.get("KDART_FLA_VIA") == "registry":  # fla's stand-in dispatched as fla's own is
+        from fla import backends
+        wy_dqkg.__name__ = "chunk_kda_bwd_wy_dqkg_fused"
+        wy_dqkg = backends.dispatch("kda")(wy_dqkg)
     for name, fn in (("kda_gate_chunk_cumsum", gate_cumsum), ("recompute_w_u_fwd", recompute_w_u),
                      ("chunk_gated_delta_rule_fwd_h", fwd_h), ("chunk_kda_bwd_dAv", dAv),
                      ("chunk_kda_bwd_wy_dqkg_fused", wy_dqkg), ("kda_gate_bwd", gate_bwd)):
@@ -360,3 +367,21 @@ def test_environment_switch():
                        timeout=300)
     assert r.returncode == 0 and "enabled False" in r.stdout, r.stdout + r.stderr[-2000:]
     assert r.stderr.count("FLA_KDART=0: kdart.fla.enable() leaves fla's functions in place") == 1, r.stderr
+
+
+def test_registry_route():
+    """kdart.fla.enable(via="registry"): kdart's backends in fla's own backend registry (fla.backends, dispatch
+    on) serve the same calls, fold the same dg cumsum and fall back for the same reasons: the routing tests
+    above, run again that way in a process of their own (fla reads its dispatch switch once, at import)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "FLA_DISABLE_BACKEND_DISPATCH"}
+    env.update(KDART_FLA_VIA="registry", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
+                        "-k", "route_fold or routing or served or beta_dtypes"],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    # and, with dispatch off (this process), the registry route is refused with the reason
+    with pytest.raises(RuntimeError, match="fla's backend dispatch is off"):
+        kf.enable(via="registry")
+    assert not kf.is_enabled()
