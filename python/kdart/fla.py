@@ -47,9 +47,8 @@ own for the dg fold; priority 1, ahead of fla's TileLang; FLA_KDART=0 turns them
 their verifiers accept while kdart.fla is enabled, and a fallback calls fla's own function unwrapped, never
 the registry again.  Both routes serve, fold and fall back the same (the routing tests run both).  Why the
 names route stays the default: FLA_DISABLE_BACKEND_DISPATCH=1 turns the registry off (the registry route then
-refuses to start, with that reason); fla runs every dispatched call under torch.compiler.disable, so under
-torch.compile the registry route breaks the graph where kdart's custom ops would trace; and the registry
-route has not yet run on a GPU.  Its cost is small: about 6 us per dispatched call measured on a 2-core
+refuses to start, with that reason); fla runs every dispatched call under torch.compiler.disable (a graph
+break under torch.compile, whichever backend serves it); and the registry route has not yet run on a GPU.  Its cost is small: about 6 us per dispatched call measured on a 2-core
 CPU, four calls per backward.
 
 The wrappers are written for fla-core 0.6.0: enable() compares
