@@ -7,8 +7,9 @@
  * against an option table into the command's own options struct, and the
  * same tables produce `--help`, so an option is declared in exactly one
  * row.  The commands live in one file per group: cache_cmds.c (inspect and
- * maintain the cache), prewarm.c (prewarm, kernels), run_cmds.c (selftest
- * and bench, on the GPU) and serve_cmd.c (the compile service).
+ * maintain the cache), report_cmds.c (stats, why), prewarm.c (prewarm,
+ * kernels), run_cmds.c (selftest and bench, on the GPU) and serve_cmd.c
+ * (the compile service); options.c also holds the output helpers they share.
  *
  * Everything declared here is private to the tool.  The tool itself is a
  * client of the public API (kdart.h) and nothing else, apart from
