@@ -33,22 +33,28 @@ def cli_binary():
     return None
 
 
-def nvrtc_dir():
-    """The directory of the NVRTC (and nvJitLink) that kdart loads in a Python process: the first of
-    kdart._lib.cuda_lib_dirs() that holds both, as kdart._lib.load() picks it, or None."""
-    for d in _lib.cuda_lib_dirs():
-        if all(os.path.exists(os.path.join(d, so)) for so in ("libnvrtc.so.13", "libnvJitLink.so.13")):
-            return d
-    return None
+def nvrtc_dirs():
+    """The directories of the NVRTC and nvJitLink that kdart loads in a Python process: kdart._lib.load()'s
+    own choice (so the program links the very files a Python process does), without repeats."""
+    try:
+        libs = _lib.load().cuda_libs
+    except RuntimeError:  # no library to load: the program says what is missing itself
+        return []
+    out = []
+    for soname in ("libnvrtc.so.13", "libnvJitLink.so.13"):
+        d = os.path.dirname(libs.get(soname, ""))  # "" for the loader's default search: nothing to add
+        if d and d not in out:
+            out.append(d)
+    return out
 
 
 def environment(env=None):
-    """The environment the program runs in: the Python door's NVRTC directory first on LD_LIBRARY_PATH
+    """The environment the program runs in: the Python door's NVRTC directories first on LD_LIBRARY_PATH
     (searched before the program's own RUNPATH), and the package's kernel sources when it is installed."""
     env = dict(os.environ if env is None else env)
-    d = nvrtc_dir()
-    if d:
-        env["LD_LIBRARY_PATH"] = d + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    dirs = nvrtc_dirs()
+    if dirs:
+        env["LD_LIBRARY_PATH"] = ":".join(dirs + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
     kd = _lib.package_kernel_dir()
     if kd and not env.get("KDART_KERNEL_DIR"):
         env["KDART_KERNEL_DIR"] = kd

@@ -305,6 +305,20 @@ def _build_plan(st, t, sc, nt=None, want=(), layout=()):
     return plan
 
 
+def _set_data(plan, tensors, seqs):
+    """Writes one call's data pointers into its plan: tensors at plan.slots (None, an optional tensor the
+    plan was built without, stays NULL), and the sequence tensors at plan.seq_slots when cu_seqlens (the
+    first) is given, as the plan was built."""
+    d = plan.data
+    for i, x in zip(plan.slots, tensors):
+        if x is not None:
+            d[i] = x.data_ptr()
+    if seqs[0] is not None:
+        for i, x in zip(plan.seq_slots, seqs):
+            if x is not None:
+                d[i] = x.data_ptr()
+
+
 # Plans are per thread: a call writes its data pointers into the plan's
 # DLTensors before the C call reads them, so two threads sharing a plan (two
 # devices driven from one process, or a data-loader thread) would race.
@@ -456,9 +470,9 @@ def _intra_plan(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
     t, sc = _intra_call(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, cu_seqlens, chunk_indices)
     plan = _build_plan(_INTRA, t, sc, layout=(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices))
     plan.outs = [plan.outs[n] for n in _INTRA.returns]
-    plan.d_in = _INTRA.slots(("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "db_in", "dg_in"))
-    plan.d_out = _INTRA.slots(_INTRA.returns)
-    plan.d_seq = _INTRA.slots(("cu_seqlens", "chunk_indices"))
+    plan.slots = _INTRA.slots(("q", "k", "g", "beta", "dAqk", "dAkk", "dq_in", "dk_in", "db_in", "dg_in")
+                              + _INTRA.returns)
+    plan.seq_slots = _INTRA.slots(("cu_seqlens", "chunk_indices"))
     return plan
 
 
@@ -504,15 +518,7 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
     ob, og = torch.empty_like(db), torch.empty_like(dg)
     if not plan.warm:
         _prepare_plan("bwd_intra", plan, plan.dev)
-    d = plan.data  # the slots of kdart's description of bwd_intra (_Stage)
-    for i, x in zip(plan.d_in, ts):
-        d[i] = x.data_ptr()
-    for i, x in zip(plan.d_out, (oq, ok, ob, og)):
-        d[i] = x.data_ptr()
-    if cu_seqlens is not None:
-        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
-        if chunk_indices is not None:
-            d[plan.d_seq[1]] = chunk_indices.data_ptr()
+    _set_data(plan, ts + (oq, ok, ob, og), (cu_seqlens, chunk_indices))
     _launch("intra", plan, plan.idx)
     return oq, ok, ob, og
 
@@ -537,10 +543,8 @@ def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indice
         _check_h0(h0, plan.outs["dh0"][0])
     plan.args.v_tile = 0
     plan.no_rows = rows == 0
-    plan.d_in = _DHU.slots(("qg", "kg", "w", "g", "do", "dv"))
-    plan.d_dht, plan.d_dh0 = _DHU.slots(("dht", "dh0"))
-    plan.d_out = _DHU.slots(("dh", "dv2"))
-    plan.d_seq = _DHU.slots(("cu_seqlens", "chunk_indices", "chunk_offsets"))
+    plan.slots = _DHU.slots(("qg", "kg", "w", "g", "do", "dv", "dht", "dh", "dv2", "dh0"))
+    plan.seq_slots = _DHU.slots(("cu_seqlens", "chunk_indices", "chunk_offsets"))
     return plan
 
 
@@ -564,20 +568,9 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, dev)
-    d = plan.data  # the slots of kdart's description of bwd_dhu (_Stage); dht, dh0 stay NULL if absent
-    for i, x in zip(plan.d_in, (q, k, w, gk, do, dv)):
-        d[i] = x.data_ptr()
-    d[plan.d_out[0]], d[plan.d_out[1]] = dh.data_ptr(), dv2.data_ptr()
-    if dht is not None:
-        d[plan.d_dht] = dht.data_ptr()
-    if h0 is not None:
-        d[plan.d_dh0] = dh0.data_ptr()
-    if cu_seqlens is not None:
-        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
-        if chunk_indices is not None:
-            d[plan.d_seq[1]] = chunk_indices.data_ptr()
-        if chunk_offsets is not None:
-            d[plan.d_seq[2]] = chunk_offsets.data_ptr()
+    # dht and dh0 (only with h0) stay NULL when absent
+    _set_data(plan, (q, k, w, gk, do, dv, dht, dh, dv2, dh0 if h0 is not None else None),
+              (cu_seqlens, chunk_indices, chunk_offsets))
     _launch("dhu", plan, plan.idx)
     return (dh[:, :0] if plan.no_rows else dh), dh0, dv2
 
@@ -587,9 +580,8 @@ def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_
     t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
     plan = _build_plan(_WY, t, sc, layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
     plan.outs = [plan.outs[n] for n in _WY.returns]  # dq, dk, dv2, db, dg, dA
-    plan.d_in = _WY.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv"))
-    plan.d_out = _WY.slots(_WY.returns)
-    plan.d_seq = _WY.slots(("cu_seqlens", "chunk_indices"))
+    plan.slots = _WY.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv") + _WY.returns)
+    plan.seq_slots = _WY.slots(("cu_seqlens", "chunk_indices"))
     return plan
 
 
@@ -608,15 +600,7 @@ def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("wy_dqkg", plan, dev)
-    d = plan.data  # the slots of kdart's description of wy_dqkg (_Stage)
-    for i, x in zip(plan.d_in, ts):
-        d[i] = x.data_ptr()
-    for i, x in zip(plan.d_out, o):
-        d[i] = x.data_ptr()
-    if cu_seqlens is not None:
-        d[plan.d_seq[0]] = cu_seqlens.data_ptr()
-        if chunk_indices is not None:
-            d[plan.d_seq[1]] = chunk_indices.data_ptr()
+    _set_data(plan, ts + tuple(o), (cu_seqlens, chunk_indices))
     _launch("wy", plan, plan.idx)
     return tuple(o)
 

@@ -152,9 +152,8 @@ def test_one_cache_two_doors(tmp_path):
 def test_door_environment(monkeypatch, tmp_path):
     """The program runs with the Python door's NVRTC directory first on LD_LIBRARY_PATH."""
     from kdart import cli
-    for so in ("libnvrtc.so.13", "libnvJitLink.so.13"):
-        (tmp_path / so).write_bytes(b"")
-    monkeypatch.setattr(_lib, "cuda_lib_dirs", lambda: [str(tmp_path / "none"), str(tmp_path)])
+    libs = {so: str(tmp_path / so) for so in ("libnvrtc.so.13", "libnvJitLink.so.13")}  # as load() chose them
+    monkeypatch.setattr(_lib, "load", lambda: _lib._Loaded(None, "libkdart.so", False, libs))
     env = cli.environment({"LD_LIBRARY_PATH": "/x"})
     assert env["LD_LIBRARY_PATH"] == f"{tmp_path}:/x"
 

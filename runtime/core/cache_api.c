@@ -236,10 +236,9 @@ int kdart_setting(kdart_rt *rt, int index, const char **name, const char **value
     KDART__CHECK_RT(rt);
     if (!name || !value || !origin) return kdart__err(rt, KDART_ENULL, "name, value and origin must not be NULL");
     kdart_rt_info info;
-    int rc = kdart_info(rt, &info); /* resolves the default arch */
+    int rc = index == 2 ? kdart_info(rt, &info) : KDART_OK; /* the default arch: resolved there (maybe CUDA) */
     if (rc) return rc;
     pthread_mutex_lock(&rt->lock);
-    rc = KDART_OK;
     switch (index) {
     case 0:
         *name = "cache_path", *value = rt->cache_path, *origin = rt->from_cache_path;

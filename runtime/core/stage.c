@@ -69,15 +69,10 @@ const DLTensor *kdart__arg(const kdart__call *c, size_t off) {
     return t;
 }
 
-int kdart__call_int(const kdart__call *c, const char *name) {
-    for (int i = 0; i < c->op->nsargs; i++) {
-        const kdart__sarg *s = &c->op->sargs[i];
-        int v = 0;
-        if (s->type == 'i' && strcmp(s->name, name) == 0 && covers(c, s->offset, sizeof v))
-            memcpy(&v, (const char *)c->args + s->offset, sizeof v);
-        if (v) return v;
-    }
-    return 0;
+int kdart__arg_int(const kdart__call *c, size_t off) {
+    int v = 0;
+    if (covers(c, off, sizeof v)) memcpy(&v, (const char *)c->args + off, sizeof v);
+    return v;
 }
 
 /* --------------------------------------------------------- tensor checks */
@@ -87,7 +82,7 @@ static int want_dtype(const kdart__call *c, const kdart__targ *a) {
     switch (a->dtype) {
     case KDART__DT_F32: return 32;
     case KDART__DT_IO_F32: return 0x100 | c->io;
-    case KDART__DT_FLAG: return kdart__call_int(c, a->flag) ? c->io : 32;
+    case KDART__DT_FLAG: return kdart__arg_int(c, a->flag_offset) ? c->io : 32;
     default: return c->io;
     }
 }

@@ -81,15 +81,16 @@ typedef struct kdart__targ {
     unsigned char dtype, flags, ndim;
     unsigned char dims[5];  /* KDART__D_* */
     const char *dims_text;  /* "B, T, HV, K" */
-    const char *flag;       /* KDART__DT_FLAG: the int scalar that picks the dtype */
+    const char *flag;       /* KDART__DT_FLAG: the int scalar that picks the dtype, by name (kdart_op_arg) */
+    size_t flag_offset;     /* and where it is in the args struct (the launch path reads it there) */
 } kdart__targ;
 
 /* One row of a stage's tensor table: the argument's name, the args struct's
  * type and field, its dtype (KDART__DT_*), flags and dims. */
-#define KDART__TARG(nm, TYPE, field, dt, fl, ...) {nm, offsetof(TYPE, field), dt, fl, KDART__DIMS(__VA_ARGS__), NULL}
-/* A tensor whose dtype the int scalar flag picks (KDART__DT_FLAG). */
+#define KDART__TARG(nm, TYPE, field, dt, fl, ...) {nm, offsetof(TYPE, field), dt, fl, KDART__DIMS(__VA_ARGS__), NULL, 0}
+/* A tensor whose dtype the int field flag of the args struct picks (KDART__DT_FLAG). */
 #define KDART__TARG_FLAG(nm, TYPE, field, flag, fl, ...) \
-    {nm, offsetof(TYPE, field), KDART__DT_FLAG, fl, KDART__DIMS(__VA_ARGS__), flag}
+    {nm, offsetof(TYPE, field), KDART__DT_FLAG, fl, KDART__DIMS(__VA_ARGS__), #flag, offsetof(TYPE, flag)}
 
 typedef struct kdart__sarg {
     const char *name; /* "scale" */
@@ -177,8 +178,9 @@ int kdart__packed_chunk_rows(kdart_rt *rt, const kdart__call *c, const DLTensor 
  * the varlen body (T/64 + N, HV) packed, (B*ceil(T/64), HV) per row.  Sets
  * c->grid and c->max_chunks; EUNSUPPORTED past 32-bit sizes. */
 int kdart__chunk_grid(kdart_rt *rt, kdart__call *c, int64_t B, int64_t T, int64_t HV, int varlen);
-/* The scalar or flag named name of the call's args (0 when absent or past struct_size). */
-int kdart__call_int(const kdart__call *c, const char *name);
+/* The int field at offset off of the call's args (0 past the caller's struct_size: a field an older
+ * caller's struct does not have). */
+int kdart__arg_int(const kdart__call *c, size_t off);
 
 /* ----------------------------------------------------------- the engine */
 

@@ -585,6 +585,21 @@ static void garbage_verdict(kdart_rt *rt, const kc_seqs *s, dbuf **outs, void **
     r->devstatus = bits;
 }
 
+/* run_all, then what needs no reference: -1 on an error (r says what), 1
+ * when the case is settled (kdart refused the launch, r->status says why;
+ * or garbage cu_seqlens, judged by garbage_verdict), 0 when the outputs are
+ * to be compared with the reference. */
+static int run_settled(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, int nout, void **raw,
+                       const kc_seqs *seqs, int graph, int reps, kc_report *r) {
+    if (run_all(rt, fn, args, outs, nout, raw, graph, reps, r)) return -1;
+    if (r->status != KDART_OK) return 1;
+    if (seqs->garbage) {
+        garbage_verdict(rt, seqs, outs, raw, nout, r);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------- bwd_intra */
 
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
@@ -657,14 +672,9 @@ int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
     }
     if (layout_garbage(&L, &c->seqs, r)) goto out;
     dbuf *outs[4] = {&d[10], &d[11], &d[12], &d[13]};
-    if (run_all(rt, launch_intra, &args, outs, 4, raw, c->graph, c->reps, r)) goto out;
-    if (r->status != KDART_OK) {
-        rc = 0;
-        goto out;
-    }
-    if (c->seqs.garbage) {
-        garbage_verdict(rt, &c->seqs, outs, raw, 4, r);
-        rc = 0;
+    const int settled = run_settled(rt, launch_intra, &args, outs, 4, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
         goto out;
     }
     kref_bwd_intra_varlen(P, H, HV, K, N, L.cu, q, k, g, beta, dAqk, dAkk, dq_in, dk_in, dg_in, db_in, c->fold_dg,
@@ -865,14 +875,9 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     if (layout_garbage(&L, &c->seqs, r)) goto out;
     dbuf *outs[3] = {&d[7], &d[8], &d[9]};
     /* dh0 is poisoned even when not requested: it must stay NaN then. */
-    if (run_all(rt, launch_dhu, &args, outs, 3, raw, c->graph, c->reps, r)) goto out;
-    if (r->status != KDART_OK) {
-        rc = 0;
-        goto out;
-    }
-    if (c->seqs.garbage) {
-        garbage_verdict(rt, &c->seqs, outs, raw, 3, r);
-        rc = 0;
+    const int settled = run_settled(rt, launch_dhu, &args, outs, 3, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
         goto out;
     }
     /* what must stay NaN: dh rows past the chunk count, dv2 past cu[N] */
@@ -1025,14 +1030,9 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     }
     if (layout_garbage(&L, &c->seqs, r)) goto out;
     dbuf *outs[6] = {&d[11], &d[12], &d[13], &d[14], &d[15], &d[16]};
-    if (run_all(rt, launch_wy, &args, outs, 6, raw, c->graph, c->reps, r)) goto out;
-    if (r->status != KDART_OK) {
-        rc = 0;
-        goto out;
-    }
-    if (c->seqs.garbage) {
-        garbage_verdict(rt, &c->seqs, outs, raw, 6, r);
-        rc = 0;
+    const int settled = run_settled(rt, launch_wy, &args, outs, 6, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
         goto out;
     }
     const double fscale = (double)(float)scale;

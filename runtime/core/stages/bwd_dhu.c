@@ -136,7 +136,7 @@ static int dims(kdart_rt *rt, kdart__call *c) {
         return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld HV=%lld V=%lld", (long long)B,
                           (long long)T, (long long)HV, (long long)V);
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
-    const int svf = kdart__call_int(c, "state_v_first") != 0;
+    const int svf = kdart__arg_int(c, offsetof(ARGS, state_v_first)) != 0; /* (a 0.2 field) */
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
