@@ -22,7 +22,9 @@
  * LAUNCH CONTRACT (mirrored by the runtime; see WyDqkgTraits below):
  *   kernel   kdart_wy_dqkg<IO, K, VARLEN, TAIL, BETA_F32, SVF>; IO in {kdart::bf16,
  *            kdart::fp16}, K (the K tile) in {64, 128, 256}; TAIL: head dim Kr below
- *            the tile or V not a multiple of 64 (element loads and stores); BETA_F32:
+ *            the tile or V not a multiple of 64 (cp.async of 16- or 8-byte granules
+ *            where Kr and V are multiples of 8 or 4, else element loads; masked
+ *            stores); BETA_F32:
  *            beta in fp32 rather than the io dtype; SVF: h, dh are [.., V, K].
  *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra: blockIdx.x is the
  *            chunk's index among all chunks, which is also its row of h and dh.
@@ -94,6 +96,17 @@ __device__ __forceinline__ void cp16z(unsigned s, const void *gsrc, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 16 : 0)
                  : "memory");
 }
+__device__ __forceinline__ void cp8z(unsigned s, const void *gsrc, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 8 : 0) : "memory");
+}
+/* The widest copy granule (elements) that the TAIL specializations may use:
+ * every row stride and column bound of the io tensors is a multiple of Kr or
+ * V, every tile starts at a multiple of 64 columns and every tensor is 16-byte
+ * aligned, so with Kr and V multiples of 8 (4) each 16-byte (8-byte) granule
+ * of a row lies wholly inside or wholly outside the valid columns. */
+__device__ __forceinline__ int granule(int Kr, int V) {
+    return ((Kr | V) & 7) == 0 ? 8 : ((Kr | V) & 3) == 0 ? 4 : 1;
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void ldsm4(unsigned a, unsigned (&r)[4]) {
@@ -163,10 +176,12 @@ __device__ __forceinline__ float ldf(const unsigned short *g) {
 
 /* One 64 x 64 io tile into a swizzled shared tile: rows < nr and columns < nc
  * from g (row r at g + r * stride), zeros elsewhere.  Native: 16-byte cp.async
- * (nc == 64, g and stride 8-element aligned); TAIL: element loads. */
+ * (nc == 64, g and stride 8-element aligned).  TAIL: cp.async of the granule
+ * gran (granule() above: 8 or 4 elements, the granules past nc zero-filled),
+ * or element loads where Kr or V is not a multiple of 4. */
 template <bool TAIL>
 __device__ __forceinline__ void load_tile(unsigned short *s, const unsigned short *g, long long stride, int nr,
-                                          int nc, int tid) {
+                                          int nc, int tid, int gran = 8) {
     const int ch = tid & 7;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -175,6 +190,15 @@ __device__ __forceinline__ void load_tile(unsigned short *s, const unsigned shor
         if constexpr (!TAIL) {
             const bool ok = row < nr;
             cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok);
+        } else if (gran == 8) {
+            const bool ok = row < nr && ch * 8 < nc;
+            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok);
+        } else if (gran == 4) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const bool ok = row < nr && ch * 8 + 4 * q < nc;
+                cp8z(smem_u32(d + 4 * q), ok ? g + row * stride + ch * 8 + 4 * q : g, ok);
+            }
         } else {
             unsigned short e[8];
 #pragma unroll
@@ -195,16 +219,18 @@ __device__ __forceinline__ int swz32(int row, int col) {
     return row * 64 + ((((col >> 2) ^ row) & 7) << 2) + (((col >> 2) & 8) << 2) + (col & 3);
 }
 
-/* One 64 x 64 fp32 tile into a swizzled shared tile, as load_tile. */
+/* One 64 x 64 fp32 tile into a swizzled shared tile, as load_tile (TAIL with
+ * gran >= 4: 16-byte granules of 4 floats). */
 template <bool TAIL>
-__device__ __forceinline__ void load_tile32(float *s, const float *g, long long stride, int nr, int nc, int tid) {
+__device__ __forceinline__ void load_tile32(float *s, const float *g, long long stride, int nr, int nc, int tid,
+                                            int gran = 8) {
     const int ch = tid & 15;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int row = (tid >> 4) + 16 * j;
         float *d = s + swz32(row, ch * 4);
-        if constexpr (!TAIL) {
-            const bool ok = row < nr;
+        if (!TAIL || gran >= 4) {
+            const bool ok = row < nr && (!TAIL || ch * 4 < nc);
             cp16z(smem_u32(d), ok ? g + row * stride + ch * 4 : g, ok);
         } else {
             float4 u;
@@ -283,6 +309,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     const int hq = hv / (HV / H);
     const int Kr = TAIL ? p.Kr : K;
     const int nkb = TAIL ? (Kr + 63) >> 6 : Tr::kKBlocks;
+    const int gran = TAIL ? granule(Kr, V) : 8; /* (TAIL: the copy granule, load_tile) */
     const int nvt = (V + 63) >> 6;
     const int nsteps = nkb * nvt;
     const long long strQ = (long long)H * Kr, strG = (long long)HV * Kr, strV = (long long)HV * V;
@@ -308,16 +335,16 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         unsigned short *st = sStage + (s & 1) * (Tr::kStage / 2);
         const int vc = V - 64 * vt, kc = Kr - 64 * kb;
         const long long ov = rowV() * V + 64 * vt, oh = vLoc[3];
-        load_tile<TAIL>(st + 0 * 4096, io(p.dout) + ov, strV, nv, vc, tid);
-        load_tile<TAIL>(st + 1 * 4096, io(p.dv) + ov, strV, nv, vc, tid);
-        load_tile<TAIL>(st + 2 * 4096, io(p.v_new) + ov, strV, nv, vc, tid);
-        if (kb == 0) load_tile<TAIL>(st + 3 * 4096, io(p.v) + ov, strV, nv, vc, tid);
+        load_tile<TAIL>(st + 0 * 4096, io(p.dout) + ov, strV, nv, vc, tid, gran);
+        load_tile<TAIL>(st + 1 * 4096, io(p.dv) + ov, strV, nv, vc, tid, gran);
+        load_tile<TAIL>(st + 2 * 4096, io(p.v_new) + ov, strV, nv, vc, tid, gran);
+        if (kb == 0) load_tile<TAIL>(st + 3 * 4096, io(p.v) + ov, strV, nv, vc, tid, gran);
         if constexpr (!SVF) {
-            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid);
-            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid);
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran);
         } else {
-            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid);
-            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid);
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran);
         }
     };
 
@@ -445,10 +472,10 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
          * their latency exposed, twice per K block) */
         const unsigned short *sQt = st + 2 * 4096, *sKt = st + 3 * 4096;
         const float *sG = reinterpret_cast<const float *>(st + 4 * 4096);
-        load_tile<TAIL>(st + 2 * 4096, io(p.q) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid);
-        load_tile<TAIL>(st + 3 * 4096, io(p.k) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid);
+        load_tile<TAIL>(st + 2 * 4096, io(p.q) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid, gran);
+        load_tile<TAIL>(st + 3 * 4096, io(p.k) + rowQ() * Kr + 64 * kb, strQ, nv, Kr - 64 * kb, tid, gran);
         load_tile32<TAIL>(reinterpret_cast<float *>(st + 4 * 4096), p.g + rowV() * Kr + 64 * kb, strG, nv,
-                          Kr - 64 * kb, tid);
+                          Kr - 64 * kb, tid, gran);
         cp_commit();
         {
             const float hs = hdh + __shfl_xor_sync(0xffffffffu, hdh, 1);

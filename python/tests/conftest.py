@@ -22,6 +22,13 @@ def cpu_runtime(tmp_path, monkeypatch):
     rt.close()
 
 
+def child_env(**extra):
+    """The environment of a child Python: this one's, with python/ first on PYTHONPATH and the rest of
+    PYTHONPATH kept (where fla or torch may be installed with pip --target), plus extra."""
+    path = os.pathsep.join(p for p in (os.path.dirname(HERE), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def has_cuda():
     try:
         import torch

@@ -3,6 +3,7 @@ import logging
 import os
 
 import pytest
+from conftest import child_env
 
 # fla's backend dispatch off, as the names route is usually tested; on for the registry route (KDART_FLA_VIA=registry:
 # test_registry_route runs the routing tests again that way, in a process of their own)
@@ -352,11 +353,10 @@ def test_environment_switch():
     enable() leave fla alone, and says so once."""
     import subprocess
     import sys
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     script = ("import kdart._autoload, kdart.fla\n"  # (what the .pth does at start-up)
               "import fla.ops.kda.chunk_bwd as m\n"
               "print('enabled', kdart.fla.is_enabled(), m.chunk_kda_bwd_intra.__module__)\n")
-    env = dict(os.environ, PYTHONPATH=here, FLA_KDART="1")
+    env = child_env(FLA_KDART="1")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "enabled True kdart.fla" in r.stdout, r.stdout + r.stderr[-2000:]
     script0 = ("import logging, kdart.fla\n"
@@ -375,8 +375,8 @@ def test_registry_route():
     above, run again that way in a process of their own (fla reads its dispatch switch once, at import)."""
     import subprocess
     import sys
-    env = {k: v for k, v in os.environ.items() if k != "FLA_DISABLE_BACKEND_DISPATCH"}
-    env.update(KDART_FLA_VIA="registry", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = child_env(KDART_FLA_VIA="registry")
+    env.pop("FLA_DISABLE_BACKEND_DISPATCH", None)
     r = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
                         "-k", "route_fold or routing or served or beta_dtypes"],
                        env=env, capture_output=True, text=True, timeout=900)

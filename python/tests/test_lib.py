@@ -2,6 +2,7 @@
 import os
 
 import pytest
+from conftest import child_env
 
 import kdart
 from kdart import _lib
@@ -127,7 +128,7 @@ def _door(args, tmp_path):
     """`python -m kdart ARGS` (the Python door of the kdart program) on tmp_path's cache."""
     import subprocess
     import sys
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = child_env()
     env.pop("KDART_ARCH", None)
     return subprocess.run([sys.executable, "-m", "kdart", "--cache", str(tmp_path / "kdart.db")] + args,
                           env=env, capture_output=True, text=True, timeout=600)
@@ -163,7 +164,7 @@ def test_torch_ext_help_builds_nothing(tmp_path):
     argument is a usage error."""
     import subprocess
     import sys
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    env = child_env(
                KDART_TORCH_EXT_DIR=str(tmp_path / "ext"))
     r = subprocess.run([sys.executable, "-m", "kdart.torch_ext", "--help"], env=env, capture_output=True, text=True,
                        timeout=120)

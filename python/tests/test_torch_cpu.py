@@ -1,5 +1,6 @@
 """kdart.torch without a GPU: argument checks, fake implementations on meta tensors, opcheck."""
 import pytest
+from conftest import child_env
 
 torch = pytest.importorskip("torch")
 import kdart.torch as kt  # noqa: E402
@@ -361,7 +362,7 @@ def test_torch_ext_rebuilds_only_when_out_of_date(tmp_path, monkeypatch):
     os.makedirs(os.path.dirname(so))
     with open(so, "wb") as f:
         f.write(b"not a build: it must not be touched")
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = child_env()
     r = subprocess.run([sys.executable, "-m", "kdart.torch_ext"], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr

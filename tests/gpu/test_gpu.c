@@ -176,9 +176,10 @@ static void check_wy(const kc_wy_case *c) {
     if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
 }
 
-/* Every wy_dqkg specialization: the tail ones at a head dim 4 below the tile or
- * V = 100 (alternating), the varlen ones on drawn packed sequences or (every
- * other) a fixed length that is not a multiple of 64. */
+/* Every wy_dqkg specialization: the tail ones in turn at a head dim 4 below the
+ * tile, V = 100, a head dim 8 below the tile with V = 72, and an odd V = 101 (the
+ * tail path's three copy granules), the varlen ones on drawn packed sequences or
+ * (every other) a fixed length that is not a multiple of 64. */
 START_TEST(wy_every_spec) {
     int n = kdart_spec_count("wy_dqkg");
     ck_assert_int_gt(n, 0);
@@ -189,9 +190,13 @@ START_TEST(wy_every_spec) {
                         strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0}};
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
-        if (kc_spec_tail(spec)) {
-            if ((s >> 1) & 1) c.V = 100;
-            else c.K -= 4;
+        if (kc_spec_tail(spec)) { /* each copy granule of the tail path: 4, 4, 8 and 1 elements */
+            switch ((s >> 1) & 3) {
+            case 0: c.K -= 4; break;
+            case 1: c.V = 100; break;
+            case 2: c.K -= 8, c.V = 72; break;
+            default: c.V = 101; break;
+            }
         }
         if (strstr(spec, "varlen=1")) {
             if ((s >> 2) & 1) c.T = 200;
