@@ -183,7 +183,7 @@ template <bool TAIL>
 __device__ __forceinline__ void load_tile(unsigned short *s, const unsigned short *g, long long stride, int nr,
                                           int nc, int tid, int gran = 8) {
     const int ch = tid & 7;
-#pragma unroll
+#pragma unroll TAIL ? 1 : 2 /* (TAIL: its three paths unrolled held the addresses of both rows and spilled) */
     for (int j = 0; j < 2; ++j) {
         const int row = (tid >> 3) + 32 * j;
         unsigned short *d = s + row * 64 + (((ch ^ row) & 7) << 3);
@@ -243,12 +243,14 @@ __device__ __forceinline__ void load_tile32(float *s, const float *g, long long 
     }
 }
 
-/* fp32 pair stores (columns c, c+1 of a row; TAIL: each if < n) */
+/* fp32 pair stores (columns c, c+1 of a row, c even; TAIL: each if < n, as one
+ * pair where gran >= 4: n and every row stride are then even, so both columns
+ * are in or out together and the pair is 8-byte aligned) */
 template <bool TAIL>
-__device__ __forceinline__ void st2(float *a, float x, float y, int c, int n) {
-    if constexpr (!TAIL) {
+__device__ __forceinline__ void st2(float *a, float x, float y, int c, int n, int gran = 8) {
+    if (!TAIL || (gran >= 4 && c < n)) {
         asm volatile("st.global.cs.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
-    } else {
+    } else if (gran < 4) {
         if (c < n) a[0] = x;
         if (c + 1 < n) a[1] = y;
     }
@@ -450,10 +452,10 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                         if (r >= nv) continue;
                         unsigned short *a = gdv2 + r * strV + cg;
                         const float x = dvb[j][2 * h2] * be, y = dvb[j][2 * h2 + 1] * be;
-                        if constexpr (!TAIL) {
+                        if (!TAIL || (gran >= 4 && cg < V)) { /* (a pair, as st2) */
                             const unsigned u = pack2<IO>(x, y);
                             asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(a), "r"(u) : "memory");
-                        } else {
+                        } else if (gran < 4) {
                             if (cg < V) a[0] = from_float<IO>(x).bits;
                             if (cg + 1 < V) a[1] = from_float<IO>(y).bits;
                         }
@@ -535,9 +537,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 else db0 += x0 * kg0 + x1 * kg1;
                 *reinterpret_cast<unsigned *>(sKG + swz(r, c)) = pack2<IO>(kg0, kg1);
                 if (ok) {
-                    st2<TAIL>(p.dq + oK + r * strG + cg, dq0, dq1, cg, Kr);
-                    st2<TAIL>(p.dk + oK + r * strG + cg, dk0, dk1, cg, Kr);
-                    if (r != last) st2<TAIL>(p.dg + oK + r * strG + cg, dg0, dg1, cg, Kr);
+                    st2<TAIL>(p.dq + oK + r * strG + cg, dq0, dq1, cg, Kr, gran);
+                    st2<TAIL>(p.dk + oK + r * strG + cg, dk0, dk1, cg, Kr, gran);
+                    if (r != last) st2<TAIL>(p.dg + oK + r * strG + cg, dg0, dg1, cg, Kr, gran);
                     else sLast[c] = dg0, sLast[c + 1] = dg1;
                 }
             }
