@@ -730,11 +730,13 @@ void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
                     db[(size_t)(t0 + i) * HV + hv] += dbi;
                 }
                 /* dA' = dv v^T + dw R(kg)^T, then dA = -tril1(A^T R(tril1(dA') beta_j) A^T) */
+                for (int j = 0; j < nv; j++) /* R(kg) once per element, not once per product */
+                    for (int d = 0; d < K; d++) kgr[j * K + d] = kref_round_io(kgr[j * K + d], io);
                 for (int i = 0; i < nv; i++)
                     for (int j = 0; j < nv; j++) {
                         double s = 0;
                         for (int x = 0; x < V; x++) s += dv[VV(i, x)] * v[VV(j, x)];
-                        for (int d = 0; d < K; d++) s += dw[i * K + d] * kref_round_io(kgr[j * K + d], io);
+                        for (int d = 0; d < K; d++) s += dw[i * K + d] * kgr[j * K + d];
                         dAp[i * BT + j] = s;
                         X[i * BT + j] = i > j ? kref_round_io(s * beta[(size_t)(t0 + j) * HV + hv], io) : 0.0;
                     }
