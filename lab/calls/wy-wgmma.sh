@@ -2,7 +2,8 @@
 # lab/calls/wy-wgmma.sh: wy_dqkg's products by wgmma on sm_90a (lab/experiments/wy-wgmma/wgmma.diff applied
 # to the working tree, and build/devcache prewarmed with it, before the call).  Side by side: wy's GPU tests
 # (every spec, production), memcheck + racecheck of every wy specialization on small shapes, the torch wy
-# tests.  Then alone: wy rows, kdart vs fla in one process.
+# tests.  Then alone: wy rows, kdart vs fla in one process; and kdart alone with rotate-over-wgmma.diff
+# (sum_v h dh without bank conflicts) on the same rows, compiled on the machine.
 set -u
 . lab/calls/common.sh
 gc_fla_site
@@ -20,4 +21,10 @@ PYTHONPATH=/tmp/site:$R/python KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BA
   timeout $(( 580 - ($(date +%s) - t0) )) python3 bench/side_by_side.py --stage wy \
   --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192 > $O/wy_fla.txt 2>&1
 echo "wy rc=$?"; grep -E "^\| wy|ERROR" $O/wy_fla.txt; el
+gc_pack
+mkdir -p /tmp/R && cp -r kernel_src /tmp/R/ && (cd /tmp/R && patch -p1 -s < $R/lab/experiments/wy-wgmma/rotate-over-wgmma.diff)
+KDART_KERNEL_DIR=/tmp/R/kernel_src PYTHONPATH=$R/python KDART_LIBRARY=$R/build/libkdart.so timeout 100 \
+  python3 bench/side_by_side.py --stage wy --no-fla --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192 \
+  > $O/wy_rotate.txt 2>&1
+echo "rotate rc=$?"; grep -E "^\| wy|ERROR" $O/wy_rotate.txt; el
 gc_pack
