@@ -6,6 +6,9 @@
 # (sum_v h dh without bank conflicts) on the same rows, compiled on the machine.
 set -u
 . lab/calls/common.sh
+# first the operand modes alone (probe.cu, built here with the diff applied: see its header; carried as
+# build/wg_probe): if a mode is wrong, the kernel tests below fail for that reason
+[ -x build/wg_probe ] && timeout 30 build/wg_probe | tee $O/wg_probe.txt
 gc_fla_site
 (KDART_GPU_TESTS=wy_every_spec CK_FORK=no timeout 240 build/tests/test_gpu > $O/test_gpu_wy1.txt 2>&1; echo "rc=$?" >> $O/test_gpu_wy1.txt) &
 (KDART_GPU_TESTS=wy_production CK_FORK=no timeout 240 build/tests/test_gpu > $O/test_gpu_wy2.txt 2>&1; echo "rc=$?" >> $O/test_gpu_wy2.txt) &
