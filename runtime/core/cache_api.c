@@ -213,12 +213,7 @@ int kdart_cache_set_max_bytes(kdart_rt *rt, int64_t max_bytes) {
     if (!rt->rw) return no_cache(rt);
     pthread_mutex_lock(&rt->lock);
     int rc = store_status(rt, rt->rw, kdart__store_counter_set(rt->rw, "limit.max_bytes", max_bytes), "set_max_bytes");
-    /* this handle follows, unless an option or the variable chose its limit */
-    if (rc == KDART_OK && (strncmp(rt->from_max_bytes, "the cache", 9) == 0 || strncmp(rt->from_max_bytes, "default", 7) == 0)) {
-        rt->cache_max_bytes = max_bytes ? max_bytes : (int64_t)2 << 30;
-        rt->from_max_bytes = max_bytes ? "the cache file (kdart gc --max-bytes N --keep)" : "default (2 GiB)";
-        kdart__store_set_max_bytes(rt->rw, rt->cache_max_bytes);
-    }
+    if (rc == KDART_OK) kdart__cache_limit_adopt(rt, max_bytes); /* this handle follows, unless it chose its own */
     pthread_mutex_unlock(&rt->lock);
     return rc;
 }

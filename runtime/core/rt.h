@@ -271,6 +271,7 @@ struct kdart_rt {
     kdart__store **tiers;   /* lookup order: tiers[0] = rw, tiers[1..n_ro] the
                                read-only caches; NULL where unavailable */
     int64_t cache_max_bytes;
+    int max_bytes_chosen;   /* an option or KDART_CACHE_MAX_BYTES set it: the cache file's does not */
     /* where each setting's value came from, for kdart_setting (static strings) */
     const char *from_cache_path, *from_kernel_dir, *from_arch, *from_max_bytes, *from_threads;
     char setting_buf[32], setting_buf2[16]; /* kdart_setting's numbers as text */
@@ -349,6 +350,10 @@ int kdart__prepare(kdart_rt *rt, int kernel, const int *vals, const char *arch, 
                    kdart_prepared *info, kdart__unit **unit);
 /* Stops the handle's threads (compile workers, kdart's own uv loop, the
  * lease heartbeat), cancelling queued jobs.  First thing kdart_close does. */
+/* The byte budget when no option or variable chose one: the cache file's
+ * kept limit (kept != 0; -1 is none), else 2 GiB; applied to the store.
+ * Under the handle's lock, or before the handle is shared. */
+void kdart__cache_limit_adopt(kdart_rt *rt, int64_t kept);
 void kdart__threads_stop(kdart_rt *rt);
 /* Heartbeat (prepare.c): stops and joins the lease heartbeat thread. */
 void kdart__heartbeat_stop(kdart_rt *rt);

@@ -78,6 +78,14 @@ int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t m
     return 0;
 }
 
+void kdart__cache_limit_adopt(kdart_rt *rt, int64_t kept) {
+    if (!rt->max_bytes_chosen) {
+        rt->cache_max_bytes = kept ? kept : (int64_t)2 << 30;
+        rt->from_max_bytes = kept ? "the cache file (kdart gc --max-bytes N --keep)" : "default (2 GiB)";
+    }
+    kdart__store_set_max_bytes(rt->rw, rt->cache_max_bytes);
+}
+
 static void open_stores(kdart_rt *rt) {
     char err[512];
     /* KDART_OPEN_NO_CREATE: a cache that does not exist stays so (a reader has nothing to read) */
@@ -163,7 +171,8 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     /* "0" in the variable means no budget, as a negative option does. */
     if (rt->cache_max_bytes == 0 && kdart__env_number(rt, "KDART_CACHE_MAX_BYTES", 1, 0, INT64_MAX, &mb))
         rt->cache_max_bytes = mb ? mb : -1, rt->from_max_bytes = "KDART_CACHE_MAX_BYTES";
-    /* 0: not given; the cache's own limit (kdart_cache_set_max_bytes) or 2 GiB, once the stores are open */
+    /* not chosen: the cache's own limit (kdart_cache_set_max_bytes) or 2 GiB, once the stores are open */
+    rt->max_bytes_chosen = rt->cache_max_bytes != 0;
 
     /* Strings the handle owns. */
     rt->from_cache_path = "kdart_options.cache_path";
@@ -214,14 +223,10 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
                    rt->kernel_dir);
 
     open_stores(rt);
-    /* No option and no variable set the limit: the cache file's own
-     * (kdart_cache_set_max_bytes), else 2 GiB. */
     int64_t kept = 0;
-    if (rt->cache_max_bytes == 0 && rt->rw && kdart__store_counter(rt->rw, "limit.max_bytes", &kept) == KDART_OK &&
-        kept != 0)
-        rt->cache_max_bytes = kept, rt->from_max_bytes = "the cache file (kdart gc --max-bytes N --keep)";
-    if (rt->cache_max_bytes == 0) rt->cache_max_bytes = (int64_t)2 << 30, rt->from_max_bytes = "default (2 GiB)";
-    kdart__store_set_max_bytes(rt->rw, rt->cache_max_bytes);
+    if (!rt->max_bytes_chosen && rt->rw && kdart__store_counter(rt->rw, "limit.max_bytes", &kept) != KDART_OK)
+        kept = 0;
+    kdart__cache_limit_adopt(rt, kept);
     rt->magic = KDART__MAGIC;
     *out = rt;
     return KDART_OK;

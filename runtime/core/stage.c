@@ -179,6 +179,16 @@ int kdart__check_value_dim(kdart_rt *rt, int64_t V) {
     return KDART_OK;
 }
 
+int kdart__check_heads(kdart_rt *rt, int64_t B, int64_t T, int64_t H, int64_t HV, const char *hv_from) {
+    if (B < 1 || T < 1 || H < 1 || HV < 1)
+        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
+                          (long long)T, (long long)H, (long long)HV);
+    if (HV % H != 0)
+        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from %s) is not a multiple of H=%lld (from q)",
+                          (long long)HV, hv_from, (long long)H);
+    return KDART_OK;
+}
+
 int kdart__call_io(kdart_rt *rt, kdart__call *c, const DLTensor *t, const char *name, int ndim) {
     if (!t) return kdart__err(rt, KDART_ENULL, "tensor %s is NULL", name);
     if (!t->shape || t->ndim != ndim)

@@ -165,6 +165,9 @@ int kdart__call_io(kdart_rt *rt, kdart__call *c, const DLTensor *t, const char *
 /* K in 1..256, V in 1..512. */
 int kdart__check_head_dim(kdart_rt *rt, int64_t K);
 int kdart__check_value_dim(kdart_rt *rt, int64_t V);
+/* B, T, H, HV >= 1 and HV a multiple of H (hv_from: the tensor HV was read
+ * from, for the message). */
+int kdart__check_heads(kdart_rt *rt, int64_t B, int64_t T, int64_t H, int64_t HV, const char *hv_from);
 /* cu_seqlens and fla's index tensors of the op (offsets in kdart__op): shapes
  * and dtypes, on the host; fills c->sq. */
 int kdart__call_seqs(kdart_rt *rt, kdart__call *c, int64_t B, int64_t T);

@@ -781,6 +781,17 @@ void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
     }
 }
 
+void kc_wy_spec_dims(const char *spec, int variant, int *K, int *V) {
+    *K = kc_spec_k(spec), *V = 128;
+    if (!kc_spec_tail(spec)) return;
+    switch (variant & 3) { /* the tail path's copy granules in turn: 4, 4, 8 and 1 elements */
+    case 0: *K -= 4; break;
+    case 1: *V = 100; break;
+    case 2: *K -= 8, *V = 72; break;
+    default: *V = 101; break;
+    }
+}
+
 /* state_v_first: nblk blocks of [R][C] (src) as [C][R] (dst) */
 static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
     const size_t bs = (size_t)R * C;
@@ -1183,13 +1194,11 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
     for (int s = 0; (!only || strcmp(only, "wy_dqkg") == 0) && s < kdart_spec_count("wy_dqkg"); s++) {
         char spec[128];
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
-        kc_wy_case c = {2, 512, 2, 4, kc_spec_k(spec), 128, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
+        int K, V;
+        kc_wy_spec_dims(spec, s >> 1, &K, &V); /* tail=1: each copy granule in turn */
+        kc_wy_case c = {2, 512, 2, 4, K, V, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 300 + (uint64_t)s, 20, 0,
                         SELFTEST_SEQS(spec)};
-        if (kc_spec_tail(spec)) { /* a head dim below the tile, or V = 100, alternating */
-            if ((s >> 1) & 1) c.V = 100;
-            else c.K -= 4;
-        }
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64];

@@ -126,6 +126,9 @@ int kc_intra_spec_k(const char *spec);
  * tail=0; for tail=1, variant % 3 picks what selects the masked path:
  * 0 K = tile - 4, 1 V - 4 (a partial last V tile), 2 the V-first state. */
 void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf);
+/* wy_dqkg's K and V for a spec: the tile and V 128, or for tail=1 (by variant,
+ * rotating) K - 4, V 100, K - 8 with V 72, or V 101: each copy granule. */
+void kc_wy_spec_dims(const char *spec, int variant, int *K, int *V);
 
 typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */

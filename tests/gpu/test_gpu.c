@@ -186,18 +186,12 @@ START_TEST(wy_every_spec) {
     for (int s = 0; s < n; s++) {
         char spec[128];
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
-        kc_wy_case c = {2, 256, 2, 4, kc_spec_k(spec), 128, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
+        int K, V;
+        kc_wy_spec_dims(spec, s >> 1, &K, &V);
+        kc_wy_case c = {2, 256, 2, 4, K, V, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0}};
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
-        if (kc_spec_tail(spec)) { /* each copy granule of the tail path: 4, 4, 8 and 1 elements */
-            switch ((s >> 1) & 3) {
-            case 0: c.K -= 4; break;
-            case 1: c.V = 100; break;
-            case 2: c.K -= 8, c.V = 72; break;
-            default: c.V = 101; break;
-            }
-        }
         if (strstr(spec, "varlen=1")) {
             if ((s >> 2) & 1) c.T = 200;
             else every_spec_seqs(&c.seqs, &c.B, &c.T, s);

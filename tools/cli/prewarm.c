@@ -360,7 +360,7 @@ static const cli_option prewarm_options[] = {
     {NULL},
 };
 
-static const prewarm_opts prewarm_defaults = {.jobs = 0}; /* 0: one per online CPU (run_prewarm) */
+static const prewarm_opts prewarm_defaults = {.jobs = 0}; /* 0: one per online CPU (run_tasks) */
 
 CLI_COMMAND(prewarm, "compile the registered specializations into the cache",
     CLI_OPTIONS(prewarm_options, prewarm_opts, &prewarm_defaults),

@@ -51,13 +51,8 @@ static int dims(kdart_rt *rt, kdart__call *c) {
     const int64_t B = a->q->shape[0], T = a->q->shape[1], H = a->q->shape[2], K = a->q->shape[3];
     const int64_t HV = a->g->shape[2];
     if ((rc = kdart__check_head_dim(rt, K)) != KDART_OK) return rc;
-    if (B < 1 || T < 1 || H < 1 || HV < 1)
-        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
-                          (long long)T, (long long)H, (long long)HV);
+    if ((rc = kdart__check_heads(rt, B, T, H, HV, "g")) != KDART_OK) return rc;
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
-    if (HV % H != 0)
-        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from g) is not a multiple of H=%lld (from q)",
-                          (long long)HV, (long long)H);
     if (a->emit_bf16 && HV != H)
         return kdart__err(rt, KDART_EUNSUPPORTED,
                           "emit_bf16 needs HV == H (grouped value heads are summed in fp32 by the caller)");

@@ -43,12 +43,7 @@ static int dims(kdart_rt *rt, kdart__call *c) {
     const int64_t HV = a->v->shape[2], V = a->v->shape[3];
     if ((rc = kdart__check_head_dim(rt, K)) != KDART_OK) return rc;
     if ((rc = kdart__check_value_dim(rt, V)) != KDART_OK) return rc;
-    if (B < 1 || T < 1 || H < 1 || HV < 1)
-        return kdart__err(rt, KDART_ESHAPE, "empty tensor: B=%lld T=%lld H=%lld HV=%lld", (long long)B,
-                          (long long)T, (long long)H, (long long)HV);
-    if (HV % H != 0)
-        return kdart__err(rt, KDART_ESHAPE, "HV=%lld (value heads, from v) is not a multiple of H=%lld (from q)",
-                          (long long)HV, (long long)H);
+    if ((rc = kdart__check_heads(rt, B, T, H, HV, "v")) != KDART_OK) return rc;
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
     if ((rc = kdart__chunk_grid(rt, c, B, T, HV, 0)) != KDART_OK) return rc;
     /* h's chunk rows: B * ceil(T/64) at fixed length (B rows of them), or,
