@@ -39,16 +39,21 @@
  * V tiles inner.  Each step's tiles (do, dv, v_new, and v in the first K block;
  * h and dh) are copied into shared memory with 16-byte cp.async while the
  * previous step computes (two stages).  Per step, warp (wm, wn) accumulates rows
- * 16 wm.., columns 32 wn.. of S_q, S_k, S_w with mma.sync m16n8k16 (fp32
- * accumulators in registers), and in the first K block also dA' += dv v^T and
- * the tile's dvb (dv2 and db's first term in its epilogue).  After a K block's
+ * 16 wm.., columns 32 wn.. of S_q, S_k, S_w (fp32 accumulators in registers),
+ * and in the first K block also dA' += dv v^T and the tile's dvb (dv2 and db's
+ * first term in its epilogue).  The products are mma.sync m16n8k16 with
+ * ldmatrix operands, or on sm_90a wgmma with both operands read from the
+ * swizzled tiles by descriptor (the step's four issued together, sum_v h dh
+ * computed while they run): one warpgroup per column half, whose accumulators
+ * are the same fragments, so the code around the products is shared.  After a K block's
  * last V tile, the K phase: dw to shared memory (and the K block's q, k, g
  * copied into the stage's free slots meanwhile), dkgb = A^T dw, the elementwise
  * epilogue (dq, dk, dg stored; the last row's dg held until the column sums are
  * in), kg to shared memory, dA' += dw kg^T.  After the last K block, the two
  * 64 x 64 products of dA.  Every reduction has a fixed order: deterministic.
  * Shared tiles are 64 x 64 io with 128-byte rows whose 16-byte chunks are
- * XOR-swizzled by the row (ldmatrix without bank conflicts).
+ * XOR-swizzled by the row (ldmatrix without bank conflicts; wgmma's 128-byte
+ * swizzle, with the dynamic shared memory 1024-byte aligned).
  */
 #ifndef KDART_WY_DQKG_CUH
 #define KDART_WY_DQKG_CUH
@@ -166,6 +171,85 @@ __device__ __forceinline__ void gemm(float (&c)[2 * NP][4], unsigned sa, unsigne
     }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KDART_WY_WG 1
+/* sm_90a: the same products by wgmma, one warpgroup (warps 4 wg .. 4 wg + 3,
+ * whose rows 16 w.. are the mma.sync path's m0) per column half n0 = 32 wg:
+ * wgmma.m64nNk16's accumulators are the mma.sync C fragments of the same rows
+ * and columns, so the code around the products is the same on both paths.
+ * The operands come straight from the swizzled tiles, which are the 128-byte
+ * swizzle wgmma's descriptors name (tiles 1024-byte aligned): K-major ([m][k],
+ * [n][k]) advancing 32 bytes per 16 k, MN-major ([k][m], [k][n]) advancing 16
+ * rows of 128 bytes. */
+#define KDART_WY_D16 "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3]), "+f"(c[1][0]), "+f"(c[1][1]), \
+                     "+f"(c[1][2]), "+f"(c[1][3])
+#define KDART_WY_D32 KDART_WY_D16, "+f"(c[2][0]), "+f"(c[2][1]), "+f"(c[2][2]), "+f"(c[2][3]), "+f"(c[3][0]), \
+                     "+f"(c[3][1]), "+f"(c[3][2]), "+f"(c[3][3])
+#define KDART_WY_WGMMA(NP, N, TY, REGS, OPS, A, B, TA, TB)                                                       \
+    static __device__ __forceinline__ void wgmma_##TY(float (&c)[2 * NP][4], unsigned long long da,             \
+                                               unsigned long long db) {                                         \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " {" REGS "}, %" A ", %" B    \
+                     ", 1, 1, 1, %" TA ", %" TB ";"                                                              \
+                     : OPS : "l"(da), "l"(db), "n"(AT), "n"(BT) : "memory");                                    \
+    }
+template <bool AT, bool BT, int NP> struct Wg;
+template <bool AT, bool BT> struct Wg<AT, BT, 1> {
+    KDART_WY_WGMMA(1, 16, bf16, "%0, %1, %2, %3, %4, %5, %6, %7", KDART_WY_D16, "8", "9", "10", "11")
+    KDART_WY_WGMMA(1, 16, f16, "%0, %1, %2, %3, %4, %5, %6, %7", KDART_WY_D16, "8", "9", "10", "11")
+};
+template <bool AT, bool BT> struct Wg<AT, BT, 2> {
+    KDART_WY_WGMMA(2, 32, bf16, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15",
+                   KDART_WY_D32, "16", "17", "18", "19")
+    KDART_WY_WGMMA(2, 32, f16, "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15",
+                   KDART_WY_D32, "16", "17", "18", "19")
+};
+#undef KDART_WY_WGMMA
+#undef KDART_WY_D16
+#undef KDART_WY_D32
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+/* shared writes of the generic proxy (stores, cp.async) made visible to wgmma: by the writing threads,
+ * before the barrier after which others' wgmma read them */
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* descriptor of a 64-row swizzled tile operand at byte address a: 128-byte swizzle, 8-row groups 1024
+ * bytes apart (the leading offset: 16 bytes K-major, one 8 KB tile MN-major; unused at these sizes) */
+template <bool MN>
+__device__ __forceinline__ unsigned long long wdesc(unsigned a) {
+    return ((unsigned long long)(MN ? 8192u >> 4 : 1u) << 16) | ((unsigned long long)(1024u >> 4) << 32) |
+           (1ull << 62) | ((a & 0x3FFFFu) >> 4);
+}
+/* c += A (64-deep) B, issued only (between wg_fence and wg_commit): this warpgroup's 64 rows, columns n0..
+ * n0 + 16 NP; A and B as gemm's */
+template <typename IO, bool AT, bool BT, int NP = 2>
+__device__ __forceinline__ void wg_issue(float (&c)[2 * NP][4], unsigned sa, unsigned sb, int n0) {
+    const unsigned b0 = sb + (BT ? 2u * n0 : 128u * n0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const unsigned long long da = wdesc<AT>(sa + (AT ? 2048u : 32u) * k);
+        const unsigned long long db = wdesc<BT>(b0 + (BT ? 2048u : 32u) * k);
+        if constexpr (io_traits<IO>::is_bf16) Wg<AT, BT, NP>::wgmma_bf16(c, da, db);
+        else Wg<AT, BT, NP>::wgmma_f16(c, da, db);
+    }
+}
+#else
+#define KDART_WY_WG 0
+__device__ __forceinline__ void fence_async_smem() {}
+#endif
+
+/* c (16 x 16 NP, this warp's rows m0.., columns n0..) += A (64-deep) B: mma.sync, or on sm_90a the
+ * warpgroup's wgmma (all its threads call it with the same n0) */
+template <typename IO, bool AT, bool BT, int NP = 2>
+__device__ __forceinline__ void gemm_any(float (&c)[2 * NP][4], unsigned sa, unsigned sb, int m0, int n0, int l) {
+#if KDART_WY_WG
+    wg_fence();
+    wg_issue<IO, AT, BT, NP>(c, sa, sb, n0);
+    wg_commit();
+    wg_wait();
+#else
+    gemm<IO, AT, BT, NP>(c, sa, sb, m0, n0, l);
+#endif
+}
 
 template <typename IO>
 __device__ __forceinline__ float ldf(const unsigned short *g) {
@@ -264,7 +348,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     using Tr = WyDqkgTraits<K>;
     using namespace kdart;
     using namespace kdart::wy;
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(1024) unsigned char smem[];
     unsigned short *sStage = reinterpret_cast<unsigned short *>(smem);
     unsigned short *sA = reinterpret_cast<unsigned short *>(smem + Tr::kOffA);
     float *sBeta = reinterpret_cast<float *>(smem + Tr::kOffBeta);
@@ -375,6 +459,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     for (int s = 0; s < nsteps; ++s) {
         const int kb = s / nvt, vt = s - kb * nvt;
         cp_wait_all();
+        fence_async_smem();
         __syncthreads(); /* step s's tiles are in; every warp is done with step s - 1 */
         if (s + 1 < nsteps) issue(s + 1);
         cp_commit();
@@ -388,6 +473,28 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 for (int e = 0; e < 4; ++e) aq[j][e] = ak[j][e] = aw[j][e] = 0.f;
             hdh = 0.f;
         }
+        /* sum_v h dh: column kk = tid / 4 of the K block, v in 16 (tid % 4).. (on sm_90a while the
+         * wgmma run: the same tiles, read only) */
+        auto sum_hdh = [&]() { /* each lane's 16 v rotated by 2 (tid % 4): 32 banks per load, not 8 */
+            const unsigned short *th = st + 4 * 4096, *tdh = st + 5 * 4096;
+            const int kk = tid >> 2, qv = tid & 3, v0 = qv * 16;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const int v = v0 + ((i + 2 * qv) & 15);
+                const int o = SVF ? swz(v, kk) : swz(kk, v);
+                hdh += ldf<IO>(th + o) * ldf<IO>(tdh + o);
+            }
+        };
+#if KDART_WY_WG /* the four products of the step issued at once, sum_v h dh while they run */
+        wg_fence();
+        wg_issue<IO, false, SVF>(aq, sDo, sH, n0);
+        wg_issue<IO, false, SVF>(aw, sDv, sH, n0);
+        if (kb == 0) wg_issue<IO, false, false>(dA, sDv, sV, n0);
+        wg_issue<IO, false, SVF>(ak, sVn, sDh, n0);
+        wg_commit();
+        sum_hdh();
+        wg_wait();
+#else
         /* S_q += do h^T, S_w += dv h^T (and dA' += dv v^T) over the tile's 64 v, then S_k += v_new dh^T:
          * two passes, so that only one pass's fragments are live (one pass over all three held 176
          * registers where two CTAs per SM leave 128) */
@@ -415,16 +522,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         }
         if constexpr (SVF) gemm<IO, false, true>(ak, sVn, sDh, m0, n0, lane);
         else gemm<IO, false, false>(ak, sVn, sDh, m0, n0, lane);
-        /* sum_v h dh: column kk = tid / 4 of the K block, v in 16 (tid % 4).. */
-        {
-            const unsigned short *th = st + 4 * 4096, *tdh = st + 5 * 4096;
-            const int kk = tid >> 2, v0 = (tid & 3) * 16;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const int o = SVF ? swz(v0 + i, kk) : swz(kk, v0 + i);
-                hdh += ldf<IO>(th + o) * ldf<IO>(tdh + o);
-            }
-        }
+        sum_hdh();
+#endif
         if (kb == 0) {
             /* dvb = A^T dv over this V tile; dv2 = dvb beta; db += sum_v dvb v (in two halves of 16
              * columns: the whole 16 x 32 with S_q, S_k, S_w and dA' live spilled) */
@@ -439,7 +538,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 for (int j = 0; j < 2; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) dvb[j][e] = 0.f;
-                gemm<IO, true, true, 1>(dvb, sAu, sDv, m0, n0 + 16 * half, lane);
+                gemm_any<IO, true, true, 1>(dvb, sAu, sDv, m0, n0 + 16 * half, lane);
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int c = n0 + 16 * half + 8 * j + 2 * tq, cg = 64 * vt + c;
@@ -492,13 +591,14 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             *reinterpret_cast<unsigned *>(sDW + swz(r1, c)) = pack2<IO>(-aw[j][2], -aw[j][3]);
         }
         cp_wait_all();
+        fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
         __syncthreads();
         float kgb[4][4]; /* dkgb = A^T dw */
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) kgb[j][e] = 0.f;
-        gemm<IO, true, true>(kgb, sAu, sDWu, m0, n0, lane);
+        gemm_any<IO, true, true>(kgb, sAu, sDWu, m0, n0, lane);
 
         const int last = nv - 1;
         const long long oK = rowV() * Kr;
@@ -555,8 +655,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 x += __shfl_xor_sync(0xffffffffu, x, 16);
                 if (gid == 0) sCol[(warp & 3) * 64 + n0 + 8 * j + 2 * tq + e] = x;
             }
+        fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
         __syncthreads(); /* kg, the column sums, the last row */
-        gemm<IO, false, false>(dA, sDWu, sKGu, m0, n0, lane); /* dA' += dw kg^T */
+        gemm_any<IO, false, false>(dA, sDWu, sKGu, m0, n0, lane); /* dA' += dw kg^T */
         if (tid < 64) {
             const int cg = 64 * kb + tid;
             if (!TAIL || cg < Kr) {
@@ -590,6 +691,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         sDb[(warp >> 2) * 64 + r0] = db0;
         sDb[(warp >> 2) * 64 + r1] = db1;
     }
+    fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
     __syncthreads();
     if (tid < nv) p.db[rowV() + tid * HV] = sDb[tid] + sDb[64 + tid];
     float xy[4][4];
@@ -597,7 +699,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) xy[j][e] = 0.f;
-    gemm<IO, false, false>(xy, sXu, sAu, m0, n0, lane); /* X A^T: B[s][u] = A[u][s] */
+    gemm_any<IO, false, false>(xy, sXu, sAu, m0, n0, lane); /* X A^T: B[s][u] = A[u][s] */
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int c = n0 + 8 * j + 2 * tq;
@@ -605,8 +707,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         *reinterpret_cast<unsigned *>(sY + swz(r1, c)) = pack2<IO>(xy[j][2], xy[j][3]);
         xy[j][0] = xy[j][1] = xy[j][2] = xy[j][3] = 0.f;
     }
+    fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
     __syncthreads();
-    gemm<IO, true, true>(xy, sAu, sYu, m0, n0, lane); /* A^T Y */
+    gemm_any<IO, true, true>(xy, sAu, sYu, m0, n0, lane); /* A^T Y */
     float *gdA = p.dA + rowV() * 64;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lab/calls/wy-wgmma.sh: wy_dqkg's products by wgmma on sm_90a (lab/experiments/wy-wgmma/wgmma.diff applied
+# lab/calls/wy-wgmma.sh (call p of 2026-12-03): wy_dqkg's products by wgmma on sm_90a (lab/experiments/wy-wgmma/wgmma.diff applied
 # to the working tree, and build/devcache prewarmed with it, before the call).  Side by side: wy's GPU tests
 # (every spec, production), memcheck + racecheck of every wy specialization on small shapes, the torch wy
 # tests.  Then alone: wy rows, kdart vs fla in one process; and kdart alone with rotate-over-wgmma.diff
@@ -22,12 +22,12 @@ grep -hE "Checks|rc=|:F:|:E:" $O/test_gpu_wy*.txt | cut -c1-300; cat $O/san.txt
 gc_pack
 PYTHONPATH=/tmp/site:$R/python KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 \
   timeout $(( 580 - ($(date +%s) - t0) )) python3 bench/side_by_side.py --stage wy \
-  --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192 > $O/wy_fla.txt 2>&1
+  --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192,b1_t32768_h32_packed > $O/wy_fla.txt 2>&1
 echo "wy rc=$?"; grep -E "^\| wy|ERROR" $O/wy_fla.txt; el
 gc_pack
 mkdir -p /tmp/R && cp -r kernel_src /tmp/R/ && (cd /tmp/R && patch -p1 -s < $R/lab/experiments/wy-wgmma/rotate-over-wgmma.diff)
 KDART_KERNEL_DIR=/tmp/R/kernel_src PYTHONPATH=$R/python KDART_LIBRARY=$R/build/libkdart.so timeout 100 \
-  python3 bench/side_by_side.py --stage wy --no-fla --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192 \
+  python3 bench/side_by_side.py --stage wy --no-fla --rows b2_t8192_h32,b2_t8192_h16_k256,b2_t8192_h16_d100,prod8192,b1_t32768_h32_packed \
   > $O/wy_rotate.txt 2>&1
 echo "rotate rc=$?"; grep -E "^\| wy|ERROR" $O/wy_rotate.txt; el
 gc_pack
