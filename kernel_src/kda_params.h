@@ -85,6 +85,12 @@ typedef struct kdart_bwd_dhu_params {
     /* VARLEN at the K tile 256 (native) only: 0, or 1 for head pairs (bwd_dhu.cuh,
      * kdart::dhu::pair_heads; HV even, the grid is (ceil(V/BV), N*HV/2)) */
     int pair_heads;
+    /* NULL, or [B,T,HV,64] io dtype, chunk_kda's Aqk (row = token; its lower
+     * triangle, diagonal included, is read): dv is then NULL and the scan
+     * starts each chunk's DV from Aqk^T do instead of dv (fla's
+     * chunk_kda_bwd_dAv dv, fused).  Native specializations at BV 64 with
+     * K tile 64 or 128 only, without the V split. */
+    const void *Aqk;
 } kdart_bwd_dhu_params;
 
 /* chunk_rcumsum: the fold_dg suffix sum as a standalone kernel.
@@ -123,6 +129,10 @@ typedef struct kdart_wy_dqkg_params {
     int NT;                 /* grid chunks (VARLEN), h's chunk rows */
     int cu_is64;
     int Kr;                 /* the head dim, 1..K tile */
+    /* NULL, or [B,T,HV,64] fp32: scale * do v_new^T on and below the diagonal,
+     * zeros above (fla's chunk_kda_bwd_dAv dA, fused); rows past a sequence's
+     * end are not written */
+    float *dAqk;
 } kdart_wy_dqkg_params;
 
 #endif /* KDART_KDA_PARAMS_H */

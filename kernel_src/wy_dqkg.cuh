@@ -17,15 +17,20 @@
  *   dg   = q dq - k dk0 + kg dkgb beta + [t = last] dgk
  *   dA   = -tril1(A^T (tril1(dA') beta_s) A^T)  (tril1: strictly lower, the
  *          factors rounded to the io dtype between products)
+ *   dAqk = scale tril0(do v_new^T)  (when p.dAqk is given: fla's chunk_kda_bwd_dAv
+ *          dA, fused here because this kernel already holds do and v_new; tril0:
+ *          on and below the diagonal)
  * with the same roundings as fla, so that the two agree to fp32 summation order.
  *
  * LAUNCH CONTRACT (mirrored by the runtime; see WyDqkgTraits below):
- *   kernel   kdart_wy_dqkg<IO, K, VARLEN, TAIL, BETA_F32, SVF>; IO in {kdart::bf16,
+ *   kernel   kdart_wy_dqkg<IO, K, VARLEN, TAIL, BETA_F32, SVF, DAQK>; IO in {kdart::bf16,
  *            kdart::fp16}, K (the K tile) in {64, 128, 256}; TAIL: head dim Kr below
  *            the tile or V not a multiple of 64 (cp.async of 16- or 8-byte granules
  *            where Kr and V are multiples of 8 or 4, else element loads; masked
  *            stores); BETA_F32:
- *            beta in fp32 rather than the io dtype; SVF: h, dh are [.., V, K].
+ *            beta in fp32 rather than the io dtype; SVF: h, dh are [.., V, K];
+ *            DAQK: p.dAqk is written (its accumulator costs registers: a
+ *            specialization of its own keeps the others' allocation).
  *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra: blockIdx.x is the
  *            chunk's index among all chunks, which is also its row of h and dh.
  *   block    256 threads (8 warps: 4 row blocks of 16 x 2 column halves of 32).
@@ -342,7 +347,7 @@ __device__ __forceinline__ void st2(float *a, float x, float y, int c, int n, in
 } /* namespace wy */
 } /* namespace kdart */
 
-template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF>
+template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
     const kdart_wy_dqkg_params p) {
     using Tr = WyDqkgTraits<K>;
@@ -452,12 +457,17 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dA[j][e] = 0.f;
+    /* dAqk = scale * do v_new^T (fla's dAv dA, fused; DAQK): accumulated over the V tiles of the last K
+     * block (where the first block's dvb is no longer live, unless it is the only one) and stored
+     * before that block's K phase, so that it is never live there */
+    constexpr bool want_aq = DAQK;
     float db0 = 0.f, db1 = 0.f; /* this thread's partials of rows m0 + gid, m0 + gid + 8 */
     float hdh = 0.f;            /* sum_v h dh of column tid / 4 (quarter tid % 4 of each V tile) */
 
-#pragma unroll 1
-    for (int s = 0; s < nsteps; ++s) {
-        const int kb = s / nvt, vt = s - kb * nvt;
+    /* One step: V tile vt of K block kb (s = kb nvt + vt), its tiles copied one step ahead; aqk: the
+     * dAqk accumulator (DAQK) */
+    auto step = [&](const int kb, const int vt, float (&aqk)[4][4]) {
+        const int s = kb * nvt + vt;
         cp_wait_all();
         fence_async_smem();
         __syncthreads(); /* step s's tiles are in; every warp is done with step s - 1 */
@@ -491,6 +501,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         wg_issue<IO, false, SVF>(aw, sDv, sH, n0);
         if (kb == 0) wg_issue<IO, false, false>(dA, sDv, sV, n0);
         wg_issue<IO, false, SVF>(ak, sVn, sDh, n0);
+        if (want_aq && kb == nkb - 1) wg_issue<IO, false, false>(aqk, sDo, sVn, n0);
         wg_commit();
         sum_hdh();
         wg_wait();
@@ -517,6 +528,12 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                     ldsm4(b_n(sV, n0 + 16 * np, k0, lane), bv);
                     mma<IO>(dA[2 * np], adv, bv[0], bv[1]);
                     mma<IO>(dA[2 * np + 1], adv, bv[2], bv[3]);
+                }
+                if (want_aq && kb == nkb - 1) {
+                    unsigned bq[4];
+                    ldsm4(b_n(sVn, n0 + 16 * np, k0, lane), bq);
+                    mma<IO>(aqk[2 * np], ado, bq[0], bq[1]);
+                    mma<IO>(aqk[2 * np + 1], ado, bq[2], bq[3]);
                 }
             }
         }
@@ -562,7 +579,12 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 }
             }
         }
-        if (vt != nvt - 1) continue;
+    };
+    /* The K phase of block kb, after its last V tile's step */
+    auto kphase = [&](const int kb) {
+        /* (the K block's last step's stage) */
+        unsigned short *st = sStage + ((kb * nvt + nvt - 1) & 1) * (Tr::kStage / 2);
+        const unsigned sAu = smem_u32(sA);
 
         /* ---------------- K phase of block kb ---------------- */
         __syncthreads(); /* every warp is done with this stage's tiles: dw, kg go there */
@@ -665,6 +687,42 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                                   (((sCol[tid] + sCol[64 + tid]) + sCol[128 + tid]) + sCol[192 + tid]);
                 p.dg[oK + last * strG + cg] = sLast[tid] + dgk;
             }
+        }
+    };
+    if constexpr (!DAQK) {
+        float aqk[4][4]; /* (not used without dAqk) */
+#pragma unroll 1
+        for (int s = 0; s < nsteps; ++s) {
+            const int kb = s / nvt, vt = s - kb * nvt;
+            step(kb, vt, aqk);
+            if (vt == nvt - 1) kphase(kb);
+        }
+    } else {
+        /* K blocks and their V tiles as two loops, so that aqk is live only over the last block's
+         * V tiles (one flat loop over the steps kept it live through every K phase: 88 bytes of
+         * spills at the K tile 128; the flat loop is the better one without it) */
+#pragma unroll 1
+        for (int kb = 0; kb < nkb; ++kb) {
+            float aqk[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) aqk[j][e] = 0.f;
+#pragma unroll 1
+            for (int vt = 0; vt < nvt; ++vt) step(kb, vt, aqk);
+            if (kb == nkb - 1) { /* dAqk out: scale on and below the diagonal, zeros above, valid rows */
+                float *gq = p.dAqk + rowV() * 64;
+                const int r0 = m0 + gid, r1 = r0 + 8;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int c = n0 + 8 * j + 2 * tq;
+                    if (r0 < nv) st2<false>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
+                                            r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f, c, 64);
+                    if (r1 < nv) st2<false>(gq + r1 * strA + c, r1 >= c ? aqk[j][2] * p.scale : 0.f,
+                                            r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f, c, 64);
+                }
+            }
+            kphase(kb);
         }
     }
 

@@ -39,8 +39,8 @@ static void teardown(void) { test_rmtree(dir); }
 typedef struct job_list {
     pthread_mutex_t lock;
     int next, total;
-    const char *kernel[400]; /* the default prewarm set of every kernel on two archs: 330 (bwd_intra 66,
-                                bwd_dhu 54, wy_dqkg 42, chunk_rcumsum 3 per arch) */
+    const char *kernel[400]; /* the default prewarm set of every kernel on two archs: 346 (bwd_intra 66,
+                                bwd_dhu 54, wy_dqkg 50, chunk_rcumsum 3 per arch) */
     char spec[400][128];
     const char *arch[400];
     double ms[400];
@@ -91,7 +91,7 @@ START_TEST(every_spec_compiles) {
         ck_assert_msg(j.rc[i] == KDART_OK, "%s %s %s: %s", j.kernel[i], j.spec[i], j.arch[i], kdart_strerror(j.rc[i]));
     }
     printf("prewarm of %d entries on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
-    ck_assert_int_eq(j.total, 330);
+    ck_assert_int_eq(j.total, 346);
     /* No specialization spills (the ptxas report is in each entry), the bwd_intra tail
      * bodies on sm_90a included (their first form spilled 8..104 bytes).  The exceptions: wy_dqkg
      * (below) and
@@ -103,11 +103,13 @@ START_TEST(every_spec_compiles) {
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);
         int clean = strstr(ent->report, "spill_store_bytes=0\n") && strstr(ent->report, "spill_load_bytes=0\n");
         /* wy_dqkg holds S_q, S_k, S_w and dA' (64 fp32 accumulators per thread) in the 128 registers of
-         * two CTAs per SM, and ptxas spills a few words in most specializations (the tail ones most);
-         * bounded at 96 bytes */
+         * two CTAs per SM, and ptxas spills a few words in some specializations (at most 8 / 16 bytes
+         * on sm_90a and 20 / 16 on sm_100a when last measured): bounded at 32 bytes; with dAqk, whose
+         * accumulator is live over the last K block's V tiles, at most 48 at the K tile 128: 64 */
         if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0) {
             const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
-            clean = st && ld && atoi(st + 18) <= 96 && atoi(ld + 17) <= 96;
+            const int bound = strstr(j.spec[i], "dAqk=1") ? 64 : 32;
+            clean = st && ld && atoi(st + 18) <= bound && atoi(ld + 17) <= bound;
         }
         if (!clean && strcmp(j.arch[i], "sm_100a") == 0 && strstr(j.spec[i], "K=256,BV=64")) {
             const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");

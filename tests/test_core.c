@@ -81,7 +81,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 192);
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
-    ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 96);
+    ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 192);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words),
      * and its parameters their tables (a value past KDART__MAX_VALUES is only a compiler warning) */
@@ -97,7 +97,7 @@ START_TEST(registry_specs) {
     }
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
-    ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1} dAqk={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -153,16 +153,19 @@ START_TEST(registry_specs) {
     }
     ck_assert_int_eq(n_intra, 66);
     ck_assert_int_eq(n_dhu, 54);
-    /* wy_dqkg: the natives with the K-first state, and bf16 with fp32 beta for the V-first state and the tails */
+    /* wy_dqkg: the natives with the K-first state, and bf16 with fp32 beta for the V-first state and the tails;
+     * with dAqk the natives of the K tiles 64 and 128 with fp32 beta and the K-first state */
     int n_wy = 0;
     for (int i = 0; i < kdart_spec_count("wy_dqkg"); i++) {
         kdart_spec_at("wy_dqkg", i, buf, sizeof buf);
-        int want = (strstr(buf, "tail=0") && strstr(buf, "svf=0")) ||
-                   (strstr(buf, "io=bf16,") && strstr(buf, "beta=f32"));
+        int want = strstr(buf, "dAqk=1") ? strstr(buf, "tail=0") && strstr(buf, "svf=0") && strstr(buf, "beta=f32") &&
+                                               !strstr(buf, "K=256")
+                                         : (strstr(buf, "tail=0") && strstr(buf, "svf=0")) ||
+                                               (strstr(buf, "io=bf16,") && strstr(buf, "beta=f32"));
         ck_assert_int_eq(kdart_spec_prewarmed("wy_dqkg", i), want);
         n_wy += want;
     }
-    ck_assert_int_eq(n_wy, 42);
+    ck_assert_int_eq(n_wy, 50);
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
     ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 144), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);

@@ -192,7 +192,7 @@ START_TEST(intra_bad_arguments) {
 END_TEST
 
 typedef struct dhu_set {
-    fake qg, kg, w, g, d_o, dv, dht, dh, dv2, dh0;
+    fake qg, kg, w, g, d_o, dv, dht, dh, dv2, dh0, aqk;
     kdart_bwd_dhu_args a;
 } dhu_set;
 
@@ -212,7 +212,7 @@ static void dhu_make_kv(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n
     mk(&s->dv2, io_code, 16, 4, b, t, HV, v, 0);
     mk(&s->dh0, kDLFloat, 32, 4, n, HV, s1, s2, 0);
     kdart_bwd_dhu_args a = {sizeof a, &s->qg.t, &s->kg.t, &s->w.t,   &s->g.t,   &s->d_o.t, &s->dv.t, &s->dht.t,
-                            &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f,  0,         NULL,      NULL,     NULL, svf};
+                            &s->dh.t, &s->dv2.t, &s->dh0.t, 0.088f,  0,         NULL,      NULL,     NULL, svf, NULL};
     s->a = a;
 }
 static void dhu_make_v(dhu_set *s, int io_code, int64_t b, int64_t t, int64_t n, int64_t nt) {
@@ -242,7 +242,7 @@ static void wy_make(wy_set *s, int64_t b, int64_t t, int64_t k, int64_t v, int64
     mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
     kdart_wy_dqkg_args a = {sizeof a, &s->q.t,  &s->k.t,  &s->v.t,  &s->vn.t,  &s->g.t,  &s->beta.t,
                             &s->A.t,  &s->h.t,  &s->dh.t, &s->dout.t, &s->dv.t, &s->dq.t,  &s->dk.t,
-                            &s->dv2.t, &s->dg.t, &s->db.t, &s->dA.t, 0.125f,    0,         NULL, NULL};
+                            &s->dv2.t, &s->dg.t, &s->db.t, &s->dA.t, 0.125f,    0,         NULL, NULL, NULL};
     s->a = a;
 }
 
@@ -252,20 +252,20 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=0");
     /* a head dim below the tile, V not a multiple of 64: the tail; any T: varlen; the V-first state */
     wy_make(&s, B, 100, 100, 100, 2);
     s.a.state_v_first = 1;
     mk(&s.h, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     mk(&s.dh, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1");
+    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1,dAqk=0");
     /* packed: h has any number of rows >= 1; beta in the io dtype */
     wy_make(&s, 1, 300, K, V, 7);
     mk(&s.beta, kDLBfloat, 16, 3, 1, 300, HV, 0, 0);
     s.a.cu_seqlens = &s.cu.t;
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0,dAqk=0");
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* bad arguments, each named */
     wy_make(&s, B, T, K, V, T / 64);
@@ -278,6 +278,23 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     s.dA.t.data = NULL;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENULL, "dA");
+    /* dAqk (fla's dAv dA, fused): optional, [B,T,HV,64] fp32, no overlaps; an older caller's struct
+     * without it is accepted */
+    fake daqk;
+    wy_make(&s, B, T, K, V, T / 64);
+    mk(&daqk, kDLFloat, 32, 4, B, T, HV, 64, 0);
+    s.a.dAqk = &daqk.t;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1");
+    mk(&daqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "dAqk");
+    s.a.dAqk = &s.dA.t;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+    s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk) - 4;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
     wy_make(&s, B, T, K, V, T / 64);
     mk(&s.A, kDLFloat, 32, 4, B, T, HV, 64, 0);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "tensor A");
@@ -408,6 +425,40 @@ START_TEST(dhu_validation) {
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 257, 128, &bv), KDART_EUNSUPPORTED, "K=257");
     EXPECT(kdart_dhu_v_tile(rt, 1, 32, 128, 128, &bv), KDART_ENOCUDA, NULL);
     ck_assert_int_eq(bv, -1); /* untouched on failure */
+    /* fla's dAv fused: Aqk [B,T,HV,64] in place of dv, exactly one of them; K 64 or 128, V a multiple of
+     * 64, the V tile 64 (kdart's pick) */
+    dhu_make(&s, kDLBfloat);
+    mk(&s.aqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    s.a.Aqk = &s.aqk.t;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EINVAL, "dv or Aqk (not both)");
+    s.a.dv = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    char buf[128];
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dhu", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=64,varlen=0,tail=0");
+    s.a.v_tile = 32;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "v_tile=32");
+    s.a.v_tile = 64;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    s.a.Aqk = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENULL, "both are NULL");
+    s.a.Aqk = &s.aqk.t;
+    mk(&s.aqk, kDLFloat, 32, 4, B, T, HV, 64, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EDTYPE, "Aqk");
+    mk(&s.aqk, kDLBfloat, 16, 4, B, T, HV, 32, 0);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ESHAPE, "Aqk");
+    dhu_make_kv(&s, kDLBfloat, B, T, B, T / 64, 100, 128, 0);
+    mk(&s.aqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    s.a.Aqk = &s.aqk.t, s.a.dv = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K = 64 or 128");
+    dhu_make_kv(&s, kDLBfloat, B, T, B, T / 64, 128, 100, 0);
+    s.a.Aqk = &s.aqk.t, s.a.dv = NULL;
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "multiple of 64");
+    /* an older caller's struct (without Aqk) reads it as NULL */
+    dhu_make(&s, kDLBfloat);
+    s.a.Aqk = &s.aqk.t;
+    s.a.struct_size = offsetof(kdart_bwd_dhu_args, Aqk);
+    EXPECT(kdart_kda_bwd_dhu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
 }
 END_TEST
 

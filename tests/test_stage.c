@@ -137,16 +137,16 @@ START_TEST(described) {
     ck_assert_int_eq(kdart_op_arg("nope", 0, &a), KDART_EKERNEL);
     ck_assert_int_eq(kdart_op_arg("chunk_rcumsum", 0, &a), 0); /* no operation of its own */
     /* the built-in stages answer from the same tables their checks read */
-    ck_assert_int_eq(kdart_op_arg("wy_dqkg", 0, &a), 21);
+    ck_assert_int_eq(kdart_op_arg("wy_dqkg", 0, &a), 22);
     ck_assert_int_eq(kdart_op_arg("bwd_intra", 10, &a), 18);
     ck_assert_str_eq(a.name, "dq");
     ck_assert_str_eq(a.dtype, "io?");
     ck_assert_str_eq(a.flag, "emit_bf16");
-    ck_assert_int_eq(kdart_op_arg("bwd_dhu", 9, &a), 16);
+    ck_assert_int_eq(kdart_op_arg("bwd_dhu", 10, &a), 17);
     ck_assert_str_eq(a.name, "dh0");
     ck_assert_int_eq(a.optional, 1);
     ck_assert_str_eq(a.dims, "N, HV, S1, S2");
-    ck_assert_int_eq(kdart_op_arg("bwd_dhu", 15, &a), 16);
+    ck_assert_int_eq(kdart_op_arg("bwd_dhu", 16, &a), 17);
     ck_assert_str_eq(a.name, "chunk_offsets");
     ck_assert_int_eq(a.kind, KDART_ARG_SEQS);
 }

@@ -8,7 +8,8 @@
 
 enable() replaces, in the fla module whose chunk_kda_bwd calls them
 (fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra,
-chunk_gated_delta_rule_bwd_dhu and chunk_kda_bwd_wy_dqkg_fused by wrappers that run kdart for every call it
+chunk_gated_delta_rule_bwd_dhu and chunk_kda_bwd_wy_dqkg_fused (and chunk_kda_bwd_dAv, fused into the two
+latter: below) by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
 before calling: K outside 1..256, V outside 1..512, chunk size != 64,
 a scalar gate g, cu_seqlens off q's device or with
@@ -36,6 +37,25 @@ reverse=True) that chunk_kda_bwd runs right after it is skipped for exactly
 that tensor (and the same cu_seqlens) (the name chunk_local_cumsum in the same module is wrapped; every
 other call goes to fla's function).  disable() puts fla's functions back.
 
+fla's chunk_kda_bwd_dAv (dAqk = scale * do v_new^T and dv = Aqk^T do per chunk) is fused into the stages
+that consume it: its wrapper computes nothing when the call is chunk_kda_bwd's own, K is 64 or 128, V a
+multiple of 64 (up to 512), chunk size 64, on CUDA in bf16/fp16, eager (not under torch.compile), and the
+grid is one where bwd_dhu picks its V tile of 64 anyway (dav_grid_refusal: the fused dv runs that tile, so
+on small grids, where kdart scans narrower tiles or splits those of packed sequences, fla's dAv and the
+narrower scan together are faster and kdart.fla keeps them).  It returns
+stand-ins for its two outputs (meta tensors: no memory, and any use outside these wrappers fails loudly)
+and records the call (per thread, weak references to its inputs).  kdart's bwd_dhu then computes dv from
+Aqk inside its scan (kdart.torch.bwd_dhu(..., Aqk=Aqk), never rounded to the io dtype), kdart's wy_dqkg
+writes dAqk beside its own outputs (wy_dqkg(..., dAqk=True)), and bwd_intra's wrapper hands that dAqk to
+bwd_intra (kdart's or fla's) in the stand-in's place: one launch and one dv buffer fewer than fla.
+stats() counts such a call as served ("bwd_dAv") when both halves were fused.  Where a half cannot be
+fused (bwd_dhu or wy_dqkg falls back to fla, or kdart refuses the fused bwd_dhu, e.g. a shape the fused dv
+does not take: the unfused kdart bwd_dhu serves it then), and before fla's context-parallel pre-pass
+(chunk_gated_delta_rule_bwd_dhu_pre_process, with cp_context, which reads dv: wrapped too), fla's own
+chunk_kda_bwd_dAv runs on the recorded inputs and its outputs take the stand-ins' place, counted as a
+bwd_dAv fallback with the reason.  A call that is not fused at all (another head dim, a direct call from
+elsewhere, ...) runs fla's function, also counted as a fallback.
+
 Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk_kda backward (the wheel's
 kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
 logged once per reason through the "kdart.fla" logger; stats() counts every one.
@@ -45,8 +65,10 @@ above.  enable(via="registry") (or KDART_FLA_VIA=registry) registers kdart's bac
 registry instead (fla.backends: 'kda' for bwd_intra and wy_dqkg, 'common' for bwd_dhu, chunk_local_cumsum's
 own for the dg fold; priority 1, ahead of fla's TileLang; FLA_KDART=0 turns them off as fla's switches do);
 their verifiers accept while kdart.fla is enabled, and a fallback calls fla's own function unwrapped, never
-the registry again.  Both routes serve, fold and fall back the same (the routing tests run both).  Why the
-names route stays the default: FLA_DISABLE_BACKEND_DISPATCH=1 turns the registry off (the registry route then
+the registry again.  Both routes serve, fold and fall back the same (the routing tests run both), but for
+the dAv fusion, which is the names route's only: fla 0.6.0's registry dispatches chunk_kda_bwd_dAv but not
+the context-parallel pre-pass that reads its dv, so the registry route leaves chunk_kda_bwd_dAv to fla.  Why
+the names route stays the default: FLA_DISABLE_BACKEND_DISPATCH=1 turns the registry off (the registry route then
 refuses to start, with that reason); fla runs every dispatched call under torch.compiler.disable (a graph
 break under torch.compile, whichever backend serves it).  On the H200 the two routes serve the same stages
 with the same gradients; the registry's cost is small: about 6 us per dispatched call measured on a 2-core
@@ -54,10 +76,12 @@ CPU, four calls per backward.
 
 The wrappers are written for fla-core 0.6.0: enable() compares
 inspect.signature of every function it replaces (and of chunk_kda_bwd) with
-the one it was written for and refuses with RuntimeError when they differ.
+the one it was written for, checks that chunk_kda_bwd still calls them, and
+refuses with RuntimeError when either differs.
 """
 import contextlib
 import inspect
+import sys
 import threading
 import weakref
 
@@ -75,6 +99,7 @@ MODULE = "fla.ops.kda.chunk_bwd"
 # same: the call's bwd_intra runs 3.3-3.6x fla's at D = 60 and 100, and kdart runs every head dim fla takes.
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 _WY = "chunk_kda_bwd_wy_dqkg_fused"
+_DAV, _PRE = "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
 _E = inspect.Parameter.empty
@@ -90,6 +115,11 @@ EXPECTED = {
     _WY: (("q", _E), ("k", _E), ("v", _E), ("v_new", _E), ("g", _E), ("beta", _E), ("A", _E), ("h", _E),
           ("do", _E), ("dh", _E), ("dv", _E), ("scale", None), ("state_v_first", False), ("cu_seqlens", None),
           ("chunk_size", 64), ("chunk_indices", None), ("chunk_offsets", None), ("use_graph", False)),
+    _DAV: (("q", _E), ("k", _E), ("v", _E), ("do", _E), ("A", None), ("scale", None), ("cu_seqlens", None),
+           ("chunk_size", 64), ("chunk_indices", None), ("use_graph", False)),
+    _PRE: (("q", _E), ("k", _E), ("w", _E), ("do", _E), ("dv", _E), ("g", None), ("gk", None), ("bg", None),
+           ("scale", None), ("state_v_first", False), ("cu_seqlens", None), ("dht", None), ("initial_state", None),
+           ("context", None), ("chunk_size", 64), ("use_graph", False)),
     "chunk_kda_bwd": (("q", _E), ("k", _E), ("v", _E), ("beta", _E), ("Aqk", _E), ("Akk", _E), ("scale", _E),
                       ("initial_state", _E), ("do", _E), ("dht", _E), ("g", None), ("g_org", None),
                       ("state_v_first", False), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
@@ -99,8 +129,8 @@ EXPECTED = {
 }
 
 _lock = threading.RLock()
-_state = {"module": None, "orig": None, "fold": False, "via": None}
-_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
+_state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None}
+_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0}
 _fallbacks = {}
 _warned = set()
 _tls = threading.local()
@@ -127,8 +157,8 @@ def _check_signatures(mod):
         if have != want:
             bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
     bwd = getattr(mod, "chunk_kda_bwd", None)
-    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY} <= set(bwd.__code__.co_names):
-        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_INTRA}, {_DHU}, {_WY} and {_CUMSUM}")
+    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE} <= set(bwd.__code__.co_names):
+        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_DAV}, {_PRE}, {_DHU}, {_WY}, {_INTRA} and {_CUMSUM}")
     if bad:
         raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
 
@@ -263,6 +293,85 @@ def wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_fi
     return _io_reason(torch, q, (k, v, v_new, beta, A, h, do, dh, dv), (g,))
 
 
+def dav_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
+                use_graph=False):
+    """None when kdart can fuse this chunk_kda_bwd_dAv call into bwd_dhu and wy_dqkg, else the reason it does
+    not (fla's function then runs as it is).  The fused dv needs K (q's head dim) 64 or 128 and V a multiple
+    of 64; bwd_dhu and wy_dqkg check their own calls again when they come."""
+    if A is None or scale is None:
+        return "no A or no scale"
+    if cu_seqlens is None and chunk_indices is not None:
+        return "chunk_indices without cu_seqlens"
+    r = _common_reason(chunk_size, q, do, cu_seqlens)
+    if r:
+        return r
+    K, V = q.shape[3], do.shape[3]
+    if K not in (64, 128):
+        return f"head dim K={K} (the fused dAv takes K 64 or 128)"
+    if V % 64 or V > 512:
+        return f"V={V} (the fused dAv takes V a multiple of 64, up to 512)"
+    if v.dim() != 4 or A.dim() != 4 or v.shape != do.shape or A.shape != do.shape[:3] + (64,) or \
+            q.shape[:2] != do.shape[:2] or do.shape[2] % q.shape[2]:
+        return "shape"
+    torch = _torch()
+    if torch.compiler.is_compiling():
+        return "torch.compile (the fused dAv is eager only)"
+    r = _io_reason(torch, q, (k, v, do, A), ())
+    if r is None:
+        N = do.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+        r = dav_grid_refusal(N, do.shape[2], K, V, cu_seqlens is not None, do.device)
+    return r
+
+
+PACKED_SMALL = "packed sequences on a grid of at most 4 waves (bwd_dhu splits its V tiles there)"
+
+
+def dav_grid_refusal(N, HV, K, V, packed, device=None):
+    """None when bwd_dhu's own choice for N sequences (or batch rows) of HV value heads at K, V is the V
+    tile 64 without the V split, where computing dv inside the scan costs almost nothing; else why
+    kdart.fla leaves that chunk_kda_bwd_dAv to fla.  (With dv from Aqk the scan runs the tile 64 whatever
+    the grid: on grids where kdart picks a narrower tile for its waves, or splits the tiles of packed
+    sequences, that was slower than fla's dAv and the narrower scan together.)"""
+    torch = _torch()
+    bv = _dhu_tile(torch, device, N, HV, K, V)
+    if bv and bv != 64:
+        return f"bwd_dhu runs a V tile of {bv} on this grid (the fused dAv runs it at 64)"
+    if packed and N * HV * (V // 64) <= 4 * _sm_count(torch, device):
+        return PACKED_SMALL
+    return None
+
+
+_sms, _tiles = {}, {}
+
+
+def _dhu_tile(torch, device, N, HV, K, V):
+    """kdart's V tile for bwd_dhu on device (kdart_dhu_v_tile), 0 when it cannot say (no CUDA)."""
+    key = (None if device is None else device.index, N, HV, K, V)
+    if key not in _tiles:
+        try:
+            with torch.cuda.device(device) if device is not None and device.type == "cuda" else \
+                    contextlib.nullcontext():
+                _tiles[key] = _lib.runtime().dhu_v_tile(N, HV, K, V)
+        except (RuntimeError, ValueError, AssertionError, OSError):
+            return 0
+        if len(_tiles) > 4096:  # (shapes of a training run are few; bounded all the same)
+            _tiles.clear()
+    return _tiles[key]
+
+
+def _sm_count(torch, device):
+    """The SM count of device (0 when CUDA cannot say: bwd_dhu then decides by itself, and a refusal there
+    falls back the same way)."""
+    i = None if device is None else device.index
+    if i not in _sms:
+        try:
+            _sms[i] = torch.cuda.get_device_properties(torch.cuda.current_device() if i is None else i) \
+                .multi_processor_count
+        except (RuntimeError, AssertionError):
+            return 0
+    return _sms[i]
+
+
 # ------------------------------------------------------------- wrappers
 
 def _serve(stage, reason, kdart_call, fla_call):
@@ -281,8 +390,104 @@ def _serve(stage, reason, kdart_call, fla_call):
     return fla_call()
 
 
+# ------------------------------------------------- fla's chunk_kda_bwd_dAv, fused
+
+def _none():
+    return None
+
+
+def _ref(t):
+    return _none if t is None else weakref.ref(t)
+
+
+class _Deferred:
+    """One chunk_kda_bwd_dAv call of chunk_kda_bwd that kdart fuses: fla's two outputs are stand-ins (meta
+    tensors of their shapes and dtypes: no memory, and any use outside kdart.fla's wrappers fails loudly);
+    bwd_dhu computes dv itself from Aqk (dv_fused) and wy_dqkg returns dA (dA_out), which bwd_intra's wrapper
+    hands fla's bwd_intra in the stand-in's place.  Where a stage cannot take its half, fla's own
+    chunk_kda_bwd_dAv runs then, on the same inputs (still alive: chunk_kda_bwd holds them), and its outputs
+    take the stand-ins' place (_materialize).  Only weak references to the inputs: a record of a backward
+    that raised keeps nothing alive, and its outputs are dropped with its dA stand-in."""
+    __slots__ = ("dA", "dv", "inputs", "cu", "kw", "scale", "dA_out", "dv_out", "dv_fused", "settled",
+                 "__weakref__")
+
+    def __init__(self, dA, dv, q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices, use_graph):
+        self.dA, self.dv = weakref.ref(dA, self._drop), weakref.ref(dv)
+        self.inputs = tuple(map(weakref.ref, (q, k, v, do, A)))
+        self.cu, self.scale = _ref(cu_seqlens), scale
+        self.kw = dict(chunk_size=chunk_size, chunk_indices=_ref(chunk_indices), use_graph=use_graph)
+        self.dA_out = self.dv_out = None
+        self.dv_fused = self.settled = False
+
+    def _drop(self, _):
+        self.dA_out = self.dv_out = None
+
+    def same(self, v, do, cu_seqlens):
+        """The call's v_new, do and cu_seqlens are the ones chunk_kda_bwd_dAv had."""
+        return self.inputs[3]() is do and (v is None or self.inputs[2]() is v) and self.cu() is cu_seqlens
+
+
+def _deferred(dv=None, dA=None):
+    """The pending record whose dv (or dA) stand-in this tensor is, else None."""
+    rec = getattr(_tls, "dav", None)
+    if rec is None or (dv is not None and rec.dv() is not dv) or (dA is not None and rec.dA() is not dA):
+        return None
+    return rec
+
+
+def _materialize(rec, why, need):
+    """fla's own chunk_kda_bwd_dAv on the recorded inputs when the output need ("dA" or "dv") is not known
+    yet: its outputs replace the stand-ins (counted, and warned once, as a fallback of bwd_dAv: why)."""
+    if (rec.dA_out if need == "dA" else rec.dv_out) is None:
+        q, k, v, do, A = (r() for r in rec.inputs)
+        if any(x is None for x in (q, k, v, do, A)):
+            raise RuntimeError("kdart.fla: the inputs of a deferred chunk_kda_bwd_dAv are gone")
+        kw = dict(rec.kw, chunk_indices=rec.kw["chunk_indices"]())
+        dA, dv = _state["orig"][_DAV](q, k, v, do, A=A, scale=rec.scale, cu_seqlens=rec.cu(), **kw)
+        if rec.dA_out is None:
+            rec.dA_out = dA
+        if rec.dv_out is None:
+            rec.dv_out = dv
+        if not rec.settled:
+            rec.settled = True
+            _count_fallback("bwd_dAv", why)
+    return rec
+
+
+def _dav_wrapper(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
+                 use_graph=False):
+    reason = dav_refusal(q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices, use_graph)
+    # only chunk_kda_bwd's own call: its outputs go nowhere but to the wrappers below
+    if reason is None and sys._getframe(1).f_code is not _state["bwd_code"]:
+        reason = "not called by chunk_kda_bwd"
+    if reason is not None:
+        _count_fallback("bwd_dAv", reason)
+        return _state["orig"][_DAV](q, k, v, do, A=A, scale=scale, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                                    chunk_indices=chunk_indices, use_graph=use_graph)
+    torch = _torch()
+    dA = torch.empty(do.shape[:3] + (64,), dtype=torch.float32, device="meta")
+    dv = torch.empty(do.shape, dtype=do.dtype, device="meta")
+    _tls.dav = _Deferred(dA, dv, q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices, use_graph)
+    return dA, dv
+
+
+def _pre_wrapper(q, k, w, do, dv, g=None, gk=None, bg=None, scale=None, state_v_first=False, cu_seqlens=None,
+                 dht=None, initial_state=None, context=None, chunk_size=64, use_graph=False):
+    """fla's context-parallel pre-pass reads dv: fla's dAv runs first (the fusion does not apply)."""
+    rec = _deferred(dv=dv)
+    if rec is not None:
+        dv = _materialize(rec, "context parallel (cp_context)", "dv").dv_out
+    return _state["orig"][_PRE](q, k, w, do, dv, g=g, gk=gk, bg=bg, scale=scale, state_v_first=state_v_first,
+                                cu_seqlens=cu_seqlens, dht=dht, initial_state=initial_state, context=context,
+                                chunk_size=chunk_size, use_graph=use_graph)
+
+
 def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, chunk_indices=None,
                    chunk_size=64, safe_gate=False, lower_bound=None, use_graph=False):
+    rec = _deferred(dA=dAqk)
+    if rec is not None:  # the last stage of chunk_kda_bwd that sees the record
+        _tls.dav = None
+        dAqk = _materialize(rec, "dAqk not computed by wy_dqkg", "dA").dA_out
     fold = _state["fold"]
 
     def kdart_call(kt):
@@ -300,6 +505,30 @@ def _intra_wrapper(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None, c
 
 def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None, state_v_first=False,
                  cu_seqlens=None, chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    rec = _deferred(dv=dv)
+    if rec is not None:  # dv is chunk_kda_bwd_dAv's, deferred: kdart computes it from Aqk in the scan
+        why = "dv asked for twice"
+        if rec.dv_out is None and not rec.dv_fused:
+            # dhu_refusal's checks of dv apply to do, dv's shape and dtype
+            why = dhu_refusal(q, k, w, do, do, g, gk, h0, dht, scale, state_v_first, cu_seqlens, chunk_size,
+                              chunk_indices, chunk_offsets, use_graph)
+            if why is not None:
+                why = f"bwd_dhu not served ({why})"
+            elif not rec.same(None, do, cu_seqlens):
+                why = "arguments differ from chunk_kda_bwd_dAv's"
+            else:
+                from . import torch as kt
+                try:
+                    out = kt.bwd_dhu(q, k, w, do, None, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
+                                     chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
+                                     state_v_first=bool(state_v_first), Aqk=rec.inputs[4]())
+                except ValueError as e:
+                    why = f"kdart refused the fused bwd_dhu: {getattr(e, 'name', type(e).__name__)}"
+                else:
+                    rec.dv_fused = True
+                    _count_served("bwd_dhu")
+                    return out
+        dv = _materialize(rec, why, "dv").dv_out
     return _serve("bwd_dhu", dhu_refusal(q, k, w, do, dv, g, gk, h0, dht, scale, state_v_first, cu_seqlens,
                                          chunk_size, chunk_indices, chunk_offsets, use_graph),
                   lambda kt: kt.bwd_dhu(q, k, w, do, dv, gk, h0=h0, dht=dht, scale=scale, cu_seqlens=cu_seqlens,
@@ -313,15 +542,32 @@ def _dhu_wrapper(q, k, w, do, dv, g=None, gk=None, h0=None, dht=None, scale=None
 
 def _wy_wrapper(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
                 chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):
+    rec = getattr(_tls, "dav", None)
+    # the deferred dAv's dA half, when its dv half was fused into bwd_dhu: this call's do and v_new are its
+    if rec is not None and not (rec.dv_fused and rec.dA_out is None and rec.same(v_new, do, cu_seqlens)
+                                and scale == rec.scale):
+        rec = None
+
+    def kdart_call(kt):
+        if rec is None:
+            return kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                              state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        *out, rec.dA_out = kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                                      state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens,
+                                      chunk_indices=chunk_indices, dAqk=True)
+        rec.settled = True
+        _count_served("bwd_dAv")
+        return tuple(out)
+
+    def fla_call():
+        if rec is not None:
+            _materialize(rec, "wy_dqkg not served", "dA")
+        return _state["orig"][_WY](q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
+                                   state_v_first=state_v_first, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+                                   chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, use_graph=use_graph)
     return _serve("wy_dqkg", wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first,
                                         cu_seqlens, chunk_size, chunk_indices, chunk_offsets, use_graph),
-                  lambda kt: kt.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
-                                        state_v_first=bool(state_v_first), cu_seqlens=cu_seqlens,
-                                        chunk_indices=chunk_indices),
-                  lambda: _state["orig"][_WY](q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=scale,
-                                              state_v_first=state_v_first, cu_seqlens=cu_seqlens,
-                                              chunk_size=chunk_size, chunk_indices=chunk_indices,
-                                              chunk_offsets=chunk_offsets, use_graph=use_graph))
+                  kdart_call, fla_call)
 
 
 _DEFAULT = object()
@@ -346,7 +592,8 @@ def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, o
                 chunk_indices=chunk_indices, use_graph=use_graph, **kwargs)
 
 
-_WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper}
+_WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper,
+             _DAV: _dav_wrapper, _PRE: _pre_wrapper}
 
 
 # ------------------------------------------------------ enable / disable
@@ -434,6 +681,7 @@ def enable(fold_dg=True, via=None):
                 setattr(mod, name, _WRAPPERS[name])
         _state["fold"] = bool(fold_dg)
         _state["via"] = via
+        _state["bwd_code"] = inspect.unwrap(mod.chunk_kda_bwd).__code__
         _state["module"] = mod
 
 
@@ -449,6 +697,8 @@ def disable():
         _state["module"] = None
         _state["fold"] = False
         _state["via"] = None
+        _state["bwd_code"] = None
+        _tls.dav = None
 
 
 def is_enabled():

@@ -4,16 +4,31 @@
                                           fold_dg=False, emit_bf16=False,
                                           cu_seqlens=None, chunk_indices=None)
     dh, dh0, dv2 = kdart.torch.bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None,
-                                       cu_seqlens=None, chunk_indices=None, chunk_offsets=None)
+                                       cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+                                       state_v_first=False, Aqk=None)
+    dq, dk, dv, db, dg, dA = kdart.torch.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None,
+                                                 state_v_first=False, cu_seqlens=None,
+                                                 chunk_indices=None, chunk_offsets=None)
+    dq, dk, dv, db, dg, dA, dAqk = kdart.torch.wy_dqkg(..., dAqk=True)
 
-Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra
-and chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu); dh0 is None
-when h0 is None, as in fla.  Outputs are new tensors on the inputs' device;
-nothing is written to the inputs.  Shapes and dtypes: docs/chunk_kda_flags.md (io dtype
-bf16 or fp16; beta in the io dtype or fp32, as fla hands it when chunk_kda
-applies the beta sigmoid; g/gk, dAqk, dAkk, dq, dk, dg, db, dht, h0 fp32; any
-T >= 1, K in 1..256, V in 1..512, contiguous; bwd_dhu also takes fla's
-state_v_first layout).
+Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra,
+chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu) and
+chunk_kda_bwd_wy_dqkg_fused; dh0 is None when h0 is None, as in fla.  Outputs
+are new tensors on the inputs' device; nothing is written to the inputs.
+Shapes and dtypes: docs/chunk_kda_flags.md (io dtype bf16 or fp16; beta in
+the io dtype or fp32, as fla hands it when chunk_kda applies the beta
+sigmoid; g/gk, dAqk, dAkk, dq, dk, dg, db, dht, h0 fp32; any T >= 1, K in
+1..256, V in 1..512, contiguous; bwd_dhu also takes fla's state_v_first
+layout).
+
+fla's chunk_kda_bwd_dAv (dAqk, dv = chunk_kda_bwd_dAv(q, k, v_new, do, Aqk,
+scale)) has no op of its own: its two halves are fused into the stages that
+consume them.  bwd_dhu(..., dv=None, Aqk=Aqk) computes dv = Aqk^T do per
+chunk (Aqk's lower triangle, diagonal included) inside the scan, unrounded,
+and returns what it returns with fla's dv (K 64 or 128 and V a multiple of
+64 only, no zero padding; exactly one of dv and Aqk).  wy_dqkg(...,
+dAqk=True) also returns dAqk [B,T,HV,64] fp32 = scale * do v_new^T within
+each chunk, zeros above the diagonal: fla's dA, for bwd_intra.
 
 Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
 inputs' device); h0, dht and dh0 are [N,HV,K,V]; fla's chunk_indices [NT,2] and
@@ -25,9 +40,10 @@ prepare_chunk_indices (pass chunk_indices to avoid it, e.g. under CUDA-graph
 capture).  Bad cu_seqlens (decreasing, cu[N] > T) are found on the device:
 the kernels write nothing and device_status() reports them.
 
-Both are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
-torch.ops.kdart.bwd_dhu) with fake implementations, so torch.compile traces
-them (fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
+All are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
+torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, and torch.ops.kdart.wy_dqkg_dAqk
+for dAqk=True) with fake implementations, so torch.compile traces them
+(fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
 dispatcher and call the implementation directly (the dispatcher costs more
 than the whole launch).  The launch runs on torch's current stream of the
 inputs' device with that device current, allocates nothing but the outputs and
@@ -42,6 +58,7 @@ its C++ fast path instead: one call that builds the descriptors from the
 tensors, allocates the outputs and calls kdart's C function (which validates
 everything); a call it cannot take (another current device) or that kdart
 refuses comes back to the Python path, which raises with fla's argument names.
+bwd_dhu's calls with Aqk always take the Python path.
 """
 import contextlib
 import ctypes
@@ -120,6 +137,7 @@ _INTRA = _Stage("bwd_intra", {"dq_in": "dq", "dk_in": "dk", "dg_in": "dg", "db_i
                 ("dq", "dk", "db", "dg"))
 _DHU = _Stage("bwd_dhu", {"qg": "q", "kg": "k", "g": "gk", "dht": "dht", "dh0": "h0"}, ("dh", "dh0", "dv2"))
 _WY = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA"))
+_WY_DAQK = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA", "dAqk"))  # (dAqk=True)
 
 
 def _sizes(st, t, sc, nt):
@@ -191,9 +209,10 @@ def _intra_call(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg, emit_bf16, c
             dict(fold_dg=int(bool(fold_dg)), emit_bf16=int(bool(emit_bf16))))
 
 
-def _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, v_tile=0):
-    return (dict(qg=q, kg=k, w=w, g=gk, do=do, dv=dv, dht=dht, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
-                 chunk_offsets=chunk_offsets),
+def _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, v_tile=0,
+              Aqk=None):
+    return (dict(qg=q, kg=k, w=w, g=gk, do=do, dv=dv, dht=dht, Aqk=Aqk, cu_seqlens=cu_seqlens,
+                 chunk_indices=chunk_indices, chunk_offsets=chunk_offsets),
             dict(state_v_first=int(bool(state_v_first)), v_tile=v_tile))
 
 
@@ -218,15 +237,17 @@ def intra_meta(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf
 
 
 def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
-             nt=None, state_v_first=False):
+             nt=None, state_v_first=False, Aqk=None):
     """Checks bwd_dhu's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list (dh,
     dh0, dv2); dh0's shape is (0,) when h0 is None.  dh has fla's rows: B*ceil(T/64) at fixed length; varlen:
     len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks).  state_v_first: the state's last
-    two dims are [V, K] (dh, h0, dht, dh0), else [K, V]."""
+    two dims are [V, K] (dh, h0, dht, dh0), else [K, V].  Aqk: chunk_kda's Aqk in place of dv (exactly one)."""
     _shape_error("q", q, 4, "[B,T,HV,K]")
+    _dv_or_aqk(dv, Aqk)
     if cu_seqlens is not None and isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1:
         nt = _fla_nt(q.shape[1], cu_seqlens, chunk_indices, nt)
-    t, sc = _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, 64)
+    t, sc = _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first, 64,
+                      Aqk)
     outs = _meta(_DHU, t, sc, max(nt, 1) if isinstance(nt, int) else nt, ("dh0",) if h0 is not None else ())
     if h0 is not None:
         _check_h0(h0, outs[1][0])
@@ -235,6 +256,15 @@ def dhu_meta(q, k, w, do, dv, gk, h0=None, dht=None, cu_seqlens=None, chunk_indi
     if isinstance(nt, int) and nt == 0:  # only zero-length sequences: fla's dh has no rows
         outs[0] = ((outs[0][0][0], 0) + outs[0][0][2:], outs[0][1])
     return outs
+
+
+def _dv_or_aqk(dv, Aqk):
+    """bwd_dhu takes fla's dv (chunk_kda_bwd_dAv's) or chunk_kda's Aqk (the dAv stage fused): exactly one."""
+    if dv is None and Aqk is None:
+        raise _lib.value_error("ENULL", "ENULL: bwd_dhu needs dv or Aqk (both are None)")
+    if dv is not None and Aqk is not None:
+        raise _lib.value_error("EINVAL", "EINVAL: bwd_dhu takes dv or Aqk, not both (with Aqk it computes dv "
+                                         "itself)")
 
 
 def _check_h0(h0, shape):
@@ -247,11 +277,14 @@ def _check_h0(h0, shape):
         raise _bad(f"ESHAPE: h0 has shape {list(h0.shape)}, expected {list(shape)}")
 
 
-def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None, chunk_indices=None):
+def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None, chunk_indices=None,
+            dAqk=False):
     """Checks wy_dqkg's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list in fla's
-    order (dq, dk, dv2, db, dg, dA)."""
-    return _meta(_WY, *_wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens,
-                                chunk_indices))
+    order (dq, dk, dv2, db, dg, dA), then dAqk's when dAqk is true."""
+    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    if not dAqk:
+        return _meta(_WY, t, sc)
+    return _meta(_WY_DAQK, t, sc, want=("dAqk",))
 
 
 # ------------------------------------------------------------------ plans
@@ -524,79 +557,84 @@ def _bwd_intra_impl(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
 
 
 def _dhu_plan(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
-              nt=None, state_v_first=False):
+              nt=None, state_v_first=False, Aqk=None):
     # the spec a launch with these arguments prepares, as kdart's C side chooses it (kdart_spec_for): on the
     # device its V tile is the one kdart picks for the device's SM count (v_tile 0; the launch passes 0 too,
     # and kdart may add the V split for packed sequences at BV 64); elsewhere (never launched) the widest,
     # the choice for one SM
     on_gpu = isinstance(q, torch.Tensor) and q.is_cuda
     _shape_error("q", q, 4, "[B,T,HV,K]")
+    _dv_or_aqk(dv, Aqk)
     rows = _fla_nt(q.shape[1], cu_seqlens, chunk_indices, nt) if isinstance(cu_seqlens, torch.Tensor) else None
     t, sc = _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, state_v_first,
-                      0 if on_gpu else 64)
+                      0 if on_gpu else 64, Aqk)
     want = ("dh0",) if h0 is not None else ()
     with torch.cuda.device(q.device) if on_gpu else contextlib.nullcontext():
         # only zero-length sequences: fla's dh has no rows; kdart's dh needs one (never written)
         plan = _build_plan(_DHU, t, sc, None if rows is None else max(rows, 1), want,
-                           (q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets))
+                           (q, k, w, do, dv, gk, h0, dht, Aqk, cu_seqlens, chunk_indices, chunk_offsets))
     if h0 is not None:
         _check_h0(h0, plan.outs["dh0"][0])
     plan.args.v_tile = 0
     plan.no_rows = rows == 0
-    plan.slots = _DHU.slots(("qg", "kg", "w", "g", "do", "dv", "dht", "dh", "dv2", "dh0"))
+    plan.slots = _DHU.slots(("qg", "kg", "w", "g", "do", "dv", "dht", "Aqk", "dh", "dv2", "dh0"))
     plan.seq_slots = _DHU.slots(("cu_seqlens", "chunk_indices", "chunk_offsets"))
     return plan
 
 
 def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-                  chunk_offsets=None, state_v_first=False):
+                  chunk_offsets=None, state_v_first=False, Aqk=None):
     # dh's rows without chunk_indices: counted from cu_seqlens (a synchronization, as fla's own)
     nt = _chunk_count(cu_seqlens) if cu_seqlens is not None and chunk_indices is None else None
-    ts = (q, k, w, do, dv, gk)
-    key = (tuple(map(_SIG, ts)), _idx_key(h0), _idx_key(dht), "dhu",
+    if (dv is None) == (Aqk is None):
+        _dv_or_aqk(dv, Aqk)
+    fused = Aqk is not None  # the dAv stage fused: Aqk in dv's place
+    ts = (q, k, w, do, Aqk if fused else dv, gk)
+    key = (tuple(map(_SIG, ts)), _idx_key(h0), _idx_key(dht), "dhu+Aqk" if fused else "dhu",
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
                                             nt), bool(state_v_first))
     plan = _get_plan(key, _dhu_plan, q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
-                     nt, state_v_first)
+                     nt, state_v_first, Aqk)
     if not (all(map(_CONTIG, ts)) and (dht is None or dht.is_contiguous())):
-        _check_layout((q, k, w, do, dv, gk, dht))
+        _check_layout(ts + (dht,))
     dev = plan.dev
     s0, t0 = plan.outs["dh"]
     dh = torch.empty(s0, dtype=t0, device=dev)
     dh0 = torch.empty_like(h0) if h0 is not None else torch.empty((0,), dtype=_F32, device=dev)  # h0 is fp32
-    dv2 = torch.empty_like(dv)
+    dv2 = torch.empty_like(do if fused else dv)  # (do's shape and dtype: checked)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("bwd_dhu", plan, dev)
-    # dht and dh0 (only with h0) stay NULL when absent
-    _set_data(plan, (q, k, w, gk, do, dv, dht, dh, dv2, dh0 if h0 is not None else None),
+    # dht, Aqk or dv, and dh0 (only with h0) stay NULL when absent
+    _set_data(plan, (q, k, w, gk, do, dv, dht, Aqk, dh, dv2, dh0 if h0 is not None else None),
               (cu_seqlens, chunk_indices, chunk_offsets))
     _launch("dhu", plan, plan.idx)
     return (dh[:, :0] if plan.no_rows else dh), dh0, dv2
 
 
 def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None,
-             chunk_indices=None):
+             chunk_indices=None, dAqk=False):
+    st = _WY_DAQK if dAqk else _WY
     t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
-    plan = _build_plan(_WY, t, sc, layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
-    plan.outs = [plan.outs[n] for n in _WY.returns]  # dq, dk, dv2, db, dg, dA
-    plan.slots = _WY.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv") + _WY.returns)
-    plan.seq_slots = _WY.slots(("cu_seqlens", "chunk_indices"))
+    plan = _build_plan(st, t, sc, want=("dAqk",) if dAqk else (),
+                       layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
+    plan.outs = [plan.outs[n] for n in st.returns]  # dq, dk, dv2, db, dg, dA (, dAqk)
+    plan.slots = st.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv") + st.returns)
+    plan.seq_slots = st.slots(("cu_seqlens", "chunk_indices"))
     return plan
 
 
 def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-                  chunk_indices=None):
+                  chunk_indices=None, dAqk=False):
     ts = (q, k, v, v_new, g, beta, A, h, do, dh, dv)
-    key = (tuple(map(_SIG, ts)), "wy", None if cu_seqlens is None else (_idx_key(cu_seqlens),
-                                                                         _idx_key(chunk_indices)),
-           bool(state_v_first))
+    key = (tuple(map(_SIG, ts)), "wy+dAqk" if dAqk else "wy",
+           None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)), bool(state_v_first))
     plan = _get_plan(key, _wy_plan, q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens,
-                     chunk_indices)
+                     chunk_indices, bool(dAqk))
     if not all(map(_CONTIG, ts)):
         _check_layout(ts)
     dev = plan.dev
-    o = [torch.empty(s, dtype=d, device=dev) for s, d in plan.outs]  # dq, dk, dv2, db, dg, dA
+    o = [torch.empty(s, dtype=d, device=dev) for s, d in plan.outs]  # dq, dk, dv2, db, dg, dA (, dAqk)
     plan.args.scale = q.shape[3] ** -0.5 if scale is None else scale
     if not plan.warm:
         _prepare_plan("wy_dqkg", plan, dev)
@@ -624,22 +662,23 @@ def _bwd_intra_fake(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, em
 
 
 @torch.library.custom_op("kdart::bwd_dhu", mutates_args=())
-def _bwd_dhu_op(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, do: torch.Tensor, dv: torch.Tensor,
+def _bwd_dhu_op(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, do: torch.Tensor, dv: torch.Tensor | None,
                 gk: torch.Tensor, h0: torch.Tensor | None = None, dht: torch.Tensor | None = None,
                 scale: float | None = None, cu_seqlens: torch.Tensor | None = None,
                 chunk_indices: torch.Tensor | None = None, chunk_offsets: torch.Tensor | None = None,
-                state_v_first: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                state_v_first: bool = False, Aqk: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dh0 is a (0,)-shaped tensor when h0 is None (custom ops cannot return None); bwd_dhu maps it to None."""
     return _bwd_dhu_impl(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
-                         state_v_first)
+                         state_v_first, Aqk)
 
 
 @_bwd_dhu_op.register_fake
 def _bwd_dhu_fake(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-                  chunk_offsets=None, state_v_first=False):
+                  chunk_offsets=None, state_v_first=False, Aqk=None):
     # varlen without chunk_indices: dh's row count depends on cu_seqlens's values
     nt = torch.library.get_ctx().new_dynamic_size() if cu_seqlens is not None and chunk_indices is None else None
-    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first)
+    outs = dhu_meta(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_offsets, nt, state_v_first, Aqk)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
@@ -657,6 +696,25 @@ def _wy_dqkg_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.
 def _wy_dqkg_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
                   chunk_indices=None):
     outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    return tuple(q.new_empty(s, dtype=d) for s, d in outs)
+
+
+@torch.library.custom_op("kdart::wy_dqkg_dAqk", mutates_args=())
+def _wy_dqkg_daqk_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
+                     beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor,
+                     dv: torch.Tensor, scale: float | None = None, state_v_first: bool = False,
+                     cu_seqlens: torch.Tensor | None = None, chunk_indices: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                torch.Tensor]:
+    """wy_dqkg with dAqk=True: fla's six outputs, then dAqk (fla's chunk_kda_bwd_dAv dA)."""
+    return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                         chunk_indices, True)
+
+
+@_wy_dqkg_daqk_op.register_fake
+def _wy_dqkg_daqk_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                       chunk_indices=None):
+    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, True)
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
@@ -736,12 +794,27 @@ def _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indic
 
 
 def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-            chunk_offsets=None, state_v_first=False):
+            chunk_offsets=None, state_v_first=False, Aqk=None):
     """fla's chunk_gated_delta_rule_bwd_dhu with the per-channel gate gk (KDA's call: q = qg, k = kg)
     -> (dh, dh0, dv2); dh0 is None when h0 is None.  scale None: K ** -0.5.  Varlen: dh has
     len(chunk_indices) rows (without chunk_indices: counted from cu_seqlens, a synchronization).
     state_v_first: fla's transposed state, dh [.., V, K] and h0/dht/dh0 [N, HV, V, K].  An odd K or V
-    is zero-padded to a multiple of 8 around the kernel (exact; see _bwd_dhu_padded)."""
+    is zero-padded to a multiple of 8 around the kernel (exact; see _bwd_dhu_padded).
+
+    Aqk (chunk_kda's Aqk [B,T,HV,64], io dtype) in place of dv (dv=None; exactly one of the two): the
+    dv of fla's chunk_kda_bwd_dAv, Aqk^T do per chunk (Aqk's lower triangle, diagonal included), is computed
+    inside the kernel and never rounded to the io dtype; dh, dh0 and dv2 are what they are with that dv.  K 64
+    or 128 and V a multiple of 64 only (ValueError otherwise: no zero padding); never the C++ fast path."""
+    if Aqk is not None or dv is None:
+        if dv is not None or Aqk is None:
+            _dv_or_aqk(dv, Aqk)
+        if _eager(q):
+            dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, None, gk, h0, dht, scale, cu_seqlens, chunk_indices,
+                                         chunk_offsets, state_v_first, Aqk)
+        else:
+            dh, dh0, dv2 = torch.ops.kdart.bwd_dhu(q, k, w, do, None, gk, h0, dht, scale, cu_seqlens,
+                                                   chunk_indices, chunk_offsets, bool(state_v_first), Aqk)
+        return dh, (dh0 if h0 is not None else None), dv2
     if (q.shape[-1] | do.shape[-1]) & 1 and q.dim() == 4 and do.dim() == 4:
         return _bwd_dhu_padded(q, k, w, do, dv, gk, h0, dht, scale, cu_seqlens, chunk_indices, chunk_offsets,
                                state_v_first)
@@ -763,11 +836,21 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
 
 
 def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-            chunk_indices=None, chunk_offsets=None):
+            chunk_indices=None, chunk_offsets=None, dAqk=False):
     """fla's chunk_kda_bwd_wy_dqkg_fused (chunk 64) -> (dq, dk, dv, db, dg, dA), dq and dk at the value heads
     (fla's GVA contract: the caller sums them over the head groups).  scale None: K ** -0.5.  h and dh as fla
     has them ([B,NT,HV,K,V], or [..,V,K] with state_v_first; packed: [1,len(chunk_indices),..]).  chunk_offsets
-    is accepted for fla's signature and not read (kdart derives each chunk's row on the device)."""
+    is accepted for fla's signature and not read (kdart derives each chunk's row on the device).
+
+    dAqk=True: a seventh output, dAqk [B,T,HV,64] fp32, the dA of fla's chunk_kda_bwd_dAv for this do and v_new
+    (chunk_kda_bwd hands that function v_new as v): scale * do v_new^T within each 64-row chunk, on and below
+    the diagonal, zeros above (rows past the last packed sequence's end are not written)."""
+    if dAqk:
+        if _eager(q):
+            return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                                 chunk_indices, True)
+        return torch.ops.kdart.wy_dqkg_dAqk(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
+                                            cu_seqlens, chunk_indices)
     if _eager(q):
         return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
                              chunk_indices)
@@ -789,6 +872,9 @@ def prepare_for(op, *args, **kwargs):
     CUDA-graph capture.  Returns the spec, as kdart's C side chooses it for these arguments."""
     for fn, st, build in ((bwd_intra, _INTRA, _intra_plan), (bwd_dhu, _DHU, _dhu_plan), (wy_dqkg, _WY, _wy_plan)):
         if op is fn or op is getattr(torch.ops.kdart, st.kernel):
+            break
+        if fn is wy_dqkg and op is torch.ops.kdart.wy_dqkg_dAqk:
+            kwargs = dict(kwargs, dAqk=True)
             break
     else:
         raise ValueError("prepare_for: op must be kdart.torch.bwd_intra, bwd_dhu or wy_dqkg")

@@ -297,3 +297,40 @@ def wy_inputs(B, T, H, HV, K, V, io, device, beta_f32=True, state_v_first=False,
     h = (torch.randn(Bh, NT // Bh, HV, *S, device=device) * 0.5).to(io)
     dh = (torch.randn(Bh, NT // Bh, HV, *S, device=device) * 0.5).to(io)
     return [q, k, v, v_new, g, beta, A, h, do, dh, dv]
+
+
+# ------------------------------------------------------------------- chunk_kda_bwd_dAv
+
+def _chunk_spans(B, T, cu=None):
+    """(row, start, end) of every chunk: of each row at fixed length, of each sequence of cu (B = 1)."""
+    if cu is None:
+        return [(b, c, min(c + CHUNK, T)) for b in range(B) for c in range(0, T, CHUNK)]
+    return [(0, c, min(c + CHUNK, e)) for s, e in seq_bounds(cu) for c in range(s, e, CHUNK)]
+
+
+def dav_ref(do, v_new, Aqk, scale, cu=None):
+    """fla's chunk_kda_bwd_dAv in float64 from the given inputs, unrounded: (dA [B,T,HV,64], dv [B,T,HV,V]).
+    Within each chunk (t, s its rows): dA[t, s] = scale * do[t] . v_new[s] for s <= t, zero above the diagonal
+    (and past the chunk's rows); dv[s] = sum over t >= s of Aqk[t, s] do[t] (Aqk's lower triangle, diagonal
+    included, whatever lies above it).  Chunks per row, or per sequence of cu; tokens past cu[N] are zero."""
+    B, T, HV, V = do.shape
+    do, vn, A = do.double(), v_new.double(), Aqk.double()
+    dA = do.new_zeros(B, T, HV, CHUNK)
+    dv = torch.zeros_like(do)
+    for b, s, e in _chunk_spans(B, T, cu):
+        n = e - s
+        lower = torch.tril(torch.ones(n, n, dtype=torch.float64, device=do.device))  # [t, s]: s <= t
+        dA[b, s:e, :, :n] = scale * torch.einsum("thv,shv->ths", do[b, s:e], vn[b, s:e]) * lower[:, None, :]
+        dv[b, s:e] = torch.einsum("ths,thv->shv", A[b, s:e, :, :n] * lower[:, None, :], do[b, s:e])
+    return dA, dv
+
+
+def aqk_input(B, T, HV, io, device, cu=None, above=100.0):
+    """chunk_kda's Aqk [B,T,HV,64] (io dtype): random on and below each chunk's diagonal, and garbage of size
+    `above` above it (and past a partial chunk's rows), which fla's kernel and kdart's never read."""
+    A = torch.randn(B, T, HV, CHUNK, device=device) * above
+    for b, s, e in _chunk_spans(B, T, cu):
+        n = e - s
+        lower = torch.tril(torch.ones(n, CHUNK, device=device))
+        A[b, s:e] = torch.where(lower[:, None, :] > 0, torch.randn(n, HV, CHUNK, device=device) * 0.2, A[b, s:e])
+    return A.to(io)

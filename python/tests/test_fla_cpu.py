@@ -13,7 +13,9 @@ torch = pytest.importorskip("torch")
 chunk_bwd = pytest.importorskip("fla.ops.kda.chunk_bwd")
 import kdart.fla as kf  # noqa: E402
 
-NAMES = ("chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum")
+NAMES = ("chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum", "chunk_kda_bwd_wy_dqkg_fused",
+         "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process")
+REGISTRY = os.environ.get("KDART_FLA_VIA") == "registry"  # (the dAv fusion is the names route's only)
 
 
 def test_enable_disable_restores():
@@ -148,7 +150,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch, caplog):
         finally:
             orig.update(saved)
         st = kf.stats()
-    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0}
+    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0, "bwd_dAv": 0}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 2}  # (counted every time)
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
@@ -171,9 +173,9 @@ def test_every_dhu_head_dim_is_served():
 
 
 
-def kf_value_error():
-    from kdart import KdartValueError
-    return KdartValueError(-20, "ESHAPE", "ESHAPE: test")
+def kf_value_error(name="ESHAPE"):
+    from kdart import KdartValueError, _lib
+    return KdartValueError(_lib.status_of(name), name, f"{name}: test")
 
 
 # ------------------------------------------------- the configuration people train with, routed
@@ -201,9 +203,11 @@ def _standins(monkeypatch, log):
         V, NT = u.shape[3], (T + 63) // 64
         return _meta(B, NT, HV, *((V, K) if state_v_first else (K, V)), dt=k.dtype), torch.empty_like(u), None
 
-    def dAv(q, k, v, do, A, scale, **kw):
-        log.append("dAv")
-        return _meta(*v.shape[:3], 64), torch.empty_like(do)
+    def dAv(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
+            use_graph=False):  # fla's signature
+        out = _meta(*v.shape[:3], 64), torch.empty_like(do)
+        log.append(("dAv", out))
+        return out
 
     def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
                 chunk_size=64, chunk_indices=None, chunk_offsets=None, use_graph=False):  # fla's signature
@@ -245,32 +249,15 @@ def test_production_config_routing(monkeypatch, case, caplog):
     """fla 0.6.0's chunk_kda_bwd run on a CPU machine with its other stages replaced by stand-ins, kdart's ops by
     recorders, and the tensors as chunk_kda hands them in each configuration (beta in fp32 when chunk_kda
     applies the beta sigmoid): kdart.fla takes bwd_intra, bwd_dhu and the folded dg cumsum with no fallback at
-    chunk size 64, and wy_dqkg (fla's 32 stays fla's, counted)."""
-    import kdart.torch as kt
+    chunk size 64, and wy_dqkg (fla's 32 stays fla's, counted).  On the names route fla's chunk_kda_bwd_dAv is
+    fused where it can be (K 64 or 128, V a multiple of 64): fla's never runs, bwd_dhu takes Aqk and bwd_intra
+    wy_dqkg's dAqk; elsewhere (and on the registry route) fla's runs and its outputs reach both stages."""
     io, H, HV, K, V, varlen, svf, gate_in, beta_dt, norec, C = case
     log = []
     _standins(monkeypatch, log)
     monkeypatch.setattr(kf, "_is_cuda", lambda t: True)  # meta tensors stand in for CUDA ones
 
-    def fake_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
-                   chunk_indices=None):
-        log.append(("kdart bwd_intra", beta.dtype, fold_dg))
-        return torch.empty_like(dq), torch.empty_like(dk), torch.empty_like(db), torch.empty_like(dg)
-
-    def fake_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
-                 chunk_offsets=None, state_v_first=False):
-        log.append(("kdart bwd_dhu", state_v_first))
-        B, T = q.shape[:2]
-        S = (V, K) if state_v_first else (K, V)
-        return _meta(B, (T + 63) // 64, HV, *S, dt=q.dtype), torch.empty_like(h0), torch.empty_like(dv)
-    def fake_wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-                chunk_indices=None, chunk_offsets=None):
-        log.append(("kdart wy_dqkg", beta.dtype, state_v_first))
-        return (torch.empty_like(g), torch.empty_like(g), torch.empty_like(v), torch.empty_like(beta, dtype=g.dtype),
-                torch.empty_like(g), torch.empty_like(A, dtype=g.dtype))
-    monkeypatch.setattr(kt, "bwd_intra", fake_intra)
-    monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
-    monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
+    _fakes(monkeypatch, log, K, V, HV)
     T, N = 300, 3
     B = 1 if varlen else 2
     n_seq = N if varlen else B
@@ -314,19 +301,242 @@ def test_production_config_routing(monkeypatch, case, caplog):
     assert dq.shape == (B, T, H, K) and dk.shape == (B, T, H, K) and dg.shape == (B, T, HV, K)
     assert (dA is not None) == gate_in and (dbias is not None) == gate_in
     said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
+    fla_dav = [x for x in log if x[0] == "dAv"]  # fla's chunk_kda_bwd_dAv (the stand-in) ran
     if C != 64:
-        assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in ("bwd_dhu", "bwd_intra", "wy_dqkg")]
-        assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log
-        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0}
-        assert set(st["fallbacks"]) == {"bwd_intra: chunk_size=32", "bwd_dhu: chunk_size=32",
-                                        "wy_dqkg: chunk_size=32"}
+        stages = ("bwd_dhu", "bwd_intra", "wy_dqkg") if REGISTRY else ("bwd_dAv", "bwd_dhu", "bwd_intra", "wy_dqkg")
+        assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in stages]
+        assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log and len(fla_dav) == 1
+        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0}
+        assert set(st["fallbacks"]) == {f"{s}: chunk_size=32" for s in stages}
         return
     assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
-    assert ("kdart bwd_intra", beta_dt, True) in log and ("kdart bwd_dhu", svf) in log
-    assert ("kdart wy_dqkg", beta_dt, svf) in log and "wy_dqkg" not in log  # (the stand-in: fla's)
-    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1}
-    assert st["fallbacks"] == {} and said == []
+    assert [x[:3] for x in log if x[0] == "kdart bwd_intra"] == [("kdart bwd_intra", beta_dt, True)]
+    assert ("kdart bwd_dhu", svf) in log
+    assert [x[:3] for x in log if x[0] == "kdart wy_dqkg"] == [("kdart wy_dqkg", beta_dt, svf)]
+    assert "wy_dqkg" not in log  # (the stand-in: fla's)
+    fused = not REGISTRY and K in (64, 128) and V % 64 == 0
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1, "bwd_dAv": int(fused)}
     assert ("recompute_w_u" in log) == (not norec) and ("gate_bwd" in log) == gate_in
+    intra_dAqk = [x[3] for x in log if x[0] == "kdart bwd_intra"]
+    dhu_dv = [x[1:] for x in log if x[0] == "dhu dv"]
+    if fused:  # fla's dAv never ran: bwd_dhu took Aqk (no dv), bwd_intra wy_dqkg's dAqk
+        assert not fla_dav and dhu_dv == [("Aqk", Aqk)], log
+        assert [x[3] for x in log if x[0] == "kdart wy_dqkg"] == [True]
+        assert intra_dAqk == [x[2] for x in log if x[0] == "wy dAqk"] and intra_dAqk[0].device.type == "meta"
+        assert st["fallbacks"] == {} and said == []
+    else:  # fla's dAv ran, and its outputs went to bwd_dhu and bwd_intra
+        (_, (dA, dv)), = fla_dav
+        assert dhu_dv == [("dv", dv)] and intra_dAqk == [dA]
+        reason = [] if REGISTRY else [f"bwd_dAv: head dim K={K} (the fused dAv takes K 64 or 128)"]
+        assert list(st["fallbacks"]) == reason and said == [r.replace(": ", " falls back to fla (", 1) + ")"
+                                                             for r in reason]
+    assert getattr(kf._tls, "dav", None) is None  # the record is gone once bwd_intra had its dAqk
+
+
+def _fakes(monkeypatch, log, K, V, HV, refuse=()):
+    """kdart.torch's three stages replaced by recorders returning meta tensors of their outputs' shapes; the
+    stages named in refuse raise kdart's ValueError ("dhu Aqk": only the fused bwd_dhu, "wy dAqk": only
+    wy_dqkg with dAqk)."""
+    import kdart.torch as kt
+
+    def fake_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
+                   chunk_indices=None):
+        log.append(("kdart bwd_intra", beta.dtype, fold_dg, dAqk))
+        return torch.empty_like(dq), torch.empty_like(dk), torch.empty_like(db), torch.empty_like(dg)
+
+    def fake_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None, chunk_indices=None,
+                 chunk_offsets=None, state_v_first=False, Aqk=None):
+        assert (dv is None) != (Aqk is None)
+        if "dhu Aqk" in refuse and Aqk is not None:
+            raise kf_value_error("EUNSUPPORTED")
+        log.append(("kdart bwd_dhu", state_v_first))
+        log.append(("dhu dv", ) + (("Aqk", Aqk) if dv is None else ("dv", dv)))
+        B, T = q.shape[:2]
+        S = (V, K) if state_v_first else (K, V)
+        return (_meta(B, (T + 63) // 64, HV, *S, dt=q.dtype), None if h0 is None else torch.empty_like(h0),
+                torch.empty_like(do))
+
+    def fake_wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+                chunk_indices=None, chunk_offsets=None, dAqk=False):
+        if "wy dAqk" in refuse and dAqk:
+            raise kf_value_error()
+        if "wy boom" in refuse:
+            raise RuntimeError("boom")
+        log.append(("kdart wy_dqkg", beta.dtype, state_v_first, dAqk))
+        out = (torch.empty_like(g), torch.empty_like(g), torch.empty_like(v), torch.empty_like(beta, dtype=g.dtype),
+               torch.empty_like(g), torch.empty_like(A, dtype=g.dtype))
+        if dAqk:
+            out += (torch.empty_like(A, dtype=torch.float32),)
+            log.append(("wy dAqk", None, out[6]))
+        return out
+    monkeypatch.setattr(kt, "bwd_intra", fake_intra)
+    monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
+    monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
+
+
+# ------------------------------------------------- fla's chunk_kda_bwd_dAv, fused (names route)
+
+def _dav_backward(monkeypatch, log, times=1, **kw):
+    """fla's chunk_kda_bwd (varlen, bf16, the gate and beta sigmoid in chunk_kda) with fla's other stages as
+    stand-ins and kdart's as recorders (_dav_setup), run times with kdart.fla enabled -> the stats, the log."""
+    run = _dav_setup(monkeypatch, log, **kw)
+    kf.reset_stats()
+    with kf.enabled():
+        for _ in range(times):
+            run()
+            assert getattr(kf._tls, "dav", None) is None  # cleaned once bwd_intra had its dAqk
+        st = kf.stats()
+    return st, log
+
+
+def _dav_setup(monkeypatch, log, refuse=(), cp=False, K=128, V=128, fla_dhu=False, fla_wy=False):
+    """fla's stages as stand-ins and kdart's as recorders (_fakes); refuse: kdart refusals (_fakes), fla_dhu /
+    fla_wy: kdart.fla's Python checks refuse bwd_dhu / wy_dqkg (reason "test"); cp: a cp_context (fla's pre-pass
+    a recorder).  The fla stages the wrappers fall back to log ("fla <stage>", the dv or dA they got).  -> a
+    function running chunk_kda_bwd once (kdart.fla enabled)."""
+    H = HV = 4
+    T, N = 300, 3
+    _standins(monkeypatch, log)
+    _fakes(monkeypatch, log, K, V, HV, refuse)
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
+    if fla_dhu:
+        monkeypatch.setattr(kf, "dhu_refusal", lambda *a, **k: "test")
+    if fla_wy:
+        monkeypatch.setattr(kf, "wy_refusal", lambda *a, **k: "test")
+
+    def pre_process(q, k, w, do, dv, g=None, gk=None, bg=None, scale=None, state_v_first=False, cu_seqlens=None,
+                    dht=None, initial_state=None, context=None, chunk_size=64, use_graph=False):  # fla's signature
+        log.append(("fla pre_process", dv))
+        return dht, initial_state
+    monkeypatch.setattr(chunk_bwd, "chunk_gated_delta_rule_bwd_dhu_pre_process", pre_process)
+    monkeypatch.setattr(chunk_bwd, "expand_h0", lambda h0, context: h0)
+    io = torch.bfloat16
+    q, k = _meta(1, T, H, K, dt=io), _meta(1, T, H, K, dt=io)
+    v, do = _meta(1, T, HV, V, dt=io), _meta(1, T, HV, V, dt=io)
+    h0, dht = _meta(N, HV, K, V), _meta(N, HV, K, V)
+    args = dict(q=q, k=k, v=v, beta=_meta(1, T, HV), Aqk=_meta(1, T, HV, 64, dt=io), Akk=_meta(1, T, HV, 64, dt=io),
+                scale=K ** -0.5, initial_state=h0, do=do, dht=dht, g=None, g_org=_meta(1, T, HV, K, dt=io),
+                cu_seqlens=_meta(N + 1, dt=torch.int64), chunk_indices=_meta(7, 2, dt=torch.int64), safe_gate=True,
+                lower_bound=-5.0, use_gate_in_kernel=True, A_log=_meta(HV), dt_bias=_meta(HV * K),
+                chunk_offsets=_meta(N + 1, dt=torch.int64), cp_context=object() if cp else None)
+
+    def run():
+        orig = kf._state["orig"]
+        keep = dict(orig)
+        try:
+            orig["chunk_kda_bwd_intra"] = lambda *x, **y: log.append(("fla bwd_intra", x[4])) or x[6:10]
+            orig["chunk_gated_delta_rule_bwd_dhu"] = lambda *x, **y: log.append(("fla bwd_dhu", x[4])) or (
+                _meta(1, 5, HV, K, V, dt=io), y["h0"], torch.empty_like(x[4]))
+            return chunk_bwd.chunk_kda_bwd(**args)
+        finally:
+            orig.update(keep)
+    return run
+
+
+def _fla_dav(log):
+    """The outputs of each run of fla's chunk_kda_bwd_dAv (the stand-in)."""
+    return [x[1] for x in log if x[0] == "dAv"]
+
+
+def _got(log, stage):
+    return [x[1:] for x in log if x[0] == stage]
+
+
+@pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
+def test_dav_fused_twice(monkeypatch):
+    """Two backward calls, both fused: fla's dAv never runs, bwd_dhu takes Aqk, bwd_intra gets wy_dqkg's dAqk,
+    the record is gone after each call; two bwd_dAv served, no fallback."""
+    st, log = _dav_backward(monkeypatch, [], times=2)
+    assert not _fla_dav(log) and [x[0] for x in _got(log, "dhu dv")] == ["Aqk", "Aqk"]
+    assert [x[3] for x in log if x[0] == "kdart bwd_intra"] == [x[1] for x in _got(log, "wy dAqk")]
+    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2}
+    assert st["fallbacks"] == {}
+
+
+@pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
+@pytest.mark.parametrize("case", ["fla_dhu", "dhu Aqk", "fla_wy", "wy dAqk", "cp"])
+def test_dav_materialized_on_fallback(monkeypatch, caplog, case):
+    """Where a half of the fused dAv cannot be fused, fla's chunk_kda_bwd_dAv runs once on the same inputs and
+    each later consumer gets its outputs in the stand-ins' place: bwd_dhu falls back to fla (dhu_refusal) or
+    kdart refuses its fused form (then kdart's unfused bwd_dhu serves it); wy_dqkg falls back (wy_refusal, or
+    kdart refuses it); fla's context-parallel pre-pass (cp_context) reads dv first.  One bwd_dAv fallback,
+    counted with its reason and warned once."""
+    with caplog.at_level(logging.WARNING, logger="kdart"):
+        st, log = _dav_backward(monkeypatch, [], refuse=(case,), cp=case == "cp", fla_dhu=case == "fla_dhu",
+                                fla_wy=case == "fla_wy")
+    (dA, dv), = _fla_dav(log)
+    intra = [x[3] for x in log if x[0] == "kdart bwd_intra"]
+    assert intra == [dA]  # bwd_intra got fla's dA, whoever computed the rest
+    reason = {"fla_dhu": "bwd_dhu not served (test)", "dhu Aqk": "kdart refused the fused bwd_dhu: EUNSUPPORTED",
+              "fla_wy": "wy_dqkg not served", "wy dAqk": "wy_dqkg not served",
+              "cp": "context parallel (cp_context)"}[case]
+    assert st["fallbacks"].get(f"bwd_dAv: {reason}") == 1 and st["served"]["bwd_dAv"] == 0, st
+    said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
+    assert f"bwd_dAv falls back to fla ({reason})" in said
+    if case in ("fla_wy", "wy dAqk"):  # bwd_dhu was fused; wy_dqkg fell back to fla's (the stand-in)
+        assert [x[0] for x in _got(log, "dhu dv")] == ["Aqk"]
+        assert "wy_dqkg" in log and st["served"]["bwd_dhu"] == 1
+        assert st["fallbacks"] == {"bwd_dAv: wy_dqkg not served": 1,
+                                   "wy_dqkg: " + ("test" if case == "fla_wy" else "kdart refused: ESHAPE"): 1}
+    elif case == "fla_dhu":
+        assert _got(log, "fla bwd_dhu") == [(dv,)] and not _got(log, "dhu dv")
+    else:  # kdart's unfused bwd_dhu took fla's dv (after fla's pre-pass, which got it too)
+        assert _got(log, "dhu dv") == [("dv", dv)] and st["served"]["bwd_dhu"] == 1
+        assert _got(log, "fla pre_process") == ([(dv,)] if case == "cp" else [])
+    if case not in ("fla_wy", "wy dAqk"):  # wy_dqkg: kdart's, without dAqk
+        assert [x[3] for x in log if x[0] == "kdart wy_dqkg"] == [False]
+
+
+@pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
+def test_dav_stale_record_and_direct_call(monkeypatch):
+    """A backward that raises between the deferred dAv and bwd_intra leaves a record that holds nothing (weak
+    references; its outputs go with its stand-ins) and the next backward replaces it; a call of
+    chunk_kda_bwd_dAv from anywhere but chunk_kda_bwd is fla's (counted)."""
+    import gc
+    with monkeypatch.context() as m:
+        broken = _dav_setup(m, [], refuse=("wy boom",))  # kdart's wy_dqkg raises, after bwd_dhu took Aqk
+        with kf.enabled():
+            with pytest.raises(RuntimeError, match="boom"):
+                broken()
+            rec = kf._tls.dav
+            assert rec is not None and rec.dv_fused and rec.dA_out is None
+            gc.collect()
+            assert rec.dA() is None and rec.inputs[2]() is None  # v_new (chunk_kda_bwd's own) is gone, not kept
+            # the next backward replaces the stale record
+            kf.reset_stats()
+            with pytest.raises(RuntimeError, match="boom"):
+                broken()
+            assert kf._tls.dav is not rec and kf.stats()["served"]["bwd_dhu"] == 1
+        assert getattr(kf._tls, "dav", None) is None  # disable() dropped the thread's record
+    st, log = _dav_backward(monkeypatch, [])
+    assert st["served"]["bwd_dAv"] == 1 and st["fallbacks"] == {}
+    # a direct call: fla's
+    log = []
+    _standins(monkeypatch, log)
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
+    io = torch.bfloat16
+    do = _meta(1, 128, 4, 128, dt=io)
+    kf.reset_stats()
+    with kf.enabled():
+        dA, dv = chunk_bwd.chunk_kda_bwd_dAv(_meta(1, 128, 4, 128, dt=io), _meta(1, 128, 4, 128, dt=io), do.clone(),
+                                            do, A=_meta(1, 128, 4, 64, dt=io), scale=0.1)
+        st = kf.stats()
+    assert _fla_dav(log) == [(dA, dv)] and getattr(kf._tls, "dav", None) is None
+    assert st["fallbacks"] == {"bwd_dAv: not called by chunk_kda_bwd": 1}
+
+
+def test_dav_refusal_reasons():
+    """dav_refusal: what the fused dAv takes (meta tensors stop at the device check)."""
+    io = torch.bfloat16
+    q, v, A = _meta(1, 128, 2, 128, dt=io), _meta(1, 128, 4, 128, dt=io), _meta(1, 128, 4, 64, dt=io)
+    assert kf.dav_refusal(q, q, v, v, A, 0.1) == "not a CUDA tensor"
+    assert kf.dav_refusal(q, q, v, v, None, 0.1) == "no A or no scale"
+    assert kf.dav_refusal(q, q, v, v, A, 0.1, chunk_size=32) == "chunk_size=32"
+    q100 = _meta(1, 128, 2, 100, dt=io)
+    assert kf.dav_refusal(q100, q100, v, v, A, 0.1) == "head dim K=100 (the fused dAv takes K 64 or 128)"
+    v96 = _meta(1, 128, 4, 96, dt=io)
+    assert kf.dav_refusal(q, q, v96, v96, A, 0.1) == "V=96 (the fused dAv takes V a multiple of 64, up to 512)"
+    assert kf.dav_refusal(q, q, v, v, A[..., :32], 0.1) == "shape"
 
 
 def test_beta_dtypes_routed():
@@ -385,3 +595,33 @@ def test_registry_route():
     with pytest.raises(RuntimeError, match="fla's backend dispatch is off"):
         kf.enable(via="registry")
     assert not kf.is_enabled()
+
+
+def test_dav_grid_refusal(monkeypatch):
+    """The fused dAv only where bwd_dhu picks its V tile 64 anyway (kdart_dhu_v_tile), and on packed
+    sequences only on grids of more than 4 waves of 64-column scans (where bwd_dhu does not split tiles)."""
+    picks = {}
+
+    class Rt:
+        def dhu_v_tile(self, N, HV, K, V):
+            picks[(N, HV, K, V)] = True
+            return 64 if N * HV * (V // 64) >= 128 else 16
+
+    monkeypatch.setattr(kf._lib, "runtime", lambda: Rt())
+    monkeypatch.setattr(kf, "_tiles", {})
+    monkeypatch.setattr(kf, "_sms", {None: 132})
+    assert kf.dav_grid_refusal(2, 32, 128, 128, False) is None
+    assert kf.dav_grid_refusal(2, 4, 128, 128, False) == \
+        "bwd_dhu runs a V tile of 16 on this grid (the fused dAv runs it at 64)"
+    assert kf.dav_grid_refusal(7, 32, 128, 128, True) == kf.PACKED_SMALL  # 448 scans: at most 4 waves
+    assert kf.dav_grid_refusal(63, 32, 128, 128, True) is None            # 4032 scans
+    assert (2, 32, 128, 128) in picks
+
+    class NoCuda:
+        def dhu_v_tile(self, *a):
+            raise RuntimeError("ENOCUDA")
+
+    monkeypatch.setattr(kf._lib, "runtime", lambda: NoCuda())
+    monkeypatch.setattr(kf, "_tiles", {})
+    monkeypatch.setattr(kf, "_sms", {})
+    assert kf.dav_grid_refusal(1, 1, 64, 64, False) is None  # unknown here: bwd_dhu decides by itself

@@ -22,7 +22,7 @@ def test_kernels():
 @pytest.mark.parametrize("kernel,first,outputs", [
     ("bwd_intra", "q", ["dq", "dk", "dg", "db"]),
     ("bwd_dhu", "qg", ["dh", "dv2", "dh0"]),
-    ("wy_dqkg", "q", ["dq", "dk", "dv2", "dg", "db", "dA"]),
+    ("wy_dqkg", "q", ["dq", "dk", "dv2", "dg", "db", "dA", "dAqk"]),
 ])
 def test_op_description(kernel, first, outputs):
     """Each operation's args struct as the library describes it (kdart_op_arg): the struct the package builds
@@ -32,6 +32,11 @@ def test_op_description(kernel, first, outputs):
     assert args[0].name == first and args[0].kind == _lib.ARG_INPUT and args[0].dims[0] == "B"
     assert [a.name for a in args if a.kind == _lib.ARG_OUTPUT] == outputs
     assert [a.name for a in args if a.kind == _lib.ARG_SEQS][0] == "cu_seqlens"
+    if kernel == "bwd_dhu":  # dv, or Aqk (fla's chunk_kda_bwd_dAv fused): both optional, exactly one given
+        ins = {a.name: a for a in args if a.kind == _lib.ARG_INPUT}
+        assert ins["dv"].optional and ins["Aqk"].optional and ins["Aqk"].dims[-1] == "64"
+    if kernel == "wy_dqkg":
+        assert [a.optional for a in args if a.name == "dAqk"] == [True]
     cls = _lib.op_struct(kernel)
     assert ctypes.sizeof(cls) == size
     assert all(getattr(cls, a.name).offset == a.offset for a in args)

@@ -317,10 +317,10 @@ def test_wy_fake_shapes_and_plans(io, svf):
     torch.library.opcheck(torch.ops.kdart.wy_dqkg.default, (*a, 0.125, svf),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
     name = "bf16" if io == BF else "fp16"
-    assert kt._wy_plan(*a, svf).spec == f"io={name},K=128,varlen=0,tail=0,beta=f32,svf={int(svf)}"
+    assert kt._wy_plan(*a, svf).spec == f"io={name},K=128,varlen=0,tail=0,beta=f32,svf={int(svf)},dAqk=0"
     b = _wy_meta_args(B=1, T=300, K=100, V=100, io=io, svf=svf, NT=7)
     cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="meta")
-    assert kt._wy_plan(*b, svf, cu).spec == f"io={name},K=128,varlen=1,tail=1,beta=f32,svf={int(svf)}"
+    assert kt._wy_plan(*b, svf, cu).spec == f"io={name},K=128,varlen=1,tail=1,beta=f32,svf={int(svf)},dAqk=0"
 
 
 def test_wy_checks():
@@ -344,9 +344,100 @@ def test_wy_checks():
 def test_wy_plan_batch_past_grid_y():
     """B*HV past the grid's 65535 in y: wy_dqkg's variable-length body takes the batch (B rows of T tokens)."""
     a = _wy_meta_args(B=1025, T=64, H=32, HV=64, K=64, V=64)
-    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0"
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0"
     a = _wy_meta_args(B=1, T=100, H=2, HV=4, K=64, V=64)  # any T at fixed length: varlen, h of ceil(T/64) rows
-    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0"
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0"
+
+
+# ------------------------------------------------- fla's chunk_kda_bwd_dAv, fused into bwd_dhu and wy_dqkg
+
+def _dhu_aqk_meta(B=2, T=192, HV=4, K=128, V=128, io=BF):
+    m = lambda *s, dt=io: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    return [m(B, T, HV, K), m(B, T, HV, K), m(B, T, HV, K), m(B, T, HV, V), None, m(B, T, HV, K, dt=F32)], \
+        m(B, T, HV, 64)
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+@pytest.mark.parametrize("svf", [False, True])
+def test_dhu_aqk_fake_shapes_and_opcheck(io, svf):
+    """bwd_dhu with Aqk in dv's place: the same outputs (dv2 as do), through the fake implementation and opcheck;
+    its plan is its own (the key tells Aqk calls from dv calls)."""
+    d, A = _dhu_aqk_meta(io=io)
+    S = (128, 128)
+    h0 = torch.empty(2, 4, *S, device="meta")
+    dh, dh0, dv2 = kt.bwd_dhu(*d, h0=h0, dht=h0, scale=0.1, state_v_first=svf, Aqk=A)
+    assert (dh.shape, dh.dtype, dh0.shape) == ((2, 3, 4, *S), io, (2, 4, *S))
+    assert (dv2.shape, dv2.dtype) == ((2, 192, 4, 128), io)
+    dh, dh0, dv2 = kt.bwd_dhu(*d, Aqk=A)
+    assert dh0 is None and dv2.shape == (2, 192, 4, 128)
+    torch.library.opcheck(torch.ops.kdart.bwd_dhu.default, (*d, h0, h0, 0.125, None, None, None, svf, A),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    assert kt.prepare_for(kt.bwd_dhu, *d, Aqk=A).startswith(f"io={'bf16' if io == BF else 'fp16'},K=128,BV=64")
+    plans = kt._thread_plans()
+    plans.clear()
+    for dv, aqk in ((d[3], None), (None, A)):  # meta tensors: the launch refuses them, the plans stay
+        with pytest.raises(ValueError, match="ENULL"):
+            kt._bwd_dhu_impl(*d[:4], dv, d[5], Aqk=aqk)
+    assert sorted(k[3] for k in plans) == ["dhu", "dhu+Aqk"]
+
+
+def test_dhu_aqk_checks():
+    """Exactly one of dv and Aqk; with Aqk, K 64 or 128 and V a multiple of 64 (kdart's refusal, a ValueError; an
+    odd K is not zero-padded then)."""
+    d, A = _dhu_aqk_meta()
+    with pytest.raises(ValueError, match="ENULL: bwd_dhu needs dv or Aqk"):
+        kt.bwd_dhu(*d)
+    both = list(d)
+    both[4] = d[3]
+    with pytest.raises(ValueError, match="EINVAL: bwd_dhu takes dv or Aqk, not both"):
+        kt.bwd_dhu(*both, Aqk=A)
+    with pytest.raises(ValueError, match="EINVAL"):
+        torch.ops.kdart.bwd_dhu(*both, Aqk=A)
+    for K, V in ((100, 128), (63, 128), (256, 128), (128, 96), (64, 63)):
+        d, A = _dhu_aqk_meta(K=K, V=V)
+        with pytest.raises(ValueError, match="EUNSUPPORTED"):
+            kt.bwd_dhu(*d, Aqk=A)
+    d, A = _dhu_aqk_meta()
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_dhu(*d, Aqk=A.float())
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_dhu(*d, Aqk=A[..., :32])
+    cpu = [None if t is None else torch.zeros(t.shape, dtype=t.dtype) for t in d]  # CPU tensors: kdart's EDEVICE
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_dhu(*cpu, Aqk=torch.zeros(A.shape, dtype=A.dtype))
+
+
+@pytest.mark.parametrize("svf", [False, True])
+def test_wy_daqk_fake_shapes_and_opcheck(svf):
+    """wy_dqkg(..., dAqk=True): fla's six outputs and dAqk [B,T,HV,64] fp32 (its own op, kdart::wy_dqkg_dAqk);
+    the default stays fla's six."""
+    a = _wy_meta_args(svf=svf)
+    out = kt.wy_dqkg(*a, scale=0.125, state_v_first=svf, dAqk=True)
+    assert len(out) == 7 and (out[6].shape, out[6].dtype) == ((2, 192, 4, 64), F32)
+    assert len(kt.wy_dqkg(*a, scale=0.125, state_v_first=svf)) == 6
+    six = torch.ops.kdart.wy_dqkg(*a, 0.125, svf)
+    assert [(o.shape, o.dtype) for o in out[:6]] == [(o.shape, o.dtype) for o in six]
+    torch.library.opcheck(torch.ops.kdart.wy_dqkg_dAqk.default, (*a, 0.125, svf),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    spec = kt.prepare_for(kt.wy_dqkg, *a, scale=0.125, state_v_first=svf, dAqk=True)
+    assert spec == kt.prepare_for(torch.ops.kdart.wy_dqkg_dAqk, *a, scale=0.125, state_v_first=svf)
+    assert spec == kt._wy_plan(*a, svf, None, None, True).spec and spec.endswith(",dAqk=1")
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="meta")
+    b = _wy_meta_args(B=1, T=300, NT=7)
+    assert kt.wy_meta(*b, cu_seqlens=cu, dAqk=True)[6] == ((1, 300, 4, 64), F32)
+
+
+def test_compile_traces_fused_dav_on_meta():
+    """torch.compile(fullgraph=True) through bwd_dhu with Aqk and wy_dqkg with dAqk (fake tensors; meta)."""
+    def f(d, A, w):
+        dh, dh0, dv2 = kt.bwd_dhu(*d, Aqk=A)
+        out = kt.wy_dqkg(*w, scale=0.125, dAqk=True)
+        return dh.float().sum() + dv2.float().sum() + out[6].sum() + out[0].sum()
+    d, A = _dhu_aqk_meta()
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(f, backend=cnt, fullgraph=True)(d, A, _wy_meta_args())
+    assert out.device.type == "meta" and cnt.frame_count == 1
 
 
 def test_torch_ext_rebuilds_only_when_out_of_date(tmp_path, monkeypatch):

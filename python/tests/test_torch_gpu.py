@@ -1,5 +1,6 @@
-"""kdart.torch on a GPU: both ops against the float64 references, torch.compile and CUDA-graph replay
-bitwise equal to eager, a second device.  Skips without CUDA."""
+"""kdart.torch on a GPU: the ops against the float64 references (fla's chunk_kda_bwd_dAv fused into bwd_dhu and
+wy_dqkg included), torch.compile and CUDA-graph replay bitwise equal to eager, a second device.  Skips without
+CUDA."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -7,9 +8,9 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import kdart.torch as kt  # noqa: E402
-from kda_ref import (bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen, gate,  # noqa: E402
-                     chunk_indices, chunk_offsets, dhu_inputs, intra_inputs, rel_rms, varlen_dhu_inputs,
-                     varlen_intra_inputs, wy_dqkg_ref, wy_dqkg_ref_varlen, wy_inputs)
+from kda_ref import (aqk_input, bwd_dhu_ref, bwd_dhu_ref_varlen, bwd_intra_ref, bwd_intra_ref_varlen,  # noqa: E402
+                     chunk_indices, chunk_offsets, dav_ref, dhu_inputs, gate, intra_inputs, rel_rms,
+                     varlen_dhu_inputs, varlen_intra_inputs, wy_dqkg_ref, wy_dqkg_ref_varlen, wy_inputs)
 
 IOS = [torch.bfloat16, torch.float16]
 
@@ -522,3 +523,174 @@ def test_wy_dqkg_bad_input():
     bad[2] = a[2].transpose(1, 2).contiguous().transpose(1, 2)  # v not contiguous
     with pytest.raises(ValueError, match="ESTRIDE"):
         kt.wy_dqkg(*bad)
+
+
+# ------------------------------------------------------------------- chunk_kda_bwd_dAv, fused
+
+def _t(x):
+    return None if x is None else x.transpose(-1, -2).contiguous()
+
+
+@pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("K,V", [(64, 64), (128, 128), (64, 256), (128, 512)])
+@pytest.mark.parametrize("with_state", [True, False], ids=["h0-dht", "no-state"])
+@pytest.mark.parametrize("svf", [False, True], ids=["kfirst", "vfirst"])
+def test_bwd_dhu_aqk_vs_float64(io, K, V, with_state, svf):
+    """bwd_dhu with Aqk in dv's place: dv = Aqk^T do per chunk inside the scan (Aqk's lower triangle; garbage
+    above it), unrounded.  dh, dh0, dv2 against the float64 reference fed the float64 dv of the same Aqk and do;
+    the outputs start as NaN (every element written), the inputs stay untouched."""
+    torch.manual_seed(K + V + 7 * svf)
+    a, h0, dht = dhu_inputs(2, 256, 4, K, V, io, "cuda")
+    A = aqk_input(2, 256, 4, io, "cuda")
+    _, dv = dav_ref(a[3], a[3], A, 1.0)
+    h0, dht = (h0, dht) if with_state else (None, None)
+    before = [t.clone() for t in a + [A]]
+    _poisoned_pool(1 << 28)
+    dh, dh0, dv2 = kt.bwd_dhu(*a[:4], None, a[5], h0=_t(h0) if svf else h0, dht=_t(dht) if svf else dht,
+                              scale=K ** -0.5, state_v_first=svf, Aqk=A)
+    assert all(torch.equal(x, y) for x, y in zip(a + [A], before))
+    rdh, rdh0, rdv2 = bwd_dhu_ref(*a[:4], dv, a[5], h0=h0, dht=dht, scale=K ** -0.5)
+    if svf:
+        dh, dh0 = dh.transpose(-1, -2), None if dh0 is None else dh0.transpose(-1, -2)
+    assert (dh.dtype, dv2.dtype, dv2.shape) == (io, io, a[3].shape)
+    assert rel_rms(dh, rdh) < 1e-2 and rel_rms(dv2, rdv2) < 1e-2, (rel_rms(dh, rdh), rel_rms(dv2, rdv2))
+    if with_state:
+        assert dh0.dtype == torch.float32 and rel_rms(dh0, rdh0) < 1e-2
+    else:
+        assert dh0 is None
+    again = kt.bwd_dhu(*a[:4], None, a[5], h0=_t(h0) if svf else h0, dht=_t(dht) if svf else dht,
+                       scale=K ** -0.5, state_v_first=svf, Aqk=A)
+    assert torch.equal(again[2], dv2)  # deterministic
+
+
+@pytest.mark.parametrize("cu", [[0, 1, 65, 200, 300], [0, 64, 64, 191], [0, 15, 100, 300, 1200]],
+                         ids=["short", "empty", "long"])
+@pytest.mark.parametrize("K,V", [(64, 128), (128, 64)])
+def test_bwd_dhu_aqk_varlen_vs_float64(cu, K, V):
+    """Packed sequences (one token, partial chunks, a zero-length one), tokens past cu[N]: the fused dv per
+    sequence chunk.  The fused form is taken on grids of more than 4 waves of 64-column scans (on smaller
+    ones kdart's scan splits its V tiles and the fused form is refused: the caller passes dv)."""
+    torch.manual_seed(len(cu) + K)
+    cu_t, T = _cu(cu, torch.int32), cu[-1] + 10
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, h0, dht = varlen_dhu_inputs(cu_t, T, 4, K, V, torch.bfloat16, "cuda")
+    A = aqk_input(1, T, 4, torch.bfloat16, "cuda", cu=cu_t)
+    with pytest.raises(ValueError, match="V split"):
+        kt.bwd_dhu(*a[:4], None, a[5], h0=h0, dht=dht, scale=K ** -0.5, cu_seqlens=cu_t, Aqk=A)
+    HV = 4 * sms // ((len(cu) - 1) * (V // 64)) + 1
+    a, h0, dht = varlen_dhu_inputs(cu_t, T, HV, K, V, torch.bfloat16, "cuda")
+    A = aqk_input(1, T, HV, torch.bfloat16, "cuda", cu=cu_t)
+    _, dv = dav_ref(a[3], a[3], A, 1.0, cu_t)
+    kt.device_status(clear=True)
+    _poisoned_pool(1 << 28)
+    dh, dh0, dv2 = kt.bwd_dhu(*a[:4], None, a[5], h0=h0, dht=dht, scale=K ** -0.5, cu_seqlens=cu_t,
+                              chunk_indices=chunk_indices(cu_t), Aqk=A)
+    rdh, rdh0, rdv2 = bwd_dhu_ref_varlen(*a[:4], dv, a[5], cu_t, h0=h0, dht=dht, scale=K ** -0.5)
+    n = cu[-1]
+    assert rel_rms(dh, rdh) < 1e-2 and rel_rms(dv2[:, :n], rdv2[:, :n]) < 1e-2 and rel_rms(dh0, rdh0) < 1e-2
+    assert kt.device_status() == 0
+
+
+@pytest.mark.parametrize("T", [1, 65, 200])
+def test_bwd_dhu_aqk_partial_fixed(T):
+    """Fixed length, T % 64 != 0: the last chunk of each row is partial."""
+    torch.manual_seed(T)
+    cu = torch.arange(3, device="cuda") * T
+    a, h0, dht = varlen_dhu_inputs(cu, 2 * T, 4, 128, 128, torch.float16, "cuda")
+    b = [t.reshape(2, T, *t.shape[2:]) for t in a]
+    A = aqk_input(2, T, 4, torch.float16, "cuda")
+    _, dv = dav_ref(b[3], b[3], A, 1.0)
+    _poisoned_pool(1 << 28)
+    dh, dh0, dv2 = kt.bwd_dhu(*b[:4], None, b[5], h0=h0, dht=dht, scale=0.125, Aqk=A)
+    rdh, rdh0, rdv2 = bwd_dhu_ref_varlen(*a[:4], dv.reshape(1, 2 * T, *dv.shape[2:]), a[5], cu, h0=h0, dht=dht,
+                                         scale=0.125)
+    assert rel_rms(dh.reshape(rdh.shape), rdh) < 1e-2 and rel_rms(dv2.reshape(rdv2.shape), rdv2) < 1e-2
+    assert rel_rms(dh0, rdh0) < 1e-2
+
+
+def _daqk_check(dAqk, ref, what):
+    """dAqk against dav_ref's float64 dA: products of the io inputs summed in fp32, near exact."""
+    assert dAqk.dtype == torch.float32 and dAqk.shape == ref.shape, what
+    assert torch.isfinite(dAqk).all(), what
+    assert rel_rms(dAqk, ref) < 1e-4, (what, rel_rms(dAqk, ref))
+
+
+@pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("K,V", [(128, 128), (64, 64), (100, 100), (128, 256)])
+def test_wy_dqkg_daqk_vs_float64(io, K, V):
+    """wy_dqkg(..., dAqk=True): dAqk = scale * tril(do v_new^T) per chunk against float64 (zeros above the
+    diagonal, every element written), and fla's six outputs as without it (bitwise)."""
+    torch.manual_seed(K * V)
+    a = wy_inputs(2, 192, 2, 4, K, V, io, "cuda")
+    plain = kt.wy_dqkg(*a, scale=K ** -0.5)
+    _poisoned_pool(1 << 28)
+    out = kt.wy_dqkg(*a, scale=K ** -0.5, dAqk=True)
+    assert len(out) == 7 and all(torch.equal(x, y) for x, y in zip(out[:6], plain))
+    _wy_check(out[:6], wy_dqkg_ref(*a, K ** -0.5), io, f"K{K} V{V}")
+    rdA, _ = dav_ref(a[8], a[3], a[6], K ** -0.5)
+    _daqk_check(out[6], rdA, f"K{K} V{V}")
+    pos = torch.arange(192, device="cuda") % 64
+    above = torch.arange(64, device="cuda")[None, :] > pos[:, None]  # [t, s]: s > t
+    assert (out[6].transpose(1, 2)[:, :, above] == 0).all()  # exact zeros above the diagonal
+
+
+@pytest.mark.parametrize("cu", [[0, 1, 65, 200, 300], [0, 64, 64, 191]], ids=["short", "empty"])
+def test_wy_dqkg_daqk_varlen_vs_float64(cu):
+    """Packed sequences: dAqk per sequence chunk (a one-token sequence, partial chunks, a zero-length one)."""
+    torch.manual_seed(len(cu))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    T = cu[-1]
+    a = wy_inputs(1, T, 2, 4, 128, 128, torch.bfloat16, "cuda", cu=cu_t)
+    _poisoned_pool(1 << 28)
+    out = kt.wy_dqkg(*a, scale=0.125, cu_seqlens=cu_t, chunk_indices=chunk_indices(cu_t), dAqk=True)
+    _wy_check(out[:6], wy_dqkg_ref_varlen(*a, 0.125, cu_t), torch.bfloat16, f"cu {cu}")
+    rdA, _ = dav_ref(a[8], a[3], a[6], 0.125, cu_t)
+    _daqk_check(out[6], rdA, f"cu {cu}")
+
+
+def test_fused_dav_compile_and_graph_bitwise():
+    """bwd_dhu with Aqk and wy_dqkg with dAqk under torch.compile (fullgraph) and CUDA-graph replay: bitwise the
+    eager outputs."""
+    torch.manual_seed(5)
+    d, h0, dht = dhu_inputs(1, 256, 4, 128, 128, torch.bfloat16, "cuda")
+    A = aqk_input(1, 256, 4, torch.bfloat16, "cuda")
+    w = wy_inputs(1, 256, 2, 4, 128, 128, torch.bfloat16, "cuda")
+
+    def f(d, A, w):
+        return kt.bwd_dhu(*d[:4], None, d[5], h0=h0, dht=dht, scale=0.125, Aqk=A) + \
+            kt.wy_dqkg(*w, scale=0.125, dAqk=True)
+    eager = f(d, A, w)
+    compiled = torch.compile(f, fullgraph=True)(d, A, w)
+    assert all(torch.equal(x, y) for x, y in zip(eager, compiled))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        f(d, A, w)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = f(d, A, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+
+
+def test_fused_dav_bad_input():
+    """Exactly one of dv and Aqk; the fused dv's shapes (K 64 or 128, V a multiple of 64; an odd K is not padded
+    then); Aqk's dtype, shape and layout."""
+    a, _, _ = dhu_inputs(1, 128, 4, 64, 128, torch.bfloat16, "cuda")
+    A = aqk_input(1, 128, 4, torch.bfloat16, "cuda")
+    with pytest.raises(ValueError, match="EINVAL"):
+        kt.bwd_dhu(*a, Aqk=A)
+    with pytest.raises(ValueError, match="ENULL"):
+        kt.bwd_dhu(*a[:4], None, a[5])
+    for K, V in ((100, 128), (63, 128), (256, 128), (64, 96), (64, 63)):
+        b, _, _ = dhu_inputs(1, 128, 4, K, V, torch.bfloat16, "cuda")
+        with pytest.raises(ValueError, match="EUNSUPPORTED"):
+            kt.bwd_dhu(*b[:4], None, b[5], Aqk=A)
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_dhu(*a[:4], None, a[5], Aqk=A.half())
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_dhu(*a[:4], None, a[5], Aqk=A[:, :64])
+    with pytest.raises(ValueError, match="ESTRIDE"):
+        kt.bwd_dhu(*a[:4], None, a[5], Aqk=A.transpose(1, 2).contiguous().transpose(1, 2))

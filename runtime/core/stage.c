@@ -377,7 +377,7 @@ int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void 
         if (op->args_first_new == op->args_size) /* a struct with no older form */
             return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (sizeof(%s))", c.size,
                               op->args_size, op->args_type);
-        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu without the varlen fields)",
+        return kdart__err(rt, KDART_EINVAL, "args.struct_size is %u, expected %zu (%s; %zu in its oldest accepted form)",
                           c.size, op->args_size, op->args_type, op->args_first_new);
     }
     c.d[KDART__D_64] = KDART_CHUNK;

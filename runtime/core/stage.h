@@ -123,7 +123,7 @@ typedef struct kdart__call {
     int64_t max_chunks; /* KDART_CHECK: the most chunks the call has room for */
     int vals[KDART__MAX_PARAMS];
     unsigned grid[2];
-    int aux[4]; /* the stage's own, from choose to launch */
+    int aux[6]; /* the stage's own, from dims and choose to launch */
 } kdart__call;
 
 typedef struct kdart__op {

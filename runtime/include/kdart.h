@@ -466,6 +466,14 @@ typedef struct kdart_bwd_dhu_args {
      * (smaller: 0): the state's
      * V-first layout (fla's transposed state): dht, dh0 [N,HV,V,K] and dh [B,NT,HV,V,K]. */
     int state_v_first;
+    /* Added in 0.2 (fla's chunk_kda_bwd_dAv fused), read only when struct_size covers it (smaller:
+     * NULL): chunk_kda's Aqk [B,T,HV,64] io dtype, or NULL.  Given, dv must be NULL: the scan adds
+     * dv_intra = Aqk^T do itself (Aqk's lower triangle, diagonal included, as fla reads it) where
+     * fla's chunk_kda_bwd_dAv wrote dv, without rounding it to the io dtype first.  K up to 128,
+     * native V tiles (V a multiple of 64, K 64 or 128), v_tile 0 or 64; with v_tile 0 not on packed
+     * sequences whose grid is at most 4 waves of 64-column scans (there kdart's unfused scan splits its
+     * V tiles, which balances one long sequence against the rest); other calls EUNSUPPORTED. */
+    const DLTensor *Aqk;
 } kdart_bwd_dhu_args;
 
 /* wy_dqkg: the WY backward fused with the state-gradient products (fla's
@@ -494,6 +502,10 @@ typedef struct kdart_wy_dqkg_args {
     int state_v_first;
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
+    /* Added in 0.2 (fla's chunk_kda_bwd_dAv fused), read only when struct_size covers it (smaller:
+     * NULL): out [B,T,HV,64] fp32, or NULL: dAqk = scale * do v_new^T on and below the diagonal,
+     * zeros above (fla's chunk_kda_bwd_dAv dA, for bwd_intra). */
+    const DLTensor *dAqk;
 } kdart_wy_dqkg_args;
 
 /* The CUDA function of a specialization in the current context, prepared

@@ -800,6 +800,40 @@ static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
             for (int j = 0; j < C; j++) dst[b * bs + (size_t)j * R + i] = src[b * bs + (size_t)i * C + j];
 }
 
+/* fla's chunk_kda_bwd_dAv in float64, per chunk of each sequence (cu [N+1]; rows [T,HV,..]):
+ * dv[s] = sum over t >= s of Aqk[t][s - c0] do[t] (dv_intra; columns above the diagonal never read),
+ * and dAqk[t][j] = scale sum_v do[t][v] v_new[c0 + j][v] for j <= t - c0, zero above */
+static void dv_intra_ref(int HV, int V, int N, const int64_t *cu, const double *aq, const double *dout, double *dv) {
+    for (int n = 0; n < N; n++)
+        for (int64_t c0 = cu[n]; c0 < cu[n + 1]; c0 += 64) {
+            const int nvc = (int)(cu[n + 1] - c0 < 64 ? cu[n + 1] - c0 : 64);
+            for (int hv = 0; hv < HV; hv++)
+                for (int i = 0; i < nvc; i++)
+                    for (int v = 0; v < V; v++) {
+                        double x = 0;
+                        for (int t = i; t < nvc; t++)
+                            x += aq[((size_t)(c0 + t) * HV + hv) * 64 + i] * dout[((size_t)(c0 + t) * HV + hv) * V + v];
+                        dv[((size_t)(c0 + i) * HV + hv) * V + v] = x;
+                    }
+        }
+}
+static void dAqk_ref(int HV, int V, int N, const int64_t *cu, const double *dout, const double *vn, double scale,
+                     double *dA) {
+    for (int n = 0; n < N; n++)
+        for (int64_t c0 = cu[n]; c0 < cu[n + 1]; c0 += 64) {
+            const int nvc = (int)(cu[n + 1] - c0 < 64 ? cu[n + 1] - c0 : 64);
+            for (int hv = 0; hv < HV; hv++)
+                for (int t = 0; t < nvc; t++)
+                    for (int j = 0; j < 64; j++) {
+                        double x = 0;
+                        if (j <= t)
+                            for (int v = 0; v < V; v++)
+                                x += dout[((size_t)(c0 + t) * HV + hv) * V + v] * vn[((size_t)(c0 + j) * HV + hv) * V + v];
+                        dA[((size_t)(c0 + t) * HV + hv) * 64 + j] = scale * x;
+                    }
+        }
+}
+
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     memset(r, 0, sizeof *r);
     if (!cu_ready) return fail(r, "kc_init not called");
@@ -823,11 +857,12 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
            *kdv2 = dmalloc(nv), *kdh0 = dmalloc(ns), *tdh = dmalloc(nh), *tdv2 = dmalloc(nv), *tdh0 = dmalloc(ns);
     void *raw[3] = {malloc(nh * 2 + 4), malloc(nv * 2 + 4), malloc(ns * 4 + 4)};
     double *vf = NULL; /* V-first copies (state_v_first) */
-    dbuf d[10];
+    double *aq = c->fused ? dmalloc((size_t)P * HV * 64) : NULL;
+    dbuf d[11];
     memset(d, 0, sizeof d);
     int rc = -1;
     if (!q || !k || !beta || !a || !g || !w || !kg || !qg || !dout || !dv || !dht || !edh || !edv2 || !edh0 ||
-        !kdh || !kdv2 || !kdh0 || !tdh || !tdv2 || !tdh0 || !raw[0] || !raw[1] || !raw[2]) {
+        !kdh || !kdv2 || !kdh0 || !tdh || !tdv2 || !tdh0 || !raw[0] || !raw[1] || !raw[2] || (c->fused && !aq)) {
         fail(r, "out of host memory");
         goto out;
     }
@@ -852,6 +887,12 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     round_to(dout, nv, io);
     round_to(dv, nv, io);
     round_to(dht, ns, DT_F32);
+    if (c->fused) { /* Aqk: random everywhere (above the diagonal too: never read); dv = Aqk^T do, exact */
+        kref_gen_normal(&rng, (size_t)P * HV * 64, 0.5, aq);
+        round_to(aq, (size_t)P * HV * 64, io);
+        for (size_t x = (size_t)L.tokens * HV * 64; x < (size_t)P * HV * 64; x++) aq[x] = NAN;
+        dv_intra_ref(HV, V, N, L.cu, aq, dout, dv);
+    }
     const double scale = 1.0 / sqrt((double)K);
     const float scale_f = (float)scale;
 
@@ -864,21 +905,27 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         goto out;
     }
     if (svf) swap_kv(dht, vf, ns / ((size_t)K * V), K, V);
+    int64_t sa[4] = {B, T, HV, 64};
     int ok = !dhu_alloc_inputs(d, B, T, HV, K, V, io) && !dalloc(&d[6], DT_F32, 4, ss) && !dalloc(&d[7], io, 5, sh) &&
-             !dalloc(&d[8], io, 4, sv) && !dalloc(&d[9], DT_F32, 4, ss);
+             !dalloc(&d[8], io, 4, sv) && !dalloc(&d[9], DT_F32, 4, ss) && (!c->fused || !dalloc(&d[10], io, 4, sa));
     if (!ok || layout_upload(&L, &c->seqs, r)) {
         if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
     const double *host_in[7] = {qg, kg, w, g, dout, dv, svf ? vf : dht};
     for (int i = 0; i < 7; i++)
-        if (dput(&d[i], host_in[i])) {
+        if ((!c->fused || i != 5) && dput(&d[i], host_in[i])) {
             fail(r, "uploading inputs");
             goto out;
         }
+    if (c->fused && dput(&d[10], aq)) {
+        fail(r, "uploading inputs");
+        goto out;
+    }
     kdart_bwd_dhu_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
                                c->with_dht ? &d[6].t : NULL, &d[7].t, &d[8].t, c->with_dh0 ? &d[9].t : NULL,
-                               scale_f, c->v_tile, NULL, NULL, NULL, svf};
+                               scale_f, c->v_tile, NULL, NULL, NULL, svf, NULL};
+    if (c->fused) args.dv = NULL, args.Aqk = &d[10].t;
     if (L.packed) {
         args.cu_seqlens = &L.dcu.t;
         if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t, args.chunk_offsets = &L.dco.t;
@@ -927,8 +974,9 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     }
     rc = 0;
 out:
-    for (int i = 0; i < 10; i++) dfree(&d[i]);
+    for (int i = 0; i < 11; i++) dfree(&d[i]);
     layout_free(&L);
+    free(aq);
     double *all[] = {q, k, beta, a, g, w, kg, qg, dout, dv, dht, edh, edv2, edh0, kdh, kdv2, kdh0, tdh, tdv2, tdh0};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 3; i++) free(raw[i]);
@@ -960,17 +1008,20 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     const size_t live = (size_t)L.tokens;
     double *q = dmalloc(nqk), *k = dmalloc(nqk), *v = dmalloc(nv), *vn = dmalloc(nv), *a = dmalloc(nk),
            *g = dmalloc(nk), *beta = dmalloc(nb), *A = dmalloc(nA), *h = dmalloc(nh), *dh = dmalloc(nh),
-           *dout = dmalloc(nv), *dv = dmalloc(nv), *vf = dmalloc(nh), *got = dmalloc(nv > nk ? nv : nk);
-    double *ref[6], *exact[6];
-    const size_t per[6] = {(size_t)HV * K, (size_t)HV * K, (size_t)HV * V, (size_t)HV * K, (size_t)HV, (size_t)HV * 64};
-    for (int i = 0; i < 6; i++) ref[i] = dmalloc(P * per[i]), exact[i] = dmalloc(P * per[i]);
-    void *raw[6];
-    for (int i = 0; i < 6; i++) raw[i] = malloc(P * per[i] * 4 + 4);
-    dbuf d[17];
+           *dout = dmalloc(nv), *dv = dmalloc(nv), *vf = dmalloc(nh),
+           *got = dmalloc(nv > nk ? (nv > nA ? nv : nA) : (nk > nA ? nk : nA));
+    const int NO = c->with_dAqk ? 7 : 6; /* outputs: fla's six, and dAqk */
+    double *ref[7], *exact[7];
+    const size_t per[7] = {(size_t)HV * K, (size_t)HV * K, (size_t)HV * V, (size_t)HV * K, (size_t)HV, (size_t)HV * 64,
+                           (size_t)HV * 64};
+    for (int i = 0; i < 7; i++) ref[i] = dmalloc(P * per[i]), exact[i] = dmalloc(P * per[i]);
+    void *raw[7];
+    for (int i = 0; i < 7; i++) raw[i] = malloc(P * per[i] * 4 + 4);
+    dbuf d[18];
     memset(d, 0, sizeof d);
     int rc = -1;
     int ok = q && k && v && vn && a && g && beta && A && h && dh && dout && dv && vf && got;
-    for (int i = 0; i < 6; i++) ok = ok && ref[i] && exact[i] && raw[i];
+    for (int i = 0; i < 7; i++) ok = ok && ref[i] && exact[i] && raw[i];
     if (!ok) {
         fail(r, "out of host memory");
         goto out;
@@ -1014,7 +1065,7 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
          !dalloc(&d[6], io, 4, sA) && !dalloc(&d[7], io, 5, sh) && !dalloc(&d[8], io, 5, sh) &&
          !dalloc(&d[9], io, 4, sv) && !dalloc(&d[10], io, 4, sv) && !dalloc(&d[11], DT_F32, 4, sk) &&
          !dalloc(&d[12], DT_F32, 4, sk) && !dalloc(&d[13], io, 4, sv) && !dalloc(&d[14], DT_F32, 4, sk) &&
-         !dalloc(&d[15], DT_F32, 3, sb) && !dalloc(&d[16], DT_F32, 4, sA);
+         !dalloc(&d[15], DT_F32, 3, sb) && !dalloc(&d[16], DT_F32, 4, sA) && !dalloc(&d[17], DT_F32, 4, sA);
     if (!ok || layout_upload(&L, &c->seqs, r)) {
         if (!r->message[0]) fail(r, "out of device memory");
         goto out;
@@ -1034,14 +1085,15 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     const double scale = 1.0 / sqrt((double)K);
     kdart_wy_dqkg_args args = {sizeof args, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
                                &d[6].t,     &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
-                               &d[13].t,    &d[14].t, &d[15].t, &d[16].t, (float)scale, svf, NULL, NULL};
+                               &d[13].t,    &d[14].t, &d[15].t, &d[16].t, (float)scale, svf, NULL, NULL, NULL};
+    if (c->with_dAqk) args.dAqk = &d[17].t;
     if (L.packed) {
         args.cu_seqlens = &L.dcu.t;
         if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
     }
     if (layout_garbage(&L, &c->seqs, r)) goto out;
-    dbuf *outs[6] = {&d[11], &d[12], &d[13], &d[14], &d[15], &d[16]};
-    const int settled = run_settled(rt, launch_wy, &args, outs, 6, raw, &c->seqs, c->graph, c->reps, r);
+    dbuf *outs[7] = {&d[11], &d[12], &d[13], &d[14], &d[15], &d[16], &d[17]};
+    const int settled = run_settled(rt, launch_wy, &args, outs, NO, raw, &c->seqs, c->graph, c->reps, r);
     if (settled) {
         if (settled > 0) rc = 0;
         goto out;
@@ -1051,18 +1103,22 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
                         ref[2], ref[3], ref[4], ref[5]);
     kref_wy_dqkg_varlen(P, H, HV, K, V, N, L.cu, q, k, v, vn, g, beta, A, h, dh, dout, dv, fscale, -1, exact[0],
                         exact[1], exact[2], exact[3], exact[4], exact[5]);
-    static const char *names[6] = {"dq", "dk", "dv2", "dg", "db", "dA"};
-    r->nout = 6;
+    if (c->with_dAqk) { /* no rounding inside: the same reference for both */
+        dAqk_ref(HV, V, N, L.cu, dout, vn, fscale, ref[6]);
+        memcpy(exact[6], ref[6], (size_t)P * per[6] * sizeof(double));
+    }
+    static const char *names[7] = {"dq", "dk", "dv2", "dg", "db", "dA", "dAqk"};
+    r->nout = NO;
     r->untouched = 1;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < NO; i++)
         score_output(r, i, names[i], outs[i], raw[i], live * per[i], (size_t)P * per[i], io, ref[i], exact[i], got);
     rc = 0;
 out:
-    for (int i = 0; i < 17; i++) dfree(&d[i]);
+    for (int i = 0; i < 18; i++) dfree(&d[i]);
     layout_free(&L);
     double *all[] = {q, k, v, vn, a, g, beta, A, h, dh, dout, dv, vf, got};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-    for (int i = 0; i < 6; i++) free(ref[i]), free(exact[i]), free(raw[i]);
+    for (int i = 0; i < 7; i++) free(ref[i]), free(exact[i]), free(raw[i]);
     return rc;
 }
 
@@ -1181,7 +1237,7 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         int K, V = 128, svf;
         kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf); /* tail=1: K, V or the layout selects it, rotating */
         kc_dhu_case c = {2, 512, 4, K, V, strstr(spec, "fp16") != NULL, 1, 1,
-                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), svf};
+                         seed + 100 + (uint64_t)s, 20, 0, kc_spec_bv(spec), SELFTEST_SEQS(spec), svf, 0};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64];
@@ -1198,7 +1254,7 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         kc_wy_spec_dims(spec, s >> 1, &K, &V); /* tail=1: each copy granule in turn */
         kc_wy_case c = {2, 512, 2, 4, K, V, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 300 + (uint64_t)s, 20, 0,
-                        SELFTEST_SEQS(spec)};
+                        SELFTEST_SEQS(spec), strstr(spec, "dAqk=1") != NULL};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64];
@@ -1401,49 +1457,105 @@ done:
     return rc;
 }
 
+/* bwd_dhu, and where it runs (K 64 or 128, V a multiple of 64) its fused form "bwd_dhu+Aqk" that reads
+ * chunk_kda's Aqk [B,T,HV,64] in place of dv (fla's dAv dv, computed inside). */
 static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double ceiling, FILE *out) {
     const int B = s->B, T = s->T, HV = s->HV, K = s->K, V = s->V, NT = T / 64;
-    int64_t sv[4] = {B, T, HV, V}, sh[5] = {B, NT, HV, K, V};
-    /* Inputs as in prod8192: no dht, no dh0 (the production call). g is
-     * read at one row per chunk. */
-    double set_bytes = 3.0 * B * T * HV * K * 2 + 4.0 * B * NT * HV * K + 2.0 * 2 * B * T * HV * V;
-    double out_bytes = 2.0 * B * NT * HV * K * V + 2.0 * B * T * HV * V;
-    int nsets = sets_for((size_t)set_bytes);
-    dbuf in[4][6], o[2];
-    memset(in, 0, sizeof in);
-    memset(o, 0, sizeof o);
-    kdart_bwd_dhu_args args[4];
+    int64_t sv[4] = {B, T, HV, V}, sh[5] = {B, NT, HV, K, V}, sa[4] = {B, T, HV, 64};
+    const int can_fuse = (K == 64 || K == 128) && V % 64 == 0;
+    int rc = 0;
+    for (int fused = 0; fused <= can_fuse && rc == 0; fused++) {
+        /* Inputs as in prod8192: no dht, no dh0 (the production call). g is
+         * read at one row per chunk. */
+        double set_bytes = 3.0 * B * T * HV * K * 2 + 4.0 * B * NT * HV * K + 2.0 * B * T * HV * V +
+                           (fused ? 2.0 * B * T * HV * 64 : 2.0 * B * T * HV * V);
+        double out_bytes = 2.0 * B * NT * HV * K * V + 2.0 * B * T * HV * V;
+        int nsets = sets_for((size_t)set_bytes);
+        dbuf in[4][7], o[2];
+        memset(in, 0, sizeof in);
+        memset(o, 0, sizeof o);
+        kdart_bwd_dhu_args args[4];
+        kref_rng rng;
+        kref_rng_seed(&rng, 4321);
+        int ok = !dalloc(&o[0], io, 5, sh) && !dalloc(&o[1], io, 4, sv);
+        for (int k = 0; k < nsets && ok; k++) {
+            dbuf *d = in[k];
+            ok &= !dhu_alloc_inputs(d, B, T, HV, K, V, io) && (!fused || !dalloc(&d[6], io, 4, sa));
+            if (!ok) break;
+            size_t rows = 64;
+            ok &= !fill_tiled(&d[0], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
+                  !fill_tiled(&d[1], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
+                  !fill_tiled(&d[2], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
+                  !fill_tiled(&d[3], rows * HV * K * 4, 1, HV * K, 0, &rng) &&
+                  !fill_tiled(&d[4], rows * HV * V * 4, 0, 0, 1, &rng) &&
+                  !fill_tiled(&d[5], rows * HV * V * 4, 0, 0, 1, &rng) &&
+                  (!fused || !fill_tiled(&d[6], rows * HV * 64 * 4, 2, HV * 64, 0, &rng));
+            kdart_bwd_dhu_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
+                                    NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0,
+                                    NULL,     NULL,    NULL,    0,       NULL};
+            if (fused) a.dv = NULL, a.Aqk = &d[6].t;
+            args[k] = a;
+        }
+        if (!ok) {
+            fprintf(out, "%-9s %-20s skipped: out of device memory or fill failed\n", "bwd_dhu", s->name);
+            rc = -1;
+        } else {
+            bench_sets bs = {nsets, {&args[0], &args[1], &args[2], &args[3]}, launch_dhu};
+            int status;
+            double ms = time_sets(rt, &bs, reps, &status);
+            bench_row(out, fused ? "bwd_dhu+Aqk" : "bwd_dhu", s, ms, set_bytes + out_bytes, ceiling, status, rt);
+        }
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 7; i++) dfree(&in[k][i]);
+        for (int i = 0; i < 2; i++) dfree(&o[i]);
+    }
+    return rc;
+}
+
+/* wy_dqkg (fp32 beta, as chunk_kda's production configuration hands it over), without and with its
+ * fused dAqk output ("wy_dqkg+dAqk": fla's dAv dA); one input set (the tensors are large). */
+static int bench_wy(kdart_rt *rt, const kc_shape *s, int io, int reps, double ceiling, FILE *out) {
+    const int B = s->B, T = s->T, H = s->H, HV = s->HV, K = s->K, V = s->V, NT = T / 64;
+    int64_t sqk[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
+            sA[4] = {B, T, HV, 64}, sh[5] = {B, NT, HV, K, V};
+    const double tq = (double)B * T * H * K, tk = (double)B * T * HV * K, tv = (double)B * T * HV * V,
+                 ta = (double)B * T * HV * 64, th = (double)B * NT * HV * K * V, tb = (double)B * T * HV;
+    dbuf d[18];
+    memset(d, 0, sizeof d);
     kref_rng rng;
-    kref_rng_seed(&rng, 4321);
-    int rc = -1, ok = !dalloc(&o[0], io, 5, sh) && !dalloc(&o[1], io, 4, sv);
-    for (int k = 0; k < nsets && ok; k++) {
-        dbuf *d = in[k];
-        ok &= !dhu_alloc_inputs(d, B, T, HV, K, V, io);
-        if (!ok) break;
-        size_t rows = 64;
-        ok &= !fill_tiled(&d[0], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
-              !fill_tiled(&d[1], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
-              !fill_tiled(&d[2], rows * HV * K * 4, 0, 0, 0.1, &rng) &&
-              !fill_tiled(&d[3], rows * HV * K * 4, 1, HV * K, 0, &rng) &&
-              !fill_tiled(&d[4], rows * HV * V * 4, 0, 0, 1, &rng) && !fill_tiled(&d[5], rows * HV * V * 4, 0, 0, 1, &rng);
-        kdart_bwd_dhu_args a = {sizeof a, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, &d[5].t,
-                                NULL,     &o[0].t, &o[1].t, NULL,    (float)(1.0 / sqrt((double)K)), 0,
-                                NULL,     NULL,    NULL,    0};
-        args[k] = a;
-    }
+    kref_rng_seed(&rng, 4322);
+    int ok = !dalloc(&d[0], io, 4, sqk) && !dalloc(&d[1], io, 4, sqk) && !dalloc(&d[2], io, 4, sv) &&
+             !dalloc(&d[3], io, 4, sv) && !dalloc(&d[4], DT_F32, 4, sk) && !dalloc(&d[5], DT_F32, 3, sb) &&
+             !dalloc(&d[6], io, 4, sA) && !dalloc(&d[7], io, 5, sh) && !dalloc(&d[8], io, 5, sh) &&
+             !dalloc(&d[9], io, 4, sv) && !dalloc(&d[10], io, 4, sv) && !dalloc(&d[11], DT_F32, 4, sk) &&
+             !dalloc(&d[12], DT_F32, 4, sk) && !dalloc(&d[13], io, 4, sv) && !dalloc(&d[14], DT_F32, 4, sk) &&
+             !dalloc(&d[15], DT_F32, 3, sb) && !dalloc(&d[16], DT_F32, 4, sA) && !dalloc(&d[17], DT_F32, 4, sA);
+    const size_t rows = 64;
+    ok = ok && !fill_tiled(&d[0], rows * H * K, 0, 0, 0.1, &rng) && !fill_tiled(&d[1], rows * H * K, 0, 0, 0.1, &rng) &&
+         !fill_tiled(&d[2], rows * HV * V, 0, 0, 1, &rng) && !fill_tiled(&d[3], rows * HV * V, 0, 0, 1, &rng) &&
+         !fill_tiled(&d[4], rows * HV * K, 1, HV * K, 0, &rng) && !fill_tiled(&d[5], rows * HV, 0, 0, 0.5, &rng) &&
+         !fill_tiled(&d[6], rows * HV * 64, 2, HV * 64, 0, &rng) &&
+         !fill_tiled(&d[7], (size_t)HV * K * V, 0, 0, 0.1, &rng) && !fill_tiled(&d[8], (size_t)HV * K * V, 0, 0, 0.1, &rng) &&
+         !fill_tiled(&d[9], rows * HV * V, 0, 0, 1, &rng) && !fill_tiled(&d[10], rows * HV * V, 0, 0, 1, &rng);
+    int rc = 0;
     if (!ok) {
-        fprintf(out, "%-9s %-20s skipped: out of device memory or fill failed\n", "bwd_dhu", s->name);
-        goto done;
+        fprintf(out, "%-9s %-20s skipped: out of device memory or fill failed\n", "wy_dqkg", s->name);
+        rc = -1;
     }
-    bench_sets bs = {nsets, {&args[0], &args[1], &args[2], &args[3]}, launch_dhu};
-    int status;
-    double ms = time_sets(rt, &bs, reps, &status);
-    bench_row(out, "bwd_dhu", s, ms, set_bytes + out_bytes, ceiling, status, rt);
-    rc = 0;
-done:
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < 6; i++) dfree(&in[k][i]);
-    for (int i = 0; i < 2; i++) dfree(&o[i]);
+    for (int with = 0; with <= 1 && ok; with++) {
+        kdart_wy_dqkg_args a = {sizeof a, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
+                                &d[6].t,  &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
+                                &d[13].t, &d[14].t, &d[15].t, &d[16].t, (float)(1.0 / sqrt((double)K)), 0,
+                                NULL,     NULL,     with ? &d[17].t : NULL};
+        /* what the stage must move: its inputs once, its outputs once */
+        const double bytes = 2 * 2 * tq + 4 * 2 * tv + 4 * tk + 4 * tb + 2 * ta + 2 * 2 * th + 3 * 4 * tk + 2 * tv +
+                             4 * tb + 4 * ta + (with ? 4 * ta : 0);
+        bench_sets bs = {1, {&a}, launch_wy};
+        int status;
+        double ms = time_sets(rt, &bs, reps, &status);
+        bench_row(out, with ? "wy_dqkg+dAqk" : "wy_dqkg", s, ms, bytes, ceiling, status, rt);
+    }
+    for (int i = 0; i < 18; i++) dfree(&d[i]);
     return rc;
 }
 
@@ -1457,7 +1569,10 @@ int kc_bench(kdart_rt *rt, const kc_shape *shapes, int n, int io, int reps, doub
             "vs copy ceiling");
     for (int i = 0; i < n; i++) {
         bench_intra(rt, &shapes[i], io, reps, ceiling, out);
-        if (!shapes[i].fold_dg && !shapes[i].emit_bf16) bench_dhu(rt, &shapes[i], io, reps, ceiling, out);
+        if (!shapes[i].fold_dg && !shapes[i].emit_bf16) {
+            bench_dhu(rt, &shapes[i], io, reps, ceiling, out);
+            bench_wy(rt, &shapes[i], io, reps, ceiling, out);
+        }
     }
     return 0;
 }

@@ -92,6 +92,8 @@ typedef struct kc_dhu_case {
     kc_seqs seqs;
     int state_v_first; /* dh, dht, dh0 in the V-first layout ([.., V, K]); the harness transposes
                           to and from the reference's K-first one */
+    int fused;         /* Aqk instead of dv (fla's dAv fused): the reference's dv is Aqk^T do in
+                          float64, from a random Aqk whose upper triangle must not be read */
 } kc_dhu_case;
 
 typedef struct kc_wy_case {
@@ -104,6 +106,7 @@ typedef struct kc_wy_case {
     int reps;
     int graph;
     kc_seqs seqs;
+    int with_dAqk;     /* also dAqk = scale tril0(do v_new^T) (fla's dAv dA, fused) */
 } kc_wy_case;
 
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
@@ -134,12 +137,12 @@ typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */
     char message[512];     /* kdart_last_error on failure, or a harness error */
     int nout;
-    const char *names[6];
-    double rel_rms[6];     /* ||out-ref|| / ||ref|| in float64 */
-    double rel_rms_alt[6]; /* dhu: against the exact float64 scan (rel_rms is
+    const char *names[7];
+    double rel_rms[7];     /* ||out-ref|| / ||ref|| in float64 */
+    double rel_rms_alt[7]; /* dhu: against the exact float64 scan (rel_rms is
                               teacher-forced: the reference takes the kernel's
                               own rounded dH and dv2 as its matrix operands) */
-    double max_abs[6];
+    double max_abs[7];
     int deterministic;     /* a second launch gave bitwise-equal outputs */
     int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
     double ms;             /* median time per call over reps (0 if reps == 0) */

@@ -163,9 +163,10 @@ static void check_wy(const kc_wy_case *c) {
     kc_report r;
     char what[256], sq[64];
     seqs_label(&c->seqs, sq, sizeof sq);
-    snprintf(what, sizeof what, "wy %s%s%s %s B%d T%d H%d HV%d K%d V%d%s", c->io ? "fp16" : "bf16",
+    snprintf(what, sizeof what, "wy %s%s%s %s B%d T%d H%d HV%d K%d V%d%s%s", c->io ? "fp16" : "bf16",
              c->beta_f32 ? " beta=f32" : "", c->state_v_first ? " Vfirst" : "",
-             kref_gate_name((kref_gate_family)c->gate), c->B, c->T, c->H, c->HV, c->K, c->V, sq);
+             kref_gate_name((kref_gate_family)c->gate), c->B, c->T, c->H, c->HV, c->K, c->V, sq,
+             c->with_dAqk ? " +dAqk" : "");
     ck_assert_msg(kc_run_wy(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
@@ -189,7 +190,8 @@ START_TEST(wy_every_spec) {
         int K, V;
         kc_wy_spec_dims(spec, s >> 1, &K, &V);
         kc_wy_case c = {2, 256, 2, 4, K, V, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
-                        strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0}};
+                        strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0},
+                        strstr(spec, "dAqk=1") != NULL};
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
         if (strstr(spec, "varlen=1")) {
@@ -211,14 +213,14 @@ START_TEST(wy_production) {
     for (int v = 0; v < 8; v++) {
         kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, v == 5 ? 0.05 : 0.0, 0};
         kc_wy_case c = {1, 2100, 2, 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, 1, (v >> 1) & 1, gates[v % 3],
-                        seed + 21000 + (uint64_t)v, 0, v == 0, q};
+                        seed + 21000 + (uint64_t)v, 0, v == 0, q, 0};
         check_wy(&c);
     }
-    kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}};
+    kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}, 0};
     check_wy(&f); /* fixed length, a partial last chunk, beta in the io dtype */
-    kc_wy_case w = {1, 256, 2, 2, 128, 256, 0, 1, 0, KREF_GATE_CONST5, seed + 21200, 0, 0, {0}};
+    kc_wy_case w = {1, 256, 2, 2, 128, 256, 0, 1, 0, KREF_GATE_CONST5, seed + 21200, 0, 0, {0}, 0};
     check_wy(&w); /* prod8192's K128 V256: four V tiles */
-    kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}};
+    kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}, 0};
     check_wy(&x); /* the largest: K 256, V 512 (eight V tiles), V-first */
 }
 END_TEST
@@ -257,9 +259,9 @@ END_TEST
 static void check_dhu_on(kdart_rt *h, const kc_dhu_case *c, kc_report *out) {
     kc_report r;
     char what[256];
-    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d%s", c->io ? "fp16" : "bf16",
+    snprintf(what, sizeof what, "dhu io=%s,K=%d,BV=%d%s V%d B%d T%d HV%d dht=%d dh0=%d%s%s", c->io ? "fp16" : "bf16",
              c->K, c->v_tile, c->v_tile ? "" : "(auto)", c->V, c->B, c->T, c->HV, c->with_dht, c->with_dh0,
-             c->state_v_first ? " v-first" : "");
+             c->state_v_first ? " v-first" : "", c->fused ? " Aqk (fused dv)" : "");
     seqs_label(&c->seqs, what + strlen(what), sizeof what - strlen(what));
     ck_assert_msg(kc_run_dhu(h, c, &r) == 0, "%s: harness: %s", what, r.message);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
@@ -279,6 +281,34 @@ static void check_dhu_on(kdart_rt *h, const kc_dhu_case *c, kc_report *out) {
 
 static void check_dhu(const kc_dhu_case *c) { check_dhu_on(rt, c, NULL); }
 
+/* fla's chunk_kda_bwd_dAv fused into the two stages that already hold its operands: wy_dqkg's dAqk
+ * (do, v_new) and bwd_dhu's dv_intra from Aqk (do), each against its float64 reference (bwd_dhu's
+ * whole scan fed with the exact dv_intra; an Aqk random above its diagonal, which must not be read),
+ * poisoned outputs, packed documents with one-token and partial chunks, both io dtypes, both state
+ * layouts, K 64 and 128, V up to 256, graph replay. */
+START_TEST(dav_fused) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    for (int v = 0; v < 6; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, 0, 0};
+        const int K = v == 3 ? 64 : 128, V = v == 3 ? 64 : v == 4 ? 256 : 128;
+        kc_dhu_case c = {1, 2100, 3, K, V, v == 3, v != 2, v != 1, seed + 22000 + (uint64_t)v, 0, v == 0, 64,
+                         v < 2 ? q : (kc_seqs){0}, v == 5, 1};
+        if (v >= 2) c.B = 2, c.T = v == 2 ? 300 : 1024; /* fixed length (300: a partial last chunk) */
+        if (v == 2) c.v_tile = 0;                      /* kdart picks 64 for the fused dv */
+        check_dhu(&c);
+        kc_wy_case w = {1, 2100, 2, 4, K, V, v == 3, 1, v == 5, v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED,
+                        seed + 22100 + (uint64_t)v, 0, v == 0, v < 2 ? q : (kc_seqs){0}, 1};
+        if (v >= 2) w.B = 2, w.T = v == 2 ? 300 : 1024;
+        check_wy(&w);
+    }
+    /* dAqk from every wy K tile and the tail: 256 (four K blocks), 100 */
+    kc_wy_case x = {1, 256, 1, 2, 256, 128, 0, 1, 1, KREF_GATE_CONST5, seed + 22200, 0, 0, {0}, 1};
+    check_wy(&x);
+    kc_wy_case y = {2, 200, 2, 2, 100, 100, 1, 0, 0, KREF_GATE_MILD, seed + 22201, 0, 0, {0}, 1};
+    check_wy(&y);
+}
+END_TEST
+
 /* every bwd_dhu spec of one io dtype (two tests: the float64 scans of all 144
  * specs, two shapes each, take longer than one process's share of a lent GPU's time) */
 static void dhu_every_spec_io(int fp16) {
@@ -292,7 +322,7 @@ static void dhu_every_spec_io(int fp16) {
             int K, V = vs[(s + variant) % 3], svf;
             kc_dhu_spec_dims(spec, (s >> 1) + variant, &K, &V, &svf);
             kc_dhu_case c = {2, 1024, 3, K, V, strstr(spec, "io=fp16") != NULL, variant == 0, variant == 0,
-                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}, svf};
+                             seed + 3000 + (uint64_t)(s * 2 + variant), 0, 0, kc_spec_bv(spec), {0}, svf, 0};
             if (strstr(spec, "varlen=1")) every_spec_seqs(&c.seqs, &c.B, &c.T, s + variant);
             check_dhu(&c);
         }
@@ -306,9 +336,9 @@ START_TEST(dhu_every_spec_fp16) { dhu_every_spec_io(1); }
 END_TEST
 
 START_TEST(dhu_graph_capture_and_mixed) {
-    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0, {0}, 0}; /* dht, no dh0; kdart picks BV */
+    kc_dhu_case c = {3, 256, 2, 128, 128, 0, 1, 0, seed + 4000, 0, 1, 0, {0}, 0, 0}; /* dht, no dh0; kdart picks BV */
     check_dhu(&c);
-    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32, {0}, 0}; /* no dht, dh0; BV 32 */
+    kc_dhu_case d = {1, 2048, 2, 64, 64, 1, 0, 1, seed + 4001, 0, 0, 32, {0}, 0, 0}; /* no dht, dh0; BV 32 */
     check_dhu(&d);
 }
 END_TEST
@@ -350,7 +380,7 @@ END_TEST
 START_TEST(dhu_fixed_any_t) {
     for (int i = 0; i < NPARTIAL; i++) {
         kc_dhu_case c = {2, partial_ts[i], 3, i & 1 ? 64 : 128, 128, i & 1, i & 1, !(i & 2), seed + 5100 + (uint64_t)i,
-                         0, 0, 0, {0}, 0};
+                         0, 0, 0, {0}, 0, 0};
         check_dhu(&c);
     }
 }
@@ -388,7 +418,7 @@ START_TEST(dhu_varlen_lists) {
         for (int v = 0; v < 4; v++) {
             kc_dhu_case c = {1, cu_lists[i].T, 4, v & 1 ? 64 : 128, v & 2 ? 64 : 128, (i + v) & 1, v != 1, v != 2,
                              seed + 6100 + (uint64_t)(i * 4 + v), 0, v == 3, v == 0 ? 0 : 16 << (v - 1),
-                             list_seqs(i, v), 0};
+                             list_seqs(i, v), 0, 0};
             check_dhu(&c);
         }
 }
@@ -419,7 +449,7 @@ START_TEST(dhu_varlen_v_split) {
         }
         kc_seqs q = {N, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 1, 0, v == 2 ? 0.05 : 0.0, 0};
         kc_dhu_case c = {1, 0, HV, v & 1 ? 64 : 128, v & 2 ? 100 : 128, v & 1, v != 1, v != 2,
-                         seed + 7200 + (uint64_t)v, 0, v == 0, 0, q, v == 3};
+                         seed + 7200 + (uint64_t)v, 0, v == 0, 0, q, v == 3, 0};
         int bv = 0;
         ck_assert_int_eq(kdart_dhu_v_tile(rt, N, HV, c.K, c.V, &bv), KDART_OK);
         ck_assert_msg(bv == 64, "dhu_varlen_v_split: kdart picks BV %d for K=%d V=%d (the split needs 64)", bv, c.K, c.V);
@@ -447,7 +477,7 @@ START_TEST(dhu_varlen_head_pairs) {
             cu[n + 1] = cu[n] + len;
         }
         kc_seqs q = {N, cu, 0, 0, 0, o, o, o, 0, o ? 0.05 : 0.0, 0};
-        kc_dhu_case c = {1, 0, HV, 256, 256, o, !o, 1, seed + 7300 + (uint64_t)v, 0, 0, bv, q, 0};
+        kc_dhu_case c = {1, 0, HV, 256, 256, o, !o, 1, seed + 7300 + (uint64_t)v, 0, 0, bv, q, 0, 0};
         ck_assert_msg(bv == 64 || N * HV * (256 / bv) >= 8 * 192, "dhu_varlen_head_pairs: BV %d grid", bv);
         check_dhu(&c);
     }
@@ -460,7 +490,7 @@ START_TEST(varlen_thousand_sequences) {
     kc_intra_case a = {1, 0, 2, 4, 64, 0, 1, 0, KREF_GATE_FUSED, seed + 7000, 0, 1, q, 0};
     check_intra(&a);
     q.cu32 = 1;
-    kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q, 0};
+    kc_dhu_case b = {1, 0, 4, 64, 64, 1, 1, 1, seed + 7001, 0, 1, 0, q, 0, 0};
     check_dhu(&b);
 }
 END_TEST
@@ -500,7 +530,7 @@ START_TEST(varlen_garbage_writes_nothing) {
     ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
     for (int gk = 1; gk <= 4; gk++) {
         kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0, 0};
-        kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q, 0};
+        kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q, 0, 0};
         kc_report r;
         expect_garbage("dhu", gk, kc_run_dhu(rt, &d, &r), &r, bits[gk]);
         if (gk == 4) break; /* bwd_intra has no dh */
@@ -540,8 +570,8 @@ static void ctx_cases(kdart_rt *h, unsigned long long dig[4][4], void *fn[4]) {
     const kc_seqs q = {3, cu_b, 0, 0, 0, 0, 1, 2, 0, 0.0, 0};
     const kc_intra_case a = {1, 1000, 2, 4, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 9000, 0, 0, q, 0};
     const kc_intra_case b = {2, 512, 2, 4, 64, 1, 0, 0, KREF_GATE_STRONG, seed + 9001, 0, 0, {0}, 0};
-    const kc_dhu_case c = {1, 1000, 2, 128, 128, 0, 1, 1, seed + 9002, 0, 0, 32, q, 0};
-    const kc_dhu_case d = {2, 1024, 2, 64, 64, 1, 1, 1, seed + 9003, 0, 0, 64, {0}, 0};
+    const kc_dhu_case c = {1, 1000, 2, 128, 128, 0, 1, 1, seed + 9002, 0, 0, 32, q, 0, 0};
+    const kc_dhu_case d = {2, 1024, 2, 64, 64, 1, 1, 1, seed + 9003, 0, 0, 64, {0}, 0, 0};
     kc_report r[4];
     check_intra_on(h, &a, &r[0]);
     check_intra_on(h, &b, &r[1]);
@@ -592,7 +622,7 @@ START_TEST(second_context) {
     const int primary_bits = r.devstatus;
     ck_assert_int_eq(primary_bits & KDART_DEVERR_CU_ORDER, 0);
     ck_assert_int_eq(kc_ctx_use(ctx2), 0);
-    const kc_dhu_case gd = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 9101, 0, 0, 0, decreasing, 0};
+    const kc_dhu_case gd = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 9101, 0, 0, 0, decreasing, 0, 0};
     expect_garbage("dhu, second context,", 1, kc_run_dhu(h, &gd, &r), &r, KDART_DEVERR_CU_ORDER);
     const int second_bits = r.devstatus;
     ck_assert_msg((second_bits & KDART_DEVERR_CU_RANGE) == 0,
@@ -683,15 +713,21 @@ START_TEST(small_for_sanitizers) {
         int K, V = 128, svf;
         kc_dhu_spec_dims(spec, s >> 1, &K, &V, &svf);
         kc_dhu_case c = {1, 128, 2, K, V, strstr(spec, "io=fp16") != NULL, s & 1, !(s & 1), seed + 50 + (uint64_t)s,
-                         0, 0, kc_spec_bv(spec), {0}, svf};
+                         0, 0, kc_spec_bv(spec), {0}, svf, 0};
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s);
         check_dhu(&c);
+        /* the fused dv (Aqk) where it runs: BV 64 at the K tiles 64 and 128, native dims */
+        if (strstr(spec, "BV=64") && (strstr(spec, "K=64,") || strstr(spec, "K=128,")) && kc_spec_tail(spec) != 1) {
+            c.fused = 1, c.K = strstr(spec, "K=64,") ? 64 : 128, c.V = 128;
+            check_dhu(&c);
+        }
     }
     for (int s = 0; small_wants("wy_dqkg") && s < kdart_spec_count("wy_dqkg"); s++) {
         char spec[128];
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
         kc_wy_case c = {1, 128, 1, 2, kc_spec_k(spec), 64, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
-                        strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 90 + (uint64_t)s, 0, 0, {0}};
+                        strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 90 + (uint64_t)s, 0, 0, {0},
+                        strstr(spec, "dAqk=1") != NULL};
         if (kc_spec_tail(spec)) { /* the head dim or V below its tile, in turn */
             if (s & 2) c.V = 60;
             else c.K -= 4;
@@ -742,7 +778,7 @@ START_TEST(dhu_head_dims) {
             static const int bvs[4] = {0, 16, 32, 64};
             int bv = bvs[n % 4];
             kc_dhu_case c = {2, 130, 2, K, V, n & 1, (n >> 1) & 1 || !(n & 1), !((n >> 1) & 1) || (n & 1),
-                             seed + 9100 + (uint64_t)n, 0, 0, bv, {0}, (n / 3) & 1};
+                             seed + 9100 + (uint64_t)n, 0, 0, bv, {0}, (n / 3) & 1, 0};
             if (n % 3 == 2) {
                 kc_seqs q = {3, NULL, 1, 150, n & 1, n & 1, 1, 1, 0, 0.0, 0};
                 c.seqs = q, c.B = 1, c.T = 0;
@@ -752,7 +788,7 @@ START_TEST(dhu_head_dims) {
     /* the native shapes with the V-first state (the masked path at K = 64, 128) */
     for (int v = 0; v < 4; v++) {
         kc_dhu_case c = {2, 256, 3, v & 1 ? 64 : 128, 128, v >> 1, 1, 1, seed + 9300 + (uint64_t)v, 0, v == 0, 0, {0},
-                         1};
+                         1, 0};
         check_dhu(&c);
     }
 }
@@ -850,7 +886,7 @@ START_TEST(spec_choice) {
         char dir[256];
         kdart_rt *h = fresh_handle(dir, sizeof dir);
         kc_dhu_case c = {dhu[i].B, dhu[i].T, 2, dhu[i].K, dhu[i].V, 0, 1, 1, seed + 9600 + (uint64_t)i, 0, 0,
-                         dhu[i].bv, {0}, dhu[i].svf};
+                         dhu[i].bv, {0}, dhu[i].svf, 0};
         if (dhu[i].packed) c.seqs = packed;
         int bv = dhu[i].bv;
         if (!bv) ck_assert_int_eq(kdart_dhu_v_tile(h, dhu[i].packed ? packed.nseq : dhu[i].B, 2, dhu[i].K, dhu[i].V,
@@ -890,7 +926,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

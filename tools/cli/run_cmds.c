@@ -85,9 +85,9 @@ static const cli_option bench_options[] = {
      "one shape instead of the standard table (fla's benchmark rows and prod8192)"},
     {"io", 0, CLI_STRING, "bf16|fp16", B(io), 0, 0, 0, "the inputs' and outputs' type (default bf16)"},
     {"fold-dg", 0, CLI_FLAG, NULL, B(fold_dg), 0, 0, 0,
-     "with --shape: bwd_intra folds dg (bwd_dhu is then skipped)"},
+     "with --shape: bwd_intra folds dg (bwd_dhu and wy_dqkg are then skipped)"},
     {"emit-bf16", 0, CLI_FLAG, NULL, B(emit_bf16), 0, 0, 0,
-     "with --shape: bwd_intra emits bf16 (bwd_dhu is then skipped)"},
+     "with --shape: bwd_intra emits bf16 (bwd_dhu and wy_dqkg are then skipped)"},
     {"reps", 0, CLI_INT, "N", B(reps), 1, 64, 0, "launches timed per stage; the median is shown (default 20)"},
     {NULL},
 };

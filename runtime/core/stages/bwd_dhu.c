@@ -119,7 +119,7 @@ int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, 
 #define OUT KDART__A_OUT
 #define OPT KDART__A_OPTIONAL
 /* aux slots from choose to launch */
-enum { AUX_SVF, AUX_V_SPLIT, AUX_BV, AUX_SMS };
+enum { AUX_SVF, AUX_V_SPLIT, AUX_BV, AUX_SMS, AUX_AQK };
 
 static int dims(kdart_rt *rt, kdart__call *c) {
     const ARGS *a = c->args;
@@ -140,6 +140,19 @@ static int dims(kdart_rt *rt, kdart__call *c) {
     if (a->v_tile != 0 && kdart__dhu_bv_index(a->v_tile) < 0)
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 16, 32, 64)",
                           a->v_tile);
+    /* dv, or Aqk (the dAv stage fused: DV starts from Aqk^T do), exactly one */
+    const DLTensor *aqk = kdart__arg(c, offsetof(ARGS, Aqk));
+    if (!a->dv == !aqk)
+        return kdart__err(rt, a->dv ? KDART_EINVAL : KDART_ENULL, "give dv or Aqk (%s)",
+                          a->dv ? "not both" : "both are NULL");
+    if (aqk && (K != 64 && K != 128))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "Aqk (the fused dv) needs K = 64 or 128, not %lld", (long long)K);
+    if (aqk && V % 64 != 0)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "Aqk (the fused dv) needs V a multiple of 64, not %lld",
+                          (long long)V);
+    if (aqk && a->v_tile != 0 && a->v_tile != 64)
+        return kdart__err(rt, KDART_EUNSUPPORTED, "Aqk (the fused dv) runs the V tile 64, not v_tile=%d", a->v_tile);
+    c->aux[AUX_AQK] = aqk != NULL;
     const int64_t N = c->sq.N;
     /* dh's chunk rows: exactly ceil(T/64) per row at fixed length; packed:
      * the total is known only on the device, so any NT >= 1 (>= the rows of
@@ -167,11 +180,22 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const int kt = kdart__dhu_k_tile(K), svf = c->aux[AUX_SVF];
     /* the SM count, for the tile choice and the grid shapes (pairs: the K
      * tile 256 on packed sequences with HV even, see "Head pairs" in launch) */
-    int bv = a->v_tile, v_split = 0, sms = 1, rc;
+    int bv = c->aux[AUX_AQK] ? 64 : a->v_tile, v_split = 0, sms = 1, rc;
     const int pairable = c->sq.varlen && kt == 256 && HV % 2 == 0;
     if (bv == 0 || (pairable && !c->plan)) { /* (kdart_spec_for: the pairs are no part of the spec) */
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
+    }
+    /* The fused dv runs the V tile 64 whole: on packed sequences where kdart's own choice would split
+     * the tiles (below), one long sequence would set the time, so such calls are left to the unfused
+     * form (a caller's explicit v_tile = 64 has no split either way) */
+    if (c->aux[AUX_AQK] && a->v_tile == 0 && c->sq.cu && !c->plan) {
+        if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
+        if (N * HV * ((V + 63) / 64) <= 4LL * (sms < 1 ? 1 : sms))
+            return kdart__err(rt, KDART_EUNSUPPORTED,
+                              "Aqk (the fused dv): packed sequences on %lld scans of 64 columns (at most 4 waves) "
+                              "take the V split, which the fused form does not have; pass dv",
+                              (long long)(N * HV * ((V + 63) / 64)));
     }
     if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
@@ -212,7 +236,7 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         kdart__ptr(a->dv), kdart__ptr(a->dht), (void *)kdart__ptr(a->dh), (void *)kdart__ptr(a->dv2),
         (float *)kdart__ptr(a->dh0), a->scale, (int)d[KDART__D_B], (int)d[KDART__D_T], (int)HV, (int)V,
         kdart__ptr(c->sq.cu), status, (int)N, (int)d[KDART__D_NT], c->sq.is64, (int)d[KDART__D_K],
-        c->aux[AUX_SVF], v_split, pair,
+        c->aux[AUX_SVF], v_split, pair, kdart__ptr(kdart__arg(c, offsetof(ARGS, Aqk))),
     };
     const int64_t tile = v_split ? 32 : bv; /* the split grid has a CTA per 32 columns */
     return kdart__launch(rt, fn, (unsigned)((V + tile - 1) / tile), (unsigned)(pair ? N * HV / 2 : N * HV), 1,
@@ -220,15 +244,16 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
 }
 
 static const kdart__op op = {
-    sizeof(ARGS), offsetof(ARGS, cu_seqlens), "kdart_bwd_dhu_args", 10, 3,
+    sizeof(ARGS), offsetof(ARGS, cu_seqlens), "kdart_bwd_dhu_args", 11, 3,
     {
         KDART__TARG("qg", ARGS, qg, KDART__DT_IO, IN, B, T, HV, K),
         KDART__TARG("kg", ARGS, kg, KDART__DT_IO, IN, B, T, HV, K),
         KDART__TARG("w", ARGS, w, KDART__DT_IO, IN, B, T, HV, K),
         KDART__TARG("g", ARGS, g, KDART__DT_F32, IN, B, T, HV, K),
         KDART__TARG("do", ARGS, d_o, KDART__DT_IO, IN, B, T, HV, V),
-        KDART__TARG("dv", ARGS, dv, KDART__DT_IO, IN, B, T, HV, V),
+        KDART__TARG("dv", ARGS, dv, KDART__DT_IO, IN | OPT, B, T, HV, V),
         KDART__TARG("dht", ARGS, dht, KDART__DT_F32, IN | OPT, N, HV, S1, S2),
+        KDART__TARG("Aqk", ARGS, Aqk, KDART__DT_IO, IN | OPT, B, T, HV, 64),
         KDART__TARG("dh", ARGS, dh, KDART__DT_IO, OUT, B, NT, HV, S1, S2),
         KDART__TARG("dv2", ARGS, dv2, KDART__DT_IO, OUT, B, T, HV, V),
         KDART__TARG("dh0", ARGS, dh0, KDART__DT_F32, OUT | OPT, N, HV, S1, S2),

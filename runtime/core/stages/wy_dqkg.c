@@ -22,9 +22,12 @@ static void shape(const int *vals, int *threads, int *smem) {
 
 /* The default prewarm set: every native one with the K-first state; the
  * V-first state and the tail (head dims 60, 100, 192) in bf16 with fp32
- * beta, as the configuration most models train with hands them over.
- * vals: io, K, varlen, tail, beta, svf. */
+ * beta, as the configuration most models train with hands them over; with
+ * dAqk (fla's dAv fused, which kdart.fla asks for at K = 64 and 128 with V
+ * a multiple of 64) the native K tiles 64 and 128 with fp32 beta and the
+ * K-first state.  vals: io, K, varlen, tail, beta, svf, dAqk. */
 static int prewarmed(const int *vals) {
+    if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
 }
@@ -69,8 +72,9 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     (void)rt;
     const ARGS *a = c->args;
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
-    const int v[6] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
-                      kdart__dtype_of(a->beta) == 32, a->state_v_first != 0};
+    const int v[7] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
+                      kdart__dtype_of(a->beta) == 32, a->state_v_first != 0,
+                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL};
     memcpy(c->vals, v, sizeof v);
     return KDART_OK;
 }
@@ -85,13 +89,13 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         (float *)kdart__ptr(a->dg), (float *)kdart__ptr(a->db), (float *)kdart__ptr(a->dA), a->scale,
         (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_V],
         kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
-        (int)d[KDART__D_K],
+        (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))),
     };
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
 }
 
 static const kdart__op op = {
-    sizeof(ARGS), sizeof(ARGS), "kdart_wy_dqkg_args", 17, 2,
+    sizeof(ARGS), offsetof(ARGS, dAqk), "kdart_wy_dqkg_args", 18, 2,
     {
         KDART__TARG("q", ARGS, q, KDART__DT_IO, IN, B, T, H, K),
         KDART__TARG("k", ARGS, k, KDART__DT_IO, IN, B, T, H, K),
@@ -110,20 +114,22 @@ static const kdart__op op = {
         KDART__TARG("dg", ARGS, dg, KDART__DT_F32, OUT, B, T, HV, K),
         KDART__TARG("db", ARGS, db, KDART__DT_F32, OUT, B, T, HV),
         KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT, B, T, HV, 64),
+        KDART__TARG("dAqk", ARGS, dAqk, KDART__DT_F32, OUT | KDART__A_OPTIONAL, B, T, HV, 64),
     },
     {KDART__SARG("scale", ARGS, scale, 'f'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i')},
     offsetof(ARGS, cu_seqlens), offsetof(ARGS, chunk_indices), 0,
     dims, choose, launch,
 };
 
-_Static_assert(2 * 3 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 3 * 2 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__stage_wy_dqkg = {
-    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 6,
+    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 7,
     {KDART__IO_PARAM, KDART__K_PARAM, KDART__FLAG_PARAM("varlen"),
      /* tail: a head dim below the K tile or V not a multiple of 64 (element
-      * loads and stores); svf: the V-first state layout of h and dh */
-     KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf")},
+      * loads and stores); svf: the V-first state layout of h and dh; dAqk:
+      * the dAqk output (its accumulator's registers, in its own kernels) */
+     KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf"), KDART__FLAG_PARAM("dAqk")},
     shape, prewarmed, NULL, &op,
 };
 
