@@ -460,7 +460,6 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     /* dAqk = scale * do v_new^T (fla's dAv dA, fused; DAQK): accumulated over the V tiles of the last K
      * block (where the first block's dvb is no longer live, unless it is the only one) and stored
      * before that block's K phase, so that it is never live there */
-    constexpr bool want_aq = DAQK;
     float db0 = 0.f, db1 = 0.f; /* this thread's partials of rows m0 + gid, m0 + gid + 8 */
     float hdh = 0.f;            /* sum_v h dh of column tid / 4 (quarter tid % 4 of each V tile) */
 
@@ -501,7 +500,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         wg_issue<IO, false, SVF>(aw, sDv, sH, n0);
         if (kb == 0) wg_issue<IO, false, false>(dA, sDv, sV, n0);
         wg_issue<IO, false, SVF>(ak, sVn, sDh, n0);
-        if (want_aq && kb == nkb - 1) wg_issue<IO, false, false>(aqk, sDo, sVn, n0);
+        if (DAQK && kb == nkb - 1) wg_issue<IO, false, false>(aqk, sDo, sVn, n0);
         wg_commit();
         sum_hdh();
         wg_wait();
@@ -529,7 +528,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                     mma<IO>(dA[2 * np], adv, bv[0], bv[1]);
                     mma<IO>(dA[2 * np + 1], adv, bv[2], bv[3]);
                 }
-                if (want_aq && kb == nkb - 1) {
+                if (DAQK && kb == nkb - 1) {
                     unsigned bq[4];
                     ldsm4(b_n(sVn, n0 + 16 * np, k0, lane), bq);
                     mma<IO>(aqk[2 * np], ado, bq[0], bq[1]);

@@ -806,8 +806,7 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
     inside the kernel and never rounded to the io dtype; dh, dh0 and dv2 are what they are with that dv.  K 64
     or 128 and V a multiple of 64 only (ValueError otherwise: no zero padding); never the C++ fast path."""
     if Aqk is not None or dv is None:
-        if dv is not None or Aqk is None:
-            _dv_or_aqk(dv, Aqk)
+        _dv_or_aqk(dv, Aqk)  # (raises unless Aqk alone)
         if _eager(q):
             dh, dh0, dv2 = _bwd_dhu_impl(q, k, w, do, None, gk, h0, dht, scale, cu_seqlens, chunk_indices,
                                          chunk_offsets, state_v_first, Aqk)

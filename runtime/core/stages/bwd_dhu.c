@@ -178,32 +178,33 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const ARGS *a = c->args;
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V], HV = c->d[KDART__D_HV], N = c->d[KDART__D_N];
     const int kt = kdart__dhu_k_tile(K), svf = c->aux[AUX_SVF];
-    /* the SM count, for the tile choice and the grid shapes (pairs: the K
-     * tile 256 on packed sequences with HV even, see "Head pairs" in launch) */
+    /* with Aqk (the fused dv) the V tile is 64 whatever the grid; fused_auto: kdart was left the choice */
+    const int fused_auto = c->aux[AUX_AQK] && a->v_tile == 0 && !c->plan;
     int bv = c->aux[AUX_AQK] ? 64 : a->v_tile, v_split = 0, sms = 1, rc;
+    /* the SM count, for the tile choice, the grid shapes (pairs: the K tile 256 on packed sequences with
+     * HV even, see "Head pairs" in launch) and the fused dv's refusal below (kdart_spec_for: neither the
+     * pairs nor that refusal are part of the spec) */
     const int pairable = c->sq.varlen && kt == 256 && HV % 2 == 0;
-    if (bv == 0 || (pairable && !c->plan)) { /* (kdart_spec_for: the pairs are no part of the spec) */
+    if (bv == 0 || (fused_auto && c->sq.cu) || (pairable && !c->plan)) {
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
     }
-    /* The fused dv runs the V tile 64 whole: on packed sequences where kdart's own choice would split
-     * the tiles (below), one long sequence would set the time, so such calls are left to the unfused
-     * form (a caller's explicit v_tile = 64 has no split either way) */
-    if (c->aux[AUX_AQK] && a->v_tile == 0 && c->sq.cu && !c->plan) {
-        if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
-        if (N * HV * ((V + 63) / 64) <= 4LL * (sms < 1 ? 1 : sms))
-            return kdart__err(rt, KDART_EUNSUPPORTED,
-                              "Aqk (the fused dv): packed sequences on %lld scans of 64 columns (at most 4 waves) "
-                              "take the V split, which the fused form does not have; pass dv",
-                              (long long)(N * HV * ((V + 63) / 64)));
-    }
+    /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
+     * 64 in a grid of at most 4 waves, where one long sequence can outlast
+     * all the others; each CTA then picks 32 or 64 columns from its own
+     * sequence's length.  Larger grids keep their balance by themselves. */
+    const int64_t scans64 = N * HV * ((V + 63) / 64);
+    const int split_grid = c->sq.cu && kt <= 128 && scans64 <= 4LL * sms;
     if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
-        /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
-         * 64 in a grid of at most 4 waves, where one long sequence can outlast
-         * all the others; each CTA then picks 32 or 64 columns from its own
-         * sequence's length.  Larger grids keep their balance by themselves. */
-        if (c->sq.cu && bv == 64 && kt <= 128 && N * HV * ((V + 63) / 64) <= 4LL * sms) v_split = sms;
+        if (bv == 64 && split_grid) v_split = sms;
+    } else if (fused_auto && split_grid) {
+        /* the fused dv scans the tile 64 whole, where one long sequence would set the time: such calls are
+         * left to the unfused form (a caller's explicit v_tile = 64 has no split either way) */
+        return kdart__err(rt, KDART_EUNSUPPORTED,
+                          "Aqk (the fused dv): packed sequences on %lld scans of 64 columns (at most 4 waves) "
+                          "take the V split, which the fused form does not have; pass dv",
+                          (long long)scans64);
     }
     /* the masked specialization (tail 1) for what the native tiles cannot
      * take: a head dim below its K tile, a partial last V tile; the V-first
