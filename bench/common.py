@@ -70,6 +70,11 @@ def wy_bytes(r, io=2, beta_f32=True, NT=None):
     return tok + 2 * NT * HV * K * V * io + out
 
 
+def dav_bytes(r, io=2):
+    """chunk_kda_bwd_dAv: do, v_new [B,T,HV,V] and Aqk [B,T,HV,64] io in; dv io and dA fp32 [B,T,HV,64] out."""
+    return r.B * r.T * r.HV * (3 * r.V * io + CHUNK * io + CHUNK * 4)
+
+
 def rel_rms(a, b):
     """rms(a - b) / rms(b) in float64, in slices (the dh tensors are GBs)."""
     a = a.reshape(-1)
@@ -206,6 +211,12 @@ def fla_dhu(fla, s, cu=None, ci=None, co=None):
                       dht=s["dht"], scale=s["scale"], chunk_size=CHUNK, **kw)
 
 
+def fla_dav(fla, s, Aqk, cu=None, ci=None):
+    """fla's chunk_kda_bwd_dAv as chunk_kda_bwd calls it (v = v_new) on an input set of make_wy -> (dA, dv)."""
+    kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci)
+    return fla["dav"](s["q"], s["k"], s["v_new"], s["do"], A=Aqk, scale=s["scale"], chunk_size=CHUNK, **kw)
+
+
 def fla_wy(fla, s, cu=None, ci=None, co=None):
     """fla's chunk_kda_bwd_wy_dqkg_fused on an input set of make_wy -> (dq, dk, dv, db, dg, dA)."""
     kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
@@ -255,7 +266,7 @@ def import_fla():
         import inspect
         from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
         from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
-        from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
+        from fla.ops.kda.chunk_bwd import chunk_kda_bwd_dAv, chunk_kda_bwd_wy_dqkg_fused
         from fla.ops.utils import chunk_local_cumsum
         from fla.ops.utils.index import prepare_chunk_indices, prepare_chunk_offsets
         try:
@@ -280,7 +291,7 @@ def import_fla():
         print(f"fla {ver}: chunk_kda_bwd_intra{si}")
         print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
         return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
-                    wy=chunk_kda_bwd_wy_dqkg_fused,
+                    wy=chunk_kda_bwd_wy_dqkg_fused, dav=chunk_kda_bwd_dAv,
                     chunk_indices=prepare_chunk_indices, chunk_offsets=prepare_chunk_offsets, version=ver)
     except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
         print(f"fla not available ({type(e).__name__}: {e}); running kdart only")

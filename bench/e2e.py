@@ -3,7 +3,10 @@
 
 For each configuration and shape: builds chunk_kda's inputs, warms both ways once (fla autotunes for
 minutes on a new shape), then times the backward (CUDA events around .backward(), median of --iters)
-without kdart and with kdart.fla enabled, and prints both and the ratio; with --profile, also each
+without kdart and with kdart.fla enabled, and prints both and the ratio: first from an idle GPU (the
+events then also hold the host's gaps between launches), then with the launches queued behind a spin
+kernel (device time alone, as in a training step whose host runs ahead), with the host's own time per
+backward call; with --profile, also each
 kernel's CUDA time per backward (torch.profiler, --profile-iters steps) of fla alone and with kdart,
 grouped by stage, so that the share of what is left is visible.  Then the Python call overhead of each
 op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
@@ -99,21 +102,34 @@ def step(leaves, do, dht, kw):
     return lambda: torch.autograd.backward((o, ht), (do, dht))
 
 
-def backward_ms(leaves, do, dht, kw, iters):
+QUEUE_SLEEP = 40_000_000  # torch.cuda._sleep cycles, about 20 ms: longer than any backward takes to enqueue
+
+
+def backward_ms(leaves, do, dht, kw, iters, queued=False):
+    """Median ms of the backward between CUDA events.  queued=False: from an idle GPU, so the events also
+    hold every gap in which the GPU waits for the host to launch the next kernel.  queued=True: a spin kernel
+    is queued first and the start event behind it, so the backward's launches are all enqueued before the
+    GPU reaches them (as in a training step whose host runs ahead): device time alone, kernels and their
+    launch latencies.  Returns (ms, host ms per backward: the time the call takes on the host, which, with
+    queued=True, is the host work alone; None when the spin ran out first)."""
     import torch
-    ts = []
+    ts, hs = [], []
     for _ in range(iters):
         backward = step(leaves, do, dht, kw)
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if queued:
+            torch.cuda._sleep(QUEUE_SLEEP)
         s.record()
+        t0 = time.perf_counter()
         backward()
+        hs.append((time.perf_counter() - t0) * 1e3)
         e.record()
         torch.cuda.synchronize()
         ts.append(s.elapsed_time(e))
         for x in leaves:
             x.grad = None
-    return statistics.median(ts)
+    return statistics.median(ts), statistics.median(hs)
 
 
 def stage_of(name):
@@ -145,6 +161,36 @@ def profile_backward(leaves, do, dht, kw, iters):
         st = stage_of(ev.key)
         out[st] = out.get(st, 0.0) + t / 1e3 / iters
     return out
+
+
+def gap_report(leaves, do, dht, kw, path):
+    """One backward from an idle GPU under torch.profiler (host and device): writes the Chrome trace to path
+    and returns (kernel ms, span ms from the first kernel's start to the last one's end, [(gap us, kernel
+    before, kernel after)] of the idle gaps over 10 us, longest first)."""
+    import json
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    backward = step(leaves, do, dht, kw)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        backward()
+        torch.cuda.synchronize()
+    for x in leaves:
+        x.grad = None
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        evs = json.load(f)["traceEvents"]
+    ks = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in evs
+                if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    if not ks:
+        return 0.0, 0.0, []
+    gaps, end = [], ks[0][1]
+    for (s0, e0, n0), (s1, e1, n1) in zip(ks, ks[1:]):
+        if s1 - end > 10:
+            gaps.append((s1 - end, stage_of(n0), stage_of(n1)))
+        end = max(end, e1)
+    busy = sum(e - s for s, e, _ in ks) / 1e3
+    return busy, (end - ks[0][0]) / 1e3, sorted(gaps, reverse=True)
 
 
 def print_profile(name, base, ours):
@@ -200,7 +246,8 @@ def overhead(row):
         stream = torch.cuda.current_stream().cuda_stream
         raw = host_us(lambda: fn(h, addr, stream))
         op = host_us(call)
-        alloc = host_us(lambda: [torch.empty(sh, dtype=dt, device="cuda") for sh, dt in plan.outs])
+        outs = list(plan.outs.values()) if isinstance(plan.outs, dict) else plan.outs  # (bwd_dhu's: by name)
+        alloc = host_us(lambda: [torch.empty(sh, dtype=dt, device="cuda") for sh, dt in outs])
         # the direct entry's own cost without kdart's call or the outputs: the same arguments with the last
         # tensor replaced by an int, which it refuses (None) after unpacking all the others
         direct = kt._XI if key == "intra" else kt._XD
@@ -223,6 +270,9 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="also the per-stage kernel times (torch.profiler)")
     ap.add_argument("--profile-iters", type=int, default=4)
+    ap.add_argument("--trace", metavar="PREFIX",
+                    help="also one backward each way under torch.profiler (host and device): the Chrome trace to "
+                         "PREFIX_<config>_<shape>_<fla|kdart>.json and the GPU's idle gaps between kernels")
     ap.add_argument("--warm-only", action="store_true",
                     help="one forward+backward per shape each way at T <= 1024 (the same Triton specializations), "
                          "no timing: the workload of tools/triton_warm.py")
@@ -264,18 +314,36 @@ def main():
                 backward_ms(leaves, do, dht, kw, 1)  # warm kdart (prepare) and fla's other stages
             print(f"  ({config} {name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart "
                   f"{time.time() - t1:.1f} s)", flush=True)
-            base = backward_ms(leaves, do, dht, kw, args.iters)
+            base, _ = backward_ms(leaves, do, dht, kw, args.iters)
             kf.reset_stats()
             with kf.enabled():
-                ours = backward_ms(leaves, do, dht, kw, args.iters)
+                ours, _ = backward_ms(leaves, do, dht, kw, args.iters)
             st = kf.stats()
             print(f"{config:7s} {name:22s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  {st['served']} "
                   f"{st['fallbacks']}", flush=True)
+            qb, hb = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
+            with kf.enabled():
+                qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
+            print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
+                  f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
             if args.profile:
                 pb = profile_backward(leaves, do, dht, kw, args.profile_iters)
                 with kf.enabled():
                     po = profile_backward(leaves, do, dht, kw, args.profile_iters)
                 print_profile(f"{config} {name}", pb, po)
+            if args.trace:
+                for who, on in (("fla", False), ("kdart", True)):
+                    path = f"{args.trace}_{config}_{name}_{who}.json"
+                    if on:
+                        with kf.enabled():
+                            busy, span, gaps = gap_report(leaves, do, dht, kw, path)
+                    else:
+                        busy, span, gaps = gap_report(leaves, do, dht, kw, path)
+                    print(f"  {who}: one backward under the profiler: kernels {busy:.3f} ms over a {span:.3f} ms "
+                          f"span, {sum(g for g, _, _ in gaps) / 1e3:.3f} ms in {len(gaps)} idle gaps over 10 us "
+                          f"({path})", flush=True)
+                    for g, a, b in gaps[:8]:
+                        print(f"    {g:8.1f} us  after {a} -> before {b}")
             del leaves, do, dht, kw
             torch.cuda.empty_cache()
     if args.no_overhead:

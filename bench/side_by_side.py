@@ -21,9 +21,9 @@ import os
 import sys
 import time
 
-from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dhu_bytes, dump_json,
-                    fla_dhu, fla_intra, fla_wy, fmt, import_fla, intra_bytes, make_dhu, make_intra, make_wy,
-                    nsets_for, print_table, rel_rms, seq_layout, wy_bytes)
+from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dav_bytes, dhu_bytes,
+                    dump_json, fla_dav, fla_dhu, fla_intra, fla_wy, fmt, import_fla, intra_bytes, make_dhu,
+                    make_intra, make_wy, nsets_for, print_table, rel_rms, seq_layout, wy_bytes)
 
 
 # ---------------------------------------------------------------- shape rows
@@ -389,14 +389,14 @@ def run_dhu(r, ctx):
     return res
 
 
-def run_wy(r, ctx):
-    """wy_dqkg through kdart.torch (the op users call) against fla's chunk_kda_bwd_wy_dqkg_fused; a packed
-    row (r.lens) passes cu_seqlens and fla's index tensors."""
+def torch_row(r, ctx):
+    """What a row run through kdart.torch needs: (kdart.torch, the packed lengths or None, seq_layout, and
+    for a packed row cu_seqlens and fla's chunk_indices / chunk_offsets, else None)."""
     import torch
-    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
     if os.path.join(ROOT, "python") not in sys.path:
         sys.path.insert(0, os.path.join(ROOT, "python"))
     import kdart.torch as kt
+    fla, dev = ctx["fla"], ctx["device"]
     lens = getattr(r, "lens", None)
     lay = seq_layout(r.B, r.T, lens, device=dev)
     cu = ci = co = None
@@ -404,6 +404,15 @@ def run_wy(r, ctx):
         cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=dev)
         if fla is not None:
             ci, co = fla["chunk_indices"](cu, CHUNK), fla["chunk_offsets"](cu, CHUNK)
+    return kt, lens, lay, cu, ci, co
+
+
+def run_wy(r, ctx):
+    """wy_dqkg through kdart.torch (the op users call) against fla's chunk_kda_bwd_wy_dqkg_fused; a packed
+    row (r.lens) passes cu_seqlens and fla's index tensors."""
+    import torch
+    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
+    kt, lens, lay, cu, ci, co = torch_row(r, ctx)
     nbytes = wy_bytes(r, NT=lay["NT"])
     sets = [make_wy(r, dev, lay) for _ in range(nsets_for(nbytes))]
 
@@ -435,6 +444,64 @@ def run_wy(r, ctx):
     return res
 
 
+def run_dav(r, ctx):
+    """fla's chunk_kda_bwd_dAv against what it costs fused into kdart's stages, where kdart.fla fuses it: the
+    time bwd_dhu with Aqk in place of dv adds over bwd_dhu with fla's dv, plus the time wy_dqkg's dAqk output
+    adds over the plain wy_dqkg, the four timed in this run (kdart ms is that sum).  Checks: dAqk against
+    fla's dA, and the fused scan's dv2 against the unfused one fed fla's dv.  Where kdart.fla leaves the call
+    to fla (kdart.fla.dav_refusal's reasons), the row has fla's time and the reason."""
+    import torch
+    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
+    kt, lens, lay, cu, ci, co = torch_row(r, ctx)
+    import kdart.fla as kf
+    res = dict(stage="bwd_dAv", row=r.name, shape=r.shape_str(), bytes=dav_bytes(r), nsets=1, checks={}, flags=[])
+    s = make_wy(r, dev, lay)
+    d = make_dhu(r, dev, lay)
+    d["do"] = s["do"]
+    ar = torch.arange(CHUNK, device=dev)
+    lower = (ar[None, None, :] <= lay["pos"][:, None, None]).float()
+    Aqk = (torch.randn(r.B * r.T, r.HV, CHUNK, device=dev) * 0.1).mul_(lower).to(torch.bfloat16)
+    Aqk = Aqk.reshape(r.B, r.T, r.HV, CHUNK)
+    fdA, fdv = fla_dav(fla, s, Aqk, cu, ci)
+    torch.cuda.synchronize()
+    res["fla_ms"], res["fla_min_ms"] = timer([lambda: fla_dav(fla, s, Aqk, cu, ci)])
+    why = kf.dav_grid_refusal(lay["N"], r.HV, r.K, r.V, lens is not None, dev)
+    if r.K not in (64, 128) or r.V % 64:
+        why = f"K={r.K}, V={r.V} (the fused dAv takes K 64 or 128 and V a multiple of 64)"
+    if why:
+        res["not_served"] = why
+        print(f"  kdart.fla leaves this dAv to fla: {why}", flush=True)
+        return res
+    seqs = dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
+
+    def dhu(aqk):
+        return kt.bwd_dhu(d["qg"], d["kg"], d["w"], d["do"], None if aqk else fdv, d["g"], h0=d["h0"], dht=d["dht"],
+                          scale=s["scale"], Aqk=Aqk if aqk else None, **seqs)
+
+    def wy(daqk):
+        return kt.wy_dqkg(s["q"], s["k"], s["v"], s["v_new"], s["g"], s["beta"], s["A"], s["h"], s["do"], s["dh"],
+                          s["dv"], scale=s["scale"], cu_seqlens=cu, chunk_indices=ci, dAqk=daqk)
+    plain, fused = dhu(False), dhu(True)
+    wo = wy(True)
+    torch.cuda.synchronize()
+    res["checks"]["dA"] = rel_rms(wo[6], fdA)
+    res["checks"]["dv2"] = rel_rms(fused[2], plain[2])
+    for n, t in (("dA", wo[6]), ("dv2", fused[2])):
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+    del plain, fused, wo
+    ms = {}
+    for name, fn in (("dhu", lambda: dhu(False)), ("dhu_aqk", lambda: dhu(True)), ("wy", lambda: wy(False)),
+                     ("wy_daqk", lambda: wy(True))):
+        ms[name] = timer([fn])[0]
+    res["parts_ms"] = ms
+    res["kdart_ms"] = (ms["dhu_aqk"] - ms["dhu"]) + (ms["wy_daqk"] - ms["wy"])
+    res["kdart_min_ms"] = res["kdart_ms"]
+    print(f"  bwd_dhu {ms['dhu']:.3f} -> {ms['dhu_aqk']:.3f} ms with Aqk, wy_dqkg {ms['wy']:.3f} -> "
+          f"{ms['wy_daqk']:.3f} ms with dAqk", flush=True)
+    return res
+
+
 # --------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -451,8 +518,9 @@ def main(argv=None):
     ap.add_argument("--rows", default="",
                     help="comma-separated row indices or names (see --list); default: all")
     ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
-    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "all"), default="both",
-                    help="which stages to run (both: bwd_intra and bwd_dhu; all: and wy_dqkg)")
+    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "all"), default="both",
+                    help="which stages to run (both: bwd_intra and bwd_dhu; dav: fla's chunk_kda_bwd_dAv against "
+                         "its cost fused into kdart's bwd_dhu and wy_dqkg; all: every one)")
     ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (median; default 20)")
@@ -495,6 +563,9 @@ def main(argv=None):
                 fla_dhu(fla, make_dhu(small, dev))
             if args.stage in ("wy", "all") and not r.fold_emit:
                 fla_wy(fla, make_wy(small, dev))
+            if args.stage in ("dav", "all") and not r.fold_emit:
+                s = make_wy(small, dev)
+                fla_dav(fla, s, s["A"])
             torch.cuda.synchronize()
             print(f"[{r.name}] warm", flush=True)
         return 0
@@ -537,14 +608,16 @@ def main(argv=None):
             stages.append(run_dhu)
         if args.stage in ("wy", "all") and not r.fold_emit:
             stages.append(run_wy)
+        if args.stage in ("dav", "all") and not r.fold_emit and fla is not None:
+            stages.append(run_dav)
         for fn in stages:
             print(f"[{r.name}] {r.shape_str()} {fn.__name__[4:]} (t={time.time() - t_start:.0f} s)", flush=True)
             try:
                 res = fn(r, ctx)
             except Exception as e:  # report and go on with the next row
                 failed = True
-                stage = ("bwd_dhu" if fn is run_dhu else "wy_dqkg" if fn is run_wy else
-                         "bwd_intra fold+emit" if r.fold_emit else "bwd_intra")
+                stage = ("bwd_dhu" if fn is run_dhu else "wy_dqkg" if fn is run_wy else "bwd_dAv" if fn is run_dav
+                         else "bwd_intra fold+emit" if r.fold_emit else "bwd_intra")
                 res = dict(stage=stage, row=r.name, shape=r.shape_str(), error=f"{type(e).__name__}: {e}")
                 print(f"  ERROR {res['error']}", flush=True)
             try:
@@ -554,7 +627,9 @@ def main(argv=None):
                 print(f"  CUDA context lost ({type(e).__name__}: {e}); stopping", flush=True)
                 res.setdefault("error", f"context lost: {e}")
                 fatal = True
-            if "error" not in res:
+            if "not_served" in res:
+                print(f"  fla {res['fla_ms']:.3f} ms; kdart: not fused here", flush=True)
+            elif "error" not in res:
                 res["kdart_gbs"] = res["bytes"] / (res["kdart_ms"] * 1e-3) / 1e9
                 res["fla_gbs"] = res["bytes"] / (res["fla_ms"] * 1e-3) / 1e9 if "fla_ms" in res else None
                 res["ratio"] = res["fla_ms"] / res["kdart_ms"] if "fla_ms" in res else None
@@ -587,6 +662,10 @@ def main(argv=None):
         if "error" in res:
             lines.append((res["stage"], res["shape"], "-", "-", "-", "-", "-", "-", "ERROR"))
             continue
+        if "not_served" in res:
+            lines.append((res["stage"], res["shape"], fmt(res.get("fla_ms"), ".3f"), "-", "-", "-", "-", "-",
+                          "fla's: " + res["not_served"]))
+            continue
         worst = max((v if math.isfinite(v) else math.inf) for v in res["checks"].values()) if res["checks"] else None
         lines.append((res["stage"], res["shape"], fmt(res.get("fla_ms"), ".3f"), f"{res['kdart_ms']:.3f}",
                       fmt(res.get("ratio"), ".2f") + ("x" if res.get("ratio") else ""), f"{res['kdart_gbs']:.0f}",
@@ -595,7 +674,8 @@ def main(argv=None):
     print(f"\nbf16 io; median of {args.iters} CUDA-event timings after {args.warmup} warm-up calls; "
           f"copy ceiling {fmt(ceil_gbs, '.0f')} GB/s; GB/s over the fewest bytes each stage must move; "
           f"fold+emit row: fla = chunk_kda_bwd_intra + chunk_local_cumsum(dg, reverse) "
-          f"(with the two bf16 casts: see 'fla+casts' above); {elapsed:.0f} s")
+          f"(with the two bf16 casts: see 'fla+casts' above); bwd_dAv: kdart ms is the time its two fused "
+          f"halves add to bwd_dhu and wy_dqkg, its GB/s fla's stage bytes over that; {elapsed:.0f} s")
 
     if args.json:
         meta["elapsed_s"] = elapsed

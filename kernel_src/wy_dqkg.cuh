@@ -43,8 +43,11 @@
  * Structure: the CTA walks steps (K block of 64 columns, V tile of 64 columns),
  * V tiles inner.  Each step's tiles (do, dv, v_new, and v in the first K block;
  * h and dh) are copied into shared memory with 16-byte cp.async while the
- * previous step computes (two stages).  Per step, warp (wm, wn) accumulates rows
- * 16 wm.., columns 32 wn.. of S_q, S_k, S_w (fp32 accumulators in registers),
+ * previous step computes (two stages), with L2 eviction priorities: the value
+ * tiles of a K block that is not the last stay (the next K block reads them
+ * again), every tile read for the last time goes first (at K128 V256 this cut
+ * the DRAM bytes by a ninth).  Per step, warp (wm, wn) accumulates rows 16
+ * wm.., columns 32 wn.. of S_q, S_k, S_w (fp32 accumulators in registers),
  * and in the first K block also dA' += dv v^T and the tile's dvb (dv2 and db's
  * first term in its epilogue).  The products are mma.sync m16n8k16 with
  * ldmatrix operands, or on sm_90a wgmma with both operands read from the
@@ -102,9 +105,27 @@ __device__ __forceinline__ float ex2(float x) {
 __device__ __forceinline__ int swz(int row, int col) {
     return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);
 }
-__device__ __forceinline__ void cp16z(unsigned s, const void *gsrc, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 16 : 0)
-                 : "memory");
+/* L2 eviction priorities: tiles read again by this CTA (the value side in every K block but the last)
+ * stay, tiles read for the last time go first */
+__device__ __forceinline__ unsigned long long pol_last() {
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ unsigned long long pol_first() {
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+/* hint: 0 none, 1 evict first (read for the last time), 2 evict last (this CTA reads it again) */
+__device__ __forceinline__ void cp16z(unsigned s, const void *gsrc, bool ok, int hint = 0) {
+    if (hint) {
+        const unsigned long long pol = hint == 2 ? pol_last() : pol_first();
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(s), "l"(gsrc),
+                     "r"(ok ? 16 : 0), "l"(pol) : "memory");
+    } else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 16 : 0)
+                     : "memory");
 }
 __device__ __forceinline__ void cp8z(unsigned s, const void *gsrc, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 8 : 0) : "memory");
@@ -263,6 +284,20 @@ __device__ __forceinline__ float ldf(const unsigned short *g) {
     return to_float(x);
 }
 
+/* a.lo b.lo + a.hi b.hi of two packed io pairs */
+template <typename IO>
+__device__ __forceinline__ float dot2(unsigned a, unsigned b) {
+    if constexpr (io_traits<IO>::is_bf16) {
+        return __uint_as_float(a << 16) * __uint_as_float(b << 16) +
+               __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
+    } else {
+        IO a0, a1, b0, b1;
+        a0.bits = (unsigned short)(a & 0xffffu), a1.bits = (unsigned short)(a >> 16);
+        b0.bits = (unsigned short)(b & 0xffffu), b1.bits = (unsigned short)(b >> 16);
+        return to_float(a0) * to_float(b0) + to_float(a1) * to_float(b1);
+    }
+}
+
 /* One 64 x 64 io tile into a swizzled shared tile: rows < nr and columns < nc
  * from g (row r at g + r * stride), zeros elsewhere.  Native: 16-byte cp.async
  * (nc == 64, g and stride 8-element aligned).  TAIL: cp.async of the granule
@@ -270,7 +305,7 @@ __device__ __forceinline__ float ldf(const unsigned short *g) {
  * or element loads where Kr or V is not a multiple of 4. */
 template <bool TAIL>
 __device__ __forceinline__ void load_tile(unsigned short *s, const unsigned short *g, long long stride, int nr,
-                                          int nc, int tid, int gran = 8) {
+                                          int nc, int tid, int gran = 8, int hint = 0) {
     const int ch = tid & 7;
 #pragma unroll TAIL ? 1 : 2 /* (TAIL: its three paths unrolled held the addresses of both rows and spilled) */
     for (int j = 0; j < 2; ++j) {
@@ -278,10 +313,10 @@ __device__ __forceinline__ void load_tile(unsigned short *s, const unsigned shor
         unsigned short *d = s + row * 64 + (((ch ^ row) & 7) << 3);
         if constexpr (!TAIL) {
             const bool ok = row < nr;
-            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok);
+            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok, hint);
         } else if (gran == 8) {
             const bool ok = row < nr && ch * 8 < nc;
-            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok);
+            cp16z(smem_u32(d), ok ? g + row * stride + ch * 8 : g, ok, hint);
         } else if (gran == 4) {
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
@@ -426,16 +461,17 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         unsigned short *st = sStage + (s & 1) * (Tr::kStage / 2);
         const int vc = V - 64 * vt, kc = Kr - 64 * kb;
         const long long ov = rowV() * V + 64 * vt, oh = vLoc[3];
-        load_tile<TAIL>(st + 0 * 4096, io(p.dout) + ov, strV, nv, vc, tid, gran);
-        load_tile<TAIL>(st + 1 * 4096, io(p.dv) + ov, strV, nv, vc, tid, gran);
-        load_tile<TAIL>(st + 2 * 4096, io(p.v_new) + ov, strV, nv, vc, tid, gran);
-        if (kb == 0) load_tile<TAIL>(st + 3 * 4096, io(p.v) + ov, strV, nv, vc, tid, gran);
+        const int once = 1, again = kb + 1 < nkb ? 2 : 1;
+        load_tile<TAIL>(st + 0 * 4096, io(p.dout) + ov, strV, nv, vc, tid, gran, again);
+        load_tile<TAIL>(st + 1 * 4096, io(p.dv) + ov, strV, nv, vc, tid, gran, again);
+        load_tile<TAIL>(st + 2 * 4096, io(p.v_new) + ov, strV, nv, vc, tid, gran, again);
+        if (kb == 0) load_tile<TAIL>(st + 3 * 4096, io(p.v) + ov, strV, nv, vc, tid, gran, once);
         if constexpr (!SVF) {
-            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran);
-            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran);
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran, once);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * kb * V + 64 * vt, V, kc, vc, tid, gran, once);
         } else {
-            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran);
-            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran);
+            load_tile<TAIL>(st + 4 * 4096, io(p.h) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran, once);
+            load_tile<TAIL>(st + 5 * 4096, io(p.dh) + oh + 64ll * vt * Kr + 64 * kb, Kr, vc, kc, tid, gran, once);
         }
     };
 
@@ -484,14 +520,24 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         }
         /* sum_v h dh: column kk = tid / 4 of the K block, v in 16 (tid % 4).. (on sm_90a while the
          * wgmma run: the same tiles, read only) */
-        auto sum_hdh = [&]() { /* each lane's 16 v rotated by 2 (tid % 4): 32 banks per load, not 8 */
+        auto sum_hdh = [&]() {
             const unsigned short *th = st + 4 * 4096, *tdh = st + 5 * 4096;
             const int kk = tid >> 2, qv = tid & 3, v0 = qv * 16;
+            if constexpr (!SVF) { /* the lane's two 16-byte chunks of row kk: a quarter warp's eight
+                                   * loads are the two rows' eight distinct chunks, 32 banks */
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const int v = v0 + ((i + 2 * qv) & 15);
-                const int o = SVF ? swz(v, kk) : swz(kk, v);
-                hdh += ldf<IO>(th + o) * ldf<IO>(tdh + o);
+                for (int c = 0; c < 2; ++c) {
+                    const int o = kk * 64 + ((((2 * qv + c) ^ kk) & 7) << 3);
+                    const uint4 a = *reinterpret_cast<const uint4 *>(th + o);
+                    const uint4 b = *reinterpret_cast<const uint4 *>(tdh + o);
+                    hdh += dot2<IO>(a.x, b.x) + dot2<IO>(a.y, b.y) + (dot2<IO>(a.z, b.z) + dot2<IO>(a.w, b.w));
+                }
+            } else { /* column kk: each lane's 16 v rotated by 2 (tid % 4), 32 banks per load, not 8 */
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+                    const int o = swz(v0 + ((i + 2 * qv) & 15), kk);
+                    hdh += ldf<IO>(th + o) * ldf<IO>(tdh + o);
+                }
             }
         };
 #if KDART_WY_WG /* the four products of the step issued at once, sum_v h dh while they run */
