@@ -12,7 +12,9 @@
  * kref_wy_dqkg_varlen equals the finite differences of the scalar wy_dqkg
  * differentiates (dq, dk, dv2, dg, db and dA through A = (I + L)^-1) on packed
  * sequences with a one-token and a partial chunk and grouped value heads;
- * the generators keep their invariants; the bf16/fp16 conversions round to
+ * the gate inside chunk_kda (both forms, with its A_log and dt_bias sums),
+ * the l2norm and beta's sigmoid equal the finite differences of their
+ * forwards; the generators keep their invariants; the bf16/fp16 conversions round to
  * nearest even.  Inputs are fresh each run; the seed is printed and
  * KREF_SEED=<seed> replays a run.
  */
@@ -1487,6 +1489,118 @@ START_TEST(test_wy_fd)
 }
 END_TEST
 
+/* --------------------------- gate, l2norm, beta sigmoid (the flags) --- */
+
+typedef struct {
+    int HV, K, safe;
+    size_t rows;
+    double lb, *g, *A_log, *dtb, *da, *a;
+} gate_prob;
+
+static double gate_loss(const gate_prob *p)
+{
+    kref_gate_act(p->rows, p->HV, p->K, p->g, p->A_log, p->dtb, p->safe, p->lb, p->a);
+    double L = 0.0;
+    for (size_t i = 0; i < p->rows * (size_t)p->K; i++) L += p->da[i] * p->a[i];
+    return L;
+}
+
+static double gate_fd(gate_prob *p, double *x)
+{
+    const double x0 = *x, h = 1e-5 * fmax(1.0, fabs(x0));
+    *x = x0 + h;
+    const double lp = gate_loss(p);
+    *x = x0 - h;
+    const double lm = gate_loss(p);
+    *x = x0;
+    return (lp - lm) / (2 * h);
+}
+
+/* _i = 0: the plain gate, 1: the safe gate (lower bound -5); raw gates of
+ * +-20 among the draws */
+START_TEST(test_gate_fd)
+{
+    kref_rng r;
+    kref_rng_seed(&r, g_seed ^ (0xB000u + (unsigned)_i));
+    gate_prob p = {.HV = 3, .K = 5, .safe = _i, .rows = 37 * 3, .lb = -5.0};
+    const size_t n = p.rows * (size_t)p.K;
+    p.g = dalloc(n), p.da = dalloc(n), p.a = dalloc(n);
+    p.A_log = dalloc((size_t)p.HV), p.dtb = dalloc((size_t)p.HV * p.K);
+    kref_gen_normal(&r, n, 2.0, p.g);
+    p.g[3] = 20.0, p.g[11] = -20.0;
+    kref_gen_normal(&r, n, 1.0, p.da);
+    for (int hv = 0; hv < p.HV; hv++) p.A_log[hv] = log(1.0 + 15.0 * kref_rng_uniform(&r));
+    kref_gen_normal(&r, (size_t)p.HV * p.K, 0.5, p.dtb);
+    double *dg = dalloc(n), *dA = dalloc((size_t)p.HV), *db = dalloc((size_t)p.HV * p.K);
+    for (size_t i = 0; i < n; i++) dg[i] = NAN;
+    kref_gate_act_bwd(p.rows, p.HV, p.K, p.g, p.A_log, p.dtb, p.safe, p.lb, p.da, dg, dA, db);
+    const double rg = rms_of(dg, n), ra = rms_of(dA, (size_t)p.HV), rb = rms_of(db, (size_t)p.HV * p.K);
+    CHK(rg > 0 && ra > 0 && rb > 0);
+    double eg = 0, ea = 0, eb = 0;
+    for (size_t i = 0; i < n; i++) eg = fmax(eg, fd_rel(gate_fd(&p, &p.g[i]), dg[i], rg));
+    for (int hv = 0; hv < p.HV; hv++) ea = fmax(ea, fd_rel(gate_fd(&p, &p.A_log[hv]), dA[hv], ra));
+    for (int i = 0; i < p.HV * p.K; i++) eb = fmax(eb, fd_rel(gate_fd(&p, &p.dtb[i]), db[i], rb));
+    printf("gate (%s) vs finite differences: dg_raw %.2e, dA_log %.2e, ddt_bias %.2e\n", _i ? "safe" : "plain",
+           eg, ea, eb);
+    CHK(eg < 1e-6 && ea < 1e-6 && eb < 1e-6);
+    double *all[] = {p.g, p.da, p.a, p.A_log, p.dtb, dg, dA, db};
+    for (size_t x = 0; x < sizeof all / sizeof all[0]; x++) free(all[x]);
+}
+END_TEST
+
+/* the l2norm of rows of K and beta's sigmoid (scale 1 and 2), each against
+ * the finite differences of sum(dy * f(x)) */
+START_TEST(test_l2norm_sigmoid_fd)
+{
+    kref_rng r;
+    kref_rng_seed(&r, g_seed ^ 0xB100u);
+    const int K = 7;
+    const size_t rows = 23, n = rows * K;
+    double *x = dalloc(n), *y = dalloc(n), *rs = dalloc(rows), *dy = dalloc(n), *dx = dalloc(n);
+    double *y2 = dalloc(n), *rs2 = dalloc(rows);
+    kref_gen_normal(&r, n, 3.0, x);
+    kref_gen_normal(&r, n, 1.0, dy);
+    kref_l2norm(rows, K, 1e-6, x, y, rs);
+    for (size_t i = 0; i < n; i++) dx[i] = NAN;
+    kref_l2norm_bwd(rows, K, y, rs, dy, dx);
+    const double rx = rms_of(dx, n);
+    CHK(rx > 0);
+    double el = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
+        double l[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            x[i] = x0 + (sgn ? -h : h);
+            kref_l2norm(rows, K, 1e-6, x, y2, rs2);
+            l[sgn] = 0.0;
+            for (size_t j = 0; j < n; j++) l[sgn] += dy[j] * y2[j];
+        }
+        x[i] = x0;
+        el = fmax(el, fd_rel((l[0] - l[1]) / (2 * h), dx[i], rx));
+    }
+    double es = 0;
+    for (int sc = 1; sc <= 2; sc++) {
+        kref_beta_sigmoid_bwd(n, sc, x, dy, dx);
+        const double rb = rms_of(dx, n);
+        CHK(rb > 0);
+        for (size_t i = 0; i < n; i++) {
+            const double x0 = x[i], h = 1e-5 * fmax(1.0, fabs(x0));
+            double bp, bm;
+            x[i] = x0 + h;
+            kref_beta_sigmoid(1, sc, &x[i], &bp);
+            x[i] = x0 - h;
+            kref_beta_sigmoid(1, sc, &x[i], &bm);
+            x[i] = x0;
+            es = fmax(es, fd_rel(dy[i] * (bp - bm) / (2 * h), dx[i], rb));
+        }
+    }
+    printf("l2norm vs finite differences %.2e, beta sigmoid %.2e\n", el, es);
+    CHK(el < 1e-6 && es < 1e-6);
+    double *all[] = {x, y, rs, dy, dx, y2, rs2};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]);
+}
+END_TEST
+
 static Suite *ref_suite(void)
 {
     Suite *s = suite_create("reference");
@@ -1515,6 +1629,11 @@ static Suite *ref_suite(void)
     tc = tcase_create("wy_dqkg");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_wy_fd);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("flags");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_gate_fd, 0, 2);
+    tcase_add_test(tc, test_l2norm_sigmoid_fd);
     suite_add_tcase(s, tc);
     tc = tcase_create("varlen");
     tcase_set_timeout(tc, 300);

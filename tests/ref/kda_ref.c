@@ -763,3 +763,91 @@ void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
     }
     free(Sq), free(Sk), free(dw), free(kgr), free(dk0), free(dkgb), free(dgk), free(dAp), free(X), free(Y);
 }
+
+/* ---- The elementwise stages of chunk_kda's production flags. ---- */
+
+static double sigmoid(double x)
+{
+    return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+void kref_gate_act(size_t rows, int HV, int K, const double *g_raw,
+                   const double *A_log, const double *dt_bias, int safe,
+                   double lower_bound, double *a)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const int hv = (int)(r % (size_t)HV);
+        const double e = exp(A_log[hv]);
+        for (int d = 0; d < K; d++) {
+            const size_t i = r * (size_t)K + d;
+            const double x = g_raw[i] + dt_bias[(size_t)hv * K + d];
+            a[i] = safe ? lower_bound * sigmoid(e * x) : -e * softplus(x);
+        }
+    }
+}
+
+void kref_gate_act_bwd(size_t rows, int HV, int K, const double *g_raw,
+                       const double *A_log, const double *dt_bias, int safe,
+                       double lower_bound, const double *da, double *dg_raw,
+                       double *dA_log, double *ddt_bias)
+{
+    memset(dA_log, 0, sizeof(double) * (size_t)HV);
+    memset(ddt_bias, 0, sizeof(double) * (size_t)HV * K);
+    for (size_t r = 0; r < rows; r++) {
+        const int hv = (int)(r % (size_t)HV);
+        const double e = exp(A_log[hv]);
+        for (int d = 0; d < K; d++) {
+            const size_t i = r * (size_t)K + d;
+            const double x = g_raw[i] + dt_bias[(size_t)hv * K + d];
+            double dx, dlog;
+            if (safe) { /* a = lb s(e x): da/dx = lb s (1 - s) e, da/dA_log = lb s (1 - s) e x */
+                const double s = sigmoid(e * x), inner = da[i] * lower_bound * s * (1.0 - s);
+                dx = inner * e;
+                dlog = inner * e * x;
+            } else {   /* a = -e softplus(x): da/dx = -e sigmoid(x), da/dA_log = a */
+                dx = -da[i] * e * sigmoid(x);
+                dlog = -da[i] * e * softplus(x);
+            }
+            dg_raw[i] = dx;
+            dA_log[hv] += dlog;
+            ddt_bias[(size_t)hv * K + d] += dx;
+        }
+    }
+}
+
+void kref_l2norm(size_t rows, int K, double eps, const double *x, double *y,
+                 double *rstd)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const double *xr = x + r * (size_t)K;
+        double ss = 0.0;
+        for (int d = 0; d < K; d++) ss += xr[d] * xr[d];
+        rstd[r] = 1.0 / sqrt(ss + eps);
+        for (int d = 0; d < K; d++) y[r * (size_t)K + d] = xr[d] * rstd[r];
+    }
+}
+
+void kref_l2norm_bwd(size_t rows, int K, const double *y, const double *rstd,
+                     const double *dy, double *dx)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const double *yr = y + r * (size_t)K, *dyr = dy + r * (size_t)K;
+        double dot = 0.0;
+        for (int d = 0; d < K; d++) dot += dyr[d] * yr[d];
+        for (int d = 0; d < K; d++) dx[r * (size_t)K + d] = rstd[r] * (dyr[d] - yr[d] * dot);
+    }
+}
+
+void kref_beta_sigmoid(size_t n, double scale, const double *x, double *beta)
+{
+    for (size_t i = 0; i < n; i++) beta[i] = scale * sigmoid(x[i]);
+}
+
+void kref_beta_sigmoid_bwd(size_t n, double scale, const double *x,
+                           const double *db, double *dx)
+{
+    for (size_t i = 0; i < n; i++) {
+        const double s = sigmoid(x[i]);
+        dx[i] = db[i] * scale * s * (1.0 - s);
+    }
+}

@@ -219,6 +219,37 @@ void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N,
                                 const double *g2, double *w, double *kg,
                                 double *qg);
 
+/* ---- The elementwise stages of chunk_kda's production flags. ----
+ * Rows are tokens times heads, in any order; every function is exact in
+ * double and loops in a fixed order. */
+/* The gate inside chunk_kda (use_gate_in_kernel), per row and channel, x =
+ * g_raw + dt_bias[hv, d] with hv = row % HV:
+ *   plain (safe = 0): a = -exp(A_log[hv]) softplus(x)
+ *   safe  (safe = 1): a = lower_bound sigmoid(exp(A_log[hv]) x)
+ * a, g_raw [rows, K] with rows = tokens * HV; A_log [HV]; dt_bias [HV, K]. */
+void kref_gate_act(size_t rows, int HV, int K, const double *g_raw,
+                   const double *A_log, const double *dt_bias, int safe,
+                   double lower_bound, double *a);
+/* Its backward from da: dg_raw [rows, K], and the sums over the rows of
+ * dA_log [HV] and ddt_bias [HV, K] (overwritten, not accumulated). */
+void kref_gate_act_bwd(size_t rows, int HV, int K, const double *g_raw,
+                       const double *A_log, const double *dt_bias, int safe,
+                       double lower_bound, const double *da, double *dg_raw,
+                       double *dA_log, double *ddt_bias);
+/* y = x rstd with rstd = 1 / sqrt(sum_d x^2 + eps) per row of K (fla's
+ * l2norm); rstd [rows]. */
+void kref_l2norm(size_t rows, int K, double eps, const double *x, double *y,
+                 double *rstd);
+/* dx = rstd (dy - y sum_d(dy y)) per row: the backward through kref_l2norm
+ * from y and rstd, as fla's l2norm_bwd takes them. */
+void kref_l2norm_bwd(size_t rows, int K, const double *y, const double *rstd,
+                     const double *dy, double *dx);
+/* beta = scale sigmoid(x) (scale 2 with allow_neg_eigval, else 1), and its
+ * backward dx = db scale s (1 - s), s = sigmoid(x); n values. */
+void kref_beta_sigmoid(size_t n, double scale, const double *x, double *beta);
+void kref_beta_sigmoid_bwd(size_t n, double scale, const double *x,
+                           const double *db, double *dx);
+
 /* ---- Error metrics. ---- */
 /* ||got - ref||_2 / ||ref||_2; INFINITY when any got (or ref) entry is not
  * finite; when ||ref|| = 0 it is 0 if got is all zero, else INFINITY. */
