@@ -12,7 +12,9 @@
  * kref_wy_dqkg_varlen equals the finite differences of the scalar wy_dqkg
  * differentiates (dq, dk, dv2, dg, db and dA through A = (I + L)^-1) on packed
  * sequences with a one-token and a partial chunk and grouped value heads;
- * the gate inside chunk_kda (both forms, with its A_log and dt_bias sums),
+ * the chunked forward recompute (Akk, w, u, the states entering each chunk)
+ * equals the token-by-token recurrence, fixed and packed; the gate inside
+ * chunk_kda (both forms, with its A_log and dt_bias sums),
  * the l2norm and beta's sigmoid equal the finite differences of their
  * forwards; the generators keep their invariants; the bf16/fp16 conversions round to
  * nearest even.  Inputs are fresh each run; the seed is printed and
@@ -1489,6 +1491,92 @@ START_TEST(test_wy_fd)
 }
 END_TEST
 
+/* ------------------------------- the forward recompute (w, u, h) --- */
+
+/* The KDA recurrence token by token, independent of the chunked form: per
+ * sequence S = h0[n]; for each token S = diag(exp(a_t)) S, then the delta
+ * rule S += beta_t k_t (v_t - S^T k_t)^T.  hb [NT,HV,K,V]: S entering each
+ * 64-token chunk (row chunk_offsets[n] + c); ht [N,HV,K,V]: S at the end. */
+static void kda_token_states(int HV, int K, int V, int N, const int64_t *cu, const double *k, const double *v,
+                             const double *beta, const double *a, const double *h0, double *hb, double *ht)
+{
+    int64_t *off = calloc((size_t)N + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(off);
+    kref_chunk_offsets(N, cu, off);
+    const size_t KV = (size_t)K * V;
+    double *S = dalloc(KV), *pred = dalloc((size_t)V);
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++) {
+            memcpy(S, h0 + ((size_t)n * HV + hv) * KV, sizeof(double) * KV);
+            for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
+                if ((t - cu[n]) % BT == 0)
+                    memcpy(hb + ((size_t)(off[n] + (t - cu[n]) / BT) * HV + hv) * KV, S, sizeof(double) * KV);
+                const double *kt = k + ((size_t)t * HV + hv) * K, *vt = v + ((size_t)t * HV + hv) * V;
+                for (int d = 0; d < K; d++)
+                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] *= exp(a[((size_t)t * HV + hv) * K + d]);
+                for (int e = 0; e < V; e++) {
+                    pred[e] = 0.0;
+                    for (int d = 0; d < K; d++) pred[e] += S[(size_t)d * V + e] * kt[d];
+                }
+                const double b = beta[(size_t)t * HV + hv];
+                for (int d = 0; d < K; d++)
+                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] += b * kt[d] * (vt[e] - pred[e]);
+            }
+            memcpy(ht + ((size_t)n * HV + hv) * KV, S, sizeof(double) * KV);
+        }
+    free(S);
+    free(pred);
+    free(off);
+}
+
+/* kref_wy_akk + kref_recompute_w_u + kref_fwd_h (the chunked form fla's
+ * backward recomputes) against the token recurrence: the state entering
+ * every chunk and the final state.  _i = 0: B = 2 sequences of 150 tokens
+ * (a partial last chunk); 1: 5 packed documents with a one-token one and an
+ * empty one. */
+START_TEST(test_fwd_recompute)
+{
+    static const int64_t cu_fixed[] = {0, 150, 300}, cu_packed[] = {0, 1, 65, 165, 165, 202};
+    const int N = _i ? 5 : 2, T = _i ? 202 : 300, HV = 2, K = 8, V = 5;
+    const int64_t *cu = _i ? cu_packed : cu_fixed;
+    kref_rng r;
+    kref_rng_seed(&r, g_seed ^ (0xC000u + (unsigned)_i));
+    const size_t nk = (size_t)T * HV * K, nv = (size_t)T * HV * V, KV = (size_t)K * V;
+    const int64_t NT = kref_chunk_offsets(N, cu, NULL);
+    double *k = dalloc(nk), *v = dalloc(nv), *beta = dalloc((size_t)T * HV), *a = dalloc(nk), *g2 = dalloc(nk);
+    double *Akk = dalloc((size_t)T * HV * BT), *w = dalloc(nk), *u = dalloc(nv), *kg = dalloc(nk);
+    double *h0 = dalloc((size_t)N * HV * KV), *h = dalloc((size_t)NT * HV * KV), *vn = dalloc(nv);
+    double *ht = dalloc((size_t)N * HV * KV), *hb = dalloc((size_t)NT * HV * KV), *ht2 = dalloc((size_t)N * HV * KV);
+    kref_gen_unit_rows(&r, (size_t)T * HV, K, k);
+    kref_gen_normal(&r, nv, 1.0, v);
+    kref_gen_beta(&r, (size_t)T * HV, beta);
+    kref_gen_gate(&r, KREF_GATE_LOGSIG, 1, T, HV, K, a);
+    kref_gen_normal(&r, (size_t)N * HV * KV, 1.0, h0);
+    kref_gate_cumsum_varlen(T, HV, K, N, cu, a, g2);
+    for (size_t i = 0; i < (size_t)NT * HV * KV; i++) h[i] = NAN;
+    for (size_t i = 0; i < nv; i++) vn[i] = NAN;
+    kref_wy_akk_varlen(T, HV, K, N, cu, k, beta, g2, Akk);
+    kref_recompute_w_u_varlen(T, HV, K, V, N, cu, k, v, beta, g2, Akk, w, u, kg);
+    kref_fwd_h_varlen(T, HV, K, V, N, cu, kg, w, u, g2, h0, h, vn, ht);
+    /* the token recurrence takes the decays that g2 holds (kref_gate_cumsum rounds g2 to fp32):
+     * a_t = ln 2 (g2_t - g2_{t-1}) within a chunk, ln 2 g2_t on its first row */
+    for (int n = 0; n < N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++)
+            for (size_t j = 0; j < (size_t)HV * K; j++) {
+                const size_t i = (size_t)t * HV * K + j;
+                a[i] = 0.69314718055994530942 * (g2[i] - ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0));
+            }
+    kda_token_states(HV, K, V, N, cu, k, v, beta, a, h0, hb, ht2);
+    const double eh = kref_rel_rms(hb, h, (size_t)NT * HV * KV), et = kref_rel_rms(ht2, ht, (size_t)N * HV * KV);
+    printf("chunked recompute vs the token recurrence (%s): states entering chunks %.2e, final %.2e\n",
+           _i ? "packed" : "fixed", eh, et);
+    CHK(eh < 1e-12 && et < 1e-12);
+    for (size_t i = 0; i < nv; i++) CHK(isfinite(vn[i]));
+    double *all[] = {k, v, beta, a, g2, Akk, w, u, kg, h0, h, vn, ht, hb, ht2};
+    for (size_t x = 0; x < sizeof all / sizeof all[0]; x++) free(all[x]);
+}
+END_TEST
+
 /* --------------------------- gate, l2norm, beta sigmoid (the flags) --- */
 
 typedef struct {
@@ -1629,6 +1717,10 @@ static Suite *ref_suite(void)
     tc = tcase_create("wy_dqkg");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_wy_fd);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("forward recompute");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_fwd_recompute, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("flags");
     tcase_set_timeout(tc, 120);

@@ -573,6 +573,32 @@ void kref_gen_dhu_inputs(int B, int T, int HV, int K, const double *q,
     free(cu);
 }
 
+/* One chunk's WY inverse A = (I + L)^-1 (BT x BT, unit lower, zeros above the
+ * diagonal and past nr), L[r,s] = beta[r] sum_d k[r,d] k[s,d] exp2(g2[r,d] -
+ * g2[s,d]) for s < r, over rows t0.. (nr valid) of value head hv; L is
+ * scratch. */
+static void chunk_akk(const double *k, const double *beta, const double *g2, size_t t0, int nr, int hv, int HV,
+                      int K, double *L, double *A)
+{
+#define IX(r, d) (((t0 + (r)) * HV + hv) * K + (d))
+    for (int r = 0; r < nr; r++)
+        for (int s = 0; s < r; s++) {
+            double acc = 0.0;
+            for (int d = 0; d < K; d++) acc += k[IX(r, d)] * k[IX(s, d)] * exp2(g2[IX(r, d)] - g2[IX(s, d)]);
+            L[r * BT + s] = beta[(t0 + r) * HV + hv] * acc;
+        }
+#undef IX
+    /* (I + L) A = I by forward substitution, row by row */
+    for (int r = 0; r < BT; r++)
+        for (int j = 0; j < BT; j++) {
+            double x = 0.0;
+            if (r < nr && j == r) x = 1.0;
+            else if (r < nr && j < r)
+                for (int s = j; s < r; s++) x -= L[r * BT + s] * A[s * BT + j];
+            A[r * BT + j] = x;
+        }
+}
+
 void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N, const int64_t *cu,
                                 const double *q, const double *k,
                                 const double *beta, const double *g2, double *w,
@@ -588,27 +614,10 @@ void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N, const int64_t *cu,
                 size_t t0;
                 const int nr = chunk_span(cu, n, c, &t0);
 #define IX(r, d) (((t0 + (r)) * HV + hv) * K + (d))
-                for (int r = 0; r < nr; r++) {
-                    double br = beta[(t0 + r) * HV + hv];
-                    for (int s = 0; s < nr; s++) {
-                        double acc = 0.0;
-                        if (s < r)
-                            for (int d = 0; d < K; d++)
-                                acc += k[IX(r, d)] * k[IX(s, d)] *
-                                       exp2(g2[IX(r, d)] - g2[IX(s, d)]);
-                        L[r * BT + s] = br * acc;
-                    }
+                chunk_akk(k, beta, g2, t0, nr, hv, HV, K, L, A);
+                for (int r = 0; r < nr; r++)
                     for (int d = 0; d < K; d++)
-                        kb[(size_t)r * K + d] = br * k[IX(r, d)] * exp2(g2[IX(r, d)]);
-                }
-                /* (I+L) A = I by forward substitution, A unit lower. */
-                for (int j = 0; j < nr; j++)
-                    for (int r = 0; r < nr; r++) {
-                        double v = (r == j) ? 1.0 : 0.0;
-                        if (r > j)
-                            for (int s = j; s < r; s++) v -= L[r * BT + s] * A[s * BT + j];
-                        A[r * BT + j] = (r >= j) ? v : 0.0;
-                    }
+                        kb[(size_t)r * K + d] = beta[(t0 + r) * HV + hv] * k[IX(r, d)] * exp2(g2[IX(r, d)]);
                 for (int r = 0; r < nr; r++)
                     for (int d = 0; d < K; d++) {
                         double acc = 0.0;
@@ -762,6 +771,100 @@ void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
         }
     }
     free(Sq), free(Sk), free(dw), free(kgr), free(dk0), free(dkgb), free(dgk), free(dAp), free(X), free(Y);
+}
+
+/* ---- The forward recompute of the backward. ---- */
+
+void kref_wy_akk_varlen(int T, int HV, int K, int N, const int64_t *cu,
+                        const double *k, const double *beta, const double *g2,
+                        double *Akk)
+{
+    check_cu("kref_wy_akk_varlen", T, N, cu);
+    double *L = xmalloc(sizeof(double) * BT * BT), *A = xmalloc(sizeof(double) * BT * BT);
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+                chunk_akk(k, beta, g2, t0, nr, hv, HV, K, L, A);
+                for (int r = 0; r < nr; r++)
+                    memcpy(Akk + ((t0 + r) * HV + hv) * BT, A + (size_t)r * BT, sizeof(double) * BT);
+            }
+    free(L);
+    free(A);
+}
+
+void kref_recompute_w_u_varlen(int T, int HV, int K, int V, int N,
+                               const int64_t *cu, const double *k,
+                               const double *v, const double *beta,
+                               const double *g2, const double *Akk, double *w,
+                               double *u, double *kg)
+{
+    check_cu("kref_recompute_w_u_varlen", T, N, cu);
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+#define IK(r, d) (((t0 + (r)) * HV + hv) * K + (d))
+#define IV(r, e) (((t0 + (r)) * HV + hv) * V + (e))
+                for (int r = 0; r < nr; r++) {
+                    const double *a = Akk + ((t0 + r) * HV + hv) * BT;
+                    for (int d = 0; d < K; d++) {
+                        double acc = 0.0;
+                        for (int s = 0; s <= r; s++)
+                            acc += a[s] * beta[(t0 + s) * HV + hv] * k[IK(s, d)] * exp2(g2[IK(s, d)]);
+                        w[IK(r, d)] = acc;
+                        kg[IK(r, d)] = k[IK(r, d)] * exp2(g2[IK(nr - 1, d)] - g2[IK(r, d)]);
+                    }
+                    for (int e = 0; e < V; e++) {
+                        double acc = 0.0;
+                        for (int s = 0; s <= r; s++) acc += a[s] * beta[(t0 + s) * HV + hv] * v[IV(s, e)];
+                        u[IV(r, e)] = acc;
+                    }
+                }
+#undef IK
+#undef IV
+            }
+}
+
+void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
+                       const double *kg, const double *w, const double *u,
+                       const double *g2, const double *h0, double *h,
+                       double *v_new, double *ht)
+{
+    check_cu("kref_fwd_h_varlen", T, N, cu);
+    int64_t *off = xmalloc(sizeof(int64_t) * ((size_t)N + 1));
+    kref_chunk_offsets(N, cu, off);
+    const size_t KV = (size_t)K * V;
+    double *S = xmalloc(sizeof(double) * KV);
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++) {
+            for (size_t i = 0; i < KV; i++) S[i] = h0 ? h0[((size_t)n * HV + hv) * KV + i] : 0.0;
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+                memcpy(h + ((size_t)(off[n] + c) * HV + hv) * KV, S, sizeof(double) * KV);
+                for (int r = 0; r < nr; r++)
+                    for (int e = 0; e < V; e++) {
+                        double acc = u[((t0 + r) * HV + hv) * V + e];
+                        for (int d = 0; d < K; d++) acc -= w[((t0 + r) * HV + hv) * K + d] * S[(size_t)d * V + e];
+                        v_new[((t0 + r) * HV + hv) * V + e] = acc;
+                    }
+                for (int d = 0; d < K; d++) {
+                    const double decay = exp2(g2[((t0 + nr - 1) * HV + hv) * K + d]);
+                    for (int e = 0; e < V; e++) {
+                        double acc = decay * S[(size_t)d * V + e];
+                        for (int r = 0; r < nr; r++)
+                            acc += kg[((t0 + r) * HV + hv) * K + d] * v_new[((t0 + r) * HV + hv) * V + e];
+                        S[(size_t)d * V + e] = acc;
+                    }
+                }
+            }
+            if (ht) memcpy(ht + ((size_t)n * HV + hv) * KV, S, sizeof(double) * KV);
+        }
+    free(S);
+    free(off);
 }
 
 /* ---- The elementwise stages of chunk_kda's production flags. ---- */

@@ -219,6 +219,30 @@ void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N,
                                 const double *g2, double *w, double *kg,
                                 double *qg);
 
+/* ---- The forward recompute of the backward (packed layout as above). ----
+ * Akk [T,HV,64]: per chunk (I + L)^-1 with L[r,s] = beta[r] sum_d k[r,d]
+ * k[s,d] exp2(g2[r,d] - g2[s,d]) for s < r, unit lower triangular, zeros
+ * above the diagonal and past the chunk's valid rows (what chunk_kda's
+ * forward saves).  k [T,HV,K] at the value heads, beta [T,HV]. */
+void kref_wy_akk_varlen(int T, int HV, int K, int N, const int64_t *cu_seqlens,
+                        const double *k, const double *beta, const double *g2,
+                        double *Akk);
+/* fla's recompute_w_u from Akk: w = Akk (beta k exp2(g2)), u = Akk (beta v),
+ * kg = k exp2(g2_last - g2); v, u [T,HV,V]. */
+void kref_recompute_w_u_varlen(int T, int HV, int K, int V, int N,
+                               const int64_t *cu_seqlens, const double *k,
+                               const double *v, const double *beta,
+                               const double *g2, const double *Akk, double *w,
+                               double *u, double *kg);
+/* fla's chunk_gated_delta_rule_fwd_h: per sequence S = h0[n] (or 0); for each
+ * chunk c, h[row] = S (the state entering it, row = chunk_offsets[n] + c),
+ * v_new = u - w S, S = diag(exp2(g2_last)) S + kg^T v_new; ht[n] = S.  h
+ * [NT,HV,K,V], v_new [T,HV,V], ht [N,HV,K,V] (ht may be NULL). */
+void kref_fwd_h_varlen(int T, int HV, int K, int V, int N,
+                       const int64_t *cu_seqlens, const double *kg,
+                       const double *w, const double *u, const double *g2,
+                       const double *h0, double *h, double *v_new, double *ht);
+
 /* ---- The elementwise stages of chunk_kda's production flags. ----
  * Rows are tokens times heads, in any order; every function is exact in
  * double and loops in a fixed order. */
