@@ -13,7 +13,11 @@
  * differentiates (dq, dk, dv2, dg, db and dA through A = (I + L)^-1) on packed
  * sequences with a one-token and a partial chunk and grouped value heads;
  * the chunked forward recompute (Akk, w, u, the states entering each chunk)
- * equals the token-by-token recurrence, fixed and packed; the gate inside
+ * equals the token-by-token recurrence, fixed and packed; the whole backward
+ * composed of these references (kref_kda_bwd_varlen, and with l2norm, the
+ * gate and beta's sigmoid, kref_kda_bwd_prod_varlen) equals the finite
+ * differences of that recurrence's loss for every input, on packed
+ * documents with grouped value heads and with both gate forms; the gate inside
  * chunk_kda (both forms, with its A_log and dt_bias sums),
  * the l2norm and beta's sigmoid equal the finite differences of their
  * forwards; the generators keep their invariants; the bf16/fp16 conversions round to
@@ -1493,6 +1497,41 @@ END_TEST
 
 /* ------------------------------- the forward recompute (w, u, h) --- */
 
+/* The central difference of loss(ctx) in *x (step 1e-5 relative), *x restored. */
+static double central(double (*loss)(void *), void *ctx, double *x)
+{
+    const double x0 = *x, h = 1e-5 * fmax(1.0, fabs(x0));
+    *x = x0 + h;
+    const double lp = loss(ctx);
+    *x = x0 - h;
+    const double lm = loss(ctx);
+    *x = x0;
+    return (lp - lm) / (2 * h);
+}
+
+/* One input of a finite-difference check: its values and its analytic gradient. */
+typedef struct {
+    const char *name;
+    double *x, *g;
+    size_t n;
+} fd_input;
+
+/* The worst fd_rel over every element of every input (each printed after what), failing when a gradient is all
+ * zero. */
+static double fd_inputs(const char *what, const fd_input *in, size_t nin, double (*loss)(void *), void *ctx)
+{
+    double worst = 0.0;
+    for (size_t j = 0; j < nin; j++) {
+        const double rg = rms_of(in[j].g, in[j].n);
+        double e = 0.0;
+        CHK(rg > 0);
+        for (size_t i = 0; i < in[j].n; i++) e = fmax(e, fd_rel(central(loss, ctx, &in[j].x[i]), in[j].g[i], rg));
+        printf("%s vs finite differences: d%s %.2e\n", what, in[j].name, e);
+        worst = fmax(worst, e);
+    }
+    return worst;
+}
+
 /* The KDA recurrence token by token, independent of the chunked form: per
  * sequence S = h0[n]; for each token S = diag(exp(a_t)) S, then the delta
  * rule S += beta_t k_t (v_t - S^T k_t)^T.  hb [NT,HV,K,V]: S entering each
@@ -1577,6 +1616,152 @@ START_TEST(test_fwd_recompute)
 }
 END_TEST
 
+/* The whole function kref_kda_bwd_varlen differentiates, token by token:
+ * sum(do o) + sum(dht S_final) (kda_token_states' recurrence, o_t = scale
+ * S_t^T q_t at the query head of value head hv). */
+typedef struct {
+    int T, H, HV, K, V, N;
+    const int64_t *cu;
+    double scale, *q, *k, *v, *a, *beta, *h0, *dout, *dht;
+} kda_prob;
+
+static double kda_loss(void *ctx)
+{
+    const kda_prob *p = ctx;
+    const int G = p->HV / p->H, K = p->K, V = p->V, HV = p->HV;
+    const size_t KV = (size_t)K * V;
+    double *S = dalloc(KV), *pred = dalloc((size_t)V), L = 0.0;
+    for (int n = 0; n < p->N; n++)
+        for (int hv = 0; hv < HV; hv++) {
+            memcpy(S, p->h0 + ((size_t)n * HV + hv) * KV, sizeof(double) * KV);
+            for (int64_t t = p->cu[n]; t < p->cu[n + 1]; t++) {
+                const double *kt = p->k + ((size_t)t * p->H + hv / G) * K, *qt = p->q + ((size_t)t * p->H + hv / G) * K;
+                const double *vt = p->v + ((size_t)t * HV + hv) * V, b = p->beta[(size_t)t * HV + hv];
+                for (int d = 0; d < K; d++)
+                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] *= exp(p->a[((size_t)t * HV + hv) * K + d]);
+                for (int e = 0; e < V; e++) {
+                    pred[e] = 0.0;
+                    for (int d = 0; d < K; d++) pred[e] += S[(size_t)d * V + e] * kt[d];
+                }
+                for (int d = 0; d < K; d++)
+                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] += b * kt[d] * (vt[e] - pred[e]);
+                for (int e = 0; e < V; e++) {
+                    double o = 0.0;
+                    for (int d = 0; d < K; d++) o += S[(size_t)d * V + e] * qt[d];
+                    L += p->dout[((size_t)t * HV + hv) * V + e] * p->scale * o;
+                }
+            }
+            for (size_t i = 0; i < KV; i++) L += p->dht[((size_t)n * HV + hv) * KV + i] * S[i];
+        }
+    free(S);
+    free(pred);
+    return L;
+}
+
+/* the whole backward composed of the stage references against the finite
+ * differences of the token recurrence's loss, for every input: _i = 0: two
+ * sequences of 100 tokens, H = HV = 2; 1: packed documents of 1, 70, 0 and 30
+ * tokens with grouped value heads (H = 1, HV = 2) */
+START_TEST(test_kda_bwd_fd)
+{
+    static const int64_t cu_fixed[] = {0, 100, 200}, cu_packed[] = {0, 1, 71, 71, 101};
+    kda_prob p = {.T = _i ? 101 : 200, .H = _i ? 1 : 2, .HV = 2, .K = 4, .V = 3, .N = _i ? 4 : 2,
+                  .cu = _i ? cu_packed : cu_fixed, .scale = 0.5};
+    kref_rng r;
+    kref_rng_seed(&r, g_seed ^ (0xD000u + (unsigned)_i));
+    const size_t nq = (size_t)p.T * p.H * p.K, nk = (size_t)p.T * p.HV * p.K, nv = (size_t)p.T * p.HV * p.V;
+    const size_t ns = (size_t)p.N * p.HV * p.K * p.V, nb = (size_t)p.T * p.HV;
+    p.q = dalloc(nq), p.k = dalloc(nq), p.v = dalloc(nv), p.a = dalloc(nk), p.beta = dalloc(nb);
+    p.h0 = dalloc(ns), p.dout = dalloc(nv), p.dht = dalloc(ns);
+    kref_gen_unit_rows(&r, (size_t)p.T * p.H, p.K, p.q);
+    kref_gen_unit_rows(&r, (size_t)p.T * p.H, p.K, p.k);
+    kref_gen_normal(&r, nv, 1.0, p.v);
+    kref_gen_gate(&r, KREF_GATE_LOGSIG, 1, p.T, p.HV, p.K, p.a);
+    kref_gen_beta(&r, nb, p.beta);
+    kref_gen_normal(&r, ns, 1.0, p.h0);
+    kref_gen_normal(&r, nv, 1.0, p.dout);
+    kref_gen_normal(&r, ns, 1.0, p.dht);
+    double *dq = dalloc(nq), *dk = dalloc(nq), *dv = dalloc(nv), *da = dalloc(nk), *db = dalloc(nb), *dh0 = dalloc(ns);
+    for (size_t i = 0; i < nk; i++) da[i] = NAN;
+    kref_kda_bwd_varlen(p.T, p.H, p.HV, p.K, p.V, p.N, p.cu, p.q, p.k, p.v, p.a, p.beta, p.h0, p.scale, p.dout,
+                        p.dht, dq, dk, dv, da, db, dh0);
+    const fd_input in[] = {{"q", p.q, dq, nq}, {"k", p.k, dk, nq}, {"v", p.v, dv, nv}, {"a", p.a, da, nk},
+                           {"beta", p.beta, db, nb}, {"h0", p.h0, dh0, ns}};
+    CHK(fd_inputs(_i ? "whole backward (packed, GVA)" : "whole backward (fixed)", in, sizeof in / sizeof in[0],
+                  kda_loss, &p) < 1e-6);
+    double *all[] = {p.q, p.k, p.v, p.a, p.beta, p.h0, p.dout, p.dht, dq, dk, dv, da, db, dh0};
+    for (size_t x = 0; x < sizeof all / sizeof all[0]; x++) free(all[x]);
+}
+END_TEST
+
+/* The production configuration's function: kda_prob's recurrence on
+ * l2norm(q_raw), l2norm(k_raw), the gate of g_raw and beta_scale
+ * sigmoid(beta_logit). */
+typedef struct {
+    kda_prob p;
+    int safe;
+    double lb, beta_scale, *q_raw, *k_raw, *g_raw, *A_log, *dtb, *logit, *rs;
+} prod_prob;
+
+static double prod_loss(void *ctx)
+{
+    prod_prob *x = ctx;
+    kda_prob *p = &x->p;
+    const size_t rq = (size_t)p->T * p->H, rv = (size_t)p->T * p->HV;
+    kref_l2norm(rq, p->K, 1e-6, x->q_raw, p->q, x->rs);
+    kref_l2norm(rq, p->K, 1e-6, x->k_raw, p->k, x->rs);
+    kref_gate_act(rv, p->HV, p->K, x->g_raw, x->A_log, x->dtb, x->safe, x->lb, p->a);
+    kref_beta_sigmoid(rv, x->beta_scale, x->logit, p->beta);
+    return kda_loss(p);
+}
+
+/* kref_kda_bwd_prod_varlen against the finite differences of the whole
+ * production function, for every input: _i = 0: the plain gate, packed
+ * documents with grouped value heads, beta_scale 2; 1: the safe gate (lower
+ * bound -5), two sequences; raw gates of +-20 among the draws */
+START_TEST(test_kda_bwd_prod_fd)
+{
+    static const int64_t cu_fixed[] = {0, 90, 180}, cu_packed[] = {0, 1, 71, 71, 101};
+    prod_prob x = {.p = {.T = _i ? 180 : 101, .H = _i ? 2 : 1, .HV = 2, .K = 4, .V = 3, .N = _i ? 2 : 4,
+                         .cu = _i ? cu_fixed : cu_packed, .scale = 0.5},
+                   .safe = _i, .lb = -5.0, .beta_scale = _i ? 1.0 : 2.0};
+    kda_prob *p = &x.p;
+    kref_rng r;
+    kref_rng_seed(&r, g_seed ^ (0xE000u + (unsigned)_i));
+    const size_t nq = (size_t)p->T * p->H * p->K, nk = (size_t)p->T * p->HV * p->K;
+    const size_t nv = (size_t)p->T * p->HV * p->V, ns = (size_t)p->N * p->HV * p->K * p->V, nb = (size_t)p->T * p->HV;
+    p->q = dalloc(nq), p->k = dalloc(nq), p->v = dalloc(nv), p->a = dalloc(nk), p->beta = dalloc(nb);
+    p->h0 = dalloc(ns), p->dout = dalloc(nv), p->dht = dalloc(ns);
+    x.q_raw = dalloc(nq), x.k_raw = dalloc(nq), x.g_raw = dalloc(nk), x.A_log = dalloc((size_t)p->HV);
+    x.dtb = dalloc((size_t)p->HV * p->K), x.logit = dalloc(nb), x.rs = dalloc((size_t)p->T * p->H);
+    kref_gen_normal(&r, nq, 2.0, x.q_raw);
+    kref_gen_normal(&r, nq, 1.0, x.k_raw);
+    kref_gen_normal(&r, nv, 1.0, p->v);
+    kref_gen_normal(&r, nk, 1.5, x.g_raw);
+    x.g_raw[5] = 20.0, x.g_raw[17] = -20.0;
+    for (int hv = 0; hv < p->HV; hv++) x.A_log[hv] = log(1.0 + 15.0 * kref_rng_uniform(&r));
+    kref_gen_normal(&r, (size_t)p->HV * p->K, 0.5, x.dtb);
+    kref_gen_normal(&r, nb, 1.0, x.logit);
+    kref_gen_normal(&r, ns, 1.0, p->h0);
+    kref_gen_normal(&r, nv, 1.0, p->dout);
+    kref_gen_normal(&r, ns, 1.0, p->dht);
+    double *dq = dalloc(nq), *dk = dalloc(nq), *dv = dalloc(nv), *dg = dalloc(nk), *dAl = dalloc((size_t)p->HV);
+    double *ddt = dalloc((size_t)p->HV * p->K), *db = dalloc(nb), *dh0 = dalloc(ns);
+    kref_kda_bwd_prod_varlen(p->T, p->H, p->HV, p->K, p->V, p->N, p->cu, x.q_raw, x.k_raw, p->v, x.g_raw, x.A_log,
+                             x.dtb, x.safe, x.lb, x.logit, x.beta_scale, p->h0, p->scale, p->dout, p->dht, dq, dk, dv,
+                             dg, dAl, ddt, db, dh0);
+    const fd_input in[] = {{"q", x.q_raw, dq, nq}, {"k", x.k_raw, dk, nq}, {"v", p->v, dv, nv},
+                           {"g", x.g_raw, dg, nk}, {"A_log", x.A_log, dAl, (size_t)p->HV},
+                           {"dt_bias", x.dtb, ddt, (size_t)p->HV * p->K}, {"beta", x.logit, db, nb},
+                           {"h0", p->h0, dh0, ns}};
+    CHK(fd_inputs(_i ? "production backward (safe gate)" : "production backward (plain gate)", in,
+                  sizeof in / sizeof in[0], prod_loss, &x) < 1e-6);
+    double *all[] = {p->q, p->k, p->v, p->a, p->beta, p->h0, p->dout, p->dht, x.q_raw, x.k_raw, x.g_raw, x.A_log,
+                     x.dtb, x.logit, x.rs, dq, dk, dv, dg, dAl, ddt, db, dh0};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) free(all[j]);
+}
+END_TEST
+
 /* --------------------------- gate, l2norm, beta sigmoid (the flags) --- */
 
 typedef struct {
@@ -1585,23 +1770,13 @@ typedef struct {
     double lb, *g, *A_log, *dtb, *da, *a;
 } gate_prob;
 
-static double gate_loss(const gate_prob *p)
+static double gate_loss(void *ctx)
 {
+    gate_prob *p = ctx;
     kref_gate_act(p->rows, p->HV, p->K, p->g, p->A_log, p->dtb, p->safe, p->lb, p->a);
     double L = 0.0;
     for (size_t i = 0; i < p->rows * (size_t)p->K; i++) L += p->da[i] * p->a[i];
     return L;
-}
-
-static double gate_fd(gate_prob *p, double *x)
-{
-    const double x0 = *x, h = 1e-5 * fmax(1.0, fabs(x0));
-    *x = x0 + h;
-    const double lp = gate_loss(p);
-    *x = x0 - h;
-    const double lm = gate_loss(p);
-    *x = x0;
-    return (lp - lm) / (2 * h);
 }
 
 /* _i = 0: the plain gate, 1: the safe gate (lower bound -5); raw gates of
@@ -1622,15 +1797,9 @@ START_TEST(test_gate_fd)
     double *dg = dalloc(n), *dA = dalloc((size_t)p.HV), *db = dalloc((size_t)p.HV * p.K);
     for (size_t i = 0; i < n; i++) dg[i] = NAN;
     kref_gate_act_bwd(p.rows, p.HV, p.K, p.g, p.A_log, p.dtb, p.safe, p.lb, p.da, dg, dA, db);
-    const double rg = rms_of(dg, n), ra = rms_of(dA, (size_t)p.HV), rb = rms_of(db, (size_t)p.HV * p.K);
-    CHK(rg > 0 && ra > 0 && rb > 0);
-    double eg = 0, ea = 0, eb = 0;
-    for (size_t i = 0; i < n; i++) eg = fmax(eg, fd_rel(gate_fd(&p, &p.g[i]), dg[i], rg));
-    for (int hv = 0; hv < p.HV; hv++) ea = fmax(ea, fd_rel(gate_fd(&p, &p.A_log[hv]), dA[hv], ra));
-    for (int i = 0; i < p.HV * p.K; i++) eb = fmax(eb, fd_rel(gate_fd(&p, &p.dtb[i]), db[i], rb));
-    printf("gate (%s) vs finite differences: dg_raw %.2e, dA_log %.2e, ddt_bias %.2e\n", _i ? "safe" : "plain",
-           eg, ea, eb);
-    CHK(eg < 1e-6 && ea < 1e-6 && eb < 1e-6);
+    const fd_input in[] = {{"g_raw", p.g, dg, n}, {"A_log", p.A_log, dA, (size_t)p.HV},
+                           {"dt_bias", p.dtb, db, (size_t)p.HV * p.K}};
+    CHK(fd_inputs(_i ? "gate (safe)" : "gate (plain)", in, sizeof in / sizeof in[0], gate_loss, &p) < 1e-6);
     double *all[] = {p.g, p.da, p.a, p.A_log, p.dtb, dg, dA, db};
     for (size_t x = 0; x < sizeof all / sizeof all[0]; x++) free(all[x]);
 }
@@ -1721,6 +1890,11 @@ static Suite *ref_suite(void)
     tc = tcase_create("forward recompute");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_fwd_recompute, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("whole backward");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_kda_bwd_fd, 0, 2);
+    tcase_add_loop_test(tc, test_kda_bwd_prod_fd, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("flags");
     tcase_set_timeout(tc, 120);

@@ -775,6 +775,19 @@ void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
 
 /* ---- The forward recompute of the backward. ---- */
 
+#define M_LN2_ 0.69314718055994530942
+
+/* n zeroed doubles (tokens past cu[N] are never written, nor read) */
+static double *dnew(size_t n)
+{
+    double *p = calloc(n ? n : 1, sizeof(double));
+    if (!p) {
+        fprintf(stderr, "kda_ref: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
 void kref_wy_akk_varlen(int T, int HV, int K, int N, const int64_t *cu,
                         const double *k, const double *beta, const double *g2,
                         double *Akk)
@@ -867,6 +880,84 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
     free(off);
 }
 
+void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
+                         const int64_t *cu, const double *q, const double *k,
+                         const double *v, const double *a, const double *beta,
+                         const double *h0, double scale, const double *dout,
+                         const double *dht, double *dq, double *dk, double *dv,
+                         double *da, double *dbeta, double *dh0)
+{
+    check_cu("kref_kda_bwd_varlen", T, N, cu);
+    const int G = HV / H;
+    const int64_t NT = kref_chunk_offsets(N, cu, NULL);
+    const size_t nk = (size_t)T * HV * K, nv = (size_t)T * HV * V, nA = (size_t)T * HV * BT;
+    const size_t nh = (size_t)NT * HV * K * V;
+    double *g2 = dnew(nk), *kv = dnew(nk), *qg = dnew(nk), *w = dnew(nk), *kg = dnew(nk), *u = dnew(nv);
+    double *Akk = dnew(nA), *Aqk = dnew(nA), *dAqk = dnew(nA), *dAkk = dnew(nA), *h = dnew(nh), *dh = dnew(nh);
+    double *vn = dnew(nv), *dvi = dnew(nv), *dv2 = dnew(nv), *dq1 = dnew(nk), *dk1 = dnew(nk), *dg1 = dnew(nk);
+    double *db1 = dnew((size_t)T * HV), *dq2 = dnew(nk), *dk2 = dnew(nk);
+    /* g2: the chunk-local cumsum of a in log2 units (in double); k, q at the value heads */
+    for (int n = 0; n < N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int d = 0; d < K; d++) {
+                    const size_t i = ((size_t)t * HV + hv) * K + d, hq = ((size_t)t * H + hv / G) * K + d;
+                    g2[i] = a[i] / M_LN2_ + ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0);
+                    kv[i] = k[hq];
+                    qg[i] = q[hq];
+                }
+    for (size_t i = 0; i < nk; i++) qg[i] *= exp2(g2[i]);
+    kref_wy_akk_varlen(T, HV, K, N, cu, kv, beta, g2, Akk);
+    kref_recompute_w_u_varlen(T, HV, K, V, N, cu, kv, v, beta, g2, Akk, w, u, kg);
+    kref_fwd_h_varlen(T, HV, K, V, N, cu, kg, w, u, g2, h0, h, vn, NULL);
+    /* Aqk = scale q k^T with the gate, on and below the diagonal (the forward's); fla's dAv:
+     * dAqk = scale do v_new^T there, dv = Aqk^T do */
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+                for (int r = 0; r < nr; r++)
+                    for (int s = 0; s < BT; s++) {
+                        double x = 0.0, y = 0.0;
+                        if (s <= r && s < nr) {
+                            for (int d = 0; d < K; d++) {
+                                const size_t ir = ((t0 + r) * HV + hv) * K + d, is = ((t0 + s) * HV + hv) * K + d;
+                                x += q[((t0 + r) * H + hv / G) * K + d] * kv[is] * exp2(g2[ir] - g2[is]);
+                            }
+                            for (int e = 0; e < V; e++)
+                                y += dout[((t0 + r) * HV + hv) * V + e] * vn[((t0 + s) * HV + hv) * V + e];
+                        }
+                        Aqk[((t0 + r) * HV + hv) * BT + s] = scale * x;
+                        dAqk[((t0 + r) * HV + hv) * BT + s] = scale * y;
+                    }
+                for (int s = 0; s < nr; s++)
+                    for (int e = 0; e < V; e++) {
+                        double acc = 0.0;
+                        for (int r = s; r < nr; r++)
+                            acc += Aqk[((t0 + r) * HV + hv) * BT + s] * dout[((t0 + r) * HV + hv) * V + e];
+                        dvi[((t0 + s) * HV + hv) * V + e] = acc;
+                    }
+            }
+    kref_bwd_dhu_varlen(T, HV, K, V, N, cu, qg, kg, w, g2, dout, dvi, dht, scale, -1, dh, dv2, h0 ? dh0 : NULL);
+    kref_wy_dqkg_varlen(T, H, HV, K, V, N, cu, q, k, v, vn, g2, beta, Akk, h, dh, dout, dv2, scale, -1, dq1, dk1,
+                        dv, dg1, db1, dAkk);
+    kref_bwd_intra_varlen(T, H, HV, K, N, cu, q, k, g2, beta, dAqk, dAkk, dq1, dk1, dg1, db1, 1, dq2, dk2, da,
+                          dbeta);
+    /* dq, dk at the query heads: the sums over each group's value heads */
+    memset(dq, 0, sizeof(double) * (size_t)T * H * K);
+    memset(dk, 0, sizeof(double) * (size_t)T * H * K);
+    for (int n = 0; n < N; n++)
+        for (int64_t t = cu[n]; t < cu[n + 1]; t++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int d = 0; d < K; d++) {
+                    dq[((size_t)t * H + hv / G) * K + d] += dq2[((size_t)t * HV + hv) * K + d];
+                    dk[((size_t)t * H + hv / G) * K + d] += dk2[((size_t)t * HV + hv) * K + d];
+                }
+    double *all[] = {g2, kv, qg, w, kg, u, Akk, Aqk, dAqk, dAkk, h, dh, vn, dvi, dv2, dq1, dk1, dg1, db1, dq2, dk2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
 /* ---- The elementwise stages of chunk_kda's production flags. ---- */
 
 static double sigmoid(double x)
@@ -954,3 +1045,32 @@ void kref_beta_sigmoid_bwd(size_t n, double scale, const double *x,
         dx[i] = db[i] * scale * s * (1.0 - s);
     }
 }
+
+void kref_kda_bwd_prod_varlen(int T, int H, int HV, int K, int V, int N,
+                              const int64_t *cu, const double *q_raw,
+                              const double *k_raw, const double *v,
+                              const double *g_raw, const double *A_log,
+                              const double *dt_bias, int safe,
+                              double lower_bound, const double *beta_logit,
+                              double beta_scale, const double *h0, double scale,
+                              const double *dout, const double *dht, double *dq,
+                              double *dk, double *dv, double *dg_raw,
+                              double *dA_log, double *ddt_bias,
+                              double *dbeta_logit, double *dh0)
+{
+    const size_t nq = (size_t)T * H * K, nk = (size_t)T * HV * K, nb = (size_t)T * HV;
+    double *q = dnew(nq), *k = dnew(nq), *rq = dnew((size_t)T * H), *rk = dnew((size_t)T * H), *a = dnew(nk);
+    double *beta = dnew(nb), *dqn = dnew(nq), *dkn = dnew(nq), *da = dnew(nk), *db = dnew(nb);
+    kref_l2norm((size_t)T * H, K, 1e-6, q_raw, q, rq);
+    kref_l2norm((size_t)T * H, K, 1e-6, k_raw, k, rk);
+    kref_gate_act((size_t)T * HV, HV, K, g_raw, A_log, dt_bias, safe, lower_bound, a);
+    kref_beta_sigmoid(nb, beta_scale, beta_logit, beta);
+    kref_kda_bwd_varlen(T, H, HV, K, V, N, cu, q, k, v, a, beta, h0, scale, dout, dht, dqn, dkn, dv, da, db, dh0);
+    kref_l2norm_bwd((size_t)T * H, K, q, rq, dqn, dq);
+    kref_l2norm_bwd((size_t)T * H, K, k, rk, dkn, dk);
+    kref_gate_act_bwd((size_t)T * HV, HV, K, g_raw, A_log, dt_bias, safe, lower_bound, da, dg_raw, dA_log, ddt_bias);
+    kref_beta_sigmoid_bwd(nb, beta_scale, beta_logit, db, dbeta_logit);
+    double *all[] = {q, k, rq, rk, a, beta, dqn, dkn, da, db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+

@@ -243,6 +243,45 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N,
                        const double *w, const double *u, const double *g2,
                        const double *h0, double *h, double *v_new, double *ht);
 
+/* The whole chunk_kda backward from the forward's inputs, composed of the
+ * stage references above as fla's chunk_kda_bwd runs them (recompute, dAv,
+ * bwd_dhu, wy_dqkg, bwd_intra with the dg fold), exact (faithful_io = -1):
+ * q, k [T,H,K] as the recurrence takes them (after any l2norm), v [T,HV,V],
+ * a [T,HV,K] the per-token natural-log decay (after any gate activation),
+ * beta [T,HV] (after any sigmoid), h0 [N,HV,K,V] or NULL, do [T,HV,V], dht
+ * [N,HV,K,V] or NULL.  Outputs: dq, dk [T,H,K] (summed over each head's value
+ * heads), dv [T,HV,V], da [T,HV,K], dbeta [T,HV], dh0 [N,HV,K,V] (when h0).
+ * The function it differentiates: per sequence S = h0[n] (or 0), per token
+ * S = diag(exp(a_t)) S, S += beta_t k_t (v_t - S^T k_t)^T, o_t = scale S^T
+ * q_t; the loss sum(do o) + sum(dht S_final). */
+void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
+                         const int64_t *cu_seqlens, const double *q,
+                         const double *k, const double *v, const double *a,
+                         const double *beta, const double *h0, double scale,
+                         const double *dout, const double *dht, double *dq,
+                         double *dk, double *dv, double *da, double *dbeta,
+                         double *dh0);
+
+/* The same in the production configuration (use_qk_l2norm_in_kernel,
+ * use_gate_in_kernel with A_log and dt_bias, plain or safe with lower_bound,
+ * use_beta_sigmoid_in_kernel with beta_scale 1, or 2 for allow_neg_eigval):
+ * from the raw q, k [T,H,K], g_raw [T,HV,K], beta_logit [T,HV] through the
+ * functions below, to dq, dk (raw), dv, dg_raw, dA_log [HV], ddt_bias [HV,K],
+ * dbeta_logit and dh0.  l2norm's eps is fla's 1e-6.  Tokens >= cu[N] of
+ * every input must be finite (the elementwise stages read them): their
+ * gradients are zero there, and dv is not written there. */
+void kref_kda_bwd_prod_varlen(int T, int H, int HV, int K, int V, int N,
+                              const int64_t *cu_seqlens, const double *q_raw,
+                              const double *k_raw, const double *v,
+                              const double *g_raw, const double *A_log,
+                              const double *dt_bias, int safe,
+                              double lower_bound, const double *beta_logit,
+                              double beta_scale, const double *h0, double scale,
+                              const double *dout, const double *dht, double *dq,
+                              double *dk, double *dv, double *dg_raw,
+                              double *dA_log, double *ddt_bias,
+                              double *dbeta_logit, double *dh0);
+
 /* ---- The elementwise stages of chunk_kda's production flags. ----
  * Rows are tokens times heads, in any order; every function is exact in
  * double and loops in a fixed order. */
