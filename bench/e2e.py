@@ -210,7 +210,7 @@ def host_us(fn, n=200, batches=15):
     out = []
     for _ in range(batches):
         torch.cuda.synchronize()
-        torch.cuda._sleep(40_000_000)  # ~20 ms of GPU time, longer than n calls take to enqueue
+        torch.cuda._sleep(QUEUE_SLEEP)  # longer than n calls take to enqueue
         t0 = time.perf_counter()
         for _ in range(n):
             fn()

@@ -449,7 +449,7 @@ def run_dav(r, ctx):
     time bwd_dhu with Aqk in place of dv adds over bwd_dhu with fla's dv, plus the time wy_dqkg's dAqk output
     adds over the plain wy_dqkg, the four timed in this run (kdart ms is that sum).  Checks: dAqk against
     fla's dA, and the fused scan's dv2 against the unfused one fed fla's dv.  Where kdart.fla leaves the call
-    to fla (kdart.fla.dav_refusal's reasons), the row has fla's time and the reason."""
+    to fla (kdart.fla.dav_refusal, asked here as kdart.fla asks it), the row has fla's time and the reason."""
     import torch
     fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
     kt, lens, lay, cu, ci, co = torch_row(r, ctx)
@@ -465,9 +465,7 @@ def run_dav(r, ctx):
     fdA, fdv = fla_dav(fla, s, Aqk, cu, ci)
     torch.cuda.synchronize()
     res["fla_ms"], res["fla_min_ms"] = timer([lambda: fla_dav(fla, s, Aqk, cu, ci)])
-    why = kf.dav_grid_refusal(lay["N"], r.HV, r.K, r.V, lens is not None, dev)
-    if r.K not in (64, 128) or r.V % 64:
-        why = f"K={r.K}, V={r.V} (the fused dAv takes K 64 or 128 and V a multiple of 64)"
+    why = kf.dav_refusal(s["q"], s["k"], s["v_new"], s["do"], Aqk, s["scale"], cu_seqlens=cu, chunk_indices=ci)
     if why:
         res["not_served"] = why
         print(f"  kdart.fla leaves this dAv to fla: {why}", flush=True)

@@ -1532,40 +1532,62 @@ static double fd_inputs(const char *what, const fd_input *in, size_t nin, double
     return worst;
 }
 
+/* A KDA problem for the token recurrence: q, k [T,H,K] (value head hv reads
+ * head hv / (HV / H)), v [T,HV,V], a [T,HV,K] natural-log decays, beta
+ * [T,HV], h0 [N,HV,K,V]; do [T,HV,V] and dht [N,HV,K,V] weigh the loss (q,
+ * do and dht may be NULL when only the states are wanted). */
+typedef struct {
+    int T, H, HV, K, V, N;
+    const int64_t *cu;
+    double scale, *q, *k, *v, *a, *beta, *h0, *dout, *dht;
+} kda_prob;
+
 /* The KDA recurrence token by token, independent of the chunked form: per
  * sequence S = h0[n]; for each token S = diag(exp(a_t)) S, then the delta
- * rule S += beta_t k_t (v_t - S^T k_t)^T.  hb [NT,HV,K,V]: S entering each
- * 64-token chunk (row chunk_offsets[n] + c); ht [N,HV,K,V]: S at the end. */
-static void kda_token_states(int HV, int K, int V, int N, const int64_t *cu, const double *k, const double *v,
-                             const double *beta, const double *a, const double *h0, double *hb, double *ht)
+ * rule S += beta_t k_t (v_t - S^T k_t)^T, o_t = scale S^T q_t.  Returns the
+ * loss sum(do o) + sum(dht S_final) (0 without do); hb [NT,HV,K,V] (unless
+ * NULL): S entering each 64-token chunk (row chunk_offsets[n] + c); ht
+ * [N,HV,K,V] (unless NULL): S at the end. */
+static double kda_run(const kda_prob *p, double *hb, double *ht)
 {
-    int64_t *off = calloc((size_t)N + 1, sizeof(int64_t));
-    ck_assert_ptr_nonnull(off);
-    kref_chunk_offsets(N, cu, off);
+    const int G = p->HV / p->H, K = p->K, V = p->V, HV = p->HV;
     const size_t KV = (size_t)K * V;
-    double *S = dalloc(KV), *pred = dalloc((size_t)V);
-    for (int n = 0; n < N; n++)
+    int64_t *off = calloc((size_t)p->N + 1, sizeof(int64_t));
+    ck_assert_ptr_nonnull(off);
+    kref_chunk_offsets(p->N, p->cu, off);
+    double *S = dalloc(KV), *pred = dalloc((size_t)V), L = 0.0;
+    for (int n = 0; n < p->N; n++)
         for (int hv = 0; hv < HV; hv++) {
-            memcpy(S, h0 + ((size_t)n * HV + hv) * KV, sizeof(double) * KV);
-            for (int64_t t = cu[n]; t < cu[n + 1]; t++) {
-                if ((t - cu[n]) % BT == 0)
-                    memcpy(hb + ((size_t)(off[n] + (t - cu[n]) / BT) * HV + hv) * KV, S, sizeof(double) * KV);
-                const double *kt = k + ((size_t)t * HV + hv) * K, *vt = v + ((size_t)t * HV + hv) * V;
+            memcpy(S, p->h0 + ((size_t)n * HV + hv) * KV, sizeof(double) * KV);
+            for (int64_t t = p->cu[n]; t < p->cu[n + 1]; t++) {
+                if (hb && (t - p->cu[n]) % BT == 0)
+                    memcpy(hb + ((size_t)(off[n] + (t - p->cu[n]) / BT) * HV + hv) * KV, S, sizeof(double) * KV);
+                const double *kt = p->k + ((size_t)t * p->H + hv / G) * K;
+                const double *vt = p->v + ((size_t)t * HV + hv) * V, b = p->beta[(size_t)t * HV + hv];
                 for (int d = 0; d < K; d++)
-                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] *= exp(a[((size_t)t * HV + hv) * K + d]);
+                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] *= exp(p->a[((size_t)t * HV + hv) * K + d]);
                 for (int e = 0; e < V; e++) {
                     pred[e] = 0.0;
                     for (int d = 0; d < K; d++) pred[e] += S[(size_t)d * V + e] * kt[d];
                 }
-                const double b = beta[(size_t)t * HV + hv];
                 for (int d = 0; d < K; d++)
                     for (int e = 0; e < V; e++) S[(size_t)d * V + e] += b * kt[d] * (vt[e] - pred[e]);
+                if (!p->dout) continue;
+                const double *qt = p->q + ((size_t)t * p->H + hv / G) * K;
+                for (int e = 0; e < V; e++) {
+                    double o = 0.0;
+                    for (int d = 0; d < K; d++) o += S[(size_t)d * V + e] * qt[d];
+                    L += p->dout[((size_t)t * HV + hv) * V + e] * p->scale * o;
+                }
             }
-            memcpy(ht + ((size_t)n * HV + hv) * KV, S, sizeof(double) * KV);
+            if (ht) memcpy(ht + ((size_t)n * HV + hv) * KV, S, sizeof(double) * KV);
+            if (p->dht)
+                for (size_t i = 0; i < KV; i++) L += p->dht[((size_t)n * HV + hv) * KV + i] * S[i];
         }
     free(S);
     free(pred);
     free(off);
+    return L;
 }
 
 /* kref_wy_akk + kref_recompute_w_u + kref_fwd_h (the chunked form fla's
@@ -1603,9 +1625,11 @@ START_TEST(test_fwd_recompute)
         for (int64_t t = cu[n]; t < cu[n + 1]; t++)
             for (size_t j = 0; j < (size_t)HV * K; j++) {
                 const size_t i = (size_t)t * HV * K + j;
-                a[i] = 0.69314718055994530942 * (g2[i] - ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0));
+                a[i] = KREF_LN2 * (g2[i] - ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0));
             }
-    kda_token_states(HV, K, V, N, cu, k, v, beta, a, h0, hb, ht2);
+    const kda_prob p = {.T = T, .H = HV, .HV = HV, .K = K, .V = V, .N = N, .cu = cu, .k = k, .v = v, .a = a,
+                        .beta = beta, .h0 = h0};
+    kda_run(&p, hb, ht2);
     const double eh = kref_rel_rms(hb, h, (size_t)NT * HV * KV), et = kref_rel_rms(ht2, ht, (size_t)N * HV * KV);
     printf("chunked recompute vs the token recurrence (%s): states entering chunks %.2e, final %.2e\n",
            _i ? "packed" : "fixed", eh, et);
@@ -1616,46 +1640,10 @@ START_TEST(test_fwd_recompute)
 }
 END_TEST
 
-/* The whole function kref_kda_bwd_varlen differentiates, token by token:
- * sum(do o) + sum(dht S_final) (kda_token_states' recurrence, o_t = scale
- * S_t^T q_t at the query head of value head hv). */
-typedef struct {
-    int T, H, HV, K, V, N;
-    const int64_t *cu;
-    double scale, *q, *k, *v, *a, *beta, *h0, *dout, *dht;
-} kda_prob;
-
+/* The whole function kref_kda_bwd_varlen differentiates: kda_run's loss. */
 static double kda_loss(void *ctx)
 {
-    const kda_prob *p = ctx;
-    const int G = p->HV / p->H, K = p->K, V = p->V, HV = p->HV;
-    const size_t KV = (size_t)K * V;
-    double *S = dalloc(KV), *pred = dalloc((size_t)V), L = 0.0;
-    for (int n = 0; n < p->N; n++)
-        for (int hv = 0; hv < HV; hv++) {
-            memcpy(S, p->h0 + ((size_t)n * HV + hv) * KV, sizeof(double) * KV);
-            for (int64_t t = p->cu[n]; t < p->cu[n + 1]; t++) {
-                const double *kt = p->k + ((size_t)t * p->H + hv / G) * K, *qt = p->q + ((size_t)t * p->H + hv / G) * K;
-                const double *vt = p->v + ((size_t)t * HV + hv) * V, b = p->beta[(size_t)t * HV + hv];
-                for (int d = 0; d < K; d++)
-                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] *= exp(p->a[((size_t)t * HV + hv) * K + d]);
-                for (int e = 0; e < V; e++) {
-                    pred[e] = 0.0;
-                    for (int d = 0; d < K; d++) pred[e] += S[(size_t)d * V + e] * kt[d];
-                }
-                for (int d = 0; d < K; d++)
-                    for (int e = 0; e < V; e++) S[(size_t)d * V + e] += b * kt[d] * (vt[e] - pred[e]);
-                for (int e = 0; e < V; e++) {
-                    double o = 0.0;
-                    for (int d = 0; d < K; d++) o += S[(size_t)d * V + e] * qt[d];
-                    L += p->dout[((size_t)t * HV + hv) * V + e] * p->scale * o;
-                }
-            }
-            for (size_t i = 0; i < KV; i++) L += p->dht[((size_t)n * HV + hv) * KV + i] * S[i];
-        }
-    free(S);
-    free(pred);
-    return L;
+    return kda_run(ctx, NULL, NULL);
 }
 
 /* the whole backward composed of the stage references against the finite

@@ -599,6 +599,26 @@ static void chunk_akk(const double *k, const double *beta, const double *g2, siz
         }
 }
 
+/* One chunk's w = A (beta k exp2 g2) and kg = k exp2(g2_last - g2) from its WY
+ * inverse A (row r at A + r astride), rows t0.. (nr valid) of value head hv;
+ * kb [BT, K] is scratch. */
+static void chunk_w_kg(const double *A, size_t astride, const double *k, const double *beta, const double *g2,
+                       size_t t0, int nr, int hv, int HV, int K, double *kb, double *w, double *kg)
+{
+#define IX(r, d) (((t0 + (r)) * HV + hv) * K + (d))
+    for (int r = 0; r < nr; r++)
+        for (int d = 0; d < K; d++)
+            kb[(size_t)r * K + d] = beta[(t0 + r) * HV + hv] * k[IX(r, d)] * exp2(g2[IX(r, d)]);
+    for (int r = 0; r < nr; r++)
+        for (int d = 0; d < K; d++) {
+            double acc = 0.0;
+            for (int s = 0; s <= r; s++) acc += A[r * astride + s] * kb[(size_t)s * K + d];
+            w[IX(r, d)] = acc;
+            kg[IX(r, d)] = k[IX(r, d)] * exp2(g2[IX(nr - 1, d)] - g2[IX(r, d)]);
+        }
+#undef IX
+}
+
 void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N, const int64_t *cu,
                                 const double *q, const double *k,
                                 const double *beta, const double *g2, double *w,
@@ -615,17 +635,9 @@ void kref_gen_dhu_inputs_varlen(int T, int HV, int K, int N, const int64_t *cu,
                 const int nr = chunk_span(cu, n, c, &t0);
 #define IX(r, d) (((t0 + (r)) * HV + hv) * K + (d))
                 chunk_akk(k, beta, g2, t0, nr, hv, HV, K, L, A);
+                chunk_w_kg(A, BT, k, beta, g2, t0, nr, hv, HV, K, kb, w, kg);
                 for (int r = 0; r < nr; r++)
-                    for (int d = 0; d < K; d++)
-                        kb[(size_t)r * K + d] = beta[(t0 + r) * HV + hv] * k[IX(r, d)] * exp2(g2[IX(r, d)]);
-                for (int r = 0; r < nr; r++)
-                    for (int d = 0; d < K; d++) {
-                        double acc = 0.0;
-                        for (int s = 0; s <= r; s++) acc += A[r * BT + s] * kb[(size_t)s * K + d];
-                        w[IX(r, d)] = acc;
-                        kg[IX(r, d)] = k[IX(r, d)] * exp2(g2[IX(nr - 1, d)] - g2[IX(r, d)]);
-                        qg[IX(r, d)] = q[IX(r, d)] * exp2(g2[IX(r, d)]);
-                    }
+                    for (int d = 0; d < K; d++) qg[IX(r, d)] = q[IX(r, d)] * exp2(g2[IX(r, d)]);
 #undef IX
             }
     free(L); free(A); free(kb);
@@ -775,16 +787,11 @@ void kref_wy_dqkg_varlen(int T, int H, int HV, int K, int V, int N,
 
 /* ---- The forward recompute of the backward. ---- */
 
-#define M_LN2_ 0.69314718055994530942
-
 /* n zeroed doubles (tokens past cu[N] are never written, nor read) */
 static double *dnew(size_t n)
 {
-    double *p = calloc(n ? n : 1, sizeof(double));
-    if (!p) {
-        fprintf(stderr, "kda_ref: out of memory\n");
-        abort();
-    }
+    double *p = xmalloc(sizeof(double) * n);
+    memset(p, 0, sizeof(double) * n);
     return p;
 }
 
@@ -814,31 +821,25 @@ void kref_recompute_w_u_varlen(int T, int HV, int K, int V, int N,
                                double *u, double *kg)
 {
     check_cu("kref_recompute_w_u_varlen", T, N, cu);
+    double *kb = xmalloc(sizeof(double) * (size_t)BT * K);
     for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++)
             for (int c = 0; c < nchunks(cu, n); c++) {
                 size_t t0;
                 const int nr = chunk_span(cu, n, c, &t0);
-#define IK(r, d) (((t0 + (r)) * HV + hv) * K + (d))
+                chunk_w_kg(Akk + (t0 * HV + hv) * BT, (size_t)HV * BT, k, beta, g2, t0, nr, hv, HV, K, kb, w, kg);
 #define IV(r, e) (((t0 + (r)) * HV + hv) * V + (e))
                 for (int r = 0; r < nr; r++) {
                     const double *a = Akk + ((t0 + r) * HV + hv) * BT;
-                    for (int d = 0; d < K; d++) {
-                        double acc = 0.0;
-                        for (int s = 0; s <= r; s++)
-                            acc += a[s] * beta[(t0 + s) * HV + hv] * k[IK(s, d)] * exp2(g2[IK(s, d)]);
-                        w[IK(r, d)] = acc;
-                        kg[IK(r, d)] = k[IK(r, d)] * exp2(g2[IK(nr - 1, d)] - g2[IK(r, d)]);
-                    }
                     for (int e = 0; e < V; e++) {
                         double acc = 0.0;
                         for (int s = 0; s <= r; s++) acc += a[s] * beta[(t0 + s) * HV + hv] * v[IV(s, e)];
                         u[IV(r, e)] = acc;
                     }
                 }
-#undef IK
 #undef IV
             }
+    free(kb);
 }
 
 void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
@@ -902,7 +903,7 @@ void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
             for (int hv = 0; hv < HV; hv++)
                 for (int d = 0; d < K; d++) {
                     const size_t i = ((size_t)t * HV + hv) * K + d, hq = ((size_t)t * H + hv / G) * K + d;
-                    g2[i] = a[i] / M_LN2_ + ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0);
+                    g2[i] = a[i] / KREF_LN2 + ((t - cu[n]) % BT ? g2[i - (size_t)HV * K] : 0.0);
                     kv[i] = k[hq];
                     qg[i] = q[hq];
                 }

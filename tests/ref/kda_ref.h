@@ -32,6 +32,7 @@
 
 #define KREF_BT 64                    /* chunk length, fixed by the algorithm */
 #define KREF_RCP_LN2 1.4426950216     /* fla's fp32 RCP_LN2 constant */
+#define KREF_LN2 0.69314718055994530942 /* ln 2 in double */
 
 /* ---- Seeded RNG: xoshiro256** seeded through splitmix64. ---- */
 typedef struct kref_rng {
