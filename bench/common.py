@@ -75,6 +75,15 @@ def dav_bytes(r, io=2):
     return r.B * r.T * r.HV * (3 * r.V * io + CHUNK * io + CHUNK * 4)
 
 
+def rwu_bytes(r, io=2, gate=True):
+    """recompute_wu: k, q [B,T,H,K], v [B,T,HV,V], Akk [B,T,HV,64] io, beta fp32 in; w, qg, kg [B,T,HV,K], u
+    [B,T,HV,V] io out; and either the cumsummed gate (fp32) in, or the raw gate (io) in and its cumsum
+    (fp32) out.  fla's gate cumsum + recompute_w_u move the raw gate, and the cumsum twice (out and in)."""
+    B, T, H, HV, K, V = r.B, r.T, r.H, r.HV, r.K, r.V
+    common = B * T * (2 * H * K * io + 2 * HV * V * io + HV * CHUNK * io + HV * 4 + 3 * HV * K * io)
+    return common + B * T * HV * K * ((io + 4) if gate else 4)
+
+
 def rel_rms(a, b):
     """rms(a - b) / rms(b) in float64, in slices (the dh tensors are GBs)."""
     a = a.reshape(-1)
@@ -217,6 +226,15 @@ def fla_dav(fla, s, Aqk, cu=None, ci=None):
     return fla["dav"](s["q"], s["k"], s["v_new"], s["do"], A=Aqk, scale=s["scale"], chunk_size=CHUNK, **kw)
 
 
+def fla_gate_rwu(fla, s, cu=None, ci=None):
+    """fla's kda_gate_chunk_cumsum (the safe gate, bound -5) and recompute_w_u_fwd as chunk_kda_bwd calls them,
+    on a make_wy set with g_raw, A_log, dt_bias -> (gk, w, u, qg, kg)."""
+    kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci)
+    gk = fla["gate"](g=s["g_raw"], A_log=s["A_log"], dt_bias=s["dt_bias"], scale=RCP_LN2, chunk_size=CHUNK,
+                     lower_bound=-5.0, **kw)
+    return (gk,) + tuple(fla["rwu"](q=s["q"], k=s["k"], v=s["v"], beta=s["beta"], A=s["A"], gk=gk, **kw))
+
+
 def fla_wy(fla, s, cu=None, ci=None, co=None):
     """fla's chunk_kda_bwd_wy_dqkg_fused on an input set of make_wy -> (dq, dk, dv, db, dg, dA)."""
     kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
@@ -269,6 +287,8 @@ def import_fla():
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_dAv, chunk_kda_bwd_wy_dqkg_fused
         from fla.ops.utils import chunk_local_cumsum
         from fla.ops.utils.index import prepare_chunk_indices, prepare_chunk_offsets
+        from fla.ops.kda.gate import kda_gate_chunk_cumsum
+        from fla.ops.kda.wy_fast import recompute_w_u_fwd
         try:
             import fla
             ver = getattr(fla, "__version__", "?")
@@ -291,7 +311,8 @@ def import_fla():
         print(f"fla {ver}: chunk_kda_bwd_intra{si}")
         print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
         return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
-                    wy=chunk_kda_bwd_wy_dqkg_fused, dav=chunk_kda_bwd_dAv,
+                    wy=chunk_kda_bwd_wy_dqkg_fused, dav=chunk_kda_bwd_dAv, gate=kda_gate_chunk_cumsum,
+                    rwu=recompute_w_u_fwd,
                     chunk_indices=prepare_chunk_indices, chunk_offsets=prepare_chunk_offsets, version=ver)
     except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
         print(f"fla not available ({type(e).__name__}: {e}); running kdart only")

@@ -22,8 +22,9 @@ import sys
 import time
 
 from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dav_bytes, dhu_bytes,
-                    dump_json, fla_dav, fla_dhu, fla_intra, fla_wy, fmt, import_fla, intra_bytes, make_dhu,
-                    make_intra, make_wy, nsets_for, print_table, rel_rms, seq_layout, wy_bytes)
+                    dump_json, fla_dav, fla_dhu, fla_gate_rwu, fla_intra, fla_wy, fmt, import_fla, intra_bytes,
+                    make_dhu, make_intra, make_wy, nsets_for, print_table, rel_rms, rwu_bytes, seq_layout,
+                    wy_bytes)
 
 
 # ---------------------------------------------------------------- shape rows
@@ -500,6 +501,46 @@ def run_dav(r, ctx):
     return res
 
 
+def run_rwu(r, ctx):
+    """fla's gate cumsum + recompute_w_u_fwd (the safe gate, raw gate in bf16, beta in fp32: chunk_kda_bwd's
+    calls in the configuration people train with) against kdart's one launch (gate_recompute_w_u); also the
+    plain recompute alone (the cumsummed gate in: printed).  Checks every output against fla's."""
+    import torch
+    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
+    kt, lens, lay, cu, ci, co = torch_row(r, ctx)
+    s = make_wy(r, dev, lay)
+    s["g_raw"] = torch.randn(r.B, r.T, r.HV, r.K, device=dev).to(torch.bfloat16)
+    s["A_log"] = torch.log(torch.empty(r.HV, device=dev).uniform_(1, 16))
+    s["dt_bias"] = torch.randn(r.HV * r.K, device=dev)
+    seqs = dict(cu_seqlens=cu, chunk_indices=ci)
+    res = dict(stage="gate+recompute_w_u", row=r.name, shape=r.shape_str(), bytes=rwu_bytes(r), nsets=1,
+               checks={}, flags=[])
+
+    def kd():
+        return kt.gate_recompute_w_u(s["g_raw"], s["A_log"], s["k"], s["v"], s["beta"], s["A"], q=s["q"],
+                                     dt_bias=s["dt_bias"], lower_bound=-5.0, **seqs)
+    got = kd()
+    if fla is not None:
+        want = fla_gate_rwu(fla, s, cu, ci)
+        for n, x, y in zip(("g", "w", "u", "qg", "kg"), got, want):
+            res["checks"][n] = rel_rms(x, y)
+        gk = want[0]
+
+        def plain(fn):
+            return fn(q=s["q"], k=s["k"], v=s["v"], beta=s["beta"], A=s["A"], gk=gk, **seqs)
+        res["fla_ms"], res["fla_min_ms"] = timer([lambda: fla_gate_rwu(fla, s, cu, ci)])
+        f_plain = timer([lambda: plain(fla["rwu"])])[0]
+        k_plain = timer([lambda: kt.recompute_w_u(s["k"], s["v"], s["beta"], s["A"], gk, q=s["q"], **seqs)])[0]
+        print(f"  the recompute alone (cumsummed gate in): fla {f_plain:.3f} ms, kdart {k_plain:.3f} ms "
+              f"({f_plain / k_plain:.2f}x; {rwu_bytes(r, gate=False) / (k_plain * 1e-3) / 1e9:.0f} GB/s)", flush=True)
+    for n, t in zip(("g", "w", "u", "qg", "kg"), got):
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+    del got
+    res["kdart_ms"], res["kdart_min_ms"] = timer([kd])
+    return res
+
+
 # --------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -516,9 +557,10 @@ def main(argv=None):
     ap.add_argument("--rows", default="",
                     help="comma-separated row indices or names (see --list); default: all")
     ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
-    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "all"), default="both",
+    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "rwu", "all"), default="both",
                     help="which stages to run (both: bwd_intra and bwd_dhu; dav: fla's chunk_kda_bwd_dAv against "
-                         "its cost fused into kdart's bwd_dhu and wy_dqkg; all: every one)")
+                         "its cost fused into kdart's bwd_dhu and wy_dqkg; rwu: fla's gate cumsum and "
+                         "recompute_w_u_fwd against kdart's recompute_wu; all: every one)")
     ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (median; default 20)")
@@ -564,6 +606,11 @@ def main(argv=None):
             if args.stage in ("dav", "all") and not r.fold_emit:
                 s = make_wy(small, dev)
                 fla_dav(fla, s, s["A"])
+            if args.stage in ("rwu", "all") and not r.fold_emit:
+                s = make_wy(small, dev)
+                s.update(g_raw=s["q"].new_zeros(small.B, small.T, small.HV, small.K),
+                         A_log=s["beta"].new_zeros(small.HV), dt_bias=s["beta"].new_zeros(small.HV * small.K))
+                fla_gate_rwu(fla, s)
             torch.cuda.synchronize()
             print(f"[{r.name}] warm", flush=True)
         return 0
@@ -608,6 +655,8 @@ def main(argv=None):
             stages.append(run_wy)
         if args.stage in ("dav", "all") and not r.fold_emit and fla is not None:
             stages.append(run_dav)
+        if args.stage in ("rwu", "all") and not r.fold_emit:
+            stages.append(run_rwu)
         for fn in stages:
             print(f"[{r.name}] {r.shape_str()} {fn.__name__[4:]} (t={time.time() - t_start:.0f} s)", flush=True)
             try:
@@ -615,6 +664,7 @@ def main(argv=None):
             except Exception as e:  # report and go on with the next row
                 failed = True
                 stage = ("bwd_dhu" if fn is run_dhu else "wy_dqkg" if fn is run_wy else "bwd_dAv" if fn is run_dav
+                         else "gate+recompute_w_u" if fn is run_rwu
                          else "bwd_intra fold+emit" if r.fold_emit else "bwd_intra")
                 res = dict(stage=stage, row=r.name, shape=r.shape_str(), error=f"{type(e).__name__}: {e}")
                 print(f"  ERROR {res['error']}", flush=True)

@@ -135,4 +135,34 @@ typedef struct kdart_wy_dqkg_params {
     float *dAqk;
 } kdart_wy_dqkg_params;
 
+/* recompute_wu: grid (T/64, B*HV), one CTA per (chunk, batch x value head);
+ * VARLEN as bwd_intra (grid (NT, HV)).  fla's recompute_w_u_fwd, with its
+ * kda_gate_chunk_cumsum in front when the raw gate is given (GATE). */
+typedef struct kdart_recompute_wu_params {
+    const void *q;        /* [B,T,H,K]   io dtype, or NULL: qg is not written */
+    const void *k;        /* [B,T,H,K]   io dtype */
+    const void *v;        /* [B,T,HV,V]  io dtype */
+    const void *beta;     /* [B,T,HV]    io dtype or fp32 (the beta parameter) */
+    const void *A;        /* [B,T,HV,64] io dtype, Akk (the WY inverse, row = token) */
+    const float *g;       /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units (read unless GATE) */
+    const void *g_raw;    /* [B,T,HV,K]  io dtype or fp32 (g_raw_f32): the raw gate (GATE) */
+    const float *A_log;   /* [HV]        fp32 (GATE) */
+    const float *dt_bias; /* [HV,K]      fp32, or NULL (GATE) */
+    float *g_out;         /* [B,T,HV,K]  fp32: the gate's chunk-local cumsum, log2 units (GATE) */
+    void *w;              /* [B,T,HV,K]  io dtype */
+    void *u;              /* [B,T,HV,V]  io dtype */
+    void *qg;             /* [B,T,HV,K]  io dtype, or NULL */
+    void *kg;             /* [B,T,HV,K]  io dtype */
+    float lower_bound;    /* the safe gate's bound (safe_gate) */
+    int safe_gate;        /* GATE: lower_bound sigmoid(exp(A_log)(g + dt_bias)), else -exp(A_log) softplus(..) */
+    int g_raw_f32;        /* GATE: g_raw is fp32 (else the io dtype) */
+    int B, T, H, HV, V;
+    const void *cu_seqlens; /* as bwd_intra */
+    int *status;
+    int N;
+    int NT;                 /* grid chunks (VARLEN) */
+    int cu_is64;
+    int Kr;                 /* the head dim, 1..256 */
+} kdart_recompute_wu_params;
+
 #endif /* KDART_KDA_PARAMS_H */

@@ -93,6 +93,39 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
     return nv;
 }
 
+/* The chunk of a CTA in the kernels of one CTA per (chunk, value head): grid
+ * (T/64, B*HV) at fixed length, blockIdx.y = b * HV + hv; VARLEN (NT, HV),
+ * blockIdx.x the chunk's index among all chunks (which is also its row of a
+ * per-chunk state), over cu_seqlens's sequences or, cu NULL, over N rows of T
+ * tokens.  Returns the chunk's valid rows (1..64) with *t0 its first token,
+ * *hrow its state row, *hv its value head; or <= 0 when the CTA has nothing to
+ * do (past the last chunk, or bad cu_seqlens, which CTA (0, 0) reports: every
+ * CTA then returns before its first store).  Every thread calls it; scratch
+ * as locate_chunk's. */
+template <int NTH, bool VARLEN>
+__device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64, int N, int NT, int *status,
+                                        int *scratch, long long *t0, long long *hrow, int *hv) {
+    if constexpr (!VARLEN) {
+        const int bb = blockIdx.y / HV;
+        *hv = blockIdx.y - bb * HV;
+        *t0 = (long long)bb * T + 64ll * blockIdx.x;
+        *hrow = (long long)bb * (T / 64) + blockIdx.x;
+        return 64;
+    } else {
+        const int ci = blockIdx.x;
+        *hv = blockIdx.y;
+        *hrow = ci;
+        if (cu == nullptr) {
+            const int nct = (T + 63) >> 6;
+            const int n = ci / nct, c = ci - n * nct;
+            if (n >= N) return 0;
+            *t0 = (long long)n * T + 64ll * c;
+            return min(64, T - 64 * c);
+        }
+        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && blockIdx.y == 0, status, scratch, t0);
+    }
+}
+
 } /* namespace kdart */
 
 #endif /* KDART_VARLEN_CUH */

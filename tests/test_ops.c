@@ -1,6 +1,6 @@
 /*
- * test_ops.c: argument validation of kdart_kda_bwd_intra, kdart_kda_bwd_dhu
- * and kdart_kda_wy_dqkg, on the CPU.
+ * test_ops.c: argument validation of kdart_kda_bwd_intra, kdart_kda_bwd_dhu,
+ * kdart_kda_wy_dqkg and kdart_kda_recompute_wu, on the CPU.
  *
  * Tensors here carry fake, never-dereferenced device addresses, and CUDA
  * is disabled (KDART_OPEN_NO_CUDA), so a call whose arguments all pass
@@ -325,6 +325,98 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     s.q.t.data = (void *)((uintptr_t)s.q.t.data + 2);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EALIGN, "q");
+}
+END_TEST
+
+/* recompute_wu: b rows of t tokens, head dim k, value dim v; the cumsummed gate in (gate = 0) or the raw
+ * gate with A_log, dt_bias in and its cumsum out */
+typedef struct rwu_set {
+    fake q, k, v, beta, A, g, g_raw, A_log, dt_bias, g_out, w, u, qg, kg, cu;
+    kdart_recompute_wu_args a;
+} rwu_set;
+
+static void rwu_make(rwu_set *s, int64_t b, int64_t t, int64_t k, int64_t v, int gate) {
+    mk(&s->q, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->k, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->v, kDLBfloat, 16, 4, b, t, HV, v, 0);
+    mk(&s->u, kDLBfloat, 16, 4, b, t, HV, v, 0);
+    mk(&s->beta, kDLFloat, 32, 3, b, t, HV, 0, 0);
+    mk(&s->A, kDLBfloat, 16, 4, b, t, HV, 64, 0);
+    mk(&s->g, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->g_out, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->g_raw, kDLBfloat, 16, 4, b, t, HV, k, 0);
+    fake *ks[] = {&s->w, &s->qg, &s->kg};
+    for (int i = 0; i < 3; i++) mk(ks[i], kDLBfloat, 16, 4, b, t, HV, k, 0);
+    mk(&s->A_log, kDLFloat, 32, 1, HV, 0, 0, 0, 0);
+    mk(&s->dt_bias, kDLFloat, 32, 2, HV, k, 0, 0, 0);
+    mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
+    kdart_recompute_wu_args a = {sizeof a, &s->q.t, &s->k.t, &s->v.t, &s->beta.t, &s->A.t,
+                                 gate ? NULL : &s->g.t, gate ? &s->g_raw.t : NULL, gate ? &s->A_log.t : NULL,
+                                 gate ? &s->dt_bias.t : NULL, gate ? &s->g_out.t : NULL, &s->w.t, &s->u.t,
+                                 &s->qg.t, &s->kg.t, -5.0f, gate, NULL, NULL};
+    s->a = a;
+}
+
+START_TEST(rwu_validation) {
+    rwu_set s;
+    char buf[128];
+    rwu_make(&s, B, T, K, V, 0);
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "recompute_wu", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=0,tail=0,beta=f32,gate=0");
+    /* the raw gate (fp32 here), any head dim and T, no q (then no qg) */
+    rwu_make(&s, B, 100, 100, 72, 1);
+    mk(&s.g_raw, kDLFloat, 32, 4, B, 100, HV, 100, 0);
+    s.a.q = s.a.qg = NULL;
+    ck_assert_int_gt(kdart_spec_for(rt, "recompute_wu", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=1,tail=1,beta=f32,gate=1");
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* packed, beta in the io dtype, no dt_bias */
+    rwu_make(&s, 1, 300, K, V, 1);
+    mk(&s.beta, kDLBfloat, 16, 3, 1, 300, HV, 0, 0);
+    s.a.dt_bias = NULL;
+    s.a.cu_seqlens = &s.cu.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "recompute_wu", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=1,tail=0,beta=io,gate=1");
+    /* bad arguments, each named */
+    rwu_make(&s, B, T, K, V, 0);
+    s.a.g = NULL;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ENULL, "give either g");
+    rwu_make(&s, B, T, K, V, 1);
+    s.a.g = &s.g.t;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EINVAL, "give either g");
+    rwu_make(&s, B, T, K, V, 1);
+    s.a.A_log = NULL;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ENULL, "A_log");
+    rwu_make(&s, B, T, K, V, 0);
+    s.a.g_out = &s.g_out.t;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EINVAL, "go with g_raw");
+    rwu_make(&s, B, T, K, V, 0);
+    s.a.qg = NULL;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ENULL, "q needs qg");
+    rwu_make(&s, B, T, K, V, 1);
+    mk(&s.dt_bias, kDLFloat, 32, 1, HV * K, 0, 0, 0, 0); /* fla's [HV*K]: kdart takes [HV, K] */
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ESHAPE, "dt_bias");
+    rwu_make(&s, B, T, K, V, 1);
+    mk(&s.g_out, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EDTYPE, "g_out");
+    rwu_make(&s, B, T, K, V, 0);
+    mk(&s.A, kDLBfloat, 16, 4, B, T, HV, 32, 0);
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ESHAPE, "tensor A");
+    rwu_make(&s, B, T, 300, V, 0);
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=300");
+    rwu_make(&s, B, T, K, V, 0);
+    s.a.w = &s.kg.t;
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+    rwu_make(&s, B, T, K, V, 1);
+    s.a.g_out = &s.g_raw.t; /* in place: g_out over the raw gate (also the wrong dtype) */
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EDTYPE, "g_out");
+    rwu_make(&s, B, T, K, V, 0);
+    s.a.cu_seqlens = &s.cu.t; /* packed needs B == 1 */
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    rwu_make(&s, B, T, K, V, 0);
+    s.v.t.data = (void *)((uintptr_t)s.v.t.data + 2);
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EALIGN, "v");
 }
 END_TEST
 
@@ -793,6 +885,7 @@ int main(void) {
     tcase_add_test(tc, intra_valid_reaches_launch);
     tcase_add_test(tc, spec_for);
     tcase_add_test(tc, wy_validation);
+    tcase_add_test(tc, rwu_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

@@ -56,6 +56,15 @@ chunk_kda_bwd_dAv runs on the recorded inputs and its outputs take the stand-ins
 bwd_dAv fallback with the reason.  A call that is not fused at all (another head dim, a direct call from
 elsewhere, ...) runs fla's function, also counted as a fallback.
 
+fla's recompute_w_u_fwd (w, u, qg, kg from the forward's Akk) is served by kdart's recompute_wu, and when
+chunk_kda computes the gate itself (use_gate_in_kernel) the kda_gate_chunk_cumsum that chunk_kda_bwd runs
+just before it goes into the same launch: the gate wrapper (chunk_kda_bwd's own call only) returns the
+float32 tensor fla would return, still unwritten, and records the call (per thread, weak references); the
+recompute wrapper, given that tensor as gk, has kdart write the gate's cumsum into it beside w, u, qg and kg
+(counted as "gate_cumsum" and "recompute_w_u" served).  Where the recompute is not served, fla's own gate
+cumsum runs then and is copied into the tensor (a "gate_cumsum" fallback) before fla's recompute.  The
+registry route serves the recompute and leaves the gate cumsum to fla.
+
 Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk_kda backward (the wheel's
 kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
 logged once per reason through the "kdart.fla" logger; stats() counts every one.
@@ -100,6 +109,7 @@ MODULE = "fla.ops.kda.chunk_bwd"
 _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum"
 _WY = "chunk_kda_bwd_wy_dqkg_fused"
 _DAV, _PRE = "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process"
+_GATE, _RWU = "kda_gate_chunk_cumsum", "recompute_w_u_fwd"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
 _E = inspect.Parameter.empty
@@ -120,6 +130,11 @@ EXPECTED = {
     _PRE: (("q", _E), ("k", _E), ("w", _E), ("do", _E), ("dv", _E), ("g", None), ("gk", None), ("bg", None),
            ("scale", None), ("state_v_first", False), ("cu_seqlens", None), ("dht", None), ("initial_state", None),
            ("context", None), ("chunk_size", 64), ("use_graph", False)),
+    _GATE: (("g", _E), ("A_log", _E), ("chunk_size", _E), ("scale", None), ("dt_bias", None), ("cu_seqlens", None),
+            ("output_dtype", "torch.float32"), ("chunk_indices", None), ("lower_bound", None), ("use_graph", False),
+            ("kwargs", _E)),
+    _RWU: (("k", _E), ("v", _E), ("beta", _E), ("A", _E), ("gk", _E), ("q", None), ("cu_seqlens", None),
+           ("chunk_indices", None), ("use_graph", False)),
     "chunk_kda_bwd": (("q", _E), ("k", _E), ("v", _E), ("beta", _E), ("Aqk", _E), ("Akk", _E), ("scale", _E),
                       ("initial_state", _E), ("do", _E), ("dht", _E), ("g", None), ("g_org", None),
                       ("state_v_first", False), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
@@ -130,7 +145,8 @@ EXPECTED = {
 
 _lock = threading.RLock()
 _state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None}
-_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0}
+_served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0, "recompute_w_u": 0,
+           "gate_cumsum": 0}
 _fallbacks = {}
 _warned = set()
 _tls = threading.local()
@@ -157,7 +173,7 @@ def _check_signatures(mod):
         if have != want:
             bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
     bwd = getattr(mod, "chunk_kda_bwd", None)
-    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE} <= set(bwd.__code__.co_names):
+    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE, _GATE, _RWU} <= set(bwd.__code__.co_names):
         bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_DAV}, {_PRE}, {_DHU}, {_WY}, {_INTRA} and {_CUMSUM}")
     if bad:
         raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
@@ -571,6 +587,7 @@ def _wy_wrapper(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_f
 
 
 _DEFAULT = object()
+_DEFAULT_F32 = object()  # (fla's kda_gate_chunk_cumsum defaults output_dtype to torch.float)
 
 
 def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=_DEFAULT,
@@ -592,8 +609,119 @@ def _cumsum_wrapper(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, o
                 chunk_indices=chunk_indices, use_graph=use_graph, **kwargs)
 
 
+# ------------------------------------- fla's gate cumsum and recompute_w_u_fwd, fused
+
+_RCP_LN2 = 1.4426950408889634
+
+
+def rwu_refusal(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None, use_graph=False):
+    """Why kdart would not take this recompute_w_u_fwd call (None: it would).  gk may be a pending gate
+    cumsum (its dtype and shape are checked)."""
+    torch = _torch()
+    if q is None:
+        return "no q (qg not asked for)"
+    r = _common_reason(A.shape[-1] if A.dim() == 4 else 0, q, v, cu_seqlens)
+    if r is None and not 1 <= v.shape[3] <= 512:
+        r = f"value dim V={v.shape[3]}"
+    return r or _io_reason(torch, q, (k, v, A) + (() if beta.dtype == torch.float32 else (beta,)), (gk,))
+
+
+def _gate_refusal(g, A_log, chunk_size, scale, dt_bias, output_dtype, kwargs):
+    torch = _torch()
+    if chunk_size != 64:
+        return f"chunk_size={chunk_size}"
+    if scale is None or abs(scale - _RCP_LN2) > 1e-6:
+        return f"scale={scale}"
+    if output_dtype not in (None, torch.float32) or kwargs:
+        return "output dtype or extra arguments"
+    if A_log is None or g.dim() != 4 or not _is_cuda(g) or not g.is_contiguous():
+        return "A_log None, or g not a contiguous 4-d CUDA tensor"
+    if g.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return f"g dtype {g.dtype}"
+    for t in (A_log, dt_bias):
+        if t is not None and (t.dtype != torch.float32 or not t.is_contiguous()):
+            return "A_log or dt_bias not contiguous float32"
+    return None
+
+
+class _PendingGate:
+    """A kda_gate_chunk_cumsum call of chunk_kda_bwd deferred into the recompute_w_u_fwd call that reads its
+    output next: gk is allocated and returned unfilled; kdart's gate_recompute_w_u fills it in the same launch
+    as w, u, qg, kg, or, where the recompute is not served, fla's own gate cumsum runs then and is copied in."""
+    __slots__ = ("gk", "args", "kw")
+
+    def __init__(self, gk, g, A_log, dt_bias, cu_seqlens, kw):
+        self.gk = weakref.ref(gk)
+        self.args = tuple(map(_ref, (g, A_log, dt_bias, cu_seqlens)))
+        self.kw = kw
+
+    def fill(self, why):
+        gk = self.gk()
+        g, A_log, dt_bias, cu = (r() for r in self.args)
+        out = _state["orig"][_GATE](g, A_log, 64, scale=self.kw["scale"], dt_bias=dt_bias, cu_seqlens=cu,
+                                    output_dtype=_torch().float32, chunk_indices=self.kw["chunk_indices"](),
+                                    lower_bound=self.kw["lower_bound"], use_graph=self.kw["use_graph"])
+        gk.copy_(out)
+        _count_fallback("gate_cumsum", why)
+
+
+def _gate_wrapper(g, A_log, chunk_size, scale=None, dt_bias=None, cu_seqlens=None, output_dtype=_DEFAULT_F32,
+                  chunk_indices=None, lower_bound=None, use_graph=False, **kwargs):
+    if output_dtype is _DEFAULT_F32:
+        output_dtype = _torch().float32
+    reason = _gate_refusal(g, A_log, chunk_size, scale, dt_bias, output_dtype, kwargs)
+    # only chunk_kda_bwd's own call, whose output goes straight to recompute_w_u_fwd
+    if reason is None and sys._getframe(1).f_code is not _state["bwd_code"]:
+        reason = "not called by chunk_kda_bwd"
+    if reason is not None:
+        _count_fallback("gate_cumsum", reason)
+        return _state["orig"][_GATE](g, A_log, chunk_size, scale=scale, dt_bias=dt_bias, cu_seqlens=cu_seqlens,
+                                     output_dtype=output_dtype, chunk_indices=chunk_indices,
+                                     lower_bound=lower_bound, use_graph=use_graph, **kwargs)
+    gk = _torch().empty(g.shape, dtype=_torch().float32, device=g.device)
+    _tls.gate = _PendingGate(gk, g, A_log, dt_bias, cu_seqlens,
+                             dict(scale=scale, chunk_indices=_ref(chunk_indices), lower_bound=lower_bound,
+                                  use_graph=use_graph))
+    return gk
+
+
+def _rwu_wrapper(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None, use_graph=False):
+    pend = getattr(_tls, "gate", None)
+    _tls.gate = None
+    if pend is not None and pend.gk() is not gk:
+        pend = None
+    reason = rwu_refusal(k, v, beta, A, gk, q, cu_seqlens, chunk_indices, use_graph)
+
+    def kdart_call(kt):
+        if pend is None:
+            return kt.recompute_w_u(k, v, beta, A, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        g, A_log, dt_bias, _ = (r() for r in pend.args)
+        _, w, u, qg, kg = kt._rwu_impl(k, v, beta, A, None, q, g, A_log, dt_bias, pend.kw["lower_bound"],
+                                       cu_seqlens, chunk_indices, g_out=gk) if kt._eager(k) else \
+            (None,) + tuple(_fill_via_op(kt, k, v, beta, A, q, g, A_log, dt_bias, pend, cu_seqlens, chunk_indices,
+                                         gk))
+        _count_served("gate_cumsum")
+        return w, u, qg, kg
+
+    def fla_call():
+        if pend is not None:
+            pend.fill("recompute_w_u_fwd not served")
+        return _state["orig"][_RWU](k, v, beta, A, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                                    use_graph=use_graph)
+    return _serve("recompute_w_u", reason, kdart_call, fla_call)
+
+
+def _fill_via_op(kt, k, v, beta, A, q, g, A_log, dt_bias, pend, cu_seqlens, chunk_indices, gk):
+    """Outside eager mode (torch.compile): the custom op's own gate output, copied into fla's tensor."""
+    g2, w, u, qg, kg = kt.gate_recompute_w_u(g, A_log, k, v, beta, A, q=q, dt_bias=dt_bias,
+                                             lower_bound=pend.kw["lower_bound"], cu_seqlens=cu_seqlens,
+                                             chunk_indices=chunk_indices)
+    gk.copy_(g2)
+    return w, u, qg, kg
+
+
 _WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper,
-             _DAV: _dav_wrapper, _PRE: _pre_wrapper}
+             _DAV: _dav_wrapper, _PRE: _pre_wrapper, _GATE: _gate_wrapper, _RWU: _rwu_wrapper}
 
 
 # ------------------------------------------------------ enable / disable
@@ -629,7 +757,8 @@ def _register(backends, mod):
 
     kda = type("KdartKDABackend", (_Kdart,), {
         _INTRA: staticmethod(_intra_wrapper), _INTRA + "_verifier": staticmethod(on),
-        _WY: staticmethod(_wy_wrapper), _WY + "_verifier": staticmethod(on)})
+        _WY: staticmethod(_wy_wrapper), _WY + "_verifier": staticmethod(on),
+        _RWU: staticmethod(_rwu_wrapper), _RWU + "_verifier": staticmethod(on)})
     common = type("KdartCommonBackend", (_Kdart,), {
         _DHU: staticmethod(_dhu_wrapper), _DHU + "_verifier": staticmethod(on)})
     cumsum = type("KdartCumsumBackend", (_Kdart,), {
@@ -699,6 +828,7 @@ def disable():
         _state["via"] = None
         _state["bwd_code"] = None
         _tls.dav = None
+        _tls.gate = None
 
 
 def is_enabled():

@@ -10,10 +10,16 @@
                                                  state_v_first=False, cu_seqlens=None,
                                                  chunk_indices=None, chunk_offsets=None)
     dq, dk, dv, db, dg, dA, dAqk = kdart.torch.wy_dqkg(..., dAqk=True)
+    w, u, qg, kg = kdart.torch.recompute_w_u(k, v, beta, A, gk, q=None,
+                                             cu_seqlens=None, chunk_indices=None)
+    gk, w, u, qg, kg = kdart.torch.gate_recompute_w_u(g, A_log, k, v, beta, A, q=None,
+                                                      dt_bias=None, lower_bound=None, ...)
 
 Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra,
-chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu) and
-chunk_kda_bwd_wy_dqkg_fused; dh0 is None when h0 is None, as in fla.  Outputs
+chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu),
+chunk_kda_bwd_wy_dqkg_fused and recompute_w_u_fwd (gate_recompute_w_u: fla's
+kda_gate_chunk_cumsum of the raw gate, scale 1/ln 2, in the same launch, its
+cumsum returned first); dh0 is None when h0 is None, as in fla.  Outputs
 are new tensors on the inputs' device; nothing is written to the inputs.
 Shapes and dtypes: docs/chunk_kda_flags.md (io dtype bf16 or fp16; beta in
 the io dtype or fp32, as fla hands it when chunk_kda applies the beta
@@ -41,8 +47,8 @@ capture).  Bad cu_seqlens (decreasing, cu[N] > T) are found on the device:
 the kernels write nothing and device_status() reports them.
 
 All are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
-torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, and torch.ops.kdart.wy_dqkg_dAqk
-for dAqk=True) with fake implementations, so torch.compile traces them
+torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, torch.ops.kdart.wy_dqkg_dAqk
+for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes) with fake implementations, so torch.compile traces them
 (fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
 dispatcher and call the implementation directly (the dispatcher costs more
 than the whole launch).  The launch runs on torch's current stream of the
@@ -72,7 +78,7 @@ import torch
 
 from . import _lib
 
-__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "prepare_for", "device_status"]
+__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "prepare_for", "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
@@ -138,6 +144,8 @@ _INTRA = _Stage("bwd_intra", {"dq_in": "dq", "dk_in": "dk", "dg_in": "dg", "db_i
 _DHU = _Stage("bwd_dhu", {"qg": "q", "kg": "k", "g": "gk", "dht": "dht", "dh0": "h0"}, ("dh", "dh0", "dv2"))
 _WY = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA"))
 _WY_DAQK = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA", "dAqk"))  # (dAqk=True)
+_RWU = _Stage("recompute_wu", {"g": "gk"}, ("w", "u", "qg", "kg"))
+_RWU_GATE = _Stage("recompute_wu", {"g_raw": "g"}, ("g_out", "w", "u", "qg", "kg"))  # the raw gate in
 
 
 def _sizes(st, t, sc, nt):
@@ -165,8 +173,8 @@ def _outputs(st, t, sc, nt=None, want=()):
     """{C name: (shape, dtype)} of the call's outputs (an optional output only when named in want)."""
     st.build()
     d = _sizes(st, t, sc, nt)
-    x0 = t.get(st.inputs[0].name)
-    io = x0.dtype if isinstance(x0, torch.Tensor) and x0.dtype in _IO else torch.bfloat16
+    io = next((x.dtype for x in (t.get(a.name) for a in st.inputs) if isinstance(x, torch.Tensor) and x.dtype in _IO),
+              torch.bfloat16)  # the first io tensor's dtype (an optional first input, recompute_wu's q, may be None)
     out = {}
     for a in st.outputs:
         if a.optional and a.name not in want:
@@ -365,10 +373,10 @@ def _fast():
     if not st:
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
-        fw = rt.lib["kdart_kda_wy_dqkg"]
-        for f in (fi, fd, fw):
+        fw, fr = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"]
+        for f in (fi, fd, fw, fr):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw,
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -643,6 +651,55 @@ def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v
     return tuple(o)
 
 
+def _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
+    if dt_bias is not None and dt_bias.dim() == 1 and g_raw is not None and g_raw.dim() == 4:
+        dt_bias = dt_bias.view(g_raw.shape[2], -1)  # fla's [HV*K] as kdart's [HV, K]
+    return (dict(q=q, k=k, v=v, beta=beta, A=A, g=gk, g_raw=g_raw, A_log=A_log, dt_bias=dt_bias,
+                 cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
+            dict(lower_bound=0.0 if lower_bound is None else float(lower_bound),
+                 safe_gate=int(lower_bound is not None)))
+
+
+def _rwu_plan(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens=None, chunk_indices=None):
+    st = _RWU_GATE if g_raw is not None else _RWU
+    t, sc = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    plan = _build_plan(st, t, sc, want=want, layout=(k, v, beta, A, gk, q, g_raw, A_log, t["dt_bias"], cu_seqlens,
+                                                      chunk_indices))
+    plan.outs = [plan.outs.get(n) for n in st.returns]  # (g_out,) w, u, qg or None, kg
+    plan.slots = st.slots(("q", "k", "v", "beta", "A", "g", "g_raw", "A_log", "dt_bias") + st.returns)
+    plan.seq_slots = st.slots(("cu_seqlens", "chunk_indices"))
+    return plan
+
+
+def _rwu_impl(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=None, lower_bound=None,
+              cu_seqlens=None, chunk_indices=None, g_out=None):
+    if dt_bias is not None and dt_bias.dim() == 1 and g_raw is not None and g_raw.dim() == 4:
+        dt_bias = dt_bias.view(g_raw.shape[2], -1)
+    ts = (q, k, v, beta, A, gk, g_raw, A_log, dt_bias)
+    key = (tuple(map(_idx_key, ts)), "rwu", lower_bound is not None,
+           None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
+    plan = _get_plan(key, _rwu_plan, k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens,
+                     chunk_indices)
+    live = tuple(x for x in ts if x is not None)
+    if not all(map(_CONTIG, live)):
+        _check_layout(live)
+    dev = plan.dev
+    o = [None if sd is None else torch.empty(sd[0], dtype=sd[1], device=dev) for sd in plan.outs]
+    if g_out is not None:  # (kdart.fla: the tensor fla's gate cumsum returned, filled here)
+        if g_raw is None or g_out.shape != o[0].shape or g_out.dtype != o[0].dtype or not g_out.is_contiguous() \
+                or g_out.device != dev:
+            raise _bad("ESHAPE: g_out must be a contiguous float32 tensor of g's shape on its device")
+        o[0] = g_out
+    if lower_bound is not None:
+        plan.args.lower_bound = float(lower_bound)
+    if not plan.warm:
+        _prepare_plan("recompute_wu", plan, dev)
+    _set_data(plan, ts + tuple(o), (cu_seqlens, chunk_indices))
+    _launch("rwu", plan, plan.idx)
+    return tuple(o)
+
+
 # ------------------------------------------------------------- custom ops
 
 @torch.library.custom_op("kdart::bwd_intra", mutates_args=())
@@ -855,6 +912,60 @@ def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first
                              chunk_indices)
     return torch.ops.kdart.wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
                                    cu_seqlens, chunk_indices)
+
+
+def rwu_meta(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=None, lower_bound=None,
+             cu_seqlens=None, chunk_indices=None):
+    """Checks recompute_wu's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list:
+    w, u, qg (None without q), kg, with the gate's cumsum first when g_raw is given."""
+    st = _RWU_GATE if g_raw is not None else _RWU
+    t, sc = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    return _meta(st, t, sc, want=want)
+
+
+def _empty_none(outs, like):
+    return tuple(like.new_empty((0,)) if o is None else o for o in outs)
+
+
+@torch.library.custom_op("kdart::recompute_wu", mutates_args=())
+def _rwu_op(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, A: torch.Tensor, gk: torch.Tensor | None,
+            q: torch.Tensor | None, g_raw: torch.Tensor | None, A_log: torch.Tensor | None,
+            dt_bias: torch.Tensor | None, lower_bound: float | None, cu_seqlens: torch.Tensor | None,
+            chunk_indices: torch.Tensor | None) -> list[torch.Tensor]:
+    """recompute_w_u / gate_recompute_w_u; an output not produced (qg without q) is a (0,)-shaped tensor."""
+    return list(_empty_none(_rwu_impl(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens,
+                                      chunk_indices), k))
+
+
+@_rwu_op.register_fake
+def _rwu_fake(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
+    outs = rwu_meta(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+    return [k.new_empty((0,)) if o is None else k.new_empty(o[0], dtype=o[1]) for o in outs]
+
+
+def _rwu(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
+    if _eager(k):
+        return _rwu_impl(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+    outs = torch.ops.kdart.recompute_wu(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens,
+                                        chunk_indices)
+    return tuple(None if o.dim() == 1 and o.shape[0] == 0 else o for o in outs)
+
+
+def recompute_w_u(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None):
+    """fla's recompute_w_u_fwd (chunk 64; any T, packed sequences, any K and V up to 256 / 512, GVA) ->
+    (w, u, qg, kg): w = A (beta k exp2(gk)), u = A (beta v), qg = q exp2(gk) (None without q), kg = k
+    exp2(gk_last - gk), with A the forward's Akk and gk the chunk-local cumsummed gate in log2 units."""
+    return _rwu(k, v, beta, A, gk, q, None, None, None, None, cu_seqlens, chunk_indices)
+
+
+def gate_recompute_w_u(g, A_log, k, v, beta, A, q=None, dt_bias=None, lower_bound=None, cu_seqlens=None,
+                       chunk_indices=None):
+    """fla's kda_gate_chunk_cumsum (scale 1/ln 2, fp32 out) and recompute_w_u_fwd in one launch -> (gk, w, u, qg,
+    kg): gk the chunk-local cumsum of -exp(A_log) softplus(g + dt_bias), or with lower_bound (the safe gate)
+    lower_bound sigmoid(exp(A_log) (g + dt_bias)), in log2 units; the rest as recompute_w_u with that gk.  g
+    the raw gate [B,T,HV,K] (io dtype or fp32), A_log [HV] and dt_bias [HV*K] (or None) fp32."""
+    return _rwu(k, v, beta, A, None, q, g, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
 
 
 def device_status(device=None, clear=True):

@@ -150,7 +150,8 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch, caplog):
         finally:
             orig.update(saved)
         st = kf.stats()
-    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0, "bwd_dAv": 0}
+    assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0, "bwd_dAv": 0,
+        "recompute_w_u": 0, "gate_cumsum": 0}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 2}  # (counted every time)
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
@@ -187,11 +188,13 @@ def _meta(*shape, dt=torch.float32):
 def _standins(monkeypatch, log):
     """fla's other stages in chunk_kda_bwd replaced by recorders that return meta tensors of the shapes and dtypes
     fla 0.6.0's kernels return (docs/chunk_kda_flags.md), so chunk_kda_bwd runs on a CPU machine."""
-    def gate_cumsum(g, **kw):
+    def gate_cumsum(g, A_log, chunk_size, scale=None, dt_bias=None, cu_seqlens=None, output_dtype=torch.float,
+                    chunk_indices=None, lower_bound=None, use_graph=False, **kwargs):  # fla's signature
         log.append("gate_cumsum")
         return torch.empty_like(g, dtype=torch.float32)
 
-    def recompute_w_u(q, k, v, beta, A, gk, **kw):
+    def recompute_w_u(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None,
+                      use_graph=False):  # fla's signature
         log.append("recompute_w_u")
         B, T, HV = v.shape[:3]
         kk = _meta(B, T, HV, k.shape[3], dt=k.dtype)
@@ -224,6 +227,8 @@ def _standins(monkeypatch, log):
         from fla import backends
         wy_dqkg.__name__ = "chunk_kda_bwd_wy_dqkg_fused"
         wy_dqkg = backends.dispatch("kda")(wy_dqkg)
+        recompute_w_u.__name__ = "recompute_w_u_fwd"
+        recompute_w_u = backends.dispatch("kda")(recompute_w_u)
     for name, fn in (("kda_gate_chunk_cumsum", gate_cumsum), ("recompute_w_u_fwd", recompute_w_u),
                      ("chunk_gated_delta_rule_fwd_h", fwd_h), ("chunk_kda_bwd_dAv", dAv),
                      ("chunk_kda_bwd_wy_dqkg_fused", wy_dqkg), ("kda_gate_bwd", gate_bwd)):
@@ -303,10 +308,12 @@ def test_production_config_routing(monkeypatch, case, caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
     fla_dav = [x for x in log if x[0] == "dAv"]  # fla's chunk_kda_bwd_dAv (the stand-in) ran
     if C != 64:
-        stages = ("bwd_dhu", "bwd_intra", "wy_dqkg") if REGISTRY else ("bwd_dAv", "bwd_dhu", "bwd_intra", "wy_dqkg")
+        stages = ("bwd_dhu", "bwd_intra", "recompute_w_u", "wy_dqkg") if REGISTRY else \
+            ("bwd_dAv", "bwd_dhu", "bwd_intra", "gate_cumsum", "recompute_w_u", "wy_dqkg")
         assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in stages]
         assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log and len(fla_dav) == 1
-        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0}
+        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0,
+        "recompute_w_u": 0, "gate_cumsum": 0}
         assert set(st["fallbacks"]) == {f"{s}: chunk_size=32" for s in stages}
         return
     assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
@@ -315,8 +322,12 @@ def test_production_config_routing(monkeypatch, case, caplog):
     assert [x[:3] for x in log if x[0] == "kdart wy_dqkg"] == [("kdart wy_dqkg", beta_dt, svf)]
     assert "wy_dqkg" not in log  # (the stand-in: fla's)
     fused = not REGISTRY and K in (64, 128) and V % 64 == 0
-    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1, "bwd_dAv": int(fused)}
-    assert ("recompute_w_u" in log) == (not norec) and ("gate_bwd" in log) == gate_in
+    gate_fused = gate_in and not norec and not REGISTRY  # fla's gate cumsum in kdart's recompute launch
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1, "bwd_dAv": int(fused),
+                            "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused)}
+    assert [x[1] for x in log if x[0] == "kdart recompute_w_u"] == ([] if norec else [gate_fused])
+    assert "recompute_w_u" not in log and ("gate_cumsum" in log) == (gate_in and not norec and REGISTRY)
+    assert ("gate_bwd" in log) == gate_in
     intra_dAqk = [x[3] for x in log if x[0] == "kdart bwd_intra"]
     dhu_dv = [x[1:] for x in log if x[0] == "dhu dv"]
     if fused:  # fla's dAv never ran: bwd_dhu took Aqk (no dv), bwd_intra wy_dqkg's dAqk
@@ -369,9 +380,20 @@ def _fakes(monkeypatch, log, K, V, HV, refuse=()):
             out += (torch.empty_like(A, dtype=torch.float32),)
             log.append(("wy dAqk", None, out[6]))
         return out
+    def fake_rwu(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=None, lower_bound=None,
+                 cu_seqlens=None, chunk_indices=None, g_out=None):
+        log.append(("kdart recompute_w_u", g_raw is not None, lower_bound))
+        B, T, HV = v.shape[:3]
+        kk = _meta(B, T, HV, k.shape[3], dt=k.dtype)
+        return g_out, kk, torch.empty_like(v), kk.clone(), kk.clone()
+
     monkeypatch.setattr(kt, "bwd_intra", fake_intra)
     monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
     monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
+    monkeypatch.setattr(kt, "_rwu_impl", fake_rwu)
+    monkeypatch.setattr(kt, "_eager", lambda t: True)
+    monkeypatch.setattr(kt, "recompute_w_u", lambda k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None:
+                        fake_rwu(k, v, beta, A, gk, q, cu_seqlens=cu_seqlens)[1:])
 
 
 # ------------------------------------------------- fla's chunk_kda_bwd_dAv, fused (names route)
@@ -449,7 +471,8 @@ def test_dav_fused_twice(monkeypatch):
     st, log = _dav_backward(monkeypatch, [], times=2)
     assert not _fla_dav(log) and [x[0] for x in _got(log, "dhu dv")] == ["Aqk", "Aqk"]
     assert [x[3] for x in log if x[0] == "kdart bwd_intra"] == [x[1] for x in _got(log, "wy dAqk")]
-    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2}
+    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2,
+        "recompute_w_u": 2, "gate_cumsum": 2}
     assert st["fallbacks"] == {}
 
 

@@ -177,7 +177,8 @@ def test_production_flags(name):
     fused = K in (64, 128) and V % 64 == 0 and grid is None
     why = f"head dim K={K} (the fused dAv takes K 64 or 128)" if K not in (64, 128) else \
         f"V={V} (the fused dAv takes V a multiple of 64, up to 512)" if V % 64 else grid
+    rec = 0 if norec else 2  # the recompute, with the gate's cumsum in its launch (the gate is in chunk_kda)
     assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2,
-                            "bwd_dAv": 2 * fused}, st
+                            "bwd_dAv": 2 * fused, "recompute_w_u": rec, "gate_cumsum": rec}, st
     assert st["fallbacks"] == ({} if fused else {f"bwd_dAv: {why}": 2}), st
     assert not math.isnan(sum(rel(k1, r) for k1, r in zip(kd1, ref)))

@@ -471,3 +471,58 @@ def test_not_a_tensor_is_named():
     a[6] = 0.5  # fla's dq (kdart's dq_in)
     with pytest.raises(ValueError, match="ENULL: dq must be a tensor, got float"):
         kt.intra_meta(*a)
+
+
+# ------------------------------------------------------------- the recompute (recompute_wu)
+
+def rwu_args(B=1, T=200, H=2, HV=4, K=100, V=72, io=BF, device="meta"):
+    e = lambda *s, dt=io: torch.empty(*s, dtype=dt, device=device)  # noqa: E731
+    return dict(k=e(B, T, H, K), v=e(B, T, HV, V), beta=e(B, T, HV, dt=F32), A=e(B, T, HV, 64), q=e(B, T, H, K),
+                gk=e(B, T, HV, K, dt=F32), g=e(B, T, HV, K), A_log=e(HV, dt=F32), dt_bias=e(HV * K, dt=F32))
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+def test_rwu_fake_shapes(io):
+    a = rwu_args(io=io)
+    w, u, qg, kg = kt.recompute_w_u(a["k"], a["v"], a["beta"], a["A"], a["gk"], q=a["q"])
+    assert (w.shape, w.dtype, u.shape, u.dtype) == ((1, 200, 4, 100), io, (1, 200, 4, 72), io)
+    assert qg.shape == kg.shape == (1, 200, 4, 100) and qg.dtype == kg.dtype == io
+    w, u, qg, kg = kt.recompute_w_u(a["k"], a["v"], a["beta"], a["A"], a["gk"])
+    assert qg is None and w.device.type == "meta"
+    gk, w, u, qg, kg = kt.gate_recompute_w_u(a["g"], a["A_log"], a["k"], a["v"], a["beta"], a["A"], q=a["q"],
+                                             dt_bias=a["dt_bias"], lower_bound=-5.0)
+    assert (gk.shape, gk.dtype) == ((1, 200, 4, 100), F32) and qg.shape == (1, 200, 4, 100)
+
+
+def test_rwu_checks():
+    a = rwu_args()
+    with pytest.raises(ValueError, match="ESHAPE"):  # Akk's chunk dim
+        kt.rwu_meta(a["k"], a["v"], a["beta"], torch.empty(1, 200, 4, 32, dtype=BF, device="meta"), a["gk"])
+    with pytest.raises(ValueError, match="EDTYPE"):  # the cumsummed gate is fp32
+        kt.rwu_meta(a["k"], a["v"], a["beta"], a["A"], a["gk"].to(BF))
+    with pytest.raises(ValueError, match="ENULL: give either g"):  # neither gate
+        kt.rwu_meta(a["k"], a["v"], a["beta"], a["A"], None)
+    with pytest.raises(ValueError, match="EINVAL"):  # both gates
+        kt.rwu_meta(a["k"], a["v"], a["beta"], a["A"], a["gk"], g_raw=a["g"], A_log=a["A_log"])
+    with pytest.raises(ValueError, match="ENULL: g_raw needs A_log"):  # the raw gate without A_log
+        kt.rwu_meta(a["k"], a["v"], a["beta"], a["A"], None, g_raw=a["g"])
+    with pytest.raises(ValueError, match="EUNSUPPORTED"):  # K past 256
+        kt.rwu_meta(*(torch.empty(1, 64, 2, 257, dtype=BF, device="meta"),) + (a["v"][:, :64], a["beta"][:, :64],
+                    a["A"][:, :64], torch.empty(1, 64, 4, 257, device="meta")))
+
+
+def test_rwu_opcheck_and_compile():
+    a = rwu_args()
+    torch.library.opcheck(torch.ops.kdart.recompute_wu.default,
+                          (a["k"], a["v"], a["beta"], a["A"], None, a["q"], a["g"], a["A_log"], a["dt_bias"], -5.0,
+                           None, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+    def f(a):
+        gk, w, u, qg, kg = kt.gate_recompute_w_u(a["g"], a["A_log"], a["k"], a["v"], a["beta"], a["A"], q=a["q"],
+                                                 dt_bias=a["dt_bias"], lower_bound=-5.0)
+        return gk.sum() + w.float().sum() + u.float().sum() + qg.float().sum() + kg.float().sum()
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(f, backend=cnt, fullgraph=True)(a)
+    assert out.device.type == "meta" and cnt.frame_count == 1

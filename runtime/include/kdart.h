@@ -508,6 +508,38 @@ typedef struct kdart_wy_dqkg_args {
     const DLTensor *dAqk;
 } kdart_wy_dqkg_args;
 
+/* recompute_wu: the backward's forward recompute of the WY factors from Akk
+ * (fla's recompute_w_u_fwd: w = Akk (beta k exp2(g)), u = Akk (beta v), qg =
+ * q exp2(g), kg = k exp2(g_last - g), rounded to the io dtype as fla does),
+ * with the gate's chunk-local cumsum in front when the gate is computed inside
+ * chunk_kda (fla's kda_gate_chunk_cumsum): pass g_raw, A_log (and dt_bias)
+ * with g_out instead of g, and g_out receives the cumsummed gate in log2
+ * units, -exp(A_log) softplus(g_raw + dt_bias), or with safe_gate
+ * lower_bound sigmoid(exp(A_log) (g_raw + dt_bias)), summed over each chunk's
+ * rows and divided by ln 2.  Any T, packed sequences (as bwd_intra), K in
+ * 1..256, V in 1..512, HV a multiple of H, beta in the io dtype or fp32. */
+typedef struct kdart_recompute_wu_args {
+    uint32_t struct_size;      /* sizeof(kdart_recompute_wu_args) */
+    const DLTensor *q;         /* [B,T,H,K]   io dtype, or NULL (then qg NULL too) */
+    const DLTensor *k;         /* [B,T,H,K]   io dtype */
+    const DLTensor *v;         /* [B,T,HV,V]  io dtype */
+    const DLTensor *beta;      /* [B,T,HV]    io dtype or fp32 */
+    const DLTensor *A;         /* [B,T,HV,64] io dtype (Akk, the WY inverse) */
+    const DLTensor *g;         /* [B,T,HV,K]  fp32, chunk-local cumsum, log2 units; or NULL with g_raw */
+    const DLTensor *g_raw;     /* [B,T,HV,K]  io dtype or fp32: the raw gate; or NULL with g */
+    const DLTensor *A_log;     /* [HV]        fp32 (with g_raw) */
+    const DLTensor *dt_bias;   /* [HV,K]      fp32, or NULL (with g_raw) */
+    const DLTensor *g_out;     /* out [B,T,HV,K] fp32 (with g_raw) */
+    const DLTensor *w;         /* out [B,T,HV,K] io dtype */
+    const DLTensor *u;         /* out [B,T,HV,V] io dtype */
+    const DLTensor *qg;        /* out [B,T,HV,K] io dtype, or NULL (with q NULL) */
+    const DLTensor *kg;        /* out [B,T,HV,K] io dtype */
+    float lower_bound;         /* the safe gate's bound */
+    int safe_gate;             /* the gate's form (with g_raw): nonzero the safe (sigmoid) one */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
+} kdart_recompute_wu_args;
+
 /* The CUDA function of a specialization in the current context, prepared
  * and loaded if needed, with its launch shape: for callers that launch it
  * themselves (cuLaunchKernel with one kdart_*_params struct from
@@ -522,6 +554,7 @@ KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);
+KDART_EXTERN int kdart_kda_recompute_wu(kdart_rt *rt, const kdart_recompute_wu_args *args, void *stream);
 
 /* The device status word of the current CUDA context: the KDART_DEVERR_*
  * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,

@@ -409,7 +409,7 @@ static int run_all(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs, in
     int rc = run_once(rt, fn, args, s, outs, nout, raw, 0, r);
     if (rc == 0 && r->status == KDART_OK)
         for (int i = 0; i < nout; i++) r->digest[i] = outs[i] ? fnv1a(raw[i], outs[i]->bytes) : 0;
-    void *again[6] = {0};
+    void *again[7] = {0};
     r->deterministic = 0;
     r->graph_equal = -1;
     if (rc == 0 && r->status == KDART_OK) {
@@ -539,6 +539,21 @@ static int layout_garbage(layout *L, const kc_seqs *s, kc_report *r) {
     return rc;
 }
 
+/* The start of every kc_run_*: the report cleared, the generator seeded, the case's sequences laid
+ * out (0, or -1 with the report saying why: kc_init not called, or a bad layout, then freed). */
+static int case_begin(int B, int T, const kc_seqs *seqs, unsigned long long seed, kref_rng *rng, layout *L,
+                      kc_report *r) {
+    memset(r, 0, sizeof *r);
+    memset(L, 0, sizeof *L);
+    if (!cu_ready) return fail(r, "kc_init not called");
+    kref_rng_seed(rng, seed);
+    if (layout_make(L, B, T, seqs, rng, r)) {
+        layout_free(L);
+        return -1;
+    }
+    return 0;
+}
+
 /* Gate entries set to -1000 (seqs.hard_gates), natural-log units, before the cumsum. */
 static void harden_gates(kref_rng *rng, double frac, size_t n, double *a) {
     if (frac <= 0) return;
@@ -603,16 +618,10 @@ static int run_settled(kdart_rt *rt, launch_fn fn, const void *args, dbuf **outs
 /* ---------------------------------------------------------- bwd_intra */
 
 int kc_run_intra(kdart_rt *rt, const kc_intra_case *c, kc_report *r) {
-    memset(r, 0, sizeof *r);
-    if (!cu_ready) return fail(r, "kc_init not called");
-    const int H = c->H, HV = c->HV, K = c->K, io = c->io;
     kref_rng rng;
-    kref_rng_seed(&rng, c->seed);
     layout L;
-    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
-        layout_free(&L);
-        return -1;
-    }
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int H = c->H, HV = c->HV, K = c->K, io = c->io;
     /* the packed view: one row of L.rows tokens, sequences per L.cu */
     const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
     const size_t nqk = (size_t)P * H * K, ng = (size_t)P * HV * K, nb = (size_t)P * HV, nA = (size_t)P * HV * 64;
@@ -835,16 +844,10 @@ static void dAqk_ref(int HV, int V, int N, const int64_t *cu, const double *dout
 }
 
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
-    memset(r, 0, sizeof *r);
-    if (!cu_ready) return fail(r, "kc_init not called");
-    const int HV = c->HV, K = c->K, V = c->V, io = c->io;
     kref_rng rng;
-    kref_rng_seed(&rng, c->seed);
     layout L;
-    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
-        layout_free(&L);
-        return -1;
-    }
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int HV = c->HV, K = c->K, V = c->V, io = c->io;
     const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
     /* dh rows: ceil(T/64) per row at fixed length; packed: the total plus spare rows */
     const int64_t NT = L.packed ? L.chunks + (c->seqs.garbage == 4 ? -1 : c->seqs.spare_rows) : (T + 63) / 64;
@@ -986,21 +989,28 @@ out:
 
 /* ------------------------------------------------------------ wy_dqkg */
 
+/* A stand-in for the WY inverse Akk [P,HV,64]: per chunk row i, unit
+ * diagonal, small entries below it, zeros above (and on rows past cu[N]). */
+static void gen_wy_inverse(kref_rng *rng, int P, int HV, const layout *L, double *A) {
+    for (size_t x = 0; x < (size_t)P * HV * 64; x++) A[x] = 0;
+    for (int n = 0; n < L->N; n++)
+        for (int64_t t = L->cu[n]; t < L->cu[n + 1]; t++) {
+            const int i = (int)((t - L->cu[n]) % 64);
+            for (int hv = 0; hv < HV; hv++)
+                for (int j = 0; j <= i; j++)
+                    A[((size_t)t * HV + hv) * 64 + j] = j == i ? 1.0 : 0.2 * kref_rng_normal(rng);
+        }
+}
+
 static int launch_wy(kdart_rt *rt, const void *a, CUstream s) {
     return kdart_kda_wy_dqkg(rt, (const kdart_wy_dqkg_args *)a, (void *)s);
 }
 
 int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
-    memset(r, 0, sizeof *r);
-    if (!cu_ready) return fail(r, "kc_init not called");
-    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io;
     kref_rng rng;
-    kref_rng_seed(&rng, c->seed);
     layout L;
-    if (layout_make(&L, c->B, c->T, &c->seqs, &rng, r)) {
-        layout_free(&L);
-        return -1;
-    }
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io;
     const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
     const int64_t NT = L.packed ? L.chunks : (T + 63) / 64, HB = L.packed ? 1 : B;
     const size_t nqk = (size_t)P * H * K, nk = (size_t)P * HV * K, nv = (size_t)P * HV * V, nb = (size_t)P * HV,
@@ -1037,17 +1047,7 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     for (size_t x = 0; x < nk; x++) g[x] = NAN; /* tokens past cu[N]: never read */
     kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
     kref_gen_beta(&rng, nb, beta);
-    /* A: the WY inverse's shape, unit diagonal, small below it, zero above */
-    for (size_t t = 0; t < (size_t)P; t++)
-        for (int hv = 0; hv < HV; hv++)
-            for (int j = 0; j < 64; j++) A[(t * HV + hv) * 64 + j] = 0;
-    for (int n = 0; n < N; n++)
-        for (int64_t t = L.cu[n]; t < L.cu[n + 1]; t++) {
-            const int i = (int)((t - L.cu[n]) % 64);
-            for (int hv = 0; hv < HV; hv++)
-                for (int j = 0; j <= i; j++)
-                    A[((size_t)t * HV + hv) * 64 + j] = j == i ? 1.0 : 0.2 * kref_rng_normal(&rng);
-        }
+    gen_wy_inverse(&rng, P, HV, &L, A);
     kref_gen_normal(&rng, nh, 0.5, h);
     kref_gen_normal(&rng, nh, 0.5, dh);
     for (size_t x = live * HV * V; x < nv; x++) v[x] = vn[x] = dout[x] = dv[x] = NAN;
@@ -1119,6 +1119,128 @@ out:
     double *all[] = {q, k, v, vn, a, g, beta, A, h, dh, dout, dv, vf, got};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 7; i++) free(ref[i]), free(exact[i]), free(raw[i]);
+    return rc;
+}
+
+/* ---------------------------------------------------------- recompute_wu */
+
+static int launch_rwu(kdart_rt *rt, const void *a, CUstream s) {
+    return kdart_kda_recompute_wu(rt, (const kdart_recompute_wu_args *)a, (void *)s);
+}
+
+/* Rows of an [P,H,K] tensor repeated for the HV / H value heads of each. */
+static void expand_heads(const double *x, size_t P, int H, int HV, int K, double *y) {
+    for (size_t t = 0; t < P; t++)
+        for (int hv = 0; hv < HV; hv++)
+            memcpy(y + (t * HV + hv) * K, x + (t * H + hv / (HV / H)) * K, sizeof(double) * K);
+}
+
+int kc_run_rwu(kdart_rt *rt, const kc_rwu_case *c, kc_report *r) {
+    kref_rng rng;
+    layout L;
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io;
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    const size_t nqk = (size_t)P * H * K, nk = (size_t)P * HV * K, nv = (size_t)P * HV * V, nb = (size_t)P * HV,
+                 nA = (size_t)P * HV * 64, live = (size_t)L.tokens;
+    double *q = dmalloc(nqk), *k = dmalloc(nqk), *qx = dmalloc(nk), *kx = dmalloc(nk), *v = dmalloc(nv),
+           *beta = dmalloc(nb), *A = dmalloc(nA), *a = dmalloc(nk), *g = dmalloc(nk), *graw = dmalloc(nk),
+           *alog = dmalloc(HV), *bias = dmalloc((size_t)HV * K), *got = dmalloc(nv > nk ? nv : nk);
+    double *ref[4] = {dmalloc(nk), dmalloc(nv), dmalloc(nk), dmalloc(nk)}; /* w u kg qg */
+    void *raw[5];
+    for (int i = 0; i < 5; i++) raw[i] = malloc((nv > nk ? nv : nk) * 4 + 4);
+    dbuf d[14];
+    memset(d, 0, sizeof d);
+    int rc = -1;
+    int ok = q && k && qx && kx && v && beta && A && a && g && graw && alog && bias && got;
+    for (int i = 0; i < 5; i++) ok = ok && raw[i] && (i == 4 || ref[i]);
+    if (!ok) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, q);
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, k);
+    kref_gen_normal(&rng, nv, 1.0, v);
+    kref_gen_beta(&rng, nb, beta);
+    gen_wy_inverse(&rng, P, HV, &L, A);
+    const int gate = c->gate != 0, graw_dt = c->graw_f32 ? DT_F32 : io;
+    if (!gate) {
+        kref_gen_gate(&rng, (kref_gate_family)c->family, 1, P, HV, K, a);
+        harden_gates(&rng, c->seqs.hard_gates, nk, a);
+    } else { /* chunk_kda's gate: exp(A_log) in [1, 16], dt_bias 0.5 randn (or none), g_raw 2 randn */
+        for (int hv = 0; hv < HV; hv++) alog[hv] = kref_round_f32(log(1.0 + 15.0 * kref_rng_uniform(&rng)));
+        for (int x = 0; x < HV * K; x++) bias[x] = c->with_bias ? kref_round_f32(0.5 * kref_rng_normal(&rng)) : 0.0;
+        kref_gen_normal(&rng, nk, 2.0, graw);
+        round_to(graw, nk, graw_dt);
+        kref_gate_act((size_t)P * HV, HV, K, graw, alog, bias, c->gate == 2, c->lower_bound, a);
+    }
+    for (size_t x = 0; x < nk; x++) g[x] = NAN; /* tokens past cu[N]: never read */
+    kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
+    for (size_t x = live * H * K; x < nqk; x++) q[x] = k[x] = NAN;
+    for (size_t x = live * HV * V; x < nv; x++) v[x] = NAN;
+    for (size_t x = live * HV * K; x < nk; x++) graw[x] = NAN;
+    round_to(q, nqk, io), round_to(k, nqk, io), round_to(v, nv, io), round_to(A, nA, io);
+    round_to(beta, nb, c->beta_f32 ? DT_F32 : io);
+
+    int64_t sqk[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
+            sA[4] = {B, T, HV, 64}, sh[1] = {HV}, sbias[2] = {HV, K};
+    /* in: q k v beta A g g_raw A_log dt_bias; out: w u kg qg g_out */
+    ok = !dalloc(&d[0], io, 4, sqk) && !dalloc(&d[1], io, 4, sqk) && !dalloc(&d[2], io, 4, sv) &&
+         !dalloc(&d[3], c->beta_f32 ? DT_F32 : io, 3, sb) && !dalloc(&d[4], io, 4, sA) &&
+         !dalloc(&d[5], DT_F32, 4, sk) && !dalloc(&d[6], graw_dt, 4, sk) && !dalloc(&d[7], DT_F32, 1, sh) &&
+         !dalloc(&d[8], DT_F32, 2, sbias) && !dalloc(&d[9], io, 4, sk) && !dalloc(&d[10], io, 4, sv) &&
+         !dalloc(&d[11], io, 4, sk) && !dalloc(&d[12], io, 4, sk) && !dalloc(&d[13], DT_F32, 4, sk);
+    if (!ok || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
+        goto out;
+    }
+    const double *host_in[9] = {q, k, v, beta, A, g, graw, alog, bias};
+    for (int i = 0; i < 9; i++)
+        if (dput(&d[i], host_in[i])) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    kdart_recompute_wu_args args = {sizeof args, c->with_q ? &d[0].t : NULL, &d[1].t, &d[2].t, &d[3].t, &d[4].t,
+                                    gate ? NULL : &d[5].t, gate ? &d[6].t : NULL, gate ? &d[7].t : NULL,
+                                    gate && c->with_bias ? &d[8].t : NULL, gate ? &d[13].t : NULL, &d[9].t,
+                                    &d[10].t, c->with_q ? &d[12].t : NULL, &d[11].t, (float)c->lower_bound,
+                                    c->gate == 2, NULL, NULL};
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
+    /* the outputs in order: w, u, kg, then qg and the gate's cumsum when asked for */
+    static const char *const names[5] = {"w", "u", "kg", "qg", "g"};
+    const size_t per[5] = {(size_t)HV * K, (size_t)HV * V, (size_t)HV * K, (size_t)HV * K, (size_t)HV * K};
+    dbuf *outs[5];
+    int which[5], NO = 0;
+    for (int j = 0; j < 5; j++)
+        if (j < 3 || (j == 3 && c->with_q) || (j == 4 && gate)) which[NO] = j, outs[NO++] = &d[9 + j];
+    const int settled = run_settled(rt, launch_rwu, &args, outs, NO, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
+        goto out;
+    }
+    /* the exact float64 outputs (from the io-rounded inputs and the fp32-rounded cumsummed gate) */
+    expand_heads(q, (size_t)P, H, HV, K, qx);
+    expand_heads(k, (size_t)P, H, HV, K, kx);
+    kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, A, ref[0], ref[1], ref[2]);
+    for (size_t x = 0; x < live * HV * K; x++) ref[3][x] = qx[x] * exp2(g[x]);
+    const double *refs[5] = {ref[0], ref[1], ref[2], ref[3], g};
+    r->nout = NO;
+    r->untouched = 1;
+    for (int i = 0; i < NO; i++) {
+        const int j = which[i];
+        score_output(r, i, names[j], outs[i], raw[i], live * per[j], (size_t)P * per[j], io, refs[j], NULL, got);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 14; i++) dfree(&d[i]);
+    layout_free(&L);
+    double *all[] = {q, k, qx, kx, v, beta, A, a, g, graw, alog, bias, got};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    for (int i = 0; i < 5; i++) free(raw[i]), free(i < 4 ? ref[i] : NULL);
     return rc;
 }
 

@@ -109,6 +109,23 @@ typedef struct kc_wy_case {
     int with_dAqk;     /* also dAqk = scale tril0(do v_new^T) (fla's dAv dA, fused) */
 } kc_wy_case;
 
+typedef struct kc_rwu_case {
+    int B, T, H, HV, K, V;
+    int io;
+    int beta_f32;      /* beta in fp32, else the io dtype */
+    int gate;          /* 0: the cumsummed gate in (family below); 1: the raw gate in (the
+                          softplus form), its cumsum out; 2: the same with the safe gate */
+    int family;        /* gate 0: kref_gate_family */
+    int graw_f32;      /* gate 1, 2: the raw gate in fp32, else the io dtype */
+    int with_bias;     /* gate 1, 2: dt_bias given */
+    double lower_bound; /* gate 2 */
+    int with_q;        /* q in, qg out */
+    unsigned long long seed;
+    int reps;
+    int graph;
+    kc_seqs seqs;
+} kc_rwu_case;
+
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
@@ -151,7 +168,7 @@ typedef struct kc_report {
                               every output element) */
     int devstatus;         /* kdart_device_status bits read (and cleared) after the launch */
     int nseq, tokens;      /* the sequences and cu[N] the case ran */
-    unsigned long long digest[6]; /* FNV-1a 64 of each output's bytes after the checked launch:
+    unsigned long long digest[7]; /* FNV-1a 64 of each output's bytes after the checked launch:
                                      equal digests of two runs of one case (same seed) mean
                                      bitwise-equal outputs, up to a 2^-64 collision */
 } kc_report;
@@ -163,6 +180,9 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r);
 /* wy_dqkg: rel_rms against the float64 reference with fla's roundings,
  * rel_rms_alt against the exact one; outputs dq, dk, dv2, dg, db, dA */
 int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r);
+/* recompute_wu: rel_rms against the exact float64 outputs; outputs w, u, kg,
+ * then qg (with_q) and the cumsummed gate (gate != 0) */
+int kc_run_rwu(kdart_rt *rt, const kc_rwu_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

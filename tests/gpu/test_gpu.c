@@ -225,6 +225,74 @@ START_TEST(wy_production) {
 }
 END_TEST
 
+/* recompute_wu: against the exact float64 outputs (w, u, kg, qg in the io
+ * dtype: its rounding and that of kb, vb inside; the gate's cumsum in fp32);
+ * every output past cu[N] must keep its poison. */
+static void check_rwu(const kc_rwu_case *c) {
+    kc_report r;
+    char what[256], sq[64];
+    seqs_label(&c->seqs, sq, sizeof sq);
+    static const char *const gates[3] = {"g in", "raw gate", "raw safe gate"};
+    snprintf(what, sizeof what, "rwu %s%s %s%s%s%s B%d T%d H%d HV%d K%d V%d%s", c->io ? "fp16" : "bf16",
+             c->beta_f32 ? " beta=f32" : "", gates[c->gate], c->gate && c->graw_f32 ? " f32" : "",
+             c->gate && !c->with_bias ? " no-bias" : "", c->with_q ? "" : " no-q", c->B, c->T, c->H, c->HV, c->K,
+             c->V, sq);
+    ck_assert_msg(kc_run_rwu(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: an element past cu[N] was written", what);
+    for (int i = 0; i < r.nout; i++) {
+        const double tol = strcmp(r.names[i], "g") == 0 ? 1e-5 : c->io ? 1.5e-3 : 8e-3;
+        ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s rel RMS %.3e > %.0e", what, r.names[i], r.rel_rms[i], tol);
+    }
+    ck_assert_msg(r.deterministic, "%s: two launches differ", what);
+    if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+}
+
+/* Every recompute_wu specialization: the tail ones at K = 100 / V = 72, K =
+ * 60 / V = 101 and K = 18 / V = 64 in turn (each copy granule), the varlen
+ * ones on drawn packed sequences or (every other) T = 200 at fixed length;
+ * the gate ones with the raw gate in the io dtype and fp32, both forms, with
+ * and without dt_bias, in turn; HV = 2H. */
+START_TEST(rwu_every_spec) {
+    const int n = kdart_spec_count("recompute_wu");
+    ck_assert_int_gt(n, 0);
+    static const int tk[3] = {100, 60, 18}, tv[3] = {72, 101, 64};
+    for (int s = 0; s < n; s++) {
+        char spec[128];
+        kdart_spec_at("recompute_wu", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec), gate = strstr(spec, "gate=1") != NULL;
+        kc_rwu_case c = {2, 256, 2, 4, tail ? tk[s % 3] : 128, tail ? tv[s % 3] : 128,
+                         strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec), gate ? 1 + ((s >> 1) & 1) : 0,
+                         KREF_GATE_STRONG, (s >> 2) & 1, !((s >> 3) & 1), -5.0, s % 5 != 0,
+                         seed + 60000 + (uint64_t)s, 0, s == 0, {0}};
+        if (strstr(spec, "varlen=1")) {
+            if ((s >> 2) & 1) c.T = 200;
+            else every_spec_seqs(&c.seqs, &c.B, &c.T, s);
+        }
+        check_rwu(&c);
+    }
+}
+END_TEST
+
+/* recompute_wu as chunk_kda's backward hands it over: packed documents with
+ * one-token and partial-chunk ones, the raw gate in both forms (the safe one
+ * with its bound -5), the cumsummed gate with gates of -1000, head dims 128,
+ * 64, 100, 256 and V up to 512, equal and grouped heads. */
+START_TEST(rwu_production) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int ks[4] = {128, 64, 100, 256}, vs[4] = {128, 256, 100, 512};
+    for (int v = 0; v < 8; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, v == 3 ? 0.05 : 0.0, 0};
+        kc_rwu_case c = {1, 2100, 2, v & 2 ? 2 : 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, 1, v == 3 ? 0 : 1 + (v & 1),
+                         KREF_GATE_STRONG, v & 4 ? 1 : 0, 1, -5.0, 1, seed + 61000 + (uint64_t)v, 0, v == 0, q};
+        check_rwu(&c);
+    }
+    kc_rwu_case f = {1, 4096, 16, 16, 128, 128, 0, 1, 2, 0, 0, 1, -5.0, 1, seed + 61100, 0, 0, {0}};
+    check_rwu(&f); /* the production configuration at fixed length: K = V = 128, many CTAs per SM */
+}
+END_TEST
+
 START_TEST(intra_gate_families) {
     /* The strong gates on both dtypes and both head dims, B>1, HV = 2H. */
     static const int gates[5] = {KREF_GATE_MILD, KREF_GATE_LOGSIG, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
@@ -735,6 +803,16 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
         check_wy(&c);
     }
+    for (int s = 0; small_wants("recompute_wu") && s < kdart_spec_count("recompute_wu"); s++) {
+        char spec[128];
+        kdart_spec_at("recompute_wu", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec), gate = strstr(spec, "gate=1") != NULL;
+        kc_rwu_case c = {1, 128, 1, 2, tail ? 60 : 64, tail ? 100 : 64, strstr(spec, "io=fp16") != NULL,
+                         kc_spec_beta_f32(spec), gate ? 1 + (s & 1) : 0, KREF_GATE_FUSED, (s >> 1) & 1, 1, -5.0, 1,
+                         seed + 95 + (uint64_t)s, 0, 0, {0}};
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
+        check_rwu(&c);
+    }
 }
 END_TEST
 
@@ -926,7 +1004,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
