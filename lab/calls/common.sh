@@ -78,3 +78,15 @@ gpu_finish() {
 # the start of session 12's calls: fla's site, test_gpu in three processes, the selftest and the sanitizers
 # on small shapes side by side; $1: test_gpu's and the sanitizers' time limit
 gc_suite() { gc_fla_site; gc_test_gpu "$1"; gc_selftest; gc_sanitize "$1" KDART_GPU_SMALL=1; }
+# the recompute's rows alone (lab/experiments/rwu/rwu_bench.py, rows $1) into $O/rwu_bench.txt
+gpu_rwu_bench() {
+  PYTHONPATH="/tmp/site:$R/python" KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONUNBUFFERED=1 \
+    timeout 100 python3 lab/experiments/rwu/rwu_bench.py "$1" > $O/rwu_bench.txt 2>&1
+  echo "rwu bench rc=$?"; grep -vE "Warning|warn_once" $O/rwu_bench.txt | tail -6; el
+}
+# bench/e2e.py's production row at B2 T8192 H32 (profile), until $1 seconds into the call, into $O/e2e.txt
+gpu_e2e_prod() {
+  PYTHONPATH=/tmp/site KDART_LIBRARY=build/libkdart.so PYTHONUNBUFFERED=1 timeout $(( $1 - ($(date +%s) - t0) )) \
+    python3 bench/e2e.py --shapes b2_t8192_h32 --configs prod --profile --iters 8 > $O/e2e.txt 2>&1
+  echo "e2e rc=$?"; el; grep -vE "Warning|_warn_once|other:|Python call|overhead" $O/e2e.txt | tail -30
+}
