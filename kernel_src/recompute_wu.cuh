@@ -31,13 +31,14 @@
  * Structure: the steps are the K blocks, then the V blocks; each step's tiles
  * (the gate, k and q of a K block; v of a V block) are copied with cp.async
  * while the previous step computes (two stages).  A K step: the gate's
- * cumsum (GATE: one thread per column and half chunk, written over the
- * raw tile, the halves joined through shared memory), then qg, kg out and
- * kb into the k tile in place, then w = A kb by mma.sync, staged through the
- * same tile for 16-byte stores.
- * A V step: vb in place, u = A vb.  The CTA's work is a few hundred
- * kilobytes moved once: the kernel is bounded by memory, and three CTAs per
- * SM keep six steps' copies in flight.
+ * running sums (GATE: one thread per column and half chunk, written over
+ * the raw tile); then the elementwise pass, which adds the first half's
+ * totals to the second half's rows and writes the cumsum out, writes qg and
+ * kg, and puts kb into the k tile in place; then w = A kb by mma.sync,
+ * staged through the same tile for 16-byte stores.  A V step: vb in place,
+ * u = A vb.  The CTA moves a few hundred kilobytes once: the kernel is
+ * bounded by memory (and by the gate's instructions, GATE), with three CTAs
+ * per SM keeping their next steps' copies in flight.
  */
 #ifndef KDART_RECOMPUTE_WU_CUH
 #define KDART_RECOMPUTE_WU_CUH

@@ -174,7 +174,8 @@ def _check_signatures(mod):
             bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
     bwd = getattr(mod, "chunk_kda_bwd", None)
     if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE, _GATE, _RWU} <= set(bwd.__code__.co_names):
-        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_DAV}, {_PRE}, {_DHU}, {_WY}, {_INTRA} and {_CUMSUM}")
+        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_GATE}, {_RWU}, {_DAV}, {_PRE}, {_DHU}, {_WY}, "
+                   f"{_INTRA} and {_CUMSUM}")
     if bad:
         raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
 
