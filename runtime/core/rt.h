@@ -323,7 +323,7 @@ struct kdart_rt {
  * kdart_open (runtime/open.c) adds the layers above the core. */
 int kdart__open(kdart_rt **out, const kdart_options *opts);
 
-/* A numeric KDART_* variable (runtime.c): 1 and *out when set and valid
+/* A numeric KDART_* variable (env.c): 1 and *out when set and valid
  * (a count min..max, or with bytes a size as kdart_parse_bytes reads it,
  * at least min and at most max; a switch is 0..1); 0 when unset, or when
  * invalid, which is logged as a warning naming the variable, its value and

@@ -2,7 +2,7 @@
  * runtime.c: kdart_options_init, kdart__open (the core of kdart_open, which
  * runtime/open.c completes with the service client's hook) and kdart_close:
  * a handle's options and environment (KDART_* variables, read through
- * kdart__env_number, which refuses a value that does not read), the default
+ * kdart__env_number of env.c, which refuses a value that does not read), the default
  * cache path, the writable cache and the read-only tiers after it, and the
  * teardown.  The path from a (kernel, spec, arch) request to a loaded cubin,
  * kdart_prepare, is prepare.c.
@@ -50,32 +50,6 @@ static char *default_cache_path(kdart_rt *rt) {
     else
         return rt->from_cache_path = "default (no HOME: in memory)", kdart__strdup("");
     return kdart__strdup(buf);
-}
-
-/* A numeric KDART_* variable: 1 and *out when it is set and reads as a
- * count min..max (bytes: a size, kdart_parse_bytes); 0 when unset.  A
- * value that does not read, or lies outside the range, is refused with a
- * warning naming it, its value and the values allowed (0: the caller keeps
- * its default), never half-read nor silently replaced.  A switch is the
- * range 0..1: exactly "0" or "1", so that "yes", "10" or "1junk" are
- * refused out loud rather than read as something. */
-int kdart__env_number(const kdart_rt *rt, const char *name, int bytes, int64_t min, int64_t max, int64_t *out) {
-    const char *v = env(rt, name);
-    if (!v) return 0;
-    int64_t n;
-    if (kdart__env_parse(v, bytes, max, &n) == KDART_OK && n >= min) {
-        *out = n;
-        return 1;
-    }
-    char allowed[96];
-    if (bytes)
-        snprintf(allowed, sizeof allowed, "a size like 512M or 2G");
-    else if (min == 0 && max == 1)
-        snprintf(allowed, sizeof allowed, "0 or 1");
-    else
-        snprintf(allowed, sizeof allowed, "a whole number from %lld to %lld", (long long)min, (long long)max);
-    kdart__log(rt, KDART_LOG_WARN, "%s=%.80s ignored: not %s (using the default)", name, v, allowed);
-    return 0;
 }
 
 void kdart__cache_limit_adopt(kdart_rt *rt, int64_t kept) {

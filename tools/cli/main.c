@@ -21,7 +21,6 @@
  * progress, warnings and errors on stderr, each prefixed with "kdart".
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,35 +78,6 @@ static const struct {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ------------------------------------------------------------ messages */
-
-static void verror(const cli *c, const char *suffix, const char *fmt, va_list ap) {
-    char msg[4096];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    if (c && c->cmd)
-        fprintf(stderr, "kdart %s: %s%s\n", c->cmd->name, msg, suffix);
-    else
-        fprintf(stderr, "kdart: %s%s\n", msg, suffix);
-}
-
-void cli_error(const cli *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    verror(c, "", fmt, ap);
-    va_end(ap);
-}
-
-int cli_usage(const cli *c, const char *fmt, ...) {
-    char see[96];
-    if (c && c->cmd)
-        snprintf(see, sizeof see, " (see 'kdart %s --help')", c->cmd->name);
-    else
-        snprintf(see, sizeof see, " (see 'kdart --help')");
-    va_list ap;
-    va_start(ap, fmt);
-    verror(c, see, fmt, ap);
-    va_end(ap);
-    return EXIT_USAGE;
-}
 
 /* Bad arguments that only the library can judge (a malformed spec or arch)
  * count as usage errors. */

@@ -15,11 +15,13 @@
  * options, and "--", after which everything is an operand.
  *
  * At its end, the small output helpers every group of commands shares
- * (JSON strings and line lists, sizes, the missing-cache note), so that a
- * command's file holds only its command.
+ * (JSON strings and line lists, sizes, the missing-cache note, the error
+ * and usage lines), so that a command's file holds only its command.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -431,4 +433,37 @@ int cli_cache_absent(cli *c, const char *what) {
     if (!c->g.quiet || strcmp(what, "nothing to do") != 0)
         cli_error(c, "no writable cache at %s: %s", info.cache_path, what);
     return 1;
+}
+
+/* ------------------------------------------------------------ messages */
+
+/* Every command's error lines: "kdart CMD: what", and for a usage error a
+ * pointer to the help. */
+static void verror(const cli *c, const char *suffix, const char *fmt, va_list ap) {
+    char msg[4096];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (c && c->cmd)
+        fprintf(stderr, "kdart %s: %s%s\n", c->cmd->name, msg, suffix);
+    else
+        fprintf(stderr, "kdart: %s%s\n", msg, suffix);
+}
+
+void cli_error(const cli *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    verror(c, "", fmt, ap);
+    va_end(ap);
+}
+
+int cli_usage(const cli *c, const char *fmt, ...) {
+    char see[96];
+    if (c && c->cmd)
+        snprintf(see, sizeof see, " (see 'kdart %s --help')", c->cmd->name);
+    else
+        snprintf(see, sizeof see, " (see 'kdart --help')");
+    va_list ap;
+    va_start(ap, fmt);
+    verror(c, see, fmt, ap);
+    va_end(ap);
+    return EXIT_USAGE;
 }
