@@ -60,6 +60,9 @@ __device__ __forceinline__ int granule(int Kr, int V) {
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* every copy group but the N most recent ones complete */
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void ldsm4(unsigned a, unsigned (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
@@ -117,6 +120,13 @@ __device__ __forceinline__ void gemm(float (&c)[2 * NP][4], unsigned sa, unsigne
     }
 }
 
+/* a packed io pair (low half first, as a 32-bit word of a tile holds two columns) as floats */
+template <typename IO>
+__device__ __forceinline__ float2 unpack2(unsigned u) {
+    IO a, b;
+    a.bits = (unsigned short)(u & 0xffffu), b.bits = (unsigned short)(u >> 16);
+    return make_float2(to_float(a), to_float(b));
+}
 template <typename IO>
 __device__ __forceinline__ float ldf(const unsigned short *g) {
     IO x;

@@ -139,14 +139,6 @@ __device__ __forceinline__ void load_rows(void *s, const void *g, long long stri
     }
 }
 
-/* The packed io pair (lo, hi) of a uint4's element pair e (0..3), as floats. */
-template <typename IO>
-__device__ __forceinline__ float2 unpack2(unsigned u) {
-    IO a, b;
-    a.bits = (unsigned short)(u & 0xffffu), b.bits = (unsigned short)(u >> 16);
-    return make_float2(to_float(a), to_float(b));
-}
-
 /* The gate in log2 units (the cumsum's units: a / ln 2), from the hardware's approximate ex2, lg2 and
  * rcp (a few ulp, as fla's Triton kernel computes them), in few instructions: the gate is 4096
  * evaluations per chunk and K block, and in the accurate library forms (log1pf, a true division) its
@@ -244,7 +236,7 @@ __global__ __launch_bounds__(RecomputeWuTraits::kThreads, RecomputeWuTraits::kMi
     for (int s = 0; s < nsteps; ++s) {
         if (s + 1 < nsteps) issue(s + 1);
         cp_commit();
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        cp_wait<1>();
         __syncthreads();
         unsigned char *st = stage(s);
         float *sG = reinterpret_cast<float *>(st);

@@ -697,10 +697,14 @@ def _rwu_wrapper(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None,
         if pend is None:
             return kt.recompute_w_u(k, v, beta, A, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
         g, A_log, dt_bias, _ = (r() for r in pend.args)
-        _, w, u, qg, kg = kt._rwu_impl(k, v, beta, A, None, q, g, A_log, dt_bias, pend.kw["lower_bound"],
-                                       cu_seqlens, chunk_indices, g_out=gk) if kt._eager(k) else \
-            (None,) + tuple(_fill_via_op(kt, k, v, beta, A, q, g, A_log, dt_bias, pend, cu_seqlens, chunk_indices,
-                                         gk))
+        lb = pend.kw["lower_bound"]
+        if kt._eager(k):  # the cumsum written into fla's tensor itself
+            _, w, u, qg, kg = kt._rwu_impl(k, v, beta, A, None, q, g, A_log, dt_bias, lb, cu_seqlens, chunk_indices,
+                                           g_out=gk)
+        else:  # (torch.compile: the op's own cumsum, copied into fla's tensor)
+            g2, w, u, qg, kg = kt.gate_recompute_w_u(g, A_log, k, v, beta, A, q=q, dt_bias=dt_bias, lower_bound=lb,
+                                                     cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+            gk.copy_(g2)
         _count_served("gate_cumsum")
         return w, u, qg, kg
 
@@ -710,15 +714,6 @@ def _rwu_wrapper(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None,
         return _state["orig"][_RWU](k, v, beta, A, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
                                     use_graph=use_graph)
     return _serve("recompute_w_u", reason, kdart_call, fla_call)
-
-
-def _fill_via_op(kt, k, v, beta, A, q, g, A_log, dt_bias, pend, cu_seqlens, chunk_indices, gk):
-    """Outside eager mode (torch.compile): the custom op's own gate output, copied into fla's tensor."""
-    g2, w, u, qg, kg = kt.gate_recompute_w_u(g, A_log, k, v, beta, A, q=q, dt_bias=dt_bias,
-                                             lower_bound=pend.kw["lower_bound"], cu_seqlens=cu_seqlens,
-                                             chunk_indices=chunk_indices)
-    gk.copy_(g2)
-    return w, u, qg, kg
 
 
 _WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper,

@@ -651,19 +651,25 @@ def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v
     return tuple(o)
 
 
-def _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
+def _dt_bias_2d(dt_bias, g_raw):
+    """fla's dt_bias [HV*K] as kdart's [HV, K] (a view; anything else as given, for kdart to judge)."""
     if dt_bias is not None and dt_bias.dim() == 1 and g_raw is not None and g_raw.dim() == 4:
-        dt_bias = dt_bias.view(g_raw.shape[2], -1)  # fla's [HV*K] as kdart's [HV, K]
-    return (dict(q=q, k=k, v=v, beta=beta, A=A, g=gk, g_raw=g_raw, A_log=A_log, dt_bias=dt_bias,
-                 cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
+        return dt_bias.view(g_raw.shape[2], -1)
+    return dt_bias
+
+
+def _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
+    """(stage, tensors, scalars, optional outputs asked for) of one recompute_wu call."""
+    st = _RWU_GATE if g_raw is not None else _RWU
+    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    return (st, dict(q=q, k=k, v=v, beta=beta, A=A, g=gk, g_raw=g_raw, A_log=A_log,
+                     dt_bias=_dt_bias_2d(dt_bias, g_raw), cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
             dict(lower_bound=0.0 if lower_bound is None else float(lower_bound),
-                 safe_gate=int(lower_bound is not None)))
+                 safe_gate=int(lower_bound is not None)), want)
 
 
 def _rwu_plan(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens=None, chunk_indices=None):
-    st = _RWU_GATE if g_raw is not None else _RWU
-    t, sc = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
-    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    st, t, sc, want = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
     plan = _build_plan(st, t, sc, want=want, layout=(k, v, beta, A, gk, q, g_raw, A_log, t["dt_bias"], cu_seqlens,
                                                       chunk_indices))
     plan.outs = [plan.outs.get(n) for n in st.returns]  # (g_out,) w, u, qg or None, kg
@@ -674,9 +680,7 @@ def _rwu_plan(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqle
 
 def _rwu_impl(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=None, lower_bound=None,
               cu_seqlens=None, chunk_indices=None, g_out=None):
-    if dt_bias is not None and dt_bias.dim() == 1 and g_raw is not None and g_raw.dim() == 4:
-        dt_bias = dt_bias.view(g_raw.shape[2], -1)
-    ts = (q, k, v, beta, A, gk, g_raw, A_log, dt_bias)
+    ts = (q, k, v, beta, A, gk, g_raw, A_log, _dt_bias_2d(dt_bias, g_raw))
     key = (tuple(map(_idx_key, ts)), "rwu", lower_bound is not None,
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
     plan = _get_plan(key, _rwu_plan, k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens,
@@ -918,14 +922,8 @@ def rwu_meta(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=Non
              cu_seqlens=None, chunk_indices=None):
     """Checks recompute_wu's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list:
     w, u, qg (None without q), kg, with the gate's cumsum first when g_raw is given."""
-    st = _RWU_GATE if g_raw is not None else _RWU
-    t, sc = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
-    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    st, t, sc, want = _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
     return _meta(st, t, sc, want=want)
-
-
-def _empty_none(outs, like):
-    return tuple(like.new_empty((0,)) if o is None else o for o in outs)
 
 
 @torch.library.custom_op("kdart::recompute_wu", mutates_args=())
@@ -934,8 +932,8 @@ def _rwu_op(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, A: torch.Tenso
             dt_bias: torch.Tensor | None, lower_bound: float | None, cu_seqlens: torch.Tensor | None,
             chunk_indices: torch.Tensor | None) -> list[torch.Tensor]:
     """recompute_w_u / gate_recompute_w_u; an output not produced (qg without q) is a (0,)-shaped tensor."""
-    return list(_empty_none(_rwu_impl(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens,
-                                      chunk_indices), k))
+    outs = _rwu_impl(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+    return [k.new_empty((0,)) if o is None else o for o in outs]
 
 
 @_rwu_op.register_fake
