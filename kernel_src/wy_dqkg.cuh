@@ -425,6 +425,16 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             const int r0 = m0 + gid, r1 = r0 + 8;
             const float be0 = sBeta[r0], be1 = sBeta[r1];
             unsigned short *gdv2 = static_cast<unsigned short *>(p.dv2) + rowV() * V;
+            /* dv2 through shared memory, out as 16-byte row pieces (pairs of 4 bytes left half of
+             * each store's sectors unused: 5% of the stage's L2 traffic at K128 V256): in the rows
+             * 8 warp.. of this step's h tile, which no other warpgroup reads (its wgmma read the h
+             * rows n0.. and sum_v h dh row tid / 4), once the warpgroup's four warps are past their
+             * products (a barrier of the 128); 16 rows x 32 columns, the 16-byte chunk q of local
+             * row rl at q ^ (rl / 2 % 4) (no bank conflicts either way).  The copies of step s + 2
+             * overwrite the tile after the next step's barrier. */
+            constexpr bool kStage2 = KDART_WY_WG && !SVF && !TAIL;
+            unsigned short *sd2 = st + 4 * 4096 + warp * 512;
+            if constexpr (kStage2) asm volatile("bar.sync %0, 128;" ::"r"(1 + (warp >> 2)) : "memory");
 #pragma unroll 1
             for (int half = 0; half < 2; ++half) {
                 float dvb[2][4];
@@ -436,15 +446,23 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int c = n0 + 16 * half + 8 * j + 2 * tq, cg = 64 * vt + c;
-                    db0 += dvb[j][0] * ldf<IO>(tv + swz(r0, c)) + dvb[j][1] * ldf<IO>(tv + swz(r0, c + 1));
-                    db1 += dvb[j][2] * ldf<IO>(tv + swz(r1, c)) + dvb[j][3] * ldf<IO>(tv + swz(r1, c + 1));
+                    const float2 v0 = unpack2<IO>(*reinterpret_cast<const unsigned *>(tv + swz(r0, c)));
+                    const float2 v1 = unpack2<IO>(*reinterpret_cast<const unsigned *>(tv + swz(r1, c)));
+                    db0 += dvb[j][0] * v0.x + dvb[j][1] * v0.y;
+                    db1 += dvb[j][2] * v1.x + dvb[j][3] * v1.y;
 #pragma unroll
                     for (int h2 = 0; h2 < 2; ++h2) {
                         const int r = h2 ? r1 : r0;
                         const float be = h2 ? be1 : be0;
+                        const float x = dvb[j][2 * h2] * be, y = dvb[j][2 * h2 + 1] * be;
+                        if constexpr (kStage2) {
+                            const int rl = gid + 8 * h2, q = 2 * half + j;
+                            *reinterpret_cast<unsigned *>(sd2 + rl * 32 + ((q ^ ((rl >> 1) & 3)) << 3) + 2 * tq) =
+                                pack2<IO>(x, y);
+                            continue;
+                        }
                         if (r >= nv) continue;
                         unsigned short *a = gdv2 + r * strV + cg;
-                        const float x = dvb[j][2 * h2] * be, y = dvb[j][2 * h2 + 1] * be;
                         if (!TAIL || (gran >= 4 && cg < V)) { /* (a pair, as st2) */
                             const unsigned u = pack2<IO>(x, y);
                             asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(a), "r"(u) : "memory");
@@ -453,6 +471,19 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                             if (cg + 1 < V) a[1] = from_float<IO>(y).bits;
                         }
                     }
+                }
+            }
+            if constexpr (kStage2) {
+                __syncwarp();
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int e = lane + 32 * i, rl = e >> 2, q = e & 3, r = m0 + rl;
+                    const uint4 u = *reinterpret_cast<const uint4 *>(sd2 + rl * 32 + ((q ^ ((rl >> 1) & 3)) << 3));
+                    if (r < nv)
+                        asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(gdv2 + r * strV + 64 * vt +
+                                                                                             n0 + 8 * q),
+                                     "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                                     : "memory");
                 }
             }
         }
