@@ -205,6 +205,16 @@ def make_wy(r, device, lay=None):
     return dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv, scale=K ** -0.5)
 
 
+def make_aqk(r, device, lay):
+    """chunk_kda's Aqk [B,T,HV,64] (bf16) for the dAv rows: 0.1 randn on and below each chunk row's diagonal,
+    zeros above (lay: seq_layout)."""
+    import torch
+    ar = torch.arange(CHUNK, device=device)
+    lower = (ar[None, None, :] <= lay["pos"][:, None, None]).float()
+    Aqk = (torch.randn(r.B * r.T, r.HV, CHUNK, device=device) * 0.1).mul_(lower).to(torch.bfloat16)
+    return Aqk.reshape(r.B, r.T, r.HV, CHUNK)
+
+
 # ------------------------------------------------------------- fla's stages
 
 def fla_intra(fla, s, cu=None, ci=None):

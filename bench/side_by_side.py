@@ -23,8 +23,8 @@ import time
 
 from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dav_bytes, dhu_bytes,
                     dump_json, fla_dav, fla_dhu, fla_gate_rwu, fla_intra, fla_wy, fmt, import_fla, intra_bytes,
-                    make_dhu, make_intra, make_wy, nsets_for, print_table, rel_rms, rwu_bytes, seq_layout,
-                    wy_bytes)
+                    make_aqk, make_dhu, make_intra, make_wy, nsets_for, print_table, rel_rms, rwu_bytes,
+                    seq_layout, wy_bytes)
 
 
 # ---------------------------------------------------------------- shape rows
@@ -446,11 +446,13 @@ def run_wy(r, ctx):
 
 
 def run_dav(r, ctx):
-    """fla's chunk_kda_bwd_dAv against what it costs fused into kdart's stages, where kdart.fla fuses it: the
-    time bwd_dhu with Aqk in place of dv adds over bwd_dhu with fla's dv, plus the time wy_dqkg's dAqk output
-    adds over the plain wy_dqkg, the four timed in this run (kdart ms is that sum).  Checks: dAqk against
-    fla's dA, and the fused scan's dv2 against the unfused one fed fla's dv.  Where kdart.fla leaves the call
-    to fla (kdart.fla.dav_refusal, asked here as kdart.fla asks it), the row has fla's time and the reason."""
+    """fla's chunk_kda_bwd_dAv against kdart's, as kdart.fla serves the call (asking kdart.fla.dav_refusal and
+    dav_standalone_refusal as kdart.fla asks them).  Where it fuses the call: the time bwd_dhu with Aqk in place
+    of dv adds over bwd_dhu with fla's dv, plus the time wy_dqkg's dAqk output adds over the plain wy_dqkg, the
+    four timed in this run (kdart ms is that sum); checks: dAqk against fla's dA, and the fused scan's dv2
+    against the unfused one fed fla's dv.  Elsewhere: kdart's own dAv kernel (kdart.torch.bwd_dAv, flag "own
+    kernel"), timed as fla's is; checks: dA and dv against fla's.  Where kdart.fla leaves the call to fla, the row
+    has fla's time and the reason."""
     import torch
     fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
     kt, lens, lay, cu, ci, co = torch_row(r, ctx)
@@ -459,17 +461,33 @@ def run_dav(r, ctx):
     s = make_wy(r, dev, lay)
     d = make_dhu(r, dev, lay)
     d["do"] = s["do"]
-    ar = torch.arange(CHUNK, device=dev)
-    lower = (ar[None, None, :] <= lay["pos"][:, None, None]).float()
-    Aqk = (torch.randn(r.B * r.T, r.HV, CHUNK, device=dev) * 0.1).mul_(lower).to(torch.bfloat16)
-    Aqk = Aqk.reshape(r.B, r.T, r.HV, CHUNK)
+    Aqk = make_aqk(r, dev, lay)
     fdA, fdv = fla_dav(fla, s, Aqk, cu, ci)
     torch.cuda.synchronize()
     res["fla_ms"], res["fla_min_ms"] = timer([lambda: fla_dav(fla, s, Aqk, cu, ci)])
     why = kf.dav_refusal(s["q"], s["k"], s["v_new"], s["do"], Aqk, s["scale"], cu_seqlens=cu, chunk_indices=ci)
     if why:
-        res["not_served"] = why
-        print(f"  kdart.fla leaves this dAv to fla: {why}", flush=True)
+        res["not_fused"] = why
+        alone = kf.dav_standalone_refusal(s["q"], s["k"], s["v_new"], s["do"], Aqk, s["scale"], cu_seqlens=cu,
+                                          chunk_indices=ci)
+        if alone:
+            res["not_served"] = alone
+            print(f"  kdart.fla leaves this dAv to fla: {alone}", flush=True)
+            return res
+        print(f"  kdart.fla does not fuse this dAv ({why}): kdart's own dAv kernel", flush=True)
+
+        def kd():
+            return kt.bwd_dAv(s["q"], s["k"], s["v_new"], s["do"], Aqk, scale=s["scale"], cu_seqlens=cu,
+                              chunk_indices=ci)
+        kdA, kdv = kd()
+        torch.cuda.synchronize()
+        res["checks"]["dA"], res["checks"]["dv"] = rel_rms(kdA, fdA), rel_rms(kdv, fdv)
+        for n, t in (("dA", kdA), ("dv", kdv)):
+            if not all_finite(t):
+                res["flags"].append(f"NONFINITE:{n}")
+        del kdA, kdv
+        res["flags"].append("own kernel")
+        res["kdart_ms"], res["kdart_min_ms"] = timer([kd])
         return res
     seqs = dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
 
@@ -559,7 +577,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
     ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "rwu", "all"), default="both",
                     help="which stages to run (both: bwd_intra and bwd_dhu; dav: fla's chunk_kda_bwd_dAv against "
-                         "its cost fused into kdart's bwd_dhu and wy_dqkg; rwu: fla's gate cumsum and "
+                         "its cost fused into kdart's bwd_dhu and wy_dqkg, or kdart's own dAv kernel where "
+                         "kdart.fla does not fuse it; rwu: fla's gate cumsum and "
                          "recompute_w_u_fwd against kdart's recompute_wu; all: every one)")
     ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
@@ -723,7 +742,8 @@ def main(argv=None):
           f"copy ceiling {fmt(ceil_gbs, '.0f')} GB/s; GB/s over the fewest bytes each stage must move; "
           f"fold+emit row: fla = chunk_kda_bwd_intra + chunk_local_cumsum(dg, reverse) "
           f"(with the two bf16 casts: see 'fla+casts' above); bwd_dAv: kdart ms is the time its two fused "
-          f"halves add to bwd_dhu and wy_dqkg, its GB/s fla's stage bytes over that; {elapsed:.0f} s")
+          f"halves add to bwd_dhu and wy_dqkg, its GB/s fla's stage bytes over that, or, flagged 'own kernel' "
+          f"where kdart.fla does not fuse the call, the time of kdart's own dAv kernel; {elapsed:.0f} s")
 
     if args.json:
         meta["elapsed_s"] = elapsed

@@ -165,4 +165,24 @@ typedef struct kdart_recompute_wu_params {
     int Kr;                 /* the head dim, 1..256 */
 } kdart_recompute_wu_params;
 
+/* bwd_dav: grid (T/64, B*HV), one CTA per (chunk, batch x value head); VARLEN
+ * as bwd_intra (grid (NT, HV)).  fla's chunk_kda_bwd_dAv as a kernel of its
+ * own (where kdart.fla cannot fuse it into bwd_dhu and wy_dqkg). */
+typedef struct kdart_bwd_dav_params {
+    const void *v;      /* [B,T,HV,V]  io dtype (v_new) */
+    const void *dout;   /* [B,T,HV,V]  io dtype ("do") */
+    const void *A;      /* [B,T,HV,64] io dtype, chunk_kda's Aqk (row = token; its lower
+                           triangle, diagonal included, is read: the rest may hold anything) */
+    float *dA;          /* [B,T,HV,64] fp32: scale * do v^T on and below the diagonal, zeros
+                           above; rows past a sequence's end are not written */
+    void *dv;           /* [B,T,HV,V]  io dtype: Aqk^T do per chunk */
+    float scale;
+    int B, T, HV, V;
+    const void *cu_seqlens; /* as bwd_intra */
+    int *status;
+    int N;
+    int NT;                 /* grid chunks (VARLEN) */
+    int cu_is64;
+} kdart_bwd_dav_params;
+
 #endif /* KDART_KDA_PARAMS_H */

@@ -1,6 +1,7 @@
 /*
  * kdart_tile.cuh: 64 x 64 tiles of 16-bit values in shared memory, and the
- * mma.sync products over them, for the chunk kernels (wy_dqkg, recompute_wu).
+ * mma.sync products over them, for the chunk kernels (wy_dqkg, recompute_wu,
+ * bwd_dav).
  *
  * A tile is 64 rows of 64 io values, 128 bytes a row, whose 16-byte chunks
  * are XOR-swizzled by the row (swz): ldmatrix reads it without bank
@@ -132,6 +133,23 @@ __device__ __forceinline__ float ldf(const unsigned short *g) {
     IO x;
     x.bits = *g;
     return to_float(x);
+}
+
+/* One row chunk of 8 io values (16 bytes at g, columns c..c+7 of n valid)
+ * stored: whole where the granule allows (load_tile's granules), else in parts. */
+template <bool TAIL>
+__device__ __forceinline__ void st8(unsigned short *g, uint4 x, int c, int n, int gran) {
+    if (!TAIL || (gran == 8 && c < n)) {
+        *reinterpret_cast<uint4 *>(g) = x;
+    } else if (TAIL && gran == 4) {
+        if (c < n) *reinterpret_cast<uint2 *>(g) = make_uint2(x.x, x.y);
+        if (c + 4 < n) *reinterpret_cast<uint2 *>(g + 4) = make_uint2(x.z, x.w);
+    } else if (TAIL) {
+        const unsigned u[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            if (c + e < n) g[e] = (unsigned short)(u[e >> 1] >> (16 * (e & 1)));
+    }
 }
 
 /* One 64 x 64 io tile into a swizzled shared tile by NTH threads: rows < nr and columns < nc

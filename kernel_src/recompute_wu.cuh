@@ -67,23 +67,6 @@ namespace kdart {
 namespace rwu {
 using namespace kdart::tile;
 
-/* One row chunk of 8 io values (16 bytes at g, columns c..c+7 of n valid)
- * stored: whole where the granule allows, else in parts. */
-template <bool TAIL>
-__device__ __forceinline__ void st8(unsigned short *g, uint4 x, int c, int n, int gran) {
-    if (!TAIL || (gran == 8 && c < n)) {
-        *reinterpret_cast<uint4 *>(g) = x;
-    } else if (TAIL && gran == 4) {
-        if (c < n) *reinterpret_cast<uint2 *>(g) = make_uint2(x.x, x.y);
-        if (c + 4 < n) *reinterpret_cast<uint2 *>(g + 4) = make_uint2(x.z, x.w);
-    } else if (TAIL) {
-        const unsigned u[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-            if (c + e < n) g[e] = (unsigned short)(u[e >> 1] >> (16 * (e & 1)));
-    }
-}
-
 /* 8 fp32 from shared memory (16-byte aligned) */
 __device__ __forceinline__ void ld8(const float *s, float (&x)[8]) {
     const float4 a = *reinterpret_cast<const float4 *>(s), b = *reinterpret_cast<const float4 *>(s + 4);

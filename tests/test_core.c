@@ -75,14 +75,15 @@ START_TEST(sha256_vectors) {
 END_TEST
 
 START_TEST(registry_specs) {
-    ck_assert_int_eq(kdart_kernel_count(), 5);
-    ck_assert_ptr_null(kdart_kernel_name(5));
+    ck_assert_int_eq(kdart_kernel_count(), 6);
+    ck_assert_ptr_null(kdart_kernel_name(6));
     ck_assert_ptr_null(kdart_kernel_name(-1));
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 192);
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
     ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 192);
     ck_assert_int_eq(kdart_spec_count("recompute_wu"), 32);
+    ck_assert_int_eq(kdart_spec_count("bwd_dav"), 8);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words),
      * and its parameters their tables (a value past KDART__MAX_VALUES is only a compiler warning) */
@@ -100,6 +101,7 @@ START_TEST(registry_specs) {
     ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
     ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1} dAqk={0,1}");
     ck_assert_str_eq(kdart_kernel_params("recompute_wu"), "io={bf16,fp16} varlen={0,1} tail={0,1} beta={io,f32} gate={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("bwd_dav"), "io={bf16,fp16} varlen={0,1} tail={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -168,6 +170,11 @@ START_TEST(registry_specs) {
         n_wy += want;
     }
     ck_assert_int_eq(n_wy, 50);
+    /* bwd_dav: bf16, every varlen and tail (kdart.fla's standalone dAv is the unfused calls: odd V, packed) */
+    for (int i = 0; i < kdart_spec_count("bwd_dav"); i++) {
+        kdart_spec_at("bwd_dav", i, buf, sizeof buf);
+        ck_assert_int_eq(kdart_spec_prewarmed("bwd_dav", i), strstr(buf, "io=bf16,") != NULL);
+    }
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
     ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 144), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);

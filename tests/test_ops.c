@@ -1,6 +1,6 @@
 /*
  * test_ops.c: argument validation of kdart_kda_bwd_intra, kdart_kda_bwd_dhu,
- * kdart_kda_wy_dqkg and kdart_kda_recompute_wu, on the CPU.
+ * kdart_kda_wy_dqkg, kdart_kda_recompute_wu and kdart_kda_bwd_dav, on the CPU.
  *
  * Tensors here carry fake, never-dereferenced device addresses, and CUDA
  * is disabled (KDART_OPEN_NO_CUDA), so a call whose arguments all pass
@@ -417,6 +417,115 @@ START_TEST(rwu_validation) {
     rwu_make(&s, B, T, K, V, 0);
     s.v.t.data = (void *)((uintptr_t)s.v.t.data + 2);
     EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EALIGN, "v");
+}
+END_TEST
+
+/* bwd_dav: b rows of t tokens, value dim v */
+typedef struct dav_set {
+    fake v, d_o, A, dA, dv, cu, ci;
+    kdart_bwd_dav_args a;
+} dav_set;
+
+static void dav_make(dav_set *s, int64_t b, int64_t t, int64_t v) {
+    mk(&s->v, kDLBfloat, 16, 4, b, t, HV, v, 0);
+    mk(&s->d_o, kDLBfloat, 16, 4, b, t, HV, v, 0);
+    mk(&s->dv, kDLBfloat, 16, 4, b, t, HV, v, 0);
+    mk(&s->A, kDLBfloat, 16, 4, b, t, HV, 64, 0);
+    mk(&s->dA, kDLFloat, 32, 4, b, t, HV, 64, 0);
+    mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
+    mk(&s->ci, kDLInt, 32, 2, 5, 2, 0, 0, 0);
+    kdart_bwd_dav_args a = {sizeof a, &s->v.t, &s->d_o.t, &s->A.t, &s->dA.t, &s->dv.t, 0.125f, NULL, NULL};
+    s->a = a;
+}
+
+/* each bad argument refused with its own status and a message naming it (so before anything is
+ * launched or written: a valid call stops at ENOCUDA) */
+START_TEST(dav_validation) {
+    dav_set s;
+    char buf[128];
+    dav_make(&s, B, T, V);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    EXPECT(kdart_op_run(rt, "bwd_dav", &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dav", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=0,tail=0");
+    /* any T (the varlen body at fixed length), V not a multiple of 64, fp16 */
+    dav_make(&s, B, 100, 100);
+    mk(&s.v, kDLFloat, 16, 4, B, 100, HV, 100, 0);
+    mk(&s.d_o, kDLFloat, 16, 4, B, 100, HV, 100, 0);
+    mk(&s.dv, kDLFloat, 16, 4, B, 100, HV, 100, 0);
+    mk(&s.A, kDLFloat, 16, 4, B, 100, HV, 64, 0);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dav", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=fp16,varlen=1,tail=1");
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* packed, with fla's chunk_indices, V = 512 */
+    dav_make(&s, 1, 300, 512);
+    s.a.cu_seqlens = &s.cu.t, s.a.chunk_indices = &s.ci.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dav", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=1,tail=0");
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* bad arguments, each named */
+    dav_make(&s, B, T, V);
+    EXPECT(kdart_kda_bwd_dav(rt, NULL, NULL), KDART_ENULL, "args");
+    s.a.struct_size = 8;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    dav_make(&s, B, T, V);
+    s.a.d_o = NULL;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENULL, "do");
+    dav_make(&s, B, T, V);
+    s.a.A = NULL;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENULL, "tensor A");
+    dav_make(&s, B, T, V);
+    s.dv.t.data = NULL;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENULL, "dv");
+    dav_make(&s, B, T, V);
+    mk(&s.d_o, kDLFloat, 32, 4, B, T, HV, V, 0); /* float32 io */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDTYPE, "do");
+    dav_make(&s, B, T, V);
+    mk(&s.v, kDLFloat, 16, 4, B, T, HV, V, 0); /* fp16 beside bf16 do */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDTYPE, "tensor v");
+    dav_make(&s, B, T, V);
+    mk(&s.dA, kDLBfloat, 16, 4, B, T, HV, 64, 0); /* dA is fp32 */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDTYPE, "tensor dA");
+    dav_make(&s, B, T, V);
+    mk(&s.A, kDLBfloat, 16, 4, B, T, HV, 32, 0);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESHAPE, "tensor A");
+    dav_make(&s, B, T, V);
+    mk(&s.v, kDLBfloat, 16, 4, B, T, HV + 1, V, 0);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESHAPE, "tensor v");
+    dav_make(&s, B, T, V);
+    mk(&s.dv, kDLBfloat, 16, 3, B, T, HV * V, 0, 0);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESHAPE, "tensor dv");
+    dav_make(&s, B, T, 513);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EUNSUPPORTED, "V=513");
+    dav_make(&s, B, 0, V);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESHAPE, "empty");
+    dav_make(&s, B, T, V);
+    int64_t st[4] = {T * HV * V, 1, V, HV}; /* do's last two dims swapped in memory */
+    s.d_o.t.strides = st;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESTRIDE, "do");
+    dav_make(&s, B, T, V);
+    s.A.t.data = (void *)((uintptr_t)s.A.t.data + 8);
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EALIGN, "tensor A");
+    dav_make(&s, B, T, V);
+    s.dv.t.device.device_type = kDLCPU;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDEVICE, "dv");
+    dav_make(&s, B, T, V);
+    s.a.dv = &s.v.t; /* in place */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+    dav_make(&s, B, T, V);
+    s.a.cu_seqlens = &s.cu.t; /* packed needs B == 1 */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    dav_make(&s, 1, T, V);
+    s.a.chunk_indices = &s.ci.t; /* without cu_seqlens */
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EINVAL, "chunk_indices");
+    dav_make(&s, 1, T, V);
+    mk(&s.cu, kDLFloat, 32, 1, 3, 0, 0, 0, 0);
+    s.a.cu_seqlens = &s.cu.t;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    dav_make(&s, 1, T, V);
+    mk(&s.ci, kDLInt, 64, 2, 5, 2, 0, 0, 0); /* int64 beside int32 cu_seqlens */
+    s.a.cu_seqlens = &s.cu.t, s.a.chunk_indices = &s.ci.t;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_EDTYPE, "chunk_indices");
 }
 END_TEST
 
@@ -886,6 +995,7 @@ int main(void) {
     tcase_add_test(tc, spec_for);
     tcase_add_test(tc, wy_validation);
     tcase_add_test(tc, rwu_validation);
+    tcase_add_test(tc, dav_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

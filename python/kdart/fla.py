@@ -9,7 +9,7 @@
 enable() replaces, in the fla module whose chunk_kda_bwd calls them
 (fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra,
 chunk_gated_delta_rule_bwd_dhu and chunk_kda_bwd_wy_dqkg_fused (and chunk_kda_bwd_dAv, fused into the two
-latter: below) by wrappers that run kdart for every call it
+latter or run by kdart's own dAv kernel: below) by wrappers that run kdart for every call it
 takes and fla's own function for every call it refuses (decided in Python
 before calling: K outside 1..256, V outside 1..512, chunk size != 64,
 a scalar gate g, cu_seqlens off q's device or with
@@ -51,10 +51,14 @@ bwd_intra (kdart's or fla's) in the stand-in's place: one launch and one dv buff
 stats() counts such a call as served ("bwd_dAv") when both halves were fused.  Where a half cannot be
 fused (bwd_dhu or wy_dqkg falls back to fla, or kdart refuses the fused bwd_dhu, e.g. a shape the fused dv
 does not take: the unfused kdart bwd_dhu serves it then), and before fla's context-parallel pre-pass
-(chunk_gated_delta_rule_bwd_dhu_pre_process, with cp_context, which reads dv: wrapped too), fla's own
-chunk_kda_bwd_dAv runs on the recorded inputs and its outputs take the stand-ins' place, counted as a
-bwd_dAv fallback with the reason.  A call that is not fused at all (another head dim, a direct call from
-elsewhere, ...) runs fla's function, also counted as a fallback.
+(chunk_gated_delta_rule_bwd_dhu_pre_process, with cp_context, which reads dv: wrapped too), the deferred
+call runs then on the recorded inputs and its outputs take the stand-ins' place: through kdart's own dAv
+kernel (below; counted as served), or, where that refuses it, fla's chunk_kda_bwd_dAv (counted as a bwd_dAv
+fallback with both reasons).  A call that is not fused at all (another head dim, V not a multiple of 64, a
+grid dav_grid_refusal keeps unfused, torch.compile, a direct call from elsewhere) runs kdart's own dAv
+kernel, kdart.torch.bwd_dAv (one launch as fla's: any T, packed sequences, any V up to 512, bf16/fp16;
+counted as served "bwd_dAv"), and fla's function only where dav_standalone_refusal says why not (chunk size,
+dtype, shapes) or kdart refuses the call (counted as a fallback).
 
 fla's recompute_w_u_fwd (w, u, qg, kg from the forward's Akk) is served by kdart's recompute_wu, and when
 chunk_kda computes the gate itself (use_gate_in_kernel) the kda_gate_chunk_cumsum that chunk_kda_bwd runs
@@ -75,8 +79,9 @@ registry instead (fla.backends: 'kda' for bwd_intra and wy_dqkg, 'common' for bw
 own for the dg fold; priority 1, ahead of fla's TileLang; FLA_KDART=0 turns them off as fla's switches do);
 their verifiers accept while kdart.fla is enabled, and a fallback calls fla's own function unwrapped, never
 the registry again.  Both routes serve, fold and fall back the same (the routing tests run both), but for
-the dAv fusion, which is the names route's only: fla 0.6.0's registry dispatches chunk_kda_bwd_dAv but not
-the context-parallel pre-pass that reads its dv, so the registry route leaves chunk_kda_bwd_dAv to fla.  Why
+chunk_kda_bwd_dAv, which is the names route's only (fused or by kdart's own dAv kernel): fla 0.6.0's registry
+dispatches chunk_kda_bwd_dAv but not the context-parallel pre-pass that reads its dv, so the registry route
+leaves chunk_kda_bwd_dAv to fla.  Why
 the names route stays the default: FLA_DISABLE_BACKEND_DISPATCH=1 turns the registry off (the registry route then
 refuses to start, with that reason); fla runs every dispatched call under torch.compiler.disable (a graph
 break under torch.compile, whichever backend serves it).  On the H200 the two routes serve the same stages
@@ -340,6 +345,26 @@ def dav_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64,
     return r
 
 
+def dav_standalone_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
+                           use_graph=False):
+    """None when kdart's own dAv kernel (kdart.torch.bwd_dAv) takes this chunk_kda_bwd_dAv call, else the reason
+    it does not (fla's function then runs).  q and k only size fla's call; any T, packed sequences (fla's
+    use_graph mode too), V in 1..512, any HV, under torch.compile as eagerly (a custom op)."""
+    if A is None or scale is None:
+        return "no A or no scale"
+    if cu_seqlens is None and chunk_indices is not None:
+        return "chunk_indices without cu_seqlens"
+    if chunk_size != 64:
+        return f"chunk_size={chunk_size}"
+    if v.dim() != 4 or do.dim() != 4 or A.dim() != 4 or v.shape != do.shape or A.shape != do.shape[:3] + (64,):
+        return "shape"
+    if not 1 <= do.shape[3] <= 512:
+        return f"V={do.shape[3]} (V > 512)"
+    if cu_seqlens is not None and (cu_seqlens.device != do.device or do.shape[0] != 1):
+        return "cu_seqlens not on do's device or B != 1"
+    return _io_reason(_torch(), do, (v, A), ())
+
+
 PACKED_SMALL = "packed sequences on a grid of at most 4 waves (bwd_dhu splits its V tiles there)"
 
 
@@ -452,22 +477,40 @@ def _deferred(dv=None, dA=None):
     return rec
 
 
+def _standalone_dav(q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices, use_graph):
+    """(dA, dv, None) from kdart's own dAv kernel, or (None, None, the reason it does not take the call)."""
+    why = dav_standalone_refusal(q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices, use_graph)
+    if why is None:
+        from . import torch as kt
+        try:
+            return kt.bwd_dAv(q, k, v, do, A, scale=scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices) + (None,)
+        except ValueError as e:
+            why = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
+    return None, None, why
+
+
 def _materialize(rec, why, need):
-    """fla's own chunk_kda_bwd_dAv on the recorded inputs when the output need ("dA" or "dv") is not known
-    yet: its outputs replace the stand-ins (counted, and warned once, as a fallback of bwd_dAv: why)."""
+    """The deferred chunk_kda_bwd_dAv run on the recorded inputs when the output need ("dA" or "dv") is not
+    known yet, its outputs in the stand-ins' place: by kdart's own dAv kernel (counted as served), else by fla's
+    function (counted, and warned once, as a fallback of bwd_dAv: why, and why the kernel did not take it)."""
     if (rec.dA_out if need == "dA" else rec.dv_out) is None:
         q, k, v, do, A = (r() for r in rec.inputs)
         if any(x is None for x in (q, k, v, do, A)):
             raise RuntimeError("kdart.fla: the inputs of a deferred chunk_kda_bwd_dAv are gone")
         kw = dict(rec.kw, chunk_indices=rec.kw["chunk_indices"]())
-        dA, dv = _state["orig"][_DAV](q, k, v, do, A=A, scale=rec.scale, cu_seqlens=rec.cu(), **kw)
+        dA, dv, refused = _standalone_dav(q, k, v, do, A, rec.scale, rec.cu(), **kw)
+        if dA is None:
+            dA, dv = _state["orig"][_DAV](q, k, v, do, A=A, scale=rec.scale, cu_seqlens=rec.cu(), **kw)
         if rec.dA_out is None:
             rec.dA_out = dA
         if rec.dv_out is None:
             rec.dv_out = dv
         if not rec.settled:
             rec.settled = True
-            _count_fallback("bwd_dAv", why)
+            if refused is None:
+                _count_served("bwd_dAv")
+            else:
+                _count_fallback("bwd_dAv", f"{why}; {refused}")
     return rec
 
 
@@ -477,10 +520,14 @@ def _dav_wrapper(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64
     # only chunk_kda_bwd's own call: its outputs go nowhere but to the wrappers below
     if reason is None and sys._getframe(1).f_code is not _state["bwd_code"]:
         reason = "not called by chunk_kda_bwd"
-    if reason is not None:
-        _count_fallback("bwd_dAv", reason)
-        return _state["orig"][_DAV](q, k, v, do, A=A, scale=scale, cu_seqlens=cu_seqlens, chunk_size=chunk_size,
-                                    chunk_indices=chunk_indices, use_graph=use_graph)
+    if reason is not None:  # not fused: kdart's own dAv kernel, where it takes the call
+        return _serve("bwd_dAv", dav_standalone_refusal(q, k, v, do, A, scale, cu_seqlens, chunk_size, chunk_indices,
+                                                        use_graph),
+                      lambda kt: kt.bwd_dAv(q, k, v, do, A, scale=scale, cu_seqlens=cu_seqlens,
+                                            chunk_indices=chunk_indices),
+                      lambda: _state["orig"][_DAV](q, k, v, do, A=A, scale=scale, cu_seqlens=cu_seqlens,
+                                                   chunk_size=chunk_size, chunk_indices=chunk_indices,
+                                                   use_graph=use_graph))
     torch = _torch()
     dA = torch.empty(do.shape[:3] + (64,), dtype=torch.float32, device="meta")
     dv = torch.empty(do.shape, dtype=do.dtype, device="meta")

@@ -14,12 +14,14 @@
                                              cu_seqlens=None, chunk_indices=None)
     gk, w, u, qg, kg = kdart.torch.gate_recompute_w_u(g, A_log, k, v, beta, A, q=None,
                                                       dt_bias=None, lower_bound=None, ...)
+    dA, dv = kdart.torch.bwd_dAv(q, k, v, do, A, scale=None, cu_seqlens=None,
+                                 chunk_size=64, chunk_indices=None, use_graph=False)
 
 Arguments, return order and shapes are those of fla 0.6.0's chunk_kda_bwd_intra,
 chunk_gated_delta_rule_bwd_dhu (q = qg, k = kg for bwd_dhu),
-chunk_kda_bwd_wy_dqkg_fused and recompute_w_u_fwd (gate_recompute_w_u: fla's
+chunk_kda_bwd_wy_dqkg_fused, recompute_w_u_fwd (gate_recompute_w_u: fla's
 kda_gate_chunk_cumsum of the raw gate, scale 1/ln 2, in the same launch, its
-cumsum returned first); dh0 is None when h0 is None, as in fla.  Outputs
+cumsum returned first) and chunk_kda_bwd_dAv; dh0 is None when h0 is None, as in fla.  Outputs
 are new tensors on the inputs' device; nothing is written to the inputs.
 Shapes and dtypes: docs/chunk_kda_flags.md (io dtype bf16 or fp16; beta in
 the io dtype or fp32, as fla hands it when chunk_kda applies the beta
@@ -28,8 +30,10 @@ sigmoid; g/gk, dAqk, dAkk, dq, dk, dg, db, dht, h0 fp32; any T >= 1, K in
 layout).
 
 fla's chunk_kda_bwd_dAv (dAqk, dv = chunk_kda_bwd_dAv(q, k, v_new, do, Aqk,
-scale)) has no op of its own: its two halves are fused into the stages that
-consume them.  bwd_dhu(..., dv=None, Aqk=Aqk) computes dv = Aqk^T do per
+scale)) is bwd_dAv, a kernel of its own (kdart's bwd_dav: any T, packed
+sequences, any V up to 512; q and k only size the call).  Where the shapes
+allow, its two halves fuse into the stages that consume them instead (what
+kdart.fla does): bwd_dhu(..., dv=None, Aqk=Aqk) computes dv = Aqk^T do per
 chunk (Aqk's lower triangle, diagonal included) inside the scan, unrounded,
 and returns what it returns with fla's dv (K 64 or 128 and V a multiple of
 64 only, no zero padding; exactly one of dv and Aqk).  wy_dqkg(...,
@@ -48,7 +52,8 @@ the kernels write nothing and device_status() reports them.
 
 All are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
 torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, torch.ops.kdart.wy_dqkg_dAqk
-for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes) with fake implementations, so torch.compile traces them
+for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes, torch.ops.kdart.bwd_dav) with fake
+implementations, so torch.compile traces them
 (fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
 dispatcher and call the implementation directly (the dispatcher costs more
 than the whole launch).  The launch runs on torch's current stream of the
@@ -78,7 +83,8 @@ import torch
 
 from . import _lib
 
-__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "prepare_for", "device_status"]
+__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "bwd_dAv", "prepare_for",
+           "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
@@ -146,6 +152,7 @@ _WY = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA"))
 _WY_DAQK = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA", "dAqk"))  # (dAqk=True)
 _RWU = _Stage("recompute_wu", {"g": "gk"}, ("w", "u", "qg", "kg"))
 _RWU_GATE = _Stage("recompute_wu", {"g_raw": "g"}, ("g_out", "w", "u", "qg", "kg"))  # the raw gate in
+_DAV = _Stage("bwd_dav", {}, ("dA", "dv"))
 
 
 def _sizes(st, t, sc, nt):
@@ -373,10 +380,10 @@ def _fast():
     if not st:
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
-        fw, fr = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"]
-        for f in (fi, fd, fw, fr):
+        fw, fr, fv = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"], rt.lib["kdart_kda_bwd_dav"]
+        for f in (fi, fd, fw, fr, fv):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr,
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -704,6 +711,36 @@ def _rwu_impl(k, v, beta, A, gk=None, q=None, g_raw=None, A_log=None, dt_bias=No
     return tuple(o)
 
 
+def _dav_call(v, do, A, cu_seqlens, chunk_indices):
+    return dict(v=v, do=do, A=A, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices), dict(scale=1.0)
+
+
+def _dav_plan(v, do, A, cu_seqlens=None, chunk_indices=None):
+    t, sc = _dav_call(v, do, A, cu_seqlens, chunk_indices)
+    plan = _build_plan(_DAV, t, sc, layout=(v, do, A, cu_seqlens, chunk_indices))
+    plan.outs = [plan.outs[n] for n in _DAV.returns]  # dA, dv
+    plan.slots = _DAV.slots(("v", "do", "A") + _DAV.returns)
+    plan.seq_slots = _DAV.slots(("cu_seqlens", "chunk_indices"))
+    return plan
+
+
+def _dav_impl(v, do, A, scale, cu_seqlens=None, chunk_indices=None):
+    ts = (v, do, A)
+    key = (tuple(map(_SIG, ts)), "dav", None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)))
+    plan = _get_plan(key, _dav_plan, v, do, A, cu_seqlens, chunk_indices)
+    if not all(map(_CONTIG, ts)):
+        _check_layout(ts)
+    dev = plan.dev
+    dA = torch.empty(plan.outs[0][0], dtype=_F32, device=dev)
+    dv = torch.empty_like(do)  # (do's shape and dtype: checked)
+    plan.args.scale = float(scale)
+    if not plan.warm:
+        _prepare_plan("bwd_dav", plan, dev)
+    _set_data(plan, ts + (dA, dv), (cu_seqlens, chunk_indices))
+    _launch("dav", plan, plan.idx)
+    return dA, dv
+
+
 # ------------------------------------------------------------- custom ops
 
 @torch.library.custom_op("kdart::bwd_intra", mutates_args=())
@@ -964,6 +1001,42 @@ def gate_recompute_w_u(g, A_log, k, v, beta, A, q=None, dt_bias=None, lower_boun
     lower_bound sigmoid(exp(A_log) (g + dt_bias)), in log2 units; the rest as recompute_w_u with that gk.  g
     the raw gate [B,T,HV,K] (io dtype or fp32), A_log [HV] and dt_bias [HV*K] (or None) fp32."""
     return _rwu(k, v, beta, A, None, q, g, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices)
+
+
+def dav_meta(v, do, A, cu_seqlens=None, chunk_indices=None):
+    """Checks bwd_dav's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list (dA, dv)."""
+    return _meta(_DAV, *_dav_call(v, do, A, cu_seqlens, chunk_indices))
+
+
+@torch.library.custom_op("kdart::bwd_dav", mutates_args=())
+def _dav_op(v: torch.Tensor, do: torch.Tensor, A: torch.Tensor, scale: float, cu_seqlens: torch.Tensor | None = None,
+            chunk_indices: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _dav_impl(v, do, A, scale, cu_seqlens, chunk_indices)
+
+
+@_dav_op.register_fake
+def _dav_fake(v, do, A, scale, cu_seqlens=None, chunk_indices=None):
+    outs = dav_meta(v, do, A, cu_seqlens, chunk_indices)
+    return tuple(v.new_empty(s, dtype=d) for s, d in outs)
+
+
+def bwd_dAv(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None, use_graph=False):
+    """fla's chunk_kda_bwd_dAv (chunk 64; any T, packed sequences, any V up to 512, any HV) -> (dA, dv): dA
+    [B,T,HV,64] fp32 = scale * do v^T within each 64-row chunk, on and below the diagonal, zeros above (rows past
+    the last packed sequence's end are not written, as in fla); dv = A^T do per chunk in the io dtype, A being
+    chunk_kda's Aqk [B,T,HV,64] (its lower triangle, diagonal included, is read; above it may hold anything).
+    chunk_kda_bwd hands it v_new as v.  q and k only size fla's call: scale None is q's head dim ** -0.5.
+    use_graph is taken for fla's signature: the outputs come from torch's allocator (the graph's pool under
+    capture), not from fla's static buffers."""
+    if chunk_size != CHUNK:
+        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: chunk_size={chunk_size} (kdart's chunks are 64 rows)")
+    if A is None:
+        raise _lib.value_error("ENULL", "ENULL: bwd_dAv needs A (chunk_kda's Aqk)")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if _eager(do):
+        return _dav_impl(v, do, A, scale, cu_seqlens, chunk_indices)
+    return torch.ops.kdart.bwd_dav(v, do, A, float(scale), cu_seqlens, chunk_indices)
 
 
 def device_status(device=None, clear=True):

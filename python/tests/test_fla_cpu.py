@@ -256,7 +256,8 @@ def test_production_config_routing(monkeypatch, case, caplog):
     applies the beta sigmoid): kdart.fla takes bwd_intra, bwd_dhu and the folded dg cumsum with no fallback at
     chunk size 64, and wy_dqkg (fla's 32 stays fla's, counted).  On the names route fla's chunk_kda_bwd_dAv is
     fused where it can be (K 64 or 128, V a multiple of 64): fla's never runs, bwd_dhu takes Aqk and bwd_intra
-    wy_dqkg's dAqk; elsewhere (and on the registry route) fla's runs and its outputs reach both stages."""
+    wy_dqkg's dAqk; elsewhere kdart's own dAv kernel runs (on the registry route fla's), and its outputs reach
+    both stages."""
     io, H, HV, K, V, varlen, svf, gate_in, beta_dt, norec, C = case
     log = []
     _standins(monkeypatch, log)
@@ -323,7 +324,8 @@ def test_production_config_routing(monkeypatch, case, caplog):
     assert "wy_dqkg" not in log  # (the stand-in: fla's)
     fused = not REGISTRY and K in (64, 128) and V % 64 == 0
     gate_fused = gate_in and not norec and not REGISTRY  # fla's gate cumsum in kdart's recompute launch
-    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1, "bwd_dAv": int(fused),
+    assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1,
+                            "bwd_dAv": int(not REGISTRY),
                             "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused)}
     assert [x[1] for x in log if x[0] == "kdart recompute_w_u"] == ([] if norec else [gate_fused])
     assert "recompute_w_u" not in log and ("gate_cumsum" in log) == (gate_in and not norec and REGISTRY)
@@ -335,19 +337,21 @@ def test_production_config_routing(monkeypatch, case, caplog):
         assert [x[3] for x in log if x[0] == "kdart wy_dqkg"] == [True]
         assert intra_dAqk == [x[2] for x in log if x[0] == "wy dAqk"] and intra_dAqk[0].device.type == "meta"
         assert st["fallbacks"] == {} and said == []
-    else:  # fla's dAv ran, and its outputs went to bwd_dhu and bwd_intra
+    elif REGISTRY:  # fla's dAv ran, and its outputs went to bwd_dhu and bwd_intra
         (_, (dA, dv)), = fla_dav
         assert dhu_dv == [("dv", dv)] and intra_dAqk == [dA]
-        reason = [] if REGISTRY else [f"bwd_dAv: head dim K={K} (the fused dAv takes K 64 or 128)"]
-        assert list(st["fallbacks"]) == reason and said == [r.replace(": ", " falls back to fla (", 1) + ")"
-                                                             for r in reason]
+        assert st["fallbacks"] == {} and said == []
+    else:  # not fusable (K = 100): kdart's own dAv kernel ran, and its outputs went to bwd_dhu and bwd_intra
+        (dA, dv), = [x[1] for x in log if x[0] == "kdart bwd_dAv"]
+        assert not fla_dav and dhu_dv == [("dv", dv)] and intra_dAqk == [dA]
+        assert st["fallbacks"] == {} and said == []
     assert getattr(kf._tls, "dav", None) is None  # the record is gone once bwd_intra had its dAqk
 
 
 def _fakes(monkeypatch, log, K, V, HV, refuse=()):
-    """kdart.torch's three stages replaced by recorders returning meta tensors of their outputs' shapes; the
+    """kdart.torch's stages replaced by recorders returning meta tensors of their outputs' shapes; the
     stages named in refuse raise kdart's ValueError ("dhu Aqk": only the fused bwd_dhu, "wy dAqk": only
-    wy_dqkg with dAqk)."""
+    wy_dqkg with dAqk, "dav": kdart's own dAv kernel)."""
     import kdart.torch as kt
 
     def fake_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=False, emit_bf16=False, cu_seqlens=None,
@@ -387,9 +391,18 @@ def _fakes(monkeypatch, log, K, V, HV, refuse=()):
         kk = _meta(B, T, HV, k.shape[3], dt=k.dtype)
         return g_out, kk, torch.empty_like(v), kk.clone(), kk.clone()
 
+    def fake_dav(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
+                 use_graph=False):  # kdart.torch.bwd_dAv's signature (fla's)
+        if "dav" in refuse:
+            raise kf_value_error("EUNSUPPORTED")
+        out = _meta(*do.shape[:3], 64), torch.empty_like(do)
+        log.append(("kdart bwd_dAv", out))
+        return out
+
     monkeypatch.setattr(kt, "bwd_intra", fake_intra)
     monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
     monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
+    monkeypatch.setattr(kt, "bwd_dAv", fake_dav)
     monkeypatch.setattr(kt, "_rwu_impl", fake_rwu)
     monkeypatch.setattr(kt, "_eager", lambda t: True)
     monkeypatch.setattr(kt, "recompute_w_u", lambda k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None:
@@ -477,33 +490,42 @@ def test_dav_fused_twice(monkeypatch):
 
 
 @pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "kernel-refuses"])
 @pytest.mark.parametrize("case", ["fla_dhu", "dhu Aqk", "fla_wy", "wy dAqk", "cp"])
-def test_dav_materialized_on_fallback(monkeypatch, caplog, case):
-    """Where a half of the fused dAv cannot be fused, fla's chunk_kda_bwd_dAv runs once on the same inputs and
-    each later consumer gets its outputs in the stand-ins' place: bwd_dhu falls back to fla (dhu_refusal) or
-    kdart refuses its fused form (then kdart's unfused bwd_dhu serves it); wy_dqkg falls back (wy_refusal, or
-    kdart refuses it); fla's context-parallel pre-pass (cp_context) reads dv first.  One bwd_dAv fallback,
-    counted with its reason and warned once."""
+def test_dav_materialized_on_fallback(monkeypatch, caplog, case, kernel):
+    """Where a half of the fused dAv cannot be fused, the deferred chunk_kda_bwd_dAv runs once on the same
+    inputs and each later consumer gets its outputs in the stand-ins' place: bwd_dhu falls back to fla
+    (dhu_refusal) or kdart refuses its fused form (then kdart's unfused bwd_dhu serves it); wy_dqkg falls back
+    (wy_refusal, or kdart refuses it); fla's context-parallel pre-pass (cp_context) reads dv first.  kdart's own
+    dAv kernel runs it (one bwd_dAv served, no fallback); where kdart refuses that too, fla's runs: one bwd_dAv
+    fallback, counted with both reasons and warned once."""
+    refuse = (case,) if kernel else (case, "dav")
     with caplog.at_level(logging.WARNING, logger="kdart"):
-        st, log = _dav_backward(monkeypatch, [], refuse=(case,), cp=case == "cp", fla_dhu=case == "fla_dhu",
+        st, log = _dav_backward(monkeypatch, [], refuse=refuse, cp=case == "cp", fla_dhu=case == "fla_dhu",
                                 fla_wy=case == "fla_wy")
-    (dA, dv), = _fla_dav(log)
+    ran = [x[1] for x in log if x[0] == "kdart bwd_dAv"]
+    assert len(ran) == int(kernel) and len(_fla_dav(log)) == int(not kernel), log
+    (dA, dv), = ran if kernel else _fla_dav(log)
     intra = [x[3] for x in log if x[0] == "kdart bwd_intra"]
-    assert intra == [dA]  # bwd_intra got fla's dA, whoever computed the rest
+    assert intra == [dA]  # bwd_intra got the materialized dA, whoever computed the rest
     reason = {"fla_dhu": "bwd_dhu not served (test)", "dhu Aqk": "kdart refused the fused bwd_dhu: EUNSUPPORTED",
               "fla_wy": "wy_dqkg not served", "wy dAqk": "wy_dqkg not served",
-              "cp": "context parallel (cp_context)"}[case]
-    assert st["fallbacks"].get(f"bwd_dAv: {reason}") == 1 and st["served"]["bwd_dAv"] == 0, st
+              "cp": "context parallel (cp_context)"}[case] + "; kdart refused: EUNSUPPORTED"
     said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
-    assert f"bwd_dAv falls back to fla ({reason})" in said
+    if kernel:
+        assert st["served"]["bwd_dAv"] == 1 and not [r for r in st["fallbacks"] if r.startswith("bwd_dAv")], st
+        assert not [m for m in said if m.startswith("bwd_dAv")]
+    else:
+        assert st["fallbacks"].get(f"bwd_dAv: {reason}") == 1 and st["served"]["bwd_dAv"] == 0, st
+        assert f"bwd_dAv falls back to fla ({reason})" in said
     if case in ("fla_wy", "wy dAqk"):  # bwd_dhu was fused; wy_dqkg fell back to fla's (the stand-in)
         assert [x[0] for x in _got(log, "dhu dv")] == ["Aqk"]
         assert "wy_dqkg" in log and st["served"]["bwd_dhu"] == 1
-        assert st["fallbacks"] == {"bwd_dAv: wy_dqkg not served": 1,
-                                   "wy_dqkg: " + ("test" if case == "fla_wy" else "kdart refused: ESHAPE"): 1}
+        wy_why = "wy_dqkg: " + ("test" if case == "fla_wy" else "kdart refused: ESHAPE")
+        assert st["fallbacks"] == ({wy_why: 1} if kernel else {f"bwd_dAv: {reason}": 1, wy_why: 1})
     elif case == "fla_dhu":
         assert _got(log, "fla bwd_dhu") == [(dv,)] and not _got(log, "dhu dv")
-    else:  # kdart's unfused bwd_dhu took fla's dv (after fla's pre-pass, which got it too)
+    else:  # kdart's unfused bwd_dhu took the materialized dv (after fla's pre-pass, which got it too)
         assert _got(log, "dhu dv") == [("dv", dv)] and st["served"]["bwd_dhu"] == 1
         assert _got(log, "fla pre_process") == ([(dv,)] if case == "cp" else [])
     if case not in ("fla_wy", "wy dAqk"):  # wy_dqkg: kdart's, without dAqk
@@ -511,10 +533,25 @@ def test_dav_materialized_on_fallback(monkeypatch, caplog, case):
 
 
 @pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
+def test_dav_unfused_by_kernel(monkeypatch, caplog):
+    """A backward whose dAv cannot be fused (K = 100; V = 96) runs kdart's own dAv kernel where fla's would run:
+    fla's never runs, bwd_dhu gets the kernel's dv and bwd_intra its dA; served, no fallback, nothing warned."""
+    for K, V in ((100, 128), (128, 96)):
+        with caplog.at_level(logging.WARNING, logger="kdart"):
+            st, log = _dav_backward(monkeypatch, [], K=K, V=V)
+        (dA, dv), = [x[1] for x in log if x[0] == "kdart bwd_dAv"]
+        assert not _fla_dav(log) and _got(log, "dhu dv") == [("dv", dv)]
+        assert [x[3] for x in log if x[0] == "kdart bwd_intra"] == [dA]
+        assert st["served"]["bwd_dAv"] == 1 and st["fallbacks"] == {}, st
+        assert not [r for r in caplog.records if r.name == "kdart.fla"]
+
+
+@pytest.mark.skipif(REGISTRY, reason="the dAv fusion is the names route's")
 def test_dav_stale_record_and_direct_call(monkeypatch):
     """A backward that raises between the deferred dAv and bwd_intra leaves a record that holds nothing (weak
     references; its outputs go with its stand-ins) and the next backward replaces it; a call of
-    chunk_kda_bwd_dAv from anywhere but chunk_kda_bwd is fla's (counted)."""
+    chunk_kda_bwd_dAv from anywhere but chunk_kda_bwd is not deferred: kdart's own dAv kernel runs it (served),
+    or, where that does not take it (chunk size 32), fla's function (counted)."""
     import gc
     with monkeypatch.context() as m:
         broken = _dav_setup(m, [], refuse=("wy boom",))  # kdart's wy_dqkg raises, after bwd_dhu took Aqk
@@ -533,23 +570,27 @@ def test_dav_stale_record_and_direct_call(monkeypatch):
         assert getattr(kf._tls, "dav", None) is None  # disable() dropped the thread's record
     st, log = _dav_backward(monkeypatch, [])
     assert st["served"]["bwd_dAv"] == 1 and st["fallbacks"] == {}
-    # a direct call: fla's
+    # direct calls: kdart's kernel, then fla's at chunk size 32
     log = []
     _standins(monkeypatch, log)
+    _fakes(monkeypatch, log, 128, 128, 4)
     monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
     io = torch.bfloat16
-    do = _meta(1, 128, 4, 128, dt=io)
+    q, do = _meta(1, 128, 4, 128, dt=io), _meta(1, 128, 4, 128, dt=io)
     kf.reset_stats()
     with kf.enabled():
-        dA, dv = chunk_bwd.chunk_kda_bwd_dAv(_meta(1, 128, 4, 128, dt=io), _meta(1, 128, 4, 128, dt=io), do.clone(),
-                                            do, A=_meta(1, 128, 4, 64, dt=io), scale=0.1)
+        got = chunk_bwd.chunk_kda_bwd_dAv(q, q.clone(), do.clone(), do, A=_meta(1, 128, 4, 64, dt=io), scale=0.1)
+        fla = chunk_bwd.chunk_kda_bwd_dAv(q, q.clone(), do.clone(), do, A=_meta(1, 128, 4, 32, dt=io), scale=0.1,
+                                          chunk_size=32)
         st = kf.stats()
-    assert _fla_dav(log) == [(dA, dv)] and getattr(kf._tls, "dav", None) is None
-    assert st["fallbacks"] == {"bwd_dAv: not called by chunk_kda_bwd": 1}
+    assert [x[1] for x in log if x[0] == "kdart bwd_dAv"] == [got] and _fla_dav(log) == [fla]
+    assert getattr(kf._tls, "dav", None) is None
+    assert st["served"]["bwd_dAv"] == 1 and st["fallbacks"] == {"bwd_dAv: chunk_size=32": 1}
 
 
 def test_dav_refusal_reasons():
-    """dav_refusal: what the fused dAv takes (meta tensors stop at the device check)."""
+    """dav_refusal: what the fused dAv takes; dav_standalone_refusal: what kdart's own dAv kernel takes (meta
+    tensors stop at the device check)."""
     io = torch.bfloat16
     q, v, A = _meta(1, 128, 2, 128, dt=io), _meta(1, 128, 4, 128, dt=io), _meta(1, 128, 4, 64, dt=io)
     assert kf.dav_refusal(q, q, v, v, A, 0.1) == "not a CUDA tensor"
@@ -560,6 +601,32 @@ def test_dav_refusal_reasons():
     v96 = _meta(1, 128, 4, 96, dt=io)
     assert kf.dav_refusal(q, q, v96, v96, A, 0.1) == "V=96 (the fused dAv takes V a multiple of 64, up to 512)"
     assert kf.dav_refusal(q, q, v, v, A[..., :32], 0.1) == "shape"
+    # kdart's own dAv kernel: any K (q, k only size the call), any V up to 512, packed sequences
+    sr = kf.dav_standalone_refusal
+    assert sr(q100, q100, v96, v96, A, 0.1) == "not a CUDA tensor"
+    assert sr(_meta(1, 128, 2, 300, dt=io), q, v, v, A, 0.1) == "not a CUDA tensor"
+    cu = _meta(3, dt=torch.int64)
+    assert sr(q, q, v, v, A, 0.1, cu_seqlens=cu, chunk_indices=_meta(4, 2, dt=torch.int64), use_graph=True) == \
+        "not a CUDA tensor"
+    assert sr(q, q, v, v, None, 0.1) == "no A or no scale"
+    assert sr(q, q, v, v, A, None) == "no A or no scale"
+    assert sr(q, q, v, v, A, 0.1, chunk_size=32) == "chunk_size=32"
+    assert sr(q, q, v, v, A, 0.1, chunk_indices=cu) == "chunk_indices without cu_seqlens"
+    assert sr(q, q, v, v, A[..., :32], 0.1) == "shape"
+    assert sr(q, q, v, v96, A, 0.1) == "shape"
+    v513 = _meta(1, 128, 4, 513, dt=io)
+    assert sr(q, q, v513, v513, A, 0.1) == "V=513 (V > 512)"
+    v2 = _meta(2, 128, 4, 128, dt=io)
+    assert sr(q, q, v2, v2, _meta(2, 128, 4, 64, dt=io), 0.1, cu_seqlens=cu) == \
+        "cu_seqlens not on do's device or B != 1"
+    old = kf._is_cuda
+    kf._is_cuda = lambda t: True
+    try:
+        assert sr(q, q, v, v, A, 0.1) is None
+        assert sr(q, q, v.float(), v.float(), A.float(), 0.1) == "io dtype torch.float32"
+        assert sr(q, q, v.half(), v, A, 0.1) == "mixed io dtypes (torch.bfloat16, torch.float16)"
+    finally:
+        kf._is_cuda = old
 
 
 def test_beta_dtypes_routed():

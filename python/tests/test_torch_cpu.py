@@ -526,3 +526,67 @@ def test_rwu_opcheck_and_compile():
     cnt = CompileCounterWithBackend("aot_eager")
     out = torch.compile(f, backend=cnt, fullgraph=True)(a)
     assert out.device.type == "meta" and cnt.frame_count == 1
+
+
+# ------------------------------------------------------------- fla's dAv (bwd_dav)
+
+def dav_args(B=1, T=200, H=2, HV=4, K=100, V=72, io=BF, device="meta"):
+    e = lambda *s, dt=io: torch.empty(*s, dtype=dt, device=device)  # noqa: E731
+    return dict(q=e(B, T, H, K), k=e(B, T, H, K), v=e(B, T, HV, V), do=e(B, T, HV, V), A=e(B, T, HV, 64))
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+def test_dav_fake_shapes(io):
+    a = dav_args(io=io)
+    dA, dv = kt.bwd_dAv(a["q"], a["k"], a["v"], a["do"], a["A"], scale=0.1)
+    assert (dA.shape, dA.dtype, dv.shape, dv.dtype) == ((1, 200, 4, 64), F32, (1, 200, 4, 72), io)
+    assert dA.device.type == "meta"
+    # packed, fla's chunk_indices, V = 512; scale from q's head dim; fla's use_graph taken
+    a = dav_args(V=512, io=io)
+    cu, ci = torch.empty(4, dtype=torch.int64, device="meta"), torch.empty(6, 2, dtype=torch.int64, device="meta")
+    dA, dv = kt.bwd_dAv(a["q"], a["k"], a["v"], a["do"], a["A"], cu_seqlens=cu, chunk_indices=ci, use_graph=True)
+    assert dA.shape == (1, 200, 4, 64) and dv.shape == (1, 200, 4, 512)
+
+
+def test_dav_checks():
+    a = dav_args()
+    with pytest.raises(ValueError, match="ESHAPE: tensor A"):  # Aqk's chunk dim
+        kt.dav_meta(a["v"], a["do"], torch.empty(1, 200, 4, 32, dtype=BF, device="meta"))
+    with pytest.raises(ValueError, match="EDTYPE: tensor v"):  # mixed io dtypes
+        kt.dav_meta(a["v"].to(torch.float16), a["do"], a["A"])
+    with pytest.raises(ValueError, match="EDTYPE"):  # float32 io: fla's
+        kt.dav_meta(a["v"].float(), a["do"].float(), a["A"].float())
+    with pytest.raises(ValueError, match="EUNSUPPORTED: value dim V=513"):
+        b = dav_args(V=513)
+        kt.dav_meta(b["v"], b["do"], b["A"])
+    with pytest.raises(ValueError, match="ESHAPE: cu_seqlens needs B == 1"):
+        b = dav_args(B=2)
+        kt.dav_meta(b["v"], b["do"], b["A"], cu_seqlens=torch.empty(3, dtype=torch.int32, device="meta"))
+    with pytest.raises(ValueError, match="EUNSUPPORTED: chunk_size=32"):
+        kt.bwd_dAv(a["q"], a["k"], a["v"], a["do"], a["A"], chunk_size=32)
+    with pytest.raises(ValueError, match="ENULL: bwd_dAv needs A"):
+        kt.bwd_dAv(a["q"], a["k"], a["v"], a["do"])
+
+
+def test_dav_host_tensors_refused():
+    """CPU tensors reach kdart through the custom op and are refused (EDEVICE) before anything is written."""
+    v, do = torch.randn(1, 128, 2, 64).to(BF), torch.randn(1, 128, 2, 64).to(BF)
+    A = torch.randn(1, 128, 2, 64).to(BF)
+    before = [t.clone() for t in (v, do, A)]
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_dAv(v, v, v, do, A, scale=0.1)
+    assert all(torch.equal(x, y) for x, y in zip((v, do, A), before))
+
+
+def test_dav_opcheck_and_compile():
+    a = dav_args()
+    torch.library.opcheck(torch.ops.kdart.bwd_dav.default, (a["v"], a["do"], a["A"], 0.1, None, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+    def f(a):
+        dA, dv = kt.bwd_dAv(a["q"], a["k"], a["v"], a["do"], a["A"], scale=0.1)
+        return dA.sum() + dv.float().sum()
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(f, backend=cnt, fullgraph=True)(a)
+    assert out.device.type == "meta" and cnt.frame_count == 1

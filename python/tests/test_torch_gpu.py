@@ -1,6 +1,6 @@
-"""kdart.torch on a GPU: the ops against the float64 references (fla's chunk_kda_bwd_dAv fused into bwd_dhu and
-wy_dqkg included), torch.compile and CUDA-graph replay bitwise equal to eager, a second device.  Skips without
-CUDA."""
+"""kdart.torch on a GPU: the ops against the float64 references (fla's chunk_kda_bwd_dAv included, fused into
+bwd_dhu and wy_dqkg and as its own kernel), torch.compile and CUDA-graph replay bitwise equal to eager, a second
+device.  Skips without CUDA."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -487,26 +487,32 @@ def test_wy_dqkg_varlen_vs_float64(cu, with_ci):
     _wy_check(out, wy_dqkg_ref_varlen(*a, 0.125, cu_t), torch.bfloat16, f"cu {cu}")
 
 
+def _compiled_and_graphed_bitwise(f, *args):
+    """f's outputs under torch.compile (fullgraph) and CUDA-graph replay (after a warm-up call on a side
+    stream, which prepares what the capture launches): bitwise its eager ones."""
+    eager = f(*args)
+    compiled = torch.compile(f, fullgraph=True)(*args)
+    assert all(torch.equal(x, y) for x, y in zip(eager, compiled))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        f(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = f(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+
+
 def test_wy_dqkg_compile_and_graph_bitwise():
     a = wy_inputs(1, 256, 2, 4, 128, 128, torch.bfloat16, "cuda")
 
     def f(*x):
         return kt.wy_dqkg(*x, scale=0.125)
-    eager = f(*a)
-    compiled = torch.compile(f, fullgraph=True)(*a)
-    assert all(torch.equal(x, y) for x, y in zip(eager, compiled))
     assert kt.prepare_for(kt.wy_dqkg, *a, scale=0.125).startswith("io=bf16,K=128,varlen=0,tail=0,beta=f32")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        f(*a)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = f(*a)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+    _compiled_and_graphed_bitwise(f, *a)
 
 
 def test_wy_dqkg_bad_input():
@@ -659,20 +665,7 @@ def test_fused_dav_compile_and_graph_bitwise():
     def f(d, A, w):
         return kt.bwd_dhu(*d[:4], None, d[5], h0=h0, dht=dht, scale=0.125, Aqk=A) + \
             kt.wy_dqkg(*w, scale=0.125, dAqk=True)
-    eager = f(d, A, w)
-    compiled = torch.compile(f, fullgraph=True)(d, A, w)
-    assert all(torch.equal(x, y) for x, y in zip(eager, compiled))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        f(d, A, w)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = f(d, A, w)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert all(torch.equal(x, y) for x, y in zip(eager, outs))
+    _compiled_and_graphed_bitwise(f, d, A, w)
 
 
 def test_fused_dav_bad_input():
@@ -694,3 +687,59 @@ def test_fused_dav_bad_input():
         kt.bwd_dhu(*a[:4], None, a[5], Aqk=A[:, :64])
     with pytest.raises(ValueError, match="ESTRIDE"):
         kt.bwd_dhu(*a[:4], None, a[5], Aqk=A.transpose(1, 2).contiguous().transpose(1, 2))
+
+
+# ------------------------------------------------------------------- chunk_kda_bwd_dAv, its own kernel
+
+@pytest.mark.parametrize("io", IOS, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("T,V", [(256, 128), (200, 100), (130, 72), (64, 101), (128, 512)])
+def test_bwd_dav_vs_float64(io, T, V):
+    """kdart.torch.bwd_dAv (kernel bwd_dav) against float64: dA (fp32, products of io values summed in fp32) and
+    dv (the io dtype: its one rounding), from an Aqk with garbage above its diagonal; the outputs start as NaN
+    (every element written: dA's rows whole, zeros above the diagonal), the inputs stay untouched, a second
+    call is bitwise equal.  q and k only size the call."""
+    torch.manual_seed(T + V)
+    v, do = (torch.randn(2, T, 4, V, device="cuda").to(io) for _ in range(2))
+    A = aqk_input(2, T, 4, io, "cuda")
+    q = torch.empty(2, T, 2, 100, dtype=io, device="cuda")
+    before = [t.clone() for t in (v, do, A)]
+    _poisoned_pool(1 << 28)
+    dA, dv = kt.bwd_dAv(q, q, v, do, A, scale=0.125)
+    assert all(torch.equal(x, y) for x, y in zip((v, do, A), before))
+    rdA, rdv = dav_ref(do, v, A, 0.125)
+    assert (dA.dtype, dA.shape, dv.dtype, dv.shape) == (torch.float32, (2, T, 4, 64), io, v.shape)
+    assert torch.isfinite(dA).all() and torch.isfinite(dv).all()
+    assert rel_rms(dA, rdA) < 1e-5 and rel_rms(dv, rdv) < (4e-3 if io == torch.bfloat16 else 5e-4), \
+        (rel_rms(dA, rdA), rel_rms(dv, rdv))
+    again = kt.bwd_dAv(q, q, v, do, A, scale=0.125)
+    assert torch.equal(again[0], dA) and torch.equal(again[1], dv)
+
+
+@pytest.mark.parametrize("cu", [[0, 1, 65, 200, 300], [0, 64, 64, 191], [0, 15, 100, 300, 1200]],
+                         ids=["short", "empty", "long"])
+@pytest.mark.parametrize("dt", [torch.int32, torch.int64], ids=["i32", "i64"])
+def test_bwd_dav_varlen_vs_float64(cu, dt):
+    """Packed sequences (one token, partial chunks, a zero-length one) with fla's chunk_indices; tokens past
+    cu[N] are not read (NaN there) and not written."""
+    torch.manual_seed(len(cu))
+    cu_t, T = _cu(cu, dt), cu[-1] + 10
+    v, do = (torch.randn(1, T, 3, 96, device="cuda").to(torch.bfloat16) for _ in range(2))
+    v[:, cu[-1]:], do[:, cu[-1]:] = float("nan"), float("nan")
+    A = aqk_input(1, T, 3, torch.bfloat16, "cuda", cu=cu_t)
+    kt.device_status(clear=True)
+    dA, dv = kt.bwd_dAv(v, v, v, do, A, scale=0.125, cu_seqlens=cu_t, chunk_indices=chunk_indices(cu_t))
+    rdA, rdv = dav_ref(do, v, A, 0.125, cu_t)
+    n = cu[-1]
+    assert rel_rms(dA[:, :n], rdA[:, :n]) < 1e-5 and rel_rms(dv[:, :n], rdv[:, :n]) < 4e-3
+    assert kt.device_status() == 0
+
+
+def test_bwd_dav_compile_and_graph_bitwise():
+    """bwd_dAv under torch.compile (fullgraph) and CUDA-graph replay: bitwise the eager outputs."""
+    torch.manual_seed(6)
+    v, do = (torch.randn(1, 300, 4, 100, device="cuda").to(torch.bfloat16) for _ in range(2))
+    A = aqk_input(1, 300, 4, torch.bfloat16, "cuda")
+
+    def f(v, do, A):
+        return kt.bwd_dAv(v, v, v, do, A, scale=0.125)
+    _compiled_and_graphed_bitwise(f, v, do, A)

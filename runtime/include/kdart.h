@@ -231,7 +231,8 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * (tail=0; at bwd_dhu's K=192, bf16 only; bwd_intra's beta=f32 with
  * fold_dg=1, emit_bf16=0 only) and the tail ones most calls need (bf16
  * bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128;
- * wy_dqkg's V-first state and tails in bf16 with fp32 beta);
+ * wy_dqkg's V-first state and tails in bf16 with fp32 beta; bwd_dav's in
+ * bf16);
  * never the stubs that the runtime does not launch (bwd_intra tail=1 with
  * varlen=0).  The rest compile on first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
@@ -377,8 +378,8 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  *
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices
- * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu
- * and wy_dqkg), HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or
+ * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu,
+ * wy_dqkg, recompute_wu and bwd_dav), HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or
  * 256 serves every K up to its tile (1..64, 65..128, 129..256; bwd_dhu's tile
  * 192 takes 129..192) with masked loads and stores, and bwd_dhu and wy_dqkg
  * any V with the last V tile masked.  A failure returns its own status with
@@ -540,6 +541,26 @@ typedef struct kdart_recompute_wu_args {
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
 } kdart_recompute_wu_args;
 
+/* bwd_dav: fla's chunk_kda_bwd_dAv as a kernel of its own, for the calls that
+ * bwd_dhu and wy_dqkg cannot take fused (kdart_bwd_dhu_args.Aqk,
+ * kdart_wy_dqkg_args.dAqk): per chunk of 64 rows, dA = scale do v^T on and
+ * below the diagonal, zeros above (fp32; rows past a sequence's end are not
+ * written), and dv = A^T do (A: chunk_kda's Aqk, whose lower triangle,
+ * diagonal included, is read: what lies above may hold anything), rounded to
+ * the io dtype once.  fla's q and k are not taken: only their shapes enter
+ * fla's call.  Any T, packed sequences (as bwd_intra), V in 1..512, any HV. */
+typedef struct kdart_bwd_dav_args {
+    uint32_t struct_size;      /* sizeof(kdart_bwd_dav_args) */
+    const DLTensor *v;         /* [B,T,HV,V]  io dtype (chunk_kda_bwd's v_new) */
+    const DLTensor *d_o;       /* [B,T,HV,V]  io dtype ("do") */
+    const DLTensor *A;         /* [B,T,HV,64] io dtype (Aqk) */
+    const DLTensor *dA;        /* out [B,T,HV,64] fp32 */
+    const DLTensor *dv;        /* out [B,T,HV,V]  io dtype */
+    float scale;               /* applied to dA, as fla does */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
+} kdart_bwd_dav_args;
+
 /* The CUDA function of a specialization in the current context, prepared
  * and loaded if needed, with its launch shape: for callers that launch it
  * themselves (cuLaunchKernel with one kdart_*_params struct from
@@ -555,6 +576,7 @@ KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *a
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);
 KDART_EXTERN int kdart_kda_recompute_wu(kdart_rt *rt, const kdart_recompute_wu_args *args, void *stream);
+KDART_EXTERN int kdart_kda_bwd_dav(kdart_rt *rt, const kdart_bwd_dav_args *args, void *stream);
 
 /* The device status word of the current CUDA context: the KDART_DEVERR_*
  * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,

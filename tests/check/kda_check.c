@@ -809,40 +809,6 @@ static void swap_kv(const double *src, double *dst, size_t nblk, int R, int C) {
             for (int j = 0; j < C; j++) dst[b * bs + (size_t)j * R + i] = src[b * bs + (size_t)i * C + j];
 }
 
-/* fla's chunk_kda_bwd_dAv in float64, per chunk of each sequence (cu [N+1]; rows [T,HV,..]):
- * dv[s] = sum over t >= s of Aqk[t][s - c0] do[t] (dv_intra; columns above the diagonal never read),
- * and dAqk[t][j] = scale sum_v do[t][v] v_new[c0 + j][v] for j <= t - c0, zero above */
-static void dv_intra_ref(int HV, int V, int N, const int64_t *cu, const double *aq, const double *dout, double *dv) {
-    for (int n = 0; n < N; n++)
-        for (int64_t c0 = cu[n]; c0 < cu[n + 1]; c0 += 64) {
-            const int nvc = (int)(cu[n + 1] - c0 < 64 ? cu[n + 1] - c0 : 64);
-            for (int hv = 0; hv < HV; hv++)
-                for (int i = 0; i < nvc; i++)
-                    for (int v = 0; v < V; v++) {
-                        double x = 0;
-                        for (int t = i; t < nvc; t++)
-                            x += aq[((size_t)(c0 + t) * HV + hv) * 64 + i] * dout[((size_t)(c0 + t) * HV + hv) * V + v];
-                        dv[((size_t)(c0 + i) * HV + hv) * V + v] = x;
-                    }
-        }
-}
-static void dAqk_ref(int HV, int V, int N, const int64_t *cu, const double *dout, const double *vn, double scale,
-                     double *dA) {
-    for (int n = 0; n < N; n++)
-        for (int64_t c0 = cu[n]; c0 < cu[n + 1]; c0 += 64) {
-            const int nvc = (int)(cu[n + 1] - c0 < 64 ? cu[n + 1] - c0 : 64);
-            for (int hv = 0; hv < HV; hv++)
-                for (int t = 0; t < nvc; t++)
-                    for (int j = 0; j < 64; j++) {
-                        double x = 0;
-                        if (j <= t)
-                            for (int v = 0; v < V; v++)
-                                x += dout[((size_t)(c0 + t) * HV + hv) * V + v] * vn[((size_t)(c0 + j) * HV + hv) * V + v];
-                        dA[((size_t)(c0 + t) * HV + hv) * 64 + j] = scale * x;
-                    }
-        }
-}
-
 int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
     kref_rng rng;
     layout L;
@@ -894,7 +860,7 @@ int kc_run_dhu(kdart_rt *rt, const kc_dhu_case *c, kc_report *r) {
         kref_gen_normal(&rng, (size_t)P * HV * 64, 0.5, aq);
         round_to(aq, (size_t)P * HV * 64, io);
         for (size_t x = (size_t)L.tokens * HV * 64; x < (size_t)P * HV * 64; x++) aq[x] = NAN;
-        dv_intra_ref(HV, V, N, L.cu, aq, dout, dv);
+        kref_bwd_dav_varlen(P, HV, V, N, L.cu, aq, dout, NULL, 0.0, NULL, dv);
     }
     const double scale = 1.0 / sqrt((double)K);
     const float scale_f = (float)scale;
@@ -1104,7 +1070,7 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     kref_wy_dqkg_varlen(P, H, HV, K, V, N, L.cu, q, k, v, vn, g, beta, A, h, dh, dout, dv, fscale, -1, exact[0],
                         exact[1], exact[2], exact[3], exact[4], exact[5]);
     if (c->with_dAqk) { /* no rounding inside: the same reference for both */
-        dAqk_ref(HV, V, N, L.cu, dout, vn, fscale, ref[6]);
+        kref_bwd_dav_varlen(P, HV, V, N, L.cu, NULL, dout, vn, fscale, ref[6], NULL);
         memcpy(exact[6], ref[6], (size_t)P * per[6] * sizeof(double));
     }
     static const char *names[7] = {"dq", "dk", "dv2", "dg", "db", "dA", "dAqk"};
@@ -1241,6 +1207,120 @@ out:
     double *all[] = {q, k, qx, kx, v, beta, A, a, g, graw, alog, bias, got};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 5; i++) free(raw[i]), free(i < 4 ? ref[i] : NULL);
+    return rc;
+}
+
+/* --------------------------------------------------------------- bwd_dav */
+
+static int launch_dav(kdart_rt *rt, const void *a, CUstream s) {
+    return kdart_kda_bwd_dav(rt, (const kdart_bwd_dav_args *)a, (void *)s);
+}
+
+/* c->bad: the launch with one argument broken must fail with its status and leave both outputs as
+ * poisoned (kdart validates everything before it launches): r->status and r->untouched say how it went.
+ * The tensors it breaks are put back before returning. */
+static int dav_bad_launch(kdart_rt *rt, kdart_bwd_dav_args *args, dbuf *d, int bad, void **raw, kc_report *r) {
+    dbuf *outs[2] = {&d[3], &d[4]};
+    const DLTensor keep_v = d[0].t, keep_dv = d[4].t;
+    const int64_t keep_A = d[2].shape[3];
+    if (bad == 1) d[4].t.data = (void *)(d[4].p + 2); /* dv misaligned */
+    else if (bad == 2) d[2].shape[3] = 32;            /* A not [..,64] */
+    else /* v in the other io dtype */
+        d[0].t.dtype.code = d[0].t.dtype.code == kDLFloat ? kDLBfloat : kDLFloat;
+    int rc = 0;
+    CUstream s;
+    if (cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) rc = fail(r, "cuStreamCreate");
+    if (!rc) {
+        rc = run_once(rt, launch_dav, args, s, outs, 2, raw, 0, r);
+        cu.cuStreamDestroy_v2(s);
+    }
+    d[0].t = keep_v, d[4].t = keep_dv, d[2].shape[3] = keep_A;
+    if (rc) return rc;
+    if (r->status == KDART_OK) return fail(r, "the broken launch was accepted");
+    r->untouched = 1;
+    for (int i = 0; i < 2; i++) {
+        if (dget(outs[i], raw[i], NULL)) return fail(r, "downloading outputs");
+        r->untouched &= poison_intact(outs[i], raw[i], 0, nelem(outs[i]));
+    }
+    return 0;
+}
+
+int kc_run_dav(kdart_rt *rt, const kc_dav_case *c, kc_report *r) {
+    kref_rng rng;
+    layout L;
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int HV = c->HV, V = c->V, io = c->io;
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    const size_t nv = (size_t)P * HV * V, nA = (size_t)P * HV * 64, live = (size_t)L.tokens;
+    double *v = dmalloc(nv), *dout = dmalloc(nv), *A = dmalloc(nA), *rdA = dmalloc(nA), *rdv = dmalloc(nv),
+           *got = dmalloc(nv > nA ? nv : nA);
+    void *raw[2] = {malloc(nA * 4 + 4), malloc(nv * 2 + 4)};
+    dbuf d[5];
+    memset(d, 0, sizeof d);
+    int rc = -1;
+    if (!v || !dout || !A || !rdA || !rdv || !got || !raw[0] || !raw[1]) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    kref_gen_normal(&rng, nv, 1.0, v);
+    kref_gen_normal(&rng, nv, 1.0, dout);
+    /* Aqk: 0.5 randn on and below each chunk row's diagonal; above it garbage that must not be read
+     * (NaN, and 1e30, which fp16 holds as infinity), as on the tokens past cu[N] */
+    kref_gen_normal(&rng, nA, 0.5, A);
+    for (int n = 0; n < N; n++)
+        for (int64_t t = L.cu[n]; t < L.cu[n + 1]; t++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int j = (int)((t - L.cu[n]) % 64) + 1; j < 64; j++)
+                    A[((size_t)t * HV + hv) * 64 + j] = j & 1 ? NAN : 1e30;
+    for (size_t x = live * HV * V; x < nv; x++) v[x] = dout[x] = NAN;
+    for (size_t x = live * HV * 64; x < nA; x++) A[x] = NAN;
+    round_to(v, nv, io), round_to(dout, nv, io), round_to(A, nA, io);
+
+    int64_t sv[4] = {B, T, HV, V}, sA[4] = {B, T, HV, 64};
+    /* in: v do A; out: dA dv */
+    const int ok = !dalloc(&d[0], io, 4, sv) && !dalloc(&d[1], io, 4, sv) && !dalloc(&d[2], io, 4, sA) &&
+                   !dalloc(&d[3], DT_F32, 4, sA) && !dalloc(&d[4], io, 4, sv);
+    if (!ok || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
+        goto out;
+    }
+    const double *host_in[3] = {v, dout, A};
+    for (int i = 0; i < 3; i++)
+        if (dput(&d[i], host_in[i])) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    const double scale = 1.0 / sqrt(128.0);
+    kdart_bwd_dav_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, &d[4].t, (float)scale, NULL, NULL};
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
+    }
+    if (c->bad) {
+        if (dav_bad_launch(rt, &args, d, c->bad, raw, r) == 0) rc = 0;
+        goto out;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
+    dbuf *outs[2] = {&d[3], &d[4]};
+    const int settled = run_settled(rt, launch_dav, &args, outs, 2, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
+        goto out;
+    }
+    /* exact: no rounding inside but dv's store (fp32 products of io values) */
+    kref_bwd_dav_varlen(P, HV, V, N, L.cu, A, dout, v, (double)(float)scale, rdA, rdv);
+    static const char *const names[2] = {"dA", "dv"};
+    const double *refs[2] = {rdA, rdv};
+    const size_t per[2] = {(size_t)HV * 64, (size_t)HV * V};
+    r->nout = 2;
+    r->untouched = 1;
+    for (int i = 0; i < 2; i++)
+        score_output(r, i, names[i], outs[i], raw[i], live * per[i], (size_t)P * per[i], io, refs[i], NULL, got);
+    rc = 0;
+out:
+    for (int i = 0; i < 5; i++) dfree(&d[i]);
+    layout_free(&L);
+    free(v), free(dout), free(A), free(rdA), free(rdv), free(got), free(raw[0]), free(raw[1]);
     return rc;
 }
 

@@ -126,6 +126,17 @@ typedef struct kc_rwu_case {
     kc_seqs seqs;
 } kc_rwu_case;
 
+typedef struct kc_dav_case {
+    int B, T, HV, V;
+    int io;
+    unsigned long long seed;
+    int reps;
+    int graph;
+    kc_seqs seqs;
+    int bad;           /* 1 dv misaligned, 2 A not [..,64], 3 v in the other io dtype: expect kdart to refuse
+                          (report.status) with both outputs untouched (report.untouched) */
+} kc_dav_case;
+
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
@@ -183,6 +194,9 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r);
 /* recompute_wu: rel_rms against the exact float64 outputs; outputs w, u, kg,
  * then qg (with_q) and the cumsummed gate (gate != 0) */
 int kc_run_rwu(kdart_rt *rt, const kc_rwu_case *c, kc_report *r);
+/* bwd_dav: rel_rms against the exact float64 outputs dA (fp32) and dv (the io
+ * dtype: its one rounding), from an Aqk with garbage above its diagonal */
+int kc_run_dav(kdart_rt *rt, const kc_dav_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

@@ -611,6 +611,86 @@ START_TEST(varlen_garbage_writes_nothing) {
 }
 END_TEST
 
+/* bwd_dav: against the exact float64 outputs (dA in fp32: products of io values summed in fp32; dv in
+ * the io dtype: its one rounding, as the tolerances of bwd_intra's emit_bf16 outputs), from an Aqk with
+ * garbage above its diagonal; every output past cu[N] keeps its poison; two launches bitwise equal. */
+static void check_dav(const kc_dav_case *c, kc_report *out) {
+    kc_report r;
+    char what[256], sq[64];
+    seqs_label(&c->seqs, sq, sizeof sq);
+    snprintf(what, sizeof what, "dav %s B%d T%d HV%d V%d%s", c->io ? "fp16" : "bf16", c->B, c->T, c->HV, c->V, sq);
+    ck_assert_msg(kc_run_dav(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: an element past cu[N] was written", what);
+    const double tol[2] = {1e-5, c->io ? 5e-4 : 4e-3};
+    for (int i = 0; i < r.nout; i++)
+        ck_assert_msg(r.rel_rms[i] <= tol[i], "%s: %s rel RMS %.3e > %.0e", what, r.names[i], r.rel_rms[i], tol[i]);
+    ck_assert_msg(r.deterministic, "%s: two launches differ", what);
+    if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+    if (out) *out = r;
+}
+
+/* fla's chunk_kda_bwd_dAv as a kernel of its own (kdart.fla's calls that bwd_dhu and wy_dqkg cannot take
+ * fused): every specialization (V 128 native; the tails at V = 100, 72, 101 in turn, each copy granule;
+ * varlen on drawn packed sequences or at a fixed T = 200), the packed documents of chunk_kda's backward
+ * with one-token and partial-chunk ones (V up to 512, int32 and int64 cu_seqlens, with and without fla's
+ * chunk_indices, HV 2 and 32), fixed lengths with a partial last chunk and a wide grid; one
+ * case run twice from fresh launches (bitwise equal digests); broken arguments (refused, nothing written)
+ * and garbage cu_seqlens (nothing written, the device status says why). */
+START_TEST(dav_standalone) {
+    static const int tv[3] = {100, 72, 101};
+    for (int s = 0; s < kdart_spec_count("bwd_dav"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_dav", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec);
+        kc_dav_case c = {2, 256, 3, tail ? tv[s % 3] : 128, strstr(spec, "io=fp16") != NULL,
+                         seed + 70000 + (uint64_t)s, 0, s == 0, {0}, 0};
+        if (strstr(spec, "varlen=1")) {
+            if (((s >> 2) ^ s) & 1) c.T = 200;
+            else every_spec_seqs(&c.seqs, &c.B, &c.T, s);
+        }
+        check_dav(&c, NULL);
+    }
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int vs[4] = {128, 256, 100, 512};
+    for (int v = 0; v < 6; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, 0.0, 0};
+        kc_dav_case c = {1, 2100, v & 2 ? 2 : 32, vs[v % 4], (v >> 2) & 1, seed + 71000 + (uint64_t)v, 0, v == 0, q, 0};
+        check_dav(&c, NULL);
+    }
+    kc_dav_case f = {2, 300, 4, 64, 0, seed + 71100, 0, 0, {0}, 0};
+    check_dav(&f, NULL); /* fixed length, a partial last chunk */
+    kc_dav_case w = {2, 1024, 16, 256, 1, seed + 71101, 0, 0, {0}, 0};
+    check_dav(&w, NULL); /* a wide grid: K = V = 256's dAv at fixed length */
+    kc_report r1, r2;
+    kc_dav_case d = {1, 2100, 4, 192, 0, seed + 71200, 0, 0, {6, cu, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}, 0};
+    check_dav(&d, &r1);
+    check_dav(&d, &r2);
+    for (int i = 0; i < r1.nout; i++)
+        ck_assert_msg(r1.digest[i] == r2.digest[i], "dav: %s differs between two runs of one case", r1.names[i]);
+    static const int refused[4] = {0, KDART_EALIGN, KDART_ESHAPE, KDART_EDTYPE};
+    for (int bad = 1; bad <= 3; bad++) {
+        kc_dav_case b = {1, 128, 2, 128, bad & 1, seed + 71300 + (uint64_t)bad, 0, 0, {0}, bad};
+        kc_report r;
+        ck_assert_msg(kc_run_dav(rt, &b, &r) == 0, "dav bad %d: harness: %s", bad, r.message);
+        printf("dav bad argument %d: %s (%s), outputs %s\n", bad, kdart_errname(r.status), r.message,
+               r.untouched ? "untouched" : "WRITTEN");
+        ck_assert_int_eq(r.status, refused[bad]);
+        ck_assert_msg(r.untouched, "dav bad argument %d: outputs written", bad);
+    }
+    static const int bits[4] = {0, KDART_DEVERR_CU_ORDER, KDART_DEVERR_CU_RANGE, KDART_DEVERR_CU_ORDER};
+    int before = -1;
+    ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
+    for (int gk = 1; gk <= 3; gk++) {
+        kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, 1, 0, gk, 0.0, 0};
+        kc_dav_case c = {1, 2100, 2, 128, 0, seed + 71400 + (uint64_t)gk, 0, 0, q, 0};
+        kc_report r;
+        expect_garbage("dav", gk, kc_run_dav(rt, &c, &r), &r, bits[gk]);
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------- a second context
  *
  * kdart binds each cubin per CUDA context and launches in the calling
@@ -813,6 +893,14 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
         check_rwu(&c);
     }
+    for (int s = 0; small_wants("bwd_dav") && s < kdart_spec_count("bwd_dav"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_dav", s, spec, sizeof spec);
+        kc_dav_case c = {1, 128, 2, kc_spec_tail(spec) ? (s & 4 ? 101 : 100) : 128, strstr(spec, "io=fp16") != NULL,
+                         seed + 99 + (uint64_t)s, 0, 0, {0}, 0};
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
+        check_dav(&c, NULL); /* V 128: two V blocks through the copy pipeline */
+    }
 }
 END_TEST
 
@@ -1004,7 +1092,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

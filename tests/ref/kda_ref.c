@@ -881,6 +881,35 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
     free(off);
 }
 
+void kref_bwd_dav_varlen(int T, int HV, int V, int N, const int64_t *cu,
+                         const double *Aqk, const double *dout,
+                         const double *v, double scale, double *dA, double *dv)
+{
+    check_cu("kref_bwd_dav_varlen", T, N, cu);
+#define VV(t, e) (((t0 + (t)) * HV + hv) * V + (e))
+#define AA(t, s) (((t0 + (t)) * HV + hv) * BT + (s))
+    for (int n = 0; n < N; n++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int c = 0; c < nchunks(cu, n); c++) {
+                size_t t0;
+                const int nr = chunk_span(cu, n, c, &t0);
+                for (int t = 0; dA && t < nr; t++)
+                    for (int s = 0; s < BT; s++) {
+                        double x = 0.0;
+                        for (int e = 0; s <= t && e < V; e++) x += dout[VV(t, e)] * v[VV(s, e)];
+                        dA[AA(t, s)] = scale * x;
+                    }
+                for (int s = 0; dv && s < nr; s++)
+                    for (int e = 0; e < V; e++) {
+                        double x = 0.0;
+                        for (int t = s; t < nr; t++) x += Aqk[AA(t, s)] * dout[VV(t, e)];
+                        dv[VV(s, e)] = x;
+                    }
+            }
+#undef VV
+#undef AA
+}
+
 void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
                          const int64_t *cu, const double *q, const double *k,
                          const double *v, const double *a, const double *beta,
@@ -911,8 +940,7 @@ void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
     kref_wy_akk_varlen(T, HV, K, N, cu, kv, beta, g2, Akk);
     kref_recompute_w_u_varlen(T, HV, K, V, N, cu, kv, v, beta, g2, Akk, w, u, kg);
     kref_fwd_h_varlen(T, HV, K, V, N, cu, kg, w, u, g2, h0, h, vn, NULL);
-    /* Aqk = scale q k^T with the gate, on and below the diagonal (the forward's); fla's dAv:
-     * dAqk = scale do v_new^T there, dv = Aqk^T do */
+    /* Aqk = scale q k^T with the gate, on and below the diagonal (the forward's); then fla's dAv */
     for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++)
             for (int c = 0; c < nchunks(cu, n); c++) {
@@ -920,26 +948,15 @@ void kref_kda_bwd_varlen(int T, int H, int HV, int K, int V, int N,
                 const int nr = chunk_span(cu, n, c, &t0);
                 for (int r = 0; r < nr; r++)
                     for (int s = 0; s < BT; s++) {
-                        double x = 0.0, y = 0.0;
-                        if (s <= r && s < nr) {
-                            for (int d = 0; d < K; d++) {
-                                const size_t ir = ((t0 + r) * HV + hv) * K + d, is = ((t0 + s) * HV + hv) * K + d;
-                                x += q[((t0 + r) * H + hv / G) * K + d] * kv[is] * exp2(g2[ir] - g2[is]);
-                            }
-                            for (int e = 0; e < V; e++)
-                                y += dout[((t0 + r) * HV + hv) * V + e] * vn[((t0 + s) * HV + hv) * V + e];
+                        double x = 0.0;
+                        for (int d = 0; s <= r && d < K; d++) {
+                            const size_t ir = ((t0 + r) * HV + hv) * K + d, is = ((t0 + s) * HV + hv) * K + d;
+                            x += q[((t0 + r) * H + hv / G) * K + d] * kv[is] * exp2(g2[ir] - g2[is]);
                         }
                         Aqk[((t0 + r) * HV + hv) * BT + s] = scale * x;
-                        dAqk[((t0 + r) * HV + hv) * BT + s] = scale * y;
-                    }
-                for (int s = 0; s < nr; s++)
-                    for (int e = 0; e < V; e++) {
-                        double acc = 0.0;
-                        for (int r = s; r < nr; r++)
-                            acc += Aqk[((t0 + r) * HV + hv) * BT + s] * dout[((t0 + r) * HV + hv) * V + e];
-                        dvi[((t0 + s) * HV + hv) * V + e] = acc;
                     }
             }
+    kref_bwd_dav_varlen(T, HV, V, N, cu, Aqk, dout, vn, scale, dAqk, dvi);
     kref_bwd_dhu_varlen(T, HV, K, V, N, cu, qg, kg, w, g2, dout, dvi, dht, scale, -1, dh, dv2, h0 ? dh0 : NULL);
     kref_wy_dqkg_varlen(T, H, HV, K, V, N, cu, q, k, v, vn, g2, beta, Akk, h, dh, dout, dv2, scale, -1, dq1, dk1,
                         dv, dg1, db1, dAkk);

@@ -244,6 +244,15 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N,
                        const double *w, const double *u, const double *g2,
                        const double *h0, double *h, double *v_new, double *ht);
 
+/* fla's chunk_kda_bwd_dAv per chunk of each sequence: dA [T,HV,64] = scale
+ * do v^T on and below the diagonal (t >= s), zero above; dv [T,HV,V] =
+ * Aqk^T do over t >= s (Aqk [T,HV,64]: only its lower triangle, diagonal
+ * included, is read).  do, v [T,HV,V] (v: chunk_kda_bwd's v_new).  Either
+ * output may be NULL (not computed); tokens >= cu[N] are not written. */
+void kref_bwd_dav_varlen(int T, int HV, int V, int N, const int64_t *cu_seqlens,
+                         const double *Aqk, const double *dout,
+                         const double *v, double scale, double *dA, double *dv);
+
 /* The whole chunk_kda backward from the forward's inputs, composed of the
  * stage references above as fla's chunk_kda_bwd runs them (recompute, dAv,
  * bwd_dhu, wy_dqkg, bwd_intra with the dg fold), exact (faithful_io = -1):
