@@ -90,3 +90,17 @@ gpu_e2e_prod() {
     python3 bench/e2e.py --shapes b2_t8192_h32 --configs prod --profile --iters 8 > $O/e2e.txt 2>&1
   echo "e2e rc=$?"; el; grep -vE "Warning|_warn_once|other:|Python call|overhead" $O/e2e.txt | tail -30
 }
+# test_gpu's tests $2 (KDART_GPU_TESTS=name,...) in the background into $O/test_gpu_$3.txt; $1: its time limit
+gc_gpu_tests() {
+  (KDART_GPU_TESTS=$2 CK_FORK=no timeout "$1" build/tests/test_gpu > $O/test_gpu_$3.txt 2>&1
+   echo "test_gpu $3 rc=$?" >> $O/test_gpu_$3.txt) &
+}
+# kdart.fla's GPU tests (fla's recipes) and the production whole-function float64 tests side by side, four
+# workers each, in the background (a plain `wait` collects them); $1: each one's time limit
+gc_fla_prod() {
+  (KDART_ERR_LOG=$O/prod_errors.txt GPU_CHECK_PARTS=python PYTEST_LOG=pytest_prod PYTEST_TRITON=first \
+    PYTEST_TIMEOUT=$1 PYTEST_ARGS="-n 4 python/tests/test_production_gpu.py" tools/gpu_check.sh build $O \
+    > $O/prod_rc.txt 2>&1) &
+  (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=$1 \
+    PYTEST_ARGS="-n 4 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1) &
+}
