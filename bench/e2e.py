@@ -6,7 +6,7 @@ minutes on a new shape), then times the backward (CUDA events around .backward()
 without kdart and with kdart.fla enabled, and prints both and the ratio: first from an idle GPU (the
 events then also hold the host's gaps between launches), then with the launches queued behind a spin
 kernel (device time alone, as in a training step whose host runs ahead), with the host's own time per
-backward call; with --profile, also each
+backward call, and the backward's peak memory (allocations over what its start held); with --profile, also each
 kernel's CUDA time per backward (torch.profiler, --profile-iters steps) of fla alone and with kdart,
 grouped by stage, so that the share of what is left is visible.  Then the Python call overhead of each
 op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
@@ -131,6 +131,22 @@ def backward_ms(leaves, do, dht, kw, iters, queued=False):
         for x in leaves:
             x.grad = None
     return statistics.median(ts), statistics.median(hs)
+
+
+def backward_peak_mb(leaves, do, dht, kw):
+    """The backward's peak memory: torch.cuda.max_memory_allocated during one backward over what was allocated
+    when it started (the forward's saved tensors, the inputs), in MB; the issue's bar is kdart's at most fla's."""
+    import torch
+    backward = step(leaves, do, dht, kw)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    for x in leaves:
+        x.grad = None
+    return peak / 2**20
 
 
 def stage_of(name):
@@ -327,6 +343,11 @@ def main():
                 qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
             print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
                   f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
+            mb = backward_peak_mb(leaves, do, dht, kw)
+            with kf.enabled():
+                mo = backward_peak_mb(leaves, do, dht, kw)
+            print(f"{'':7s} {'  peak memory, MB':22s} {mb:11.1f} {mo:13.1f} {mb / max(mo, 1e-9):6.2f}  "
+                  f"(the backward's allocations over what its start held)", flush=True)
             if args.profile:
                 pb = profile_backward(leaves, do, dht, kw, args.profile_iters)
                 with kf.enabled():
