@@ -84,6 +84,17 @@ def rwu_bytes(r, io=2, gate=True):
     return common + B * T * HV * K * ((io + 4) if gate else 4)
 
 
+def fwdh_bytes(r, io=2, NT=None, N=None, h0=True):
+    """chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it: kg [B,T,H,K], w [B,T,HV,K], u [B,T,HV,V] io and
+    the gate's last row of each chunk (fp32), h0 [N,HV,K,V] fp32 in; h [B,NT,HV,K,V] and v_new [B,T,HV,V] io out
+    (no final state).  NT: chunk rows of the whole batch, N: sequences (default B of T // 64 chunks)."""
+    B, T, H, HV, K, V = r.B, r.T, r.H, r.HV, r.K, r.V
+    NT = B * (T // CHUNK) if NT is None else NT
+    N = B if N is None else N
+    rd = B * T * (H * K + HV * K + HV * V) * io + NT * HV * K * 4 + (N * HV * K * V * 4 if h0 else 0)
+    return rd + NT * HV * K * V * io + B * T * HV * V * io
+
+
 def rel_rms(a, b):
     """rms(a - b) / rms(b) in float64, in slices (the dh tensors are GBs)."""
     a = a.reshape(-1)
@@ -215,6 +226,22 @@ def make_aqk(r, device, lay):
     return Aqk.reshape(r.B, r.T, r.HV, CHUNK)
 
 
+def make_fwdh(r, device, lay=None):
+    """fwd_h's inputs as chunk_kda_bwd hands them over, scaled so the scan stays bounded over any T: kg with
+    rows of norm 0.5 [B,T,H,K], w 0.02 randn, u randn (bf16), the cumsummed gate (fp32, chunk_gate) and h0."""
+    import torch
+    import torch.nn.functional as F
+    B, T, H, HV, K, V = r.B, r.T, r.H, r.HV, r.K, r.V
+    lay = lay or seq_layout(B, T, device=device)
+    bf = torch.bfloat16
+    kg = (F.normalize(torch.randn(B, T, H, K, device=device), dim=-1) * 0.5).to(bf)
+    w = (torch.randn(B, T, HV, K, device=device) * 0.02).to(bf)
+    u = torch.randn(B, T, HV, V, device=device).to(bf)
+    g = chunk_gate((B, T, HV, K), device, lay)
+    h0 = torch.randn(lay["N"], HV, K, V, device=device)
+    return dict(kg=kg, w=w, u=u, g=g, h0=h0)
+
+
 # ------------------------------------------------------------- fla's stages
 
 def fla_intra(fla, s, cu=None, ci=None):
@@ -243,6 +270,13 @@ def fla_gate_rwu(fla, s, cu=None, ci=None):
     gk = fla["gate"](g=s["g_raw"], A_log=s["A_log"], dt_bias=s["dt_bias"], scale=RCP_LN2, chunk_size=CHUNK,
                      lower_bound=-5.0, **kw)
     return (gk,) + tuple(fla["rwu"](q=s["q"], k=s["k"], v=s["v"], beta=s["beta"], A=s["A"], gk=gk, **kw))
+
+
+def fla_fwdh(fla, s, cu=None, ci=None, co=None):
+    """fla's chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it, on a make_fwdh set -> (h, v_new, None)."""
+    kw = {} if cu is None else dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
+    return fla["fwdh"](k=s["kg"], w=s["w"], u=s["u"], gk=s["g"], initial_state=s["h0"], output_final_state=False,
+                       chunk_size=CHUNK, **kw)
 
 
 def fla_wy(fla, s, cu=None, ci=None, co=None):
@@ -293,7 +327,7 @@ def import_fla():
     try:
         import inspect
         from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
-        from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
+        from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu, chunk_gated_delta_rule_fwd_h
         from fla.ops.kda.chunk_bwd import chunk_kda_bwd_dAv, chunk_kda_bwd_wy_dqkg_fused
         from fla.ops.utils import chunk_local_cumsum
         from fla.ops.utils.index import prepare_chunk_indices, prepare_chunk_offsets
@@ -322,7 +356,7 @@ def import_fla():
         print(f"fla {ver}: chunk_gated_delta_rule_bwd_dhu{sd}")
         return dict(intra=chunk_kda_bwd_intra, dhu=chunk_gated_delta_rule_bwd_dhu, cumsum=chunk_local_cumsum,
                     wy=chunk_kda_bwd_wy_dqkg_fused, dav=chunk_kda_bwd_dAv, gate=kda_gate_chunk_cumsum,
-                    rwu=recompute_w_u_fwd,
+                    rwu=recompute_w_u_fwd, fwdh=chunk_gated_delta_rule_fwd_h,
                     chunk_indices=prepare_chunk_indices, chunk_offsets=prepare_chunk_offsets, version=ver)
     except Exception as e:  # ImportError, or triton/torch trouble inside fla's import
         print(f"fla not available ({type(e).__name__}: {e}); running kdart only")

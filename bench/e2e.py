@@ -48,6 +48,7 @@ LOWER = -5.0
 STAGES = (("kdart_bwd_intra", "bwd_intra (kdart)"), ("kdart_bwd_dhu", "bwd_dhu (kdart)"),
           ("kdart_chunk_rcumsum", "dg cumsum (kdart)"), ("kdart_wy_dqkg", "wy_dqkg (kdart)"),
           ("kdart_recompute_wu", "gate cumsum + recompute_w_u (kdart)"), ("kdart_bwd_dav", "bwd_dAv (kdart)"),
+          ("kdart_fwd_h", "fwd_h (kdart; the forward's and the recompute's)"),
           ("wy_dqkg", "wy_dqkg_fused"), ("bwd_kernel_intra", "bwd_intra"),
           ("bwd_kernel_dhu", "bwd_dhu"), ("dAv", "bwd_dAv"), ("fwd_kernel_h", "fwd_h (recompute)"),
           ("recompute_w_u", "recompute_w_u"), ("gate_chunk_cumsum", "gate cumsum"), ("gate_bwd", "kda_gate_bwd"),

@@ -22,8 +22,8 @@ import sys
 import time
 
 from common import (CHUNK, HERE, MISMATCH_AT, ROOT, Row, Timer, all_finite, cuda_setup, dav_bytes, dhu_bytes,
-                    dump_json, fla_dav, fla_dhu, fla_gate_rwu, fla_intra, fla_wy, fmt, import_fla, intra_bytes,
-                    make_aqk, make_dhu, make_intra, make_wy, nsets_for, print_table, rel_rms, rwu_bytes,
+                    dump_json, fla_dav, fla_dhu, fla_fwdh, fla_gate_rwu, fla_intra, fla_wy, fmt, fwdh_bytes,
+                    import_fla, intra_bytes, make_aqk, make_dhu, make_fwdh, make_intra, make_wy, nsets_for, print_table, rel_rms, rwu_bytes,
                     seq_layout, wy_bytes)
 
 
@@ -559,6 +559,34 @@ def run_rwu(r, ctx):
     return res
 
 
+def run_fwdh(r, ctx):
+    """fla's chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it (kg, w, u, the per-channel gate, h0, no final
+    state) against kdart's fwd_h through kdart.torch; checks h and v_new against fla's.  Its floor: the bytes
+    moved once (fwdh_bytes)."""
+    fla, timer, dev = ctx["fla"], ctx["timer"], ctx["device"]
+    kt, lens, lay, cu, ci, co = torch_row(r, ctx)
+    s = make_fwdh(r, dev, lay)
+    seqs = dict(cu_seqlens=cu, chunk_indices=ci, chunk_offsets=co)
+    res = dict(stage="fwd_h", row=r.name, shape=r.shape_str(), bytes=fwdh_bytes(r, NT=lay["NT"], N=lay["N"]),
+               nsets=1, checks={}, flags=[])
+
+    def kd():
+        return kt.chunk_gated_delta_rule_fwd_h(s["kg"], s["w"], s["u"], gk=s["g"], initial_state=s["h0"], **seqs)
+    got = kd()
+    if fla is not None:
+        want = fla_fwdh(fla, s, cu, ci, co)
+        for n, x, y in zip(("h", "v_new"), got, want):
+            res["checks"][n] = rel_rms(x, y)
+        del want
+        res["fla_ms"], res["fla_min_ms"] = timer([lambda: fla_fwdh(fla, s, cu, ci, co)])
+    for n, t in zip(("h", "v_new"), got):
+        if not all_finite(t):
+            res["flags"].append(f"NONFINITE:{n}")
+    del got
+    res["kdart_ms"], res["kdart_min_ms"] = timer([kd])
+    return res
+
+
 # --------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -575,11 +603,12 @@ def main(argv=None):
     ap.add_argument("--rows", default="",
                     help="comma-separated row indices or names (see --list); default: all")
     ap.add_argument("--quick", action="store_true", help=f"two small rows only ({', '.join(QUICK)})")
-    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "rwu", "all"), default="both",
+    ap.add_argument("--stage", choices=("both", "intra", "dhu", "wy", "dav", "rwu", "fwdh", "all"), default="both",
                     help="which stages to run (both: bwd_intra and bwd_dhu; dav: fla's chunk_kda_bwd_dAv against "
                          "its cost fused into kdart's bwd_dhu and wy_dqkg, or kdart's own dAv kernel where "
                          "kdart.fla does not fuse it; rwu: fla's gate cumsum and "
-                         "recompute_w_u_fwd against kdart's recompute_wu; all: every one)")
+                         "recompute_w_u_fwd against kdart's recompute_wu; fwdh: fla's chunk_gated_delta_rule_fwd_h "
+                         "(the backward's recompute of the states) against kdart's fwd_h; all: every one)")
     ap.add_argument("--no-fla", action="store_true", help="kdart only (no fla runs, no agreement checks)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (median; default 20)")
@@ -630,6 +659,8 @@ def main(argv=None):
                 s.update(g_raw=s["q"].new_zeros(small.B, small.T, small.HV, small.K),
                          A_log=s["beta"].new_zeros(small.HV), dt_bias=s["beta"].new_zeros(small.HV * small.K))
                 fla_gate_rwu(fla, s)
+            if args.stage in ("fwdh", "all") and not r.fold_emit:
+                fla_fwdh(fla, make_fwdh(small, dev))
             torch.cuda.synchronize()
             print(f"[{r.name}] warm", flush=True)
         return 0
@@ -676,6 +707,8 @@ def main(argv=None):
             stages.append(run_dav)
         if args.stage in ("rwu", "all") and not r.fold_emit:
             stages.append(run_rwu)
+        if args.stage in ("fwdh", "all") and not r.fold_emit:
+            stages.append(run_fwdh)
         for fn in stages:
             print(f"[{r.name}] {r.shape_str()} {fn.__name__[4:]} (t={time.time() - t_start:.0f} s)", flush=True)
             try:
@@ -683,7 +716,7 @@ def main(argv=None):
             except Exception as e:  # report and go on with the next row
                 failed = True
                 stage = ("bwd_dhu" if fn is run_dhu else "wy_dqkg" if fn is run_wy else "bwd_dAv" if fn is run_dav
-                         else "gate+recompute_w_u" if fn is run_rwu
+                         else "gate+recompute_w_u" if fn is run_rwu else "fwd_h" if fn is run_fwdh
                          else "bwd_intra fold+emit" if r.fold_emit else "bwd_intra")
                 res = dict(stage=stage, row=r.name, shape=r.shape_str(), error=f"{type(e).__name__}: {e}")
                 print(f"  ERROR {res['error']}", flush=True)

@@ -185,4 +185,31 @@ typedef struct kdart_bwd_dav_params {
     int cu_is64;
 } kdart_bwd_dav_params;
 
+/* fwd_h: grid (ceil(V/BV), N*HV), one serial scan per (sequence, value head, V
+ * tile).  fla's chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it (the
+ * backward's recompute of the states and v_new; chunk_kda's forward calls it
+ * the same way), with the per-channel gate gk. */
+typedef struct kdart_fwd_h_params {
+    const void *k;      /* [B,T,H,K]    io dtype: chunk_kda's kg (already decayed to each chunk's end) */
+    const void *w;      /* [B,T,HV,K]   io dtype */
+    const void *u;      /* [B,T,HV,V]   io dtype */
+    const float *gk;    /* [B,T,HV,K]   fp32, chunk-local cumsum, log2 units; only each chunk's
+                           last valid row is read */
+    const float *h0;    /* [N,HV,K,V]   fp32, or NULL: the scan starts from zero */
+    void *h;            /* [B,NT,HV,K,V] io dtype: the state entering each chunk */
+    void *v_new;        /* [B,T,HV,V]   io dtype, or NULL: not written */
+    float *ht;          /* [N,HV,K,V]   fp32, or NULL: the final state is not written */
+    int B, T, H, HV, V; /* K: the kernel's K tile; Kr below */
+    /* VARLEN specializations only (ignored otherwise); sequences as for bwd_intra.
+     * h's rows: chunk_offsets[n] + c, derived on the device. */
+    const void *cu_seqlens; /* [N+1] int32 or int64 (cu_is64), on the device, or NULL */
+    int *status;            /* device word, as for bwd_intra */
+    int N;                  /* sequences (B when cu_seqlens is NULL) */
+    int NT;                 /* h's chunk rows (its second dimension) */
+    int cu_is64;
+    int Kr;                 /* the head dim, 1..K tile */
+    /* h is [.., V, K] and h0/ht [N, HV, V, K] (fla's transposed layout) */
+    int state_v_first;
+} kdart_fwd_h_params;
+
 #endif /* KDART_KDA_PARAMS_H */

@@ -126,6 +126,61 @@ __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64,
     }
 }
 
+/* The sequence of a CTA in the kernels of one CTA per (sequence, value head, V tile), grid
+ * (.., N * HV): sequence n's first token *bos and its first row of a per-chunk state *co
+ * (chunk_offsets[n], the chunks of the sequences before it).  Fixed length: the rows of T
+ * tokens (T % 64 == 0); VARLEN: cu_seqlens's sequences or, cu NULL, the N rows of T tokens.
+ * Returns the sequence's length, or -1 when cu_seqlens is bad (cu[0] != 0, decreasing,
+ * cu[N] > T, or more than NT chunks), which thread 0 of CTA (0, 0) atomicOr's into *status:
+ * every CTA scans all of cu_seqlens, so each one finds the same answer and a bad cu_seqlens
+ * writes nothing.  Every thread calls it; scratch: 4 * NTH / 32 ints of shared memory, 8-byte
+ * aligned. */
+template <int NTH, bool VARLEN>
+__device__ __forceinline__ int seq_of(int T, const void *cu, int is64, int N, int NT, int n, int *status,
+                                      int *scratch, long long *bos, long long *co) {
+    constexpr int NW = NTH / 32;
+    if (!VARLEN || cu == nullptr) {
+        *bos = (long long)n * T;
+        *co = (long long)n * ((T + 63) >> 6);
+        return T;
+    }
+    long long *sBefore = reinterpret_cast<long long *>(scratch); /* [NW] */
+    int *sTot = scratch + 2 * NW, *sBad = scratch + 3 * NW;      /* [NW] chunks (all sequences), [NW] findings */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int bad = 0;
+    long long before = 0;
+    unsigned tot = 0;
+    for (int i = tid; i < N; i += NTH) {
+        const long long lo = ld_cu(cu, is64, i), hi = ld_cu(cu, is64, i + 1);
+        if (hi < lo || (i == 0 && lo != 0)) bad |= KDART_DEVERR_CU_ORDER;
+        if (i == N - 1 && hi > T) bad |= KDART_DEVERR_CU_RANGE;
+        /* only lengths in range enter the sums: no unvalidated value becomes an index */
+        const unsigned cnt = lo >= 0 && lo <= hi && hi <= T ? (unsigned)((hi - lo + 63) >> 6) : 0u;
+        tot += cnt;
+        if (i < n) before += cnt;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        before += __shfl_xor_sync(0xffffffffu, before, o);
+        tot += __shfl_xor_sync(0xffffffffu, tot, o);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    }
+    if (lane == 0) sBefore[warp] = before, sTot[warp] = (int)tot, sBad[warp] = bad;
+    __syncthreads();
+    before = 0, tot = 0, bad = 0;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) before += sBefore[w], tot += (unsigned)sTot[w], bad |= sBad[w];
+    if (tot > (unsigned)max(NT, 0)) bad |= KDART_DEVERR_CHUNKS;
+    __syncthreads(); /* the scratch may be written again once every thread has read it */
+    if (bad) {
+        if (status != nullptr && tid == 0 && blockIdx.x == 0 && blockIdx.y == 0) atomicOr(status, bad);
+        return -1;
+    }
+    *bos = ld_cu(cu, is64, n);
+    *co = before;
+    return (int)(ld_cu(cu, is64, n + 1) - *bos);
+}
+
 } /* namespace kdart */
 
 #endif /* KDART_VARLEN_CUH */

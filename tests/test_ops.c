@@ -1,6 +1,6 @@
 /*
  * test_ops.c: argument validation of kdart_kda_bwd_intra, kdart_kda_bwd_dhu,
- * kdart_kda_wy_dqkg, kdart_kda_recompute_wu and kdart_kda_bwd_dav, on the CPU.
+ * kdart_kda_wy_dqkg, kdart_kda_recompute_wu, kdart_kda_bwd_dav and kdart_kda_fwd_h, on the CPU.
  *
  * Tensors here carry fake, never-dereferenced device addresses, and CUDA
  * is disabled (KDART_OPEN_NO_CUDA), so a call whose arguments all pass
@@ -986,6 +986,173 @@ START_TEST(head_dims) {
 }
 END_TEST
 
+/* fwd_h: b rows of t tokens, H key heads, head dim k, value dim v; h with nt chunk rows */
+typedef struct fwdh_set {
+    fake k, w, u, gk, h0, h, vn, ht, cu, ci, co;
+    kdart_fwd_h_args a;
+} fwdh_set;
+
+static void fwdh_make(fwdh_set *s, int64_t b, int64_t t, int64_t k, int64_t v, int64_t nt) {
+    /* (the io tensors bf16, the gate and the states fp32; the index tensors int32 for N = 2) */
+    const struct {
+        fake *f;
+        int f32, ndim;
+        int64_t d[5];
+    } row[] = {
+        {&s->k, 0, 4, {b, t, H, k, 0}},  {&s->w, 0, 4, {b, t, HV, k, 0}},   {&s->u, 0, 4, {b, t, HV, v, 0}},
+        {&s->gk, 1, 4, {b, t, HV, k, 0}}, {&s->h0, 1, 4, {b, HV, k, v, 0}},  {&s->h, 0, 5, {b, nt, HV, k, v}},
+        {&s->vn, 0, 4, {b, t, HV, v, 0}}, {&s->ht, 1, 4, {b, HV, k, v, 0}},
+    };
+    for (size_t i = 0; i < sizeof row / sizeof row[0]; i++)
+        mk(row[i].f, row[i].f32 ? kDLFloat : kDLBfloat, row[i].f32 ? 32 : 16, row[i].ndim, row[i].d[0], row[i].d[1],
+           row[i].d[2], row[i].d[3], row[i].d[4]);
+    mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
+    mk(&s->ci, kDLInt, 32, 2, 5, 2, 0, 0, 0);
+    mk(&s->co, kDLInt, 32, 1, 3, 0, 0, 0, 0);
+    kdart_fwd_h_args a = {sizeof a, &s->k.t, &s->w.t, &s->u.t, &s->gk.t, &s->h0.t, &s->h.t, &s->vn.t, &s->ht.t,
+                          64, 0, NULL, NULL, NULL};
+    s->a = a;
+}
+static void fwdh_std(fwdh_set *s) { fwdh_make(s, B, T, K, V, T / 64); }
+
+/* each bad argument refused with its own status and a message naming it (so before anything is
+ * launched or written: a valid call stops at ENOCUDA) */
+START_TEST(fwdh_validation) {
+    fwdh_set s;
+    char buf[128];
+    fwdh_std(&s);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    EXPECT(kdart_op_run(rt, "fwd_h", &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=64,varlen=0,tail=0");
+    /* the optional tensors absent, BV 32 */
+    s.a.h0 = s.a.ht = s.a.v_new = NULL, s.a.v_tile = 32;
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=32,varlen=0,tail=0");
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* v_tile 0: kdart picks for the device (which it needs: ENOCUDA here) */
+    fwdh_std(&s);
+    s.a.v_tile = 0;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* any T (the varlen body at fixed length), a head dim below its tile, V not a multiple of BV */
+    fwdh_make(&s, B, 100, 100, 100, 2);
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1,tail=1");
+    /* the V-first state, K = 256 */
+    fwdh_make(&s, B, T, 256, V, T / 64);
+    mk(&s.h, kDLBfloat, 16, 5, B, T / 64, HV, V, 256);
+    mk(&s.h0, kDLFloat, 32, 4, B, HV, V, 256, 0);
+    mk(&s.ht, kDLFloat, 32, 4, B, HV, V, 256, 0);
+    s.a.state_v_first = 1;
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=256,BV=64,varlen=0,tail=0");
+    s.a.state_v_first = 0; /* the same tensors are now the wrong layout */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor h0");
+    /* packed, with fla's index tensors, h with spare rows, fp16 */
+    fwdh_make(&s, 1, 300, K, V, 7);
+    mk(&s.k, kDLFloat, 16, 4, 1, 300, H, K, 0);
+    mk(&s.w, kDLFloat, 16, 4, 1, 300, HV, K, 0);
+    mk(&s.u, kDLFloat, 16, 4, 1, 300, HV, V, 0);
+    mk(&s.h, kDLFloat, 16, 5, 1, 7, HV, K, V);
+    mk(&s.vn, kDLFloat, 16, 4, 1, 300, HV, V, 0);
+    mk(&s.h0, kDLFloat, 32, 4, 2, HV, K, V, 0);
+    mk(&s.ht, kDLFloat, 32, 4, 2, HV, K, V, 0);
+    s.a.cu_seqlens = &s.cu.t, s.a.chunk_indices = &s.ci.t, s.a.chunk_offsets = &s.co.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=fp16,K=64,BV=64,varlen=1,tail=0");
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    mk(&s.h, kDLFloat, 16, 5, 1, 4, HV, K, V); /* fewer rows than chunk_indices */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "chunk_indices");
+    mk(&s.h0, kDLFloat, 32, 4, 1, HV, K, V, 0); /* h0 per sequence: N = 2 */
+    mk(&s.h, kDLFloat, 16, 5, 1, 7, HV, K, V);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor h0");
+    /* bad arguments, each named */
+    fwdh_std(&s);
+    EXPECT(kdart_kda_fwd_h(rt, NULL, NULL), KDART_ENULL, "args");
+    s.a.struct_size = 8;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    /* each required tensor NULL, named */
+    static const struct {
+        size_t off;
+        const char *word;
+    } required[] = {{offsetof(kdart_fwd_h_args, k), "k must be"}, {offsetof(kdart_fwd_h_args, w), "tensor w"},
+                    {offsetof(kdart_fwd_h_args, gk), "tensor gk"}, {offsetof(kdart_fwd_h_args, h), "tensor h"}};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        const DLTensor *none = NULL;
+        fwdh_std(&s);
+        memcpy((char *)&s.a + required[i].off, &none, sizeof none);
+        EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENULL, required[i].word);
+    }
+    fwdh_std(&s);
+    s.vn.t.data = NULL;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENULL, "v_new");
+    fwdh_std(&s);
+    mk(&s.k, kDLFloat, 32, 4, B, T, H, K, 0); /* float32 io */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "k");
+    fwdh_std(&s);
+    mk(&s.u, kDLFloat, 16, 4, B, T, HV, V, 0); /* fp16 beside bf16 k */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "tensor u");
+    fwdh_std(&s);
+    mk(&s.gk, kDLBfloat, 16, 4, B, T, HV, K, 0); /* the gate is fp32 */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "tensor gk");
+    fwdh_std(&s);
+    mk(&s.ht, kDLBfloat, 16, 4, B, HV, K, V, 0); /* the final state is fp32 */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "tensor ht");
+    fwdh_std(&s);
+    mk(&s.w, kDLBfloat, 16, 4, B, T, HV, K + 8, 0);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor w");
+    fwdh_std(&s);
+    mk(&s.k, kDLBfloat, 16, 4, B, T, 3, K, 0); /* HV = 4 is not a multiple of 3 */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "multiple");
+    fwdh_std(&s);
+    mk(&s.h, kDLBfloat, 16, 5, B, T / 64 + 1, HV, K, V); /* fixed length: exactly ceil(T/64) rows */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor h");
+    fwdh_std(&s);
+    mk(&s.vn, kDLBfloat, 16, 3, B, T, HV * V, 0, 0);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor v_new");
+    fwdh_make(&s, B, T, 257, V, T / 64);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=257");
+    fwdh_make(&s, B, T, K, 513, T / 64);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EUNSUPPORTED, "V=513");
+    fwdh_make(&s, B, 0, K, V, 1);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "empty");
+    fwdh_std(&s);
+    s.a.v_tile = 16;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EUNSUPPORTED, "v_tile=16");
+    fwdh_std(&s);
+    int64_t st[4] = {T * HV * V, 1, V, HV}; /* u's last two dims swapped in memory */
+    s.u.t.strides = st;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESTRIDE, "tensor u");
+    fwdh_std(&s);
+    s.w.t.data = (void *)((uintptr_t)s.w.t.data + 8);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EALIGN, "tensor w");
+    fwdh_std(&s);
+    s.h.t.device.device_type = kDLCPU;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDEVICE, "tensor h");
+    fwdh_std(&s);
+    s.a.v_new = &s.u.t; /* in place */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+    fwdh_std(&s);
+    s.a.cu_seqlens = &s.cu.t; /* packed needs B == 1 */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "B == 1");
+    fwdh_make(&s, 1, T, K, V, T / 64);
+    s.a.chunk_offsets = &s.co.t; /* without cu_seqlens */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EINVAL, "chunk_offsets");
+    fwdh_make(&s, 1, T, K, V, T / 64);
+    mk(&s.cu, kDLFloat, 32, 1, 3, 0, 0, 0, 0);
+    s.a.cu_seqlens = &s.cu.t;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "cu_seqlens");
+    fwdh_make(&s, 1, T, K, V, T / 64);
+    mk(&s.co, kDLInt, 32, 1, 5, 0, 0, 0, 0); /* N + 1 = 3 entries */
+    s.a.cu_seqlens = &s.cu.t, s.a.chunk_offsets = &s.co.t;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "chunk_offsets");
+    ck_assert_int_eq(kdart_fwd_h_v_tile(rt, 1, 1, 64, 64, NULL), KDART_ENULL);
+    int bv = 0;
+    ck_assert_int_eq(kdart_fwd_h_v_tile(rt, 1, 1, 64, 513, &bv), KDART_EUNSUPPORTED);
+    ck_assert_int_eq(kdart_fwd_h_v_tile(rt, 1, 1, 64, 64, &bv), KDART_ENOCUDA);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("validation");
@@ -996,6 +1163,7 @@ int main(void) {
     tcase_add_test(tc, wy_validation);
     tcase_add_test(tc, rwu_validation);
     tcase_add_test(tc, dav_validation);
+    tcase_add_test(tc, fwdh_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

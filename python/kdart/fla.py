@@ -69,6 +69,14 @@ recompute wrapper, given that tensor as gk, has kdart write the gate's cumsum in
 cumsum runs then and is copied into the tensor (a "gate_cumsum" fallback) before fla's recompute.  The
 registry route serves the recompute and leaves the gate cumsum to fla.
 
+fla's chunk_gated_delta_rule_fwd_h (the chunk states h and v_new, recomputed by chunk_kda_bwd from kg, w, u
+and the gate) is served by kdart's fwd_h with enable(fwd_h=True), and so is the same call in chunk_kda's
+forward (chunk_kda_fwd, in FWD_MODULE: the names route wraps it there too, where it is fla's own function;
+the registry route serves every dispatched call), counted as "fwd_h".  It is off by default: on the H200,
+fla's Triton scan is still the faster one (docs/kernels.md, "fwd_h"); the wrapper then passes every call
+to fla uncounted.  fwdh_refusal says why a call still goes to fla: the scalar gate
+g (gated delta rule models), no gate, chunk size, dtypes, shapes.
+
 Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk_kda backward (the wheel's
 kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
 logged once per reason through the "kdart.fla" logger; stats() counts every one.
@@ -115,6 +123,9 @@ _INTRA, _DHU, _CUMSUM = "chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu",
 _WY = "chunk_kda_bwd_wy_dqkg_fused"
 _DAV, _PRE = "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process"
 _GATE, _RWU = "kda_gate_chunk_cumsum", "recompute_w_u_fwd"
+# fla's state scan: chunk_kda_bwd's recompute of h and v_new, and chunk_kda's forward (chunk_kda_fwd in
+# FWD_MODULE) call it with one contract (kg, w, u, the per-channel gate gk), and both calls are wrapped
+_FWDH, FWD_MODULE = "chunk_gated_delta_rule_fwd_h", "fla.ops.kda.chunk_fwd"
 
 # The parameters (name, default) of fla-core 0.6.0's functions.
 _E = inspect.Parameter.empty
@@ -140,6 +151,9 @@ EXPECTED = {
             ("kwargs", _E)),
     _RWU: (("k", _E), ("v", _E), ("beta", _E), ("A", _E), ("gk", _E), ("q", None), ("cu_seqlens", None),
            ("chunk_indices", None), ("use_graph", False)),
+    _FWDH: (("k", _E), ("w", _E), ("u", _E), ("g", None), ("gk", None), ("initial_state", None),
+            ("output_final_state", False), ("chunk_size", 64), ("save_new_value", True), ("state_v_first", False),
+            ("cu_seqlens", None), ("cu_seqlens_cpu", None), ("chunk_indices", None), ("chunk_offsets", None)),
     "chunk_kda_bwd": (("q", _E), ("k", _E), ("v", _E), ("beta", _E), ("Aqk", _E), ("Akk", _E), ("scale", _E),
                       ("initial_state", _E), ("do", _E), ("dht", _E), ("g", None), ("g_org", None),
                       ("state_v_first", False), ("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
@@ -149,9 +163,10 @@ EXPECTED = {
 }
 
 _lock = threading.RLock()
-_state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None}
+_state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None, "fwd_module": None,
+          "fwd_h": False}
 _served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0, "recompute_w_u": 0,
-           "gate_cumsum": 0}
+           "gate_cumsum": 0, "fwd_h": 0}
 _fallbacks = {}
 _warned = set()
 _tls = threading.local()
@@ -178,9 +193,10 @@ def _check_signatures(mod):
         if have != want:
             bad.append(f"{MODULE}.{name}{inspect.signature(fn)} differs from fla-core 0.6.0's")
     bwd = getattr(mod, "chunk_kda_bwd", None)
-    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE, _GATE, _RWU} <= set(bwd.__code__.co_names):
-        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_GATE}, {_RWU}, {_DAV}, {_PRE}, {_DHU}, {_WY}, "
-                   f"{_INTRA} and {_CUMSUM}")
+    if bwd is not None and not {_INTRA, _DHU, _CUMSUM, _WY, _DAV, _PRE, _GATE, _RWU, _FWDH} <= \
+            set(bwd.__code__.co_names):
+        bad.append(f"{MODULE}.chunk_kda_bwd no longer calls {_GATE}, {_RWU}, {_FWDH}, {_DAV}, {_PRE}, {_DHU}, "
+                   f"{_WY}, {_INTRA} and {_CUMSUM}")
     if bad:
         raise RuntimeError("kdart.fla was written for fla-core 0.6.0 and refuses this fla: " + "; ".join(bad))
 
@@ -763,8 +779,39 @@ def _rwu_wrapper(k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None,
     return _serve("recompute_w_u", reason, kdart_call, fla_call)
 
 
+# ------------------------------------------------- fla's chunk_gated_delta_rule_fwd_h
+
+def fwdh_refusal(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False, chunk_size=64,
+                 save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                 chunk_offsets=None):
+    """Why kdart would not take this chunk_gated_delta_rule_fwd_h call (None: it would)."""
+    torch = _torch()
+    if g is not None:
+        return "the scalar gate g"
+    if gk is None:
+        return "no gate gk"
+    r = _common_reason(chunk_size, k, u, cu_seqlens)
+    if r is None and not 1 <= u.shape[3] <= 512:
+        r = f"value dim V={u.shape[3]}"
+    if r is None and (w.dim() != 4 or u.shape[2] % k.shape[2] != 0):
+        r = "shape"
+    return r or _io_reason(torch, k, (w, u), (gk, initial_state))
+
+
+def _fwdh_wrapper(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False, chunk_size=64,
+                  save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                  chunk_offsets=None):
+    kw = dict(g=g, gk=gk, initial_state=initial_state, output_final_state=output_final_state, chunk_size=chunk_size,
+              save_new_value=save_new_value, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+              cu_seqlens_cpu=cu_seqlens_cpu, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
+    if not _state["fwd_h"]:  # not asked for: fla's scan, uncounted
+        return _state["orig"][_FWDH](k, w, u, **kw)
+    return _serve("fwd_h", fwdh_refusal(k, w, u, **kw), lambda kt: kt.chunk_gated_delta_rule_fwd_h(k, w, u, **kw),
+                  lambda: _state["orig"][_FWDH](k, w, u, **kw))
+
+
 _WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper,
-             _DAV: _dav_wrapper, _PRE: _pre_wrapper, _GATE: _gate_wrapper, _RWU: _rwu_wrapper}
+             _DAV: _dav_wrapper, _PRE: _pre_wrapper, _GATE: _gate_wrapper, _RWU: _rwu_wrapper, _FWDH: _fwdh_wrapper}
 
 
 # ------------------------------------------------------ enable / disable
@@ -803,7 +850,8 @@ def _register(backends, mod):
         _WY: staticmethod(_wy_wrapper), _WY + "_verifier": staticmethod(on),
         _RWU: staticmethod(_rwu_wrapper), _RWU + "_verifier": staticmethod(on)})
     common = type("KdartCommonBackend", (_Kdart,), {
-        _DHU: staticmethod(_dhu_wrapper), _DHU + "_verifier": staticmethod(on)})
+        _DHU: staticmethod(_dhu_wrapper), _DHU + "_verifier": staticmethod(on),
+        _FWDH: staticmethod(_fwdh_wrapper), _FWDH + "_verifier": staticmethod(on)})
     cumsum = type("KdartCumsumBackend", (_Kdart,), {
         _CUMSUM: staticmethod(_cumsum_wrapper), _CUMSUM + "_verifier": staticmethod(on)})
     backends.register("kda")(kda)
@@ -812,10 +860,18 @@ def _register(backends, mod):
     _registered.extend((kda, common, cumsum))
 
 
-def enable(fold_dg=True, via=None):
+def _import_or_none(importlib, name):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def enable(fold_dg=True, via=None, fwd_h=False):
     """Routes fla's chunk_kda backward stages through kdart (idempotent).  via: "names" (the default:
     the functions' names in fla's backward module replaced) or "registry" (kdart's backends registered in
-    fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  RuntimeError
+    fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  fwd_h: serve
+    fla's state scan (chunk_gated_delta_rule_fwd_h, in the backward's recompute and in the forward) too.  RuntimeError
     when the installed fla is not the one this was written for, or the registry is asked for with fla's
     dispatch off; ImportError when fla or torch is missing."""
     import importlib
@@ -835,6 +891,7 @@ def enable(fold_dg=True, via=None):
             if _state["via"] != via:
                 raise RuntimeError(f"kdart.fla is enabled through {_state['via']}; disable() it first")
             _state["fold"] = bool(fold_dg)
+            _state["fwd_h"] = bool(fwd_h)
             return
         mod = importlib.import_module(MODULE)
         _check_signatures(mod)
@@ -851,7 +908,13 @@ def enable(fold_dg=True, via=None):
             _state["orig"] = {name: getattr(mod, name) for name in _WRAPPERS}
             for name in _WRAPPERS:  # the cumsum wrapper passes through unless bwd_intra folded dg
                 setattr(mod, name, _WRAPPERS[name])
+            # chunk_kda's forward: the same scan under the same name, where it is fla's own function
+            fwd = sys.modules.get(FWD_MODULE) or _import_or_none(importlib, FWD_MODULE)
+            if fwd is not None and getattr(fwd, _FWDH, None) is _state["orig"][_FWDH]:
+                setattr(fwd, _FWDH, _fwdh_wrapper)
+                _state["fwd_module"] = fwd
         _state["fold"] = bool(fold_dg)
+        _state["fwd_h"] = bool(fwd_h)
         _state["via"] = via
         _state["bwd_code"] = inspect.unwrap(mod.chunk_kda_bwd).__code__
         _state["module"] = mod
@@ -866,8 +929,12 @@ def disable():
         if _state["via"] == "names":
             for name, fn in _state["orig"].items():
                 setattr(mod, name, fn)
+            if _state["fwd_module"] is not None:
+                setattr(_state["fwd_module"], _FWDH, _state["orig"][_FWDH])
         _state["module"] = None
+        _state["fwd_module"] = None
         _state["fold"] = False
+        _state["fwd_h"] = False
         _state["via"] = None
         _state["bwd_code"] = None
         _tls.dav = None
@@ -879,14 +946,14 @@ def is_enabled():
 
 
 @contextlib.contextmanager
-def enabled(fold_dg=True):
+def enabled(fold_dg=True, fwd_h=False):
     """with kdart.fla.enabled(): ... (restores the previous state on exit)."""
-    was, was_fold, was_via = is_enabled(), _state["fold"], _state["via"]
-    enable(fold_dg)
+    was, was_fold, was_via, was_fwdh = is_enabled(), _state["fold"], _state["via"], _state["fwd_h"]
+    enable(fold_dg, fwd_h=fwd_h)
     try:
         yield
     finally:
         if was:
-            enable(was_fold, was_via)
+            enable(was_fold, was_via, was_fwdh)
         else:
             disable()

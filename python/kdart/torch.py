@@ -52,7 +52,8 @@ the kernels write nothing and device_status() reports them.
 
 All are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
 torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, torch.ops.kdart.wy_dqkg_dAqk
-for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes, torch.ops.kdart.bwd_dav) with fake
+for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes, torch.ops.kdart.bwd_dav, torch.ops.kdart.fwd_h)
+with fake
 implementations, so torch.compile traces them
 (fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
 dispatcher and call the implementation directly (the dispatcher costs more
@@ -83,8 +84,8 @@ import torch
 
 from . import _lib
 
-__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "bwd_dAv", "prepare_for",
-           "device_status"]
+__all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "bwd_dAv",
+           "chunk_gated_delta_rule_fwd_h", "prepare_for", "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
@@ -153,6 +154,7 @@ _WY_DAQK = _Stage("wy_dqkg", {"dv2": "dv"}, ("dq", "dk", "dv2", "db", "dg", "dA"
 _RWU = _Stage("recompute_wu", {"g": "gk"}, ("w", "u", "qg", "kg"))
 _RWU_GATE = _Stage("recompute_wu", {"g_raw": "g"}, ("g_out", "w", "u", "qg", "kg"))  # the raw gate in
 _DAV = _Stage("bwd_dav", {}, ("dA", "dv"))
+_FWDH = _Stage("fwd_h", {"h0": "initial_state", "ht": "final_state"}, ("h", "v_new", "ht"))
 
 
 def _sizes(st, t, sc, nt):
@@ -381,9 +383,10 @@ def _fast():
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
         fw, fr, fv = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"], rt.lib["kdart_kda_bwd_dav"]
-        for f in (fi, fd, fw, fr, fv):
+        fh = rt.lib["kdart_kda_fwd_h"]
+        for f in (fi, fd, fw, fr, fv, fh):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv,
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -1037,6 +1040,124 @@ def bwd_dAv(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chu
     if _eager(do):
         return _dav_impl(v, do, A, scale, cu_seqlens, chunk_indices)
     return torch.ops.kdart.bwd_dav(v, do, A, float(scale), cu_seqlens, chunk_indices)
+
+
+def _fwdh_call(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first, cu_seqlens,
+               chunk_indices, chunk_offsets, v_tile=0):
+    """(tensors, scalars, optional outputs asked for) of one fwd_h call."""
+    want = tuple(n for n, on in (("v_new", save_new_value), ("ht", output_final_state)) if on)
+    return (dict(k=k, w=w, u=u, gk=gk, h0=initial_state, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                 chunk_offsets=chunk_offsets),
+            dict(v_tile=v_tile, state_v_first=int(bool(state_v_first))), want)
+
+
+def _fwdh_plan(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first, cu_seqlens=None,
+               chunk_indices=None, chunk_offsets=None, nt=None):
+    # as bwd_dhu's plan: on the device the V tile is the one kdart picks for its SM count (v_tile 0), elsewhere
+    # (never launched) the widest
+    on_gpu = isinstance(k, torch.Tensor) and k.is_cuda
+    _shape_error("k", k, 4, "[B,T,H,K]")
+    rows = _fla_nt(k.shape[1], cu_seqlens, chunk_indices, nt) if isinstance(cu_seqlens, torch.Tensor) else None
+    t, sc, want = _fwdh_call(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first,
+                             cu_seqlens, chunk_indices, chunk_offsets, 0 if on_gpu else 64)
+    with torch.cuda.device(k.device) if on_gpu else contextlib.nullcontext():
+        # only zero-length sequences: fla's h has no rows; kdart's h needs one (never written)
+        plan = _build_plan(_FWDH, t, sc, None if rows is None else max(rows, 1), want,
+                           (k, w, u, gk, initial_state, cu_seqlens, chunk_indices, chunk_offsets))
+    plan.args.v_tile = 0
+    plan.no_rows = rows == 0
+    plan.slots = _FWDH.slots(("k", "w", "u", "gk", "h0", "h", "v_new", "ht"))
+    plan.seq_slots = _FWDH.slots(("cu_seqlens", "chunk_indices", "chunk_offsets"))
+    return plan
+
+
+def _fwdh_impl(k, w, u, gk, initial_state=None, output_final_state=False, save_new_value=True, state_v_first=False,
+               cu_seqlens=None, chunk_indices=None, chunk_offsets=None, nt=None):
+    # h's rows without chunk_indices: nt (counted from cu_seqlens_cpu by the caller), else counted from
+    # cu_seqlens (a synchronization, as fla's own prepare_chunk_indices)
+    if cu_seqlens is not None and chunk_indices is None and nt is None:
+        nt = _chunk_count(cu_seqlens)
+    ts = (k, w, u, gk)
+    key = (tuple(map(_SIG, ts)), _idx_key(initial_state), "fwdh", bool(output_final_state), bool(save_new_value),
+           bool(state_v_first),
+           None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices), _idx_key(chunk_offsets),
+                                            nt))
+    plan = _get_plan(key, _fwdh_plan, k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first,
+                     cu_seqlens, chunk_indices, chunk_offsets, nt)
+    if not (all(map(_CONTIG, ts)) and (initial_state is None or initial_state.is_contiguous())):
+        _check_layout(ts + (initial_state,))
+    dev = plan.dev
+    s0, t0 = plan.outs["h"]
+    h = torch.empty(s0, dtype=t0, device=dev)
+    v_new = torch.empty_like(u) if save_new_value else None  # (u's shape and dtype: checked)
+    ht = torch.empty(plan.outs["ht"][0], dtype=_F32, device=dev) if output_final_state else None
+    if not plan.warm:
+        _prepare_plan("fwd_h", plan, dev)
+    _set_data(plan, (k, w, u, gk, initial_state, h, v_new, ht), (cu_seqlens, chunk_indices, chunk_offsets))
+    _launch("fwdh", plan, plan.idx)
+    return (h[:, :0] if plan.no_rows else h), v_new, ht
+
+
+def fwdh_meta(k, w, u, gk, initial_state=None, output_final_state=False, save_new_value=True, state_v_first=False,
+              cu_seqlens=None, chunk_indices=None, chunk_offsets=None, nt=None):
+    """Checks fwd_h's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list (h, v_new,
+    final_state; None where not asked for).  h has fla's rows: B*ceil(T/64) at fixed length; varlen:
+    len(chunk_indices), else nt (the caller's count of cu_seqlens's chunks)."""
+    _shape_error("k", k, 4, "[B,T,H,K]")
+    rows = _fla_nt(k.shape[1], cu_seqlens, chunk_indices, nt) if isinstance(cu_seqlens, torch.Tensor) else None
+    t, sc, want = _fwdh_call(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first,
+                             cu_seqlens, chunk_indices, chunk_offsets, 64)
+    return _meta(_FWDH, t, sc, rows, want)
+
+
+@torch.library.custom_op("kdart::fwd_h", mutates_args=())
+def _fwdh_op(k: torch.Tensor, w: torch.Tensor, u: torch.Tensor, gk: torch.Tensor, initial_state: torch.Tensor | None,
+             output_final_state: bool, save_new_value: bool, state_v_first: bool, cu_seqlens: torch.Tensor | None,
+             chunk_indices: torch.Tensor | None, chunk_offsets: torch.Tensor | None) -> list[torch.Tensor]:
+    """chunk_gated_delta_rule_fwd_h; an output not asked for (v_new, final_state) is a (0,)-shaped tensor."""
+    outs = _fwdh_impl(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first, cu_seqlens,
+                      chunk_indices, chunk_offsets)
+    return [k.new_empty((0,)) if o is None else o for o in outs]
+
+
+@_fwdh_op.register_fake
+def _fwdh_fake(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first, cu_seqlens,
+               chunk_indices, chunk_offsets):
+    nt = torch.library.get_ctx().new_dynamic_size() if cu_seqlens is not None and chunk_indices is None else None
+    outs = fwdh_meta(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first, cu_seqlens,
+                     chunk_indices, chunk_offsets, nt)
+    return [k.new_empty((0,)) if o is None else k.new_empty(o[0], dtype=o[1]) for o in outs]
+
+
+def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False,
+                                 chunk_size=64, save_new_value=True, state_v_first=False, cu_seqlens=None,
+                                 cu_seqlens_cpu=None, chunk_indices=None, chunk_offsets=None):
+    """fla's chunk_gated_delta_rule_fwd_h with the per-channel gate gk, as chunk_kda calls it (its forward, and
+    its backward's recompute of the states) -> (h, v_new, final_state): per sequence and value head, from
+    initial_state (or zero), h [B,NT,HV,K,V] in the io dtype holds the state entering each 64-row chunk,
+    v_new = u - w h (io dtype; None when not save_new_value), and the state moves on as S = exp2(gk_last) S +
+    k^T v_new (gk_last: the chunk-local cumsummed gate, log2 units, at the chunk's last row; k: chunk_kda's
+    kg, [B,T,H,K] with HV a multiple of H); final_state [N,HV,K,V] fp32 when output_final_state, else None.
+    state_v_first: h, initial_state and final_state as [.., V, K].  Any T, packed sequences (cu_seqlens; h's NT
+    is len(chunk_indices), else counted from cu_seqlens_cpu when given, else from cu_seqlens, which
+    synchronizes as fla's own), K up to 256, V up to 512, bf16/fp16.  What kdart does not take raises
+    ValueError: the scalar gate g (gated delta rule models: fla's kernel), no gate at all, chunk_size != 64."""
+    if chunk_size != CHUNK:
+        raise _lib.value_error("EUNSUPPORTED", f"EUNSUPPORTED: chunk_size={chunk_size} (kdart's chunks are 64 rows)")
+    if g is not None:
+        raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: the scalar gate g (kdart's fwd_h takes the "
+                                               "per-channel gate gk only)")
+    if gk is None:
+        raise _lib.value_error("ENULL", "ENULL: chunk_gated_delta_rule_fwd_h needs gk (the per-channel gate)")
+    if _eager(k):
+        nt = None
+        if cu_seqlens is not None and chunk_indices is None and cu_seqlens_cpu is not None:
+            nt = _chunk_count(cu_seqlens_cpu)  # (on the host: no synchronization)
+        return _fwdh_impl(k, w, u, gk, initial_state, output_final_state, save_new_value, state_v_first,
+                          cu_seqlens, chunk_indices, chunk_offsets, nt)
+    outs = torch.ops.kdart.fwd_h(k, w, u, gk, initial_state, bool(output_final_state), bool(save_new_value),
+                                 bool(state_v_first), cu_seqlens, chunk_indices, chunk_offsets)
+    return tuple(None if o.dim() == 1 and o.shape[0] == 0 else o for o in outs)
 
 
 def device_status(device=None, clear=True):

@@ -14,7 +14,7 @@ chunk_bwd = pytest.importorskip("fla.ops.kda.chunk_bwd")
 import kdart.fla as kf  # noqa: E402
 
 NAMES = ("chunk_kda_bwd_intra", "chunk_gated_delta_rule_bwd_dhu", "chunk_local_cumsum", "chunk_kda_bwd_wy_dqkg_fused",
-         "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process")
+         "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu_pre_process", "chunk_gated_delta_rule_fwd_h")
 REGISTRY = os.environ.get("KDART_FLA_VIA") == "registry"  # (the dAv fusion is the names route's only)
 
 
@@ -29,6 +29,51 @@ def test_enable_disable_restores():
     with kf.enabled():
         assert kf.is_enabled()
     assert all(getattr(chunk_bwd, n) is orig[n] for n in NAMES)
+
+
+def test_fwd_h_wrapped_in_both_modules(monkeypatch):
+    """fla's chunk_gated_delta_rule_fwd_h is wrapped where chunk_kda_bwd calls it (the recompute) and where
+    chunk_kda's forward does (the same contract), and put back in both; what kdart does not take falls back to
+    fla's function with every argument (counted), the rest is kdart's."""
+    import kdart.torch as kt
+    chunk_fwd = pytest.importorskip("fla.ops.kda.chunk_fwd")
+    orig = chunk_fwd.chunk_gated_delta_rule_fwd_h
+    with kf.enabled():
+        assert chunk_fwd.chunk_gated_delta_rule_fwd_h is not orig
+        assert chunk_bwd.chunk_gated_delta_rule_fwd_h is chunk_fwd.chunk_gated_delta_rule_fwd_h
+    assert chunk_fwd.chunk_gated_delta_rule_fwd_h is orig and chunk_bwd.chunk_gated_delta_rule_fwd_h is orig
+    m = lambda *s, dt=torch.bfloat16: _meta(*s, dt=dt)  # noqa: E731
+    k, w, u, gk = m(1, 128, 2, 128), m(1, 128, 4, 128), m(1, 128, 4, 64), m(1, 128, 4, 128, dt=torch.float32)
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
+    assert kf.fwdh_refusal(k, w, u, gk=gk) is None
+    assert kf.fwdh_refusal(k, w, u, g=m(1, 128, 4, dt=torch.float32), gk=gk) == "the scalar gate g"
+    assert kf.fwdh_refusal(k, w, u) == "no gate gk"
+    assert kf.fwdh_refusal(k, w, u, gk=gk, chunk_size=32) == "chunk_size=32"
+    assert kf.fwdh_refusal(m(1, 128, 2, 300), w, u, gk=gk) == "head dim K=300"
+    assert kf.fwdh_refusal(k, w, m(1, 128, 4, 600), gk=gk) == "value dim V=600"
+    assert kf.fwdh_refusal(k, w, m(1, 128, 3, 64), gk=gk) == "shape"
+    assert kf.fwdh_refusal(k.float(), w, u, gk=gk) == "io dtype torch.float32"
+    assert kf.fwdh_refusal(k, w, u, gk=gk.to(torch.bfloat16)) == "torch.bfloat16 where kdart takes float32"
+    calls = []
+    monkeypatch.setattr(kt, "chunk_gated_delta_rule_fwd_h", lambda *a, **kw: calls.append(("kdart", kw)) or "kd")
+    for asked in (False, True):  # off by default: every call passes to fla, uncounted
+        kf.reset_stats()
+        calls.clear()
+        with kf.enabled(fwd_h=asked):
+            saved = dict(kf._state["orig"])
+            try:
+                kf._state["orig"]["chunk_gated_delta_rule_fwd_h"] = lambda *a, **kw: calls.append(("fla", kw)) or "fla"
+                assert chunk_fwd.chunk_gated_delta_rule_fwd_h(k, w, u, gk=gk, output_final_state=True) == \
+                    ("kd" if asked else "fla")
+                assert chunk_bwd.chunk_gated_delta_rule_fwd_h(k, w, u, g=gk[..., 0], state_v_first=True) == "fla"
+            finally:
+                kf._state["orig"].update(saved)
+            st = kf.stats()
+        assert calls[0] == ("kdart" if asked else "fla", calls[0][1])
+        assert calls[0][1]["output_final_state"] and calls[0][1]["gk"] is gk
+        assert calls[1][0] == "fla" and calls[1][1]["state_v_first"] and calls[1][1]["g"] is not None
+        assert st["served"]["fwd_h"] == int(asked)
+        assert st["fallbacks"] == ({"fwd_h: the scalar gate g": 1} if asked else {})
 
 
 def test_signature_guard(monkeypatch):
@@ -151,7 +196,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch, caplog):
             orig.update(saved)
         st = kf.stats()
     assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0, "bwd_dAv": 0,
-        "recompute_w_u": 0, "gate_cumsum": 0}
+        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 2}  # (counted every time)
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
@@ -200,7 +245,9 @@ def _standins(monkeypatch, log):
         kk = _meta(B, T, HV, k.shape[3], dt=k.dtype)
         return kk, torch.empty_like(v), kk.clone(), kk.clone()
 
-    def fwd_h(k, w, u, gk, state_v_first=False, **kw):
+    def fwd_h(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False, chunk_size=64,
+              save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+              chunk_offsets=None):  # fla's signature
         log.append("fwd_h")
         B, T, HV, K = k.shape
         V, NT = u.shape[3], (T + 63) // 64
@@ -229,6 +276,8 @@ def _standins(monkeypatch, log):
         wy_dqkg = backends.dispatch("kda")(wy_dqkg)
         recompute_w_u.__name__ = "recompute_w_u_fwd"
         recompute_w_u = backends.dispatch("kda")(recompute_w_u)
+        fwd_h.__name__ = "chunk_gated_delta_rule_fwd_h"
+        fwd_h = backends.dispatch("common")(fwd_h)
     for name, fn in (("kda_gate_chunk_cumsum", gate_cumsum), ("recompute_w_u_fwd", recompute_w_u),
                      ("chunk_gated_delta_rule_fwd_h", fwd_h), ("chunk_kda_bwd_dAv", dAv),
                      ("chunk_kda_bwd_wy_dqkg_fused", wy_dqkg), ("kda_gate_bwd", gate_bwd)):
@@ -285,7 +334,7 @@ def test_production_config_routing(monkeypatch, case, caplog):
         saved = dict(w=kk, u=_meta(B, T, HV, V, dt=io), qg=kk.clone(), kg=kk.clone(), v_new=_meta(B, T, HV, V, dt=io),
                      h=_meta(B, (T + 63) // 64, HV, *S, dt=io))
     kf.reset_stats()
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         orig = kf._state["orig"]
         keep = dict(orig)
         try:
@@ -309,12 +358,12 @@ def test_production_config_routing(monkeypatch, case, caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "kdart.fla"]
     fla_dav = [x for x in log if x[0] == "dAv"]  # fla's chunk_kda_bwd_dAv (the stand-in) ran
     if C != 64:
-        stages = ("bwd_dhu", "bwd_intra", "recompute_w_u", "wy_dqkg") if REGISTRY else \
-            ("bwd_dAv", "bwd_dhu", "bwd_intra", "gate_cumsum", "recompute_w_u", "wy_dqkg")
+        stages = ("bwd_dhu", "bwd_intra", "fwd_h", "recompute_w_u", "wy_dqkg") if REGISTRY else \
+            ("bwd_dAv", "bwd_dhu", "bwd_intra", "fwd_h", "gate_cumsum", "recompute_w_u", "wy_dqkg")
         assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in stages]
         assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log and len(fla_dav) == 1
         assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0,
-        "recompute_w_u": 0, "gate_cumsum": 0}
+        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0}
         assert set(st["fallbacks"]) == {f"{s}: chunk_size=32" for s in stages}
         return
     assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
@@ -326,8 +375,11 @@ def test_production_config_routing(monkeypatch, case, caplog):
     gate_fused = gate_in and not norec and not REGISTRY  # fla's gate cumsum in kdart's recompute launch
     assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1,
                             "bwd_dAv": int(not REGISTRY),
-                            "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused)}
+                            "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused), "fwd_h": int(not norec)}
     assert [x[1] for x in log if x[0] == "kdart recompute_w_u"] == ([] if norec else [gate_fused])
+    # the recompute of h and v_new: kdart's scan with chunk_kda_bwd's arguments (fla's stand-in never ran)
+    assert "fwd_h" not in log
+    assert [x[1:] for x in log if x[0] == "kdart fwd_h"] == ([] if norec else [(svf, h0, cu, ci, co)])
     assert "recompute_w_u" not in log and ("gate_cumsum" in log) == (gate_in and not norec and REGISTRY)
     assert ("gate_bwd" in log) == gate_in
     intra_dAqk = [x[3] for x in log if x[0] == "kdart bwd_intra"]
@@ -402,7 +454,20 @@ def _fakes(monkeypatch, log, K, V, HV, refuse=()):
     monkeypatch.setattr(kt, "bwd_intra", fake_intra)
     monkeypatch.setattr(kt, "bwd_dhu", fake_dhu)
     monkeypatch.setattr(kt, "wy_dqkg", fake_wy)
+    def fake_fwdh(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False, chunk_size=64,
+                  save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                  chunk_offsets=None):  # kdart.torch.chunk_gated_delta_rule_fwd_h's signature (fla's)
+        if "fwd_h" in refuse:
+            raise kf_value_error("EUNSUPPORTED")
+        assert g is None and gk is not None and not output_final_state
+        log.append(("kdart fwd_h", state_v_first, initial_state, cu_seqlens, chunk_indices, chunk_offsets))
+        B, T = u.shape[:2]
+        S = (V, K) if state_v_first else (K, V)
+        NT = chunk_indices.shape[0] if chunk_indices is not None else (T + 63) // 64
+        return _meta(B, NT, HV, *S, dt=u.dtype), torch.empty_like(u), None
+
     monkeypatch.setattr(kt, "bwd_dAv", fake_dav)
+    monkeypatch.setattr(kt, "chunk_gated_delta_rule_fwd_h", fake_fwdh)
     monkeypatch.setattr(kt, "_rwu_impl", fake_rwu)
     monkeypatch.setattr(kt, "_eager", lambda t: True)
     monkeypatch.setattr(kt, "recompute_w_u", lambda k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None:
@@ -416,7 +481,7 @@ def _dav_backward(monkeypatch, log, times=1, **kw):
     stand-ins and kdart's as recorders (_dav_setup), run times with kdart.fla enabled -> the stats, the log."""
     run = _dav_setup(monkeypatch, log, **kw)
     kf.reset_stats()
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         for _ in range(times):
             run()
             assert getattr(kf._tls, "dav", None) is None  # cleaned once bwd_intra had its dAqk
@@ -485,7 +550,7 @@ def test_dav_fused_twice(monkeypatch):
     assert not _fla_dav(log) and [x[0] for x in _got(log, "dhu dv")] == ["Aqk", "Aqk"]
     assert [x[3] for x in log if x[0] == "kdart bwd_intra"] == [x[1] for x in _got(log, "wy dAqk")]
     assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2,
-        "recompute_w_u": 2, "gate_cumsum": 2}
+        "recompute_w_u": 2, "gate_cumsum": 2, "fwd_h": 2}
     assert st["fallbacks"] == {}
 
 

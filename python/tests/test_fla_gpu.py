@@ -106,7 +106,7 @@ def run_with_kdart_and_check(case):
     """The recipe with kdart.fla enabled, checked within fla's tolerances (and against fla's own error on the
     same inputs, run again without kdart); kdart.fla's stats of the kdart run."""
     kf.reset_stats()
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         out = run(*case)
         st = kf.stats()
     # each gradient's error ratio against the float64 recurrence, kdart's next to fla's own (printed for
@@ -124,14 +124,14 @@ def run_with_kdart_and_check(case):
     *c[:7], str(c[7])[6:], *c[8:]))
 def test_chunk_kda_with_kdart(case):
     st = run_with_kdart_and_check(case)
-    assert_served(st)
+    assert_served(st, recompute=not case[10])
 
 
 def test_t1000_served():
     """T % 64 != 0 (a partial last chunk) is kdart's (bwd_intra's varlen body included)."""
     case = (2, 1000, 2, 2, 64, 0.1, 1, torch.float16, False, False, False)
     kf.reset_stats()
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         out = run(*case)
         st = kf.stats()
     check(*out)
@@ -143,7 +143,7 @@ def test_refused_input_falls_back(caplog):
     fla's tolerances, and a counted fallback of each stage with its reason."""
     case = (2, 256, 2, 2, 64, 0.1, 1, torch.float32, False, False, False)
     kf.reset_stats()
-    with caplog.at_level(logging.WARNING, logger="kdart"), kf.enabled():
+    with caplog.at_level(logging.WARNING, logger="kdart"), kf.enabled(fwd_h=True):
         out = run(*case)
         st = kf.stats()
     check(*out)
@@ -152,6 +152,8 @@ def test_refused_input_falls_back(caplog):
     assert sum(n for r, n in st["fallbacks"].items() if r.startswith("bwd_intra")) == 1, st
     assert sum(n for r, n in st["fallbacks"].items() if r.startswith("bwd_dhu")) == 1, st
     assert st["fallbacks"].get("bwd_dAv: io dtype torch.float32") == 1 and not st["served"]["bwd_dAv"], st
+    # the state scan: the forward's call and the backward's recompute
+    assert st["fallbacks"].get("fwd_h: io dtype torch.float32") == 2 and not st["served"]["fwd_h"], st
     print(f"\nfallbacks: {st['fallbacks']}")
 
 
@@ -200,13 +202,16 @@ def test_chunk_kda_use_graph_with_kdart():
     _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True)
 
 
-def assert_served(st):
+def assert_served(st, recompute=True):
     """Every stage (and the folded cumsum) served by kdart, at every head dim, fla's chunk_kda_bwd_dAv too:
     fused into bwd_dhu and wy_dqkg at D = K = V of 64 and 128 on grids where bwd_dhu picks its V tile 64
-    (kdart.fla.dav_grid_refusal), run by kdart's own dAv kernel elsewhere; no fallback."""
+    (kdart.fla.dav_grid_refusal), run by kdart's own dAv kernel elsewhere; fla's state scan
+    (chunk_gated_delta_rule_fwd_h) in chunk_kda's forward and, unless the forward saved its outputs
+    (disable_recompute), in the backward's recompute; no fallback."""
     assert st["served"]["bwd_intra"] == 1 and st["served"]["dg_cumsum_folded"] == 1, st
     assert st["served"]["bwd_dhu"] == 1 and st["served"]["wy_dqkg"] == 1, st
     assert st["served"]["bwd_dAv"] == 1, st
+    assert st["served"]["fwd_h"] == 1 + int(recompute), st
     assert st["fallbacks"] == {}, st
 
 
@@ -238,7 +243,7 @@ def _varlen_recipe(cu, D, use_graph=False):
     ((ref * do.double()).sum() + (ref_ht * dht.double()).sum()).backward()
     kf.reset_stats()
     extra = dict(use_graph=True, max_num_seqs=N) if use_graph else {}
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         tri, tri_ht = chunk_kda(F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1), v, g, beta, scale=0.1,
                                 initial_state=h0, output_final_state=True, cu_seqlens=cu_t, **extra)
         ((tri * do).sum() + (tri_ht * dht).sum()).backward()

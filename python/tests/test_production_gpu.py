@@ -156,7 +156,7 @@ def test_production_flags(name):
     fla1 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
     fla2 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
     kf.reset_stats()
-    with kf.enabled():
+    with kf.enabled(fwd_h=True):
         kd1 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
         kd2 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
         st = kf.stats()
@@ -175,7 +175,8 @@ def test_production_flags(name):
     # fla's chunk_kda_bwd_dAv fused into bwd_dhu and wy_dqkg where it can be (K 64 or 128, V a multiple of 64)
     # and pays (grids where bwd_dhu picks its V tile 64 anyway: "fixed-wide" here), else kdart's own dAv kernel
     rec = 0 if norec else 2  # the recompute, with the gate's cumsum in its launch (the gate is in chunk_kda)
+    # fla's state scan: in both forwards, and in the backward's recompute where it runs
     assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2,
-                            "bwd_dAv": 2, "recompute_w_u": rec, "gate_cumsum": rec}, st
+                            "bwd_dAv": 2, "recompute_w_u": rec, "gate_cumsum": rec, "fwd_h": 2 + rec}, st
     assert st["fallbacks"] == {}, st
     assert not math.isnan(sum(rel(k1, r) for k1, r in zip(kd1, ref)))

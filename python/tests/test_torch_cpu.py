@@ -590,3 +590,93 @@ def test_dav_opcheck_and_compile():
     cnt = CompileCounterWithBackend("aot_eager")
     out = torch.compile(f, backend=cnt, fullgraph=True)(a)
     assert out.device.type == "meta" and cnt.frame_count == 1
+
+
+# ------------------------------------------------------------- fla's state scan (fwd_h)
+
+def fwdh_args(B=1, T=200, H=2, HV=4, K=100, V=72, io=BF, device="meta", svf=False):
+    e = lambda *s, dt=io: torch.empty(*s, dtype=dt, device=device)  # noqa: E731
+    S = (V, K) if svf else (K, V)
+    return dict(k=e(B, T, H, K), w=e(B, T, HV, K), u=e(B, T, HV, V), gk=e(B, T, HV, K, dt=F32),
+                h0=e(B, HV, *S, dt=F32))
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+@pytest.mark.parametrize("svf", [False, True])
+def test_fwdh_fake_shapes(io, svf):
+    a = fwdh_args(io=io, svf=svf)
+    S = (72, 100) if svf else (100, 72)
+    h, v_new, ht = kt.chunk_gated_delta_rule_fwd_h(a["k"], a["w"], a["u"], gk=a["gk"], initial_state=a["h0"],
+                                                   output_final_state=True, state_v_first=svf)
+    assert (h.shape, h.dtype, v_new.shape, v_new.dtype) == ((1, 4, 4) + S, io, (1, 200, 4, 72), io)
+    assert (ht.shape, ht.dtype) == ((1, 4) + S, F32) and h.device.type == "meta"
+    h, v_new, ht = kt.chunk_gated_delta_rule_fwd_h(a["k"], a["w"], a["u"], gk=a["gk"], save_new_value=False,
+                                                   state_v_first=svf)
+    assert v_new is None and ht is None and h.shape == (1, 4, 4) + S
+    # packed: h has fla's len(chunk_indices) rows, the states one per sequence
+    cu, ci = torch.empty(4, dtype=torch.int64, device="meta"), torch.empty(6, 2, dtype=torch.int64, device="meta")
+    h, v_new, ht = kt.chunk_gated_delta_rule_fwd_h(a["k"], a["w"], a["u"], gk=a["gk"], output_final_state=True,
+                                                   state_v_first=svf, cu_seqlens=cu, chunk_indices=ci)
+    assert h.shape == (1, 6, 4) + S and ht.shape == (3, 4) + S
+
+
+def test_fwdh_checks():
+    a = fwdh_args()
+    f = kt.chunk_gated_delta_rule_fwd_h
+    with pytest.raises(ValueError, match="EUNSUPPORTED: the scalar gate g"):
+        f(a["k"], a["w"], a["u"], g=torch.empty(1, 200, 4, device="meta"), gk=a["gk"])
+    with pytest.raises(ValueError, match="ENULL: chunk_gated_delta_rule_fwd_h needs gk"):
+        f(a["k"], a["w"], a["u"])
+    with pytest.raises(ValueError, match="EUNSUPPORTED: chunk_size=32"):
+        f(a["k"], a["w"], a["u"], gk=a["gk"], chunk_size=32)
+    with pytest.raises(ValueError, match="EDTYPE: tensor gk"):  # the gate is fp32
+        kt.fwdh_meta(a["k"], a["w"], a["u"], a["gk"].to(BF))
+    with pytest.raises(ValueError, match="EDTYPE: tensor u"):  # mixed io dtypes
+        kt.fwdh_meta(a["k"], a["w"], a["u"].to(torch.float16), a["gk"])
+    with pytest.raises(ValueError, match="EDTYPE"):  # float32 io: fla's
+        kt.fwdh_meta(a["k"].float(), a["w"].float(), a["u"].float(), a["gk"])
+    with pytest.raises(ValueError, match="ESHAPE: tensor initial_state"):  # h0 in the other layout
+        kt.fwdh_meta(a["k"], a["w"], a["u"], a["gk"], initial_state=a["h0"], state_v_first=True)
+    with pytest.raises(ValueError, match="ESHAPE: tensor w"):
+        kt.fwdh_meta(a["k"], a["w"][..., :64], a["u"], a["gk"])
+    with pytest.raises(ValueError, match="ESHAPE: HV=4"):  # value heads not a multiple of k's heads
+        b = fwdh_args(H=3)
+        kt.fwdh_meta(b["k"], b["w"], b["u"], b["gk"])
+    with pytest.raises(ValueError, match="EUNSUPPORTED: value dim V=513"):
+        b = fwdh_args(V=513)
+        kt.fwdh_meta(b["k"], b["w"], b["u"], b["gk"])
+    with pytest.raises(ValueError, match="EUNSUPPORTED: head dim K=257"):
+        b = fwdh_args(K=257)
+        kt.fwdh_meta(b["k"], b["w"], b["u"], b["gk"])
+    with pytest.raises(ValueError, match="ESHAPE: cu_seqlens needs B == 1"):
+        b = fwdh_args(B=2)
+        kt.fwdh_meta(b["k"], b["w"], b["u"], b["gk"], cu_seqlens=torch.empty(3, dtype=torch.int32, device="meta"),
+                     nt=4)
+    with pytest.raises(ValueError, match="ENULL: k must be a tensor"):
+        kt.fwdh_meta([1, 2], a["w"], a["u"], a["gk"])
+
+
+def test_fwdh_host_tensors_refused():
+    """CPU tensors reach kdart through the custom op and are refused (EDEVICE) before anything is written."""
+    k, w, u = (torch.randn(1, 128, 2, 64).to(BF) for _ in range(3))
+    gk = torch.randn(1, 128, 2, 64)
+    before = [t.clone() for t in (k, w, u, gk)]
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.chunk_gated_delta_rule_fwd_h(k, w, u, gk=gk)
+    assert all(torch.equal(x, y) for x, y in zip((k, w, u, gk), before))
+
+
+def test_fwdh_opcheck_and_compile():
+    a = fwdh_args()
+    torch.library.opcheck(torch.ops.kdart.fwd_h.default,
+                          (a["k"], a["w"], a["u"], a["gk"], a["h0"], True, True, False, None, None, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+    def f(a):
+        h, v_new, ht = kt.chunk_gated_delta_rule_fwd_h(a["k"], a["w"], a["u"], gk=a["gk"], initial_state=a["h0"],
+                                                       output_final_state=True)
+        return h.float().sum() + v_new.float().sum() + ht.sum()
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(f, backend=cnt, fullgraph=True)(a)
+    assert out.device.type == "meta" and cnt.frame_count == 1

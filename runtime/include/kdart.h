@@ -232,7 +232,7 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * fold_dg=1, emit_bf16=0 only) and the tail ones most calls need (bf16
  * bwd_intra with fold_dg=1, emit_bf16=0, varlen=1; bf16 bwd_dhu at K=128;
  * wy_dqkg's V-first state and tails in bf16 with fp32 beta; bwd_dav's in
- * bf16);
+ * bf16; fwd_h's native ones and its tails at K=128, in bf16);
  * never the stubs that the runtime does not launch (bwd_intra tail=1 with
  * varlen=0).  The rest compile on first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
@@ -379,7 +379,7 @@ KDART_EXTERN int kdart_why(kdart_rt *rt, const char *kernel, const char *spec, c
  * Before any launch every argument is validated: null or misaligned (16
  * bytes) pointers, dtypes, shapes against each other, strides, devices
  * (all on the same CUDA device), K in 1..256 (and V in 1..512 for bwd_dhu,
- * wy_dqkg, recompute_wu and bwd_dav), HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or
+ * wy_dqkg, recompute_wu, bwd_dav and fwd_h), HV a multiple of H.  Head dims: a kernel of K tile 64, 128 or
  * 256 serves every K up to its tile (1..64, 65..128, 129..256; bwd_dhu's tile
  * 192 takes 129..192) with masked loads and stores, and bwd_dhu and wy_dqkg
  * any V with the last V tile masked.  A failure returns its own status with
@@ -561,6 +561,34 @@ typedef struct kdart_bwd_dav_args {
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL (shape-checked only) */
 } kdart_bwd_dav_args;
 
+/* fwd_h: fla's chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it (the
+ * backward's recompute of the forward's states; chunk_kda's forward calls it
+ * the same way): per sequence, value head and V tile, a serial scan over the
+ * chunks from h0 (or zero) that writes the state entering each chunk, h =
+ * IO(S), and v_new = IO(u - w IO(S)), then S = diag(exp2(g_last)) S +
+ * k^T v_new, g_last the gate gk at the chunk's last valid row (k: chunk_kda's
+ * kg, already decayed; its head for value head hv is hv / (HV/H)); ht = S
+ * (fp32) when given.  Any T, packed sequences (as bwd_dhu: h has a row per
+ * chunk of every sequence), K in 1..256, V in 1..512, both state layouts. */
+typedef struct kdart_fwd_h_args {
+    uint32_t struct_size;      /* sizeof(kdart_fwd_h_args) */
+    const DLTensor *k;         /* [B,T,H,K]  io dtype (chunk_kda's kg); HV a multiple of H */
+    const DLTensor *w;         /* [B,T,HV,K] io dtype */
+    const DLTensor *u;         /* [B,T,HV,V] io dtype */
+    const DLTensor *gk;        /* [B,T,HV,K] fp32, the chunk-local gate cumsum in log2 units */
+    const DLTensor *h0;        /* [N,HV,K,V] fp32 ([N,HV,V,K] V-first), or NULL: start from zero */
+    const DLTensor *h;         /* out [B,NT,HV,K,V] io dtype ([..,V,K] V-first), NT = ceil(T/64);
+                                  packed: [1,NT,..] with NT >= the total chunk count */
+    const DLTensor *v_new;     /* out [B,T,HV,V] io dtype, or NULL: not written */
+    const DLTensor *ht;        /* out [N,HV,K,V] fp32 ([N,HV,V,K] V-first), or NULL: not written */
+    int v_tile;                /* V columns per scan (the spec's BV): 0 lets kdart pick for the
+                                  device (kdart_fwd_h_v_tile), or 32, 64 */
+    int state_v_first;         /* nonzero: fla's V-first state layout for h, h0 and ht */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: h's NT >= its rows */
+    const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
+} kdart_fwd_h_args;
+
 /* The CUDA function of a specialization in the current context, prepared
  * and loaded if needed, with its launch shape: for callers that launch it
  * themselves (cuLaunchKernel with one kdart_*_params struct from
@@ -577,6 +605,7 @@ KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args,
 KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);
 KDART_EXTERN int kdart_kda_recompute_wu(kdart_rt *rt, const kdart_recompute_wu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dav(kdart_rt *rt, const kdart_bwd_dav_args *args, void *stream);
+KDART_EXTERN int kdart_kda_fwd_h(kdart_rt *rt, const kdart_fwd_h_args *args, void *stream);
 
 /* The device status word of the current CUDA context: the KDART_DEVERR_*
  * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,
@@ -595,6 +624,13 @@ KDART_EXTERN int kdart_device_status(kdart_rt *rt, int *bits, int clear);
  * from measurements on the H200 (docs/performance.md).  For callers that launch the "BV="
  * specialization themselves. */
 KDART_EXTERN int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile);
+
+/* The V tile width (32 or 64) that kdart_kda_fwd_h launches with v_tile = 0
+ * for N x HV scans of V columns at head dim K on the current device: 64,
+ * unless the grid of 64-column scans would fill fewer than two waves of the
+ * device's SMs (each scan is serial over the chunks, so only the grid runs in
+ * parallel). */
+KDART_EXTERN int kdart_fwd_h_v_tile(kdart_rt *rt, int64_t N, int64_t HV, int64_t K, int64_t V, int *v_tile);
 
 /* The specialization that kdart_kda_<kernel> would launch for these
  * arguments (args: the kernel's args struct, e.g. kdart_wy_dqkg_args for

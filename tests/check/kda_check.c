@@ -1324,6 +1324,138 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------------- fwd_h */
+
+static int launch_fwdh(kdart_rt *rt, const void *a, CUstream s) {
+    return kdart_kda_fwd_h(rt, (const kdart_fwd_h_args *)a, (void *)s);
+}
+
+int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
+    kref_rng rng;
+    layout L;
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io, G = HV / H, svf = c->state_v_first;
+    const int B = L.B, T = L.T, P = (int)L.rows, N = L.N;
+    /* h rows: ceil(T/64) per row at fixed length; packed: the total plus spare rows (which must stay NaN),
+     * or one row short (seqs.garbage 4) */
+    const int64_t NT = L.packed ? L.chunks + (c->seqs.garbage == 4 ? -1 : c->seqs.spare_rows) : (T + 63) / 64;
+    const size_t nkh = (size_t)P * H * K, nk = (size_t)P * HV * K, nv = (size_t)P * HV * V, nb = (size_t)P * HV,
+                 ns = (size_t)N * HV * K * V, nh = (size_t)B * NT * HV * K * V, live = (size_t)L.tokens,
+                 live_h = (size_t)L.chunks * HV * K * V;
+    double *k = dmalloc(nkh), *kx = dmalloc(nk), *v = dmalloc(nv), *beta = dmalloc(nb), *a = dmalloc(nk),
+           *g = dmalloc(nk), *Akk = dmalloc((size_t)P * HV * 64), *w = dmalloc(nk), *u = dmalloc(nv),
+           *kg = dmalloc(nk), *kgh = dmalloc(nkh), *h0 = dmalloc(ns), *vf = dmalloc(nh > ns ? nh : ns);
+    double *fref[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)}, *eref[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)},
+           *got[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)};
+    void *raw[3] = {malloc(nh * 2 + 4), malloc(nv * 2 + 4), malloc(ns * 4 + 4)};
+    dbuf d[8];
+    memset(d, 0, sizeof d);
+    int rc = -1;
+    int ok = k && kx && v && beta && a && g && Akk && w && u && kg && kgh && h0 && vf;
+    for (int i = 0; i < 3; i++) ok = ok && fref[i] && eref[i] && got[i] && raw[i];
+    if (!ok) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    /* chunk_kda's recompute from realistic inputs (unit-norm keys, the WY inverse of each chunk), so the
+     * scan stays bounded over any T; with grouped heads (G > 1) the heads of a group share k, beta and the
+     * gate, so that their kg is one k head's, as the kernel reads it */
+    kref_gen_unit_rows(&rng, (size_t)P * H, K, k);
+    expand_heads(k, (size_t)P, H, HV, K, kx);
+    kref_gen_normal(&rng, nv, 1.0, v);
+    kref_gen_beta(&rng, nb, beta);
+    kref_gen_gate(&rng, (kref_gate_family)c->gate, 1, P, HV, K, a);
+    harden_gates(&rng, c->seqs.hard_gates, nk, a);
+    for (size_t t = 0; t < (size_t)P; t++)
+        for (int hv = 0; hv < HV; hv++) {
+            const size_t src = t * HV + hv - hv % G;
+            beta[t * HV + hv] = beta[src];
+            memcpy(a + (t * HV + hv) * K, a + src * K, sizeof(double) * K);
+        }
+    for (size_t x = 0; x < nk; x++) g[x] = w[x] = kg[x] = NAN; /* tokens past cu[N]: never read */
+    for (size_t x = 0; x < nv; x++) u[x] = NAN;
+    kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
+    round_to(g, nk, DT_F32);
+    kref_wy_akk_varlen(P, HV, K, N, L.cu, kx, beta, g, Akk);
+    kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, Akk, w, u, kg);
+    round_to(w, nk, io), round_to(u, nv, io), round_to(kg, nk, io);
+    for (size_t t = 0; t < (size_t)P; t++)
+        for (int hk = 0; hk < H; hk++) memcpy(kgh + (t * H + hk) * K, kg + (t * HV + hk * G) * K, sizeof(double) * K);
+    kref_gen_normal(&rng, ns, 1.0, h0);
+    round_to(h0, ns, DT_F32);
+
+    const int64_t S1 = svf ? V : K, S2 = svf ? K : V;
+    int64_t skh[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, ss[4] = {N, HV, S1, S2},
+            sh[5] = {B, NT, HV, S1, S2};
+    /* in: k w u gk h0; out: h v_new ht */
+    ok = !dalloc(&d[0], io, 4, skh) && !dalloc(&d[1], io, 4, sk) && !dalloc(&d[2], io, 4, sv) &&
+         !dalloc(&d[3], DT_F32, 4, sk) && !dalloc(&d[4], DT_F32, 4, ss) && !dalloc(&d[5], io, 5, sh) &&
+         !dalloc(&d[6], io, 4, sv) && !dalloc(&d[7], DT_F32, 4, ss);
+    if (!ok || layout_upload(&L, &c->seqs, r)) {
+        if (!r->message[0]) fail(r, "out of device memory");
+        goto out;
+    }
+    if (svf) swap_kv(h0, vf, ns / ((size_t)K * V), K, V);
+    const double *host_in[5] = {kgh, w, u, g, svf ? vf : h0};
+    for (int i = 0; i < 5; i++)
+        if (dput(&d[i], host_in[i])) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    kdart_fwd_h_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, c->with_h0 ? &d[4].t : NULL, &d[5].t,
+                             c->with_vnew ? &d[6].t : NULL, c->with_ht ? &d[7].t : NULL, c->v_tile, svf,
+                             NULL, NULL, NULL};
+    if (L.packed) {
+        args.cu_seqlens = &L.dcu.t;
+        if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t, args.chunk_offsets = &L.dco.t;
+    }
+    if (layout_garbage(&L, &c->seqs, r)) goto out;
+    /* v_new and ht are poisoned even when not requested: they must stay NaN then */
+    dbuf *outs[3] = {&d[5], &d[6], &d[7]};
+    const int settled = run_settled(rt, launch_fwdh, &args, outs, 3, raw, &c->seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
+        goto out;
+    }
+    const double *h0_used = c->with_h0 ? h0 : NULL;
+    kref_fwd_h_varlen_io(P, HV, K, V, N, L.cu, kg, w, u, g, h0_used, io, fref[0], fref[1], fref[2]);
+    kref_fwd_h_varlen(P, HV, K, V, N, L.cu, kg, w, u, g, h0_used, eref[0], eref[1], eref[2]);
+    static const char *const names[3] = {"h", "v_new", "ht"};
+    const size_t nlive[3] = {live_h, live * HV * V, ns}, total[3] = {nh, nv, ns};
+    const int asked[3] = {1, c->with_vnew, c->with_ht};
+    r->nout = 3;
+    r->untouched = 1;
+    for (int i = 0; i < 3; i++) {
+        r->names[i] = names[i];
+        if (!asked[i]) { /* not requested: every element must still be the poison NaN */
+            const int untouched = poison_intact(outs[i], raw[i], 0, total[i]);
+            r->rel_rms[i] = r->rel_rms_alt[i] = untouched ? 0.0 : INFINITY;
+            r->max_abs[i] = 0;
+            continue;
+        }
+        r->untouched &= poison_intact(outs[i], raw[i], nlive[i], total[i]);
+        for (size_t j = 0; j < nlive[i]; j++)
+            got[i][j] = i == 2 ? ((const float *)raw[i])[j]
+                               : io == 0 ? kref_from_bf16(((const uint16_t *)raw[i])[j])
+                                         : kref_from_fp16(((const uint16_t *)raw[i])[j]);
+        if (svf && i != 1) { /* back to the references' K-first layout */
+            swap_kv(got[i], vf, nlive[i] / ((size_t)K * V), V, K);
+            memcpy(got[i], vf, nlive[i] * sizeof(double));
+        }
+        r->rel_rms[i] = kref_rel_rms(fref[i], got[i], nlive[i]);
+        r->rel_rms_alt[i] = kref_rel_rms(eref[i], got[i], nlive[i]);
+        r->max_abs[i] = kref_max_abs(fref[i], got[i], nlive[i]);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < 8; i++) dfree(&d[i]);
+    layout_free(&L);
+    double *all[] = {k, kx, v, beta, a, g, Akk, w, u, kg, kgh, h0, vf};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    for (int i = 0; i < 3; i++) free(fref[i]), free(eref[i]), free(got[i]), free(raw[i]);
+    return rc;
+}
+
 /* ------------------------------------------------------- bad arguments */
 
 int kc_intra_bad_arg(kdart_rt *rt, int which, int *untouched, char *msg, size_t n) {

@@ -137,6 +137,19 @@ typedef struct kc_dav_case {
                           (report.status) with both outputs untouched (report.untouched) */
 } kc_dav_case;
 
+typedef struct kc_fwdh_case {
+    int B, T, H, HV, K, V;
+    int io;
+    int gate;          /* kref_gate_family of the gate behind w, u, kg and gk */
+    int state_v_first; /* h, h0 and ht as [.., V, K] */
+    int with_h0, with_ht, with_vnew;
+    int v_tile;        /* 0: kdart picks, or 32, 64 */
+    unsigned long long seed;
+    int reps;
+    int graph;
+    kc_seqs seqs;
+} kc_fwdh_case;
+
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
@@ -197,6 +210,9 @@ int kc_run_rwu(kdart_rt *rt, const kc_rwu_case *c, kc_report *r);
 /* bwd_dav: rel_rms against the exact float64 outputs dA (fp32) and dv (the io
  * dtype: its one rounding), from an Aqk with garbage above its diagonal */
 int kc_run_dav(kdart_rt *rt, const kc_dav_case *c, kc_report *r);
+/* fwd_h: outputs h, v_new, ht; rel_rms against the float64 scan with fla's roundings (IO(S) stored and
+ * multiplied, v_new rounded before kg^T v_new), rel_rms_alt against the exact one */
+int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

@@ -591,11 +591,18 @@ static void expect_garbage(const char *what, int gk, int ran, const kc_report *r
 /* Bad cu_seqlens that only the device can see: the launch succeeds, the
  * kernels write nothing (poison intact) and the status word says why
  * (garbage 1: decreasing, 2: cu[N] > T, 3: cu[0] != 0, 4: dh one row short). */
-START_TEST(varlen_garbage_writes_nothing) {
-    static const int bits[5] = {0, KDART_DEVERR_CU_ORDER, KDART_DEVERR_CU_RANGE, KDART_DEVERR_CU_ORDER,
-                                KDART_DEVERR_CHUNKS};
+/* The device status bits each seqs.garbage kind sets (1, 3: order; 2: range; 4: chunks), and the status
+ * word cleared of what earlier tests left. */
+static const int garbage_bits[5] = {0, KDART_DEVERR_CU_ORDER, KDART_DEVERR_CU_RANGE, KDART_DEVERR_CU_ORDER,
+                                    KDART_DEVERR_CHUNKS};
+static void clear_device_status(void) {
     int before = -1;
-    ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK); /* clear what earlier tests left */
+    ck_assert_int_eq(kdart_device_status(rt, &before, 1), KDART_OK);
+}
+
+START_TEST(varlen_garbage_writes_nothing) {
+    const int *bits = garbage_bits;
+    clear_device_status();
     for (int gk = 1; gk <= 4; gk++) {
         kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 2, gk, 0.0, 0};
         kc_dhu_case d = {1, 2100, 2, 128, 128, 0, 1, 1, seed + 8000 + (uint64_t)gk, 0, 0, 0, q, 0, 0};
@@ -687,6 +694,95 @@ START_TEST(dav_standalone) {
         kc_dav_case c = {1, 2100, 2, 128, 0, seed + 71400 + (uint64_t)gk, 0, 0, q, 0};
         kc_report r;
         expect_garbage("dav", gk, kc_run_dav(rt, &c, &r), &r, bits[gk]);
+    }
+}
+END_TEST
+
+/* fwd_h: against the float64 scan with fla's roundings (rel_rms) and the exact one (rel_rms_alt, a
+ * looser bound: the io roundings of the state and of v_new compound over the chunks). */
+static void check_fwdh(const kc_fwdh_case *c, kc_report *out) {
+    kc_report r;
+    char what[256], sq[64];
+    seqs_label(&c->seqs, sq, sizeof sq);
+    snprintf(what, sizeof what, "fwdh %s%s%s%s%s B%d T%d H%d HV%d K%d V%d BV%d%s", c->io ? "fp16" : "bf16",
+             c->state_v_first ? " v-first" : "", c->with_h0 ? " h0" : "", c->with_ht ? " ht" : "",
+             c->with_vnew ? "" : " no-v_new", c->B, c->T, c->H, c->HV, c->K, c->V, c->v_tile, sq);
+    ck_assert_msg(kc_run_fwdh(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    print_report(what, &r);
+    ck_assert_msg(r.untouched, "%s: an element past cu[N] or a spare h row was written", what);
+    const double tol = c->io ? 3e-3 : 1e-2, tol_exact = c->io ? 2e-2 : 6e-2;
+    for (int i = 0; i < r.nout; i++) {
+        ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s rel RMS %.3e > %.0e", what, r.names[i], r.rel_rms[i], tol);
+        ck_assert_msg(r.rel_rms_alt[i] <= tol_exact, "%s: %s rel RMS (exact) %.3e > %.0e", what, r.names[i],
+                      r.rel_rms_alt[i], tol_exact);
+    }
+    ck_assert_msg(r.deterministic, "%s: two launches differ", what);
+    if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+    if (out) *out = r;
+}
+
+/* Every fwd_h specialization (the spec's BV passed as v_tile): native dims, or the tails at K = tile - 4,
+ * V = 100 and K = tile - 8 with V = 72 and V = 101 in turn (each copy granule); varlen on drawn packed
+ * sequences or (every other) a fixed T = 200; the V-first state, h0, ht, v_new and grouped heads (HV = 2H)
+ * in turn. */
+START_TEST(fwdh_every_spec) {
+    const int n = kdart_spec_count("fwd_h");
+    ck_assert_int_gt(n, 0);
+    for (int s = 0; s < n; s++) {
+        char spec[128];
+        kdart_spec_at("fwd_h", s, spec, sizeof spec);
+        int K = kc_spec_k(spec), V = 128;
+        if (kc_spec_tail(spec)) switch ((s >> 1) % 3) {
+            case 0: K -= 4, V = 100; break;
+            case 1: K -= 8, V = 72; break;
+            default: V = 101; break;
+            }
+        kc_fwdh_case c = {2, 256, s & 4 ? 2 : 4, 4, K, V, strstr(spec, "io=fp16") != NULL, KREF_GATE_STRONG,
+                          (s >> 1) & 1, (s >> 2) & 1, (s >> 3) & 1, s % 5 != 0, kc_spec_bv(spec),
+                          seed + 80000 + (uint64_t)s, 0, s == 0, {0}};
+        if (strstr(spec, "varlen=1")) {
+            if ((s >> 2) & 1) c.T = 200;
+            else every_spec_seqs(&c.seqs, &c.B, &c.T, s);
+        }
+        check_fwdh(&c, NULL);
+    }
+}
+END_TEST
+
+/* fwd_h as chunk_kda's backward hands it over: packed documents with one-token and partial-chunk ones,
+ * int32 and int64 cu_seqlens, with and without fla's index tensors, gates of -1000 (strong decays), h0
+ * and the final state, both state layouts, head dims 128, 64, 100, 256 and V up to 512, equal and grouped
+ * heads, kdart's V tile choice; a long fixed-length scan of the production shape; one case run twice
+ * from fresh launches (bitwise equal digests); garbage cu_seqlens (nothing written, the device status
+ * says why). */
+START_TEST(fwdh_production) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int ks[4] = {128, 64, 100, 256}, vs[4] = {128, 256, 100, 512};
+    for (int v = 0; v < 8; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, v == 2 ? 3 : 0, 0, v == 3 || v == 5 ? 0.05 : 0.0, 0};
+        kc_fwdh_case c = {1, 2100, v & 2 ? 2 : 4, 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, KREF_GATE_STRONG,
+                          (v >> 2) & 1, 1, 1, 1, 0, seed + 81000 + (uint64_t)v, 0, v == 0, q};
+        check_fwdh(&c, NULL);
+    }
+    kc_fwdh_case f = {2, 4096, 16, 16, 128, 128, 0, KREF_GATE_FUSED, 0, 1, 1, 1, 0, seed + 81100, 0, 0, {0}};
+    check_fwdh(&f, NULL); /* the production configuration at fixed length: 64 chunks a scan */
+    kc_fwdh_case p = {1, 333, 1, 2, 128, 64, 1, KREF_GATE_STRONG, 1, 0, 1, 1, 32, seed + 81101, 0, 0, {0}};
+    check_fwdh(&p, NULL); /* fixed length with a partial last chunk (the varlen body without cu_seqlens) */
+    kc_report r1, r2;
+    kc_fwdh_case d = {1, 2100, 4, 4, 128, 192, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81200, 0, 0,
+                      {6, cu, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}};
+    check_fwdh(&d, &r1);
+    check_fwdh(&d, &r2);
+    for (int i = 0; i < r1.nout; i++)
+        ck_assert_msg(r1.digest[i] == r2.digest[i], "fwdh: %s differs between two runs of one case", r1.names[i]);
+    clear_device_status();
+    for (int gk = 1; gk <= 4; gk++) { /* (4: h one row short of the chunk count) */
+        kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 0, gk, 0.0, 0};
+        kc_fwdh_case c = {1, 2100, 2, 2, 128, 128, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81400 + (uint64_t)gk,
+                          0, 0, q};
+        kc_report r;
+        expect_garbage("fwdh", gk, kc_run_fwdh(rt, &c, &r), &r, garbage_bits[gk]);
     }
 }
 END_TEST
@@ -901,6 +997,16 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
         check_dav(&c, NULL); /* V 128: two V blocks through the copy pipeline */
     }
+    for (int s = 0; small_wants("fwd_h") && s < kdart_spec_count("fwd_h"); s++) {
+        char spec[128];
+        kdart_spec_at("fwd_h", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec);
+        kc_fwdh_case c = {1, 192, s & 2 ? 1 : 2, 2, kc_spec_k(spec) - (tail && (s & 4) ? 4 : 0),
+                          tail && !(s & 4) ? 100 : 64, strstr(spec, "io=fp16") != NULL, KREF_GATE_FUSED, (s >> 1) & 1,
+                          1, 1, 1, kc_spec_bv(spec), seed + 97 + (uint64_t)s, 0, 0, {0}};
+        if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
+        check_fwdh(&c, NULL); /* three chunks: every stage of the copy pipeline */
+    }
 }
 END_TEST
 
@@ -1092,7 +1198,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

@@ -847,23 +847,33 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
                        const double *g2, const double *h0, double *h,
                        double *v_new, double *ht)
 {
+    kref_fwd_h_varlen_io(T, HV, K, V, N, cu, kg, w, u, g2, h0, -1, h, v_new, ht);
+}
+
+void kref_fwd_h_varlen_io(int T, int HV, int K, int V, int N, const int64_t *cu,
+                          const double *kg, const double *w, const double *u,
+                          const double *g2, const double *h0, int faithful_io,
+                          double *h, double *v_new, double *ht)
+{
     check_cu("kref_fwd_h_varlen", T, N, cu);
     int64_t *off = xmalloc(sizeof(int64_t) * ((size_t)N + 1));
     kref_chunk_offsets(N, cu, off);
     const size_t KV = (size_t)K * V;
-    double *S = xmalloc(sizeof(double) * KV);
+    /* S the state; SI what h holds and w multiplies: R(S) with faithful_io, else S */
+    double *S = xmalloc(sizeof(double) * KV), *SI = xmalloc(sizeof(double) * KV);
     for (int n = 0; n < N; n++)
         for (int hv = 0; hv < HV; hv++) {
             for (size_t i = 0; i < KV; i++) S[i] = h0 ? h0[((size_t)n * HV + hv) * KV + i] : 0.0;
             for (int c = 0; c < nchunks(cu, n); c++) {
                 size_t t0;
                 const int nr = chunk_span(cu, n, c, &t0);
-                memcpy(h + ((size_t)(off[n] + c) * HV + hv) * KV, S, sizeof(double) * KV);
+                for (size_t i = 0; i < KV; i++) SI[i] = kref_round_io(S[i], faithful_io);
+                memcpy(h + ((size_t)(off[n] + c) * HV + hv) * KV, SI, sizeof(double) * KV);
                 for (int r = 0; r < nr; r++)
                     for (int e = 0; e < V; e++) {
                         double acc = u[((t0 + r) * HV + hv) * V + e];
-                        for (int d = 0; d < K; d++) acc -= w[((t0 + r) * HV + hv) * K + d] * S[(size_t)d * V + e];
-                        v_new[((t0 + r) * HV + hv) * V + e] = acc;
+                        for (int d = 0; d < K; d++) acc -= w[((t0 + r) * HV + hv) * K + d] * SI[(size_t)d * V + e];
+                        v_new[((t0 + r) * HV + hv) * V + e] = kref_round_io(acc, faithful_io);
                     }
                 for (int d = 0; d < K; d++) {
                     const double decay = exp2(g2[((t0 + nr - 1) * HV + hv) * K + d]);
@@ -878,6 +888,7 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N, const int64_t *cu,
             if (ht) memcpy(ht + ((size_t)n * HV + hv) * KV, S, sizeof(double) * KV);
         }
     free(S);
+    free(SI);
     free(off);
 }
 

@@ -243,6 +243,15 @@ void kref_fwd_h_varlen(int T, int HV, int K, int V, int N,
                        const int64_t *cu_seqlens, const double *kg,
                        const double *w, const double *u, const double *g2,
                        const double *h0, double *h, double *v_new, double *ht);
+/* The same with fla's roundings when faithful_io is 0 (bf16) or 1 (fp16): h
+ * holds R(S), which is also what w multiplies, and v_new is rounded to the
+ * io dtype before it is stored and before kg^T v_new; S and ht stay double.
+ * faithful_io = -1 is kref_fwd_h_varlen, exact. */
+void kref_fwd_h_varlen_io(int T, int HV, int K, int V, int N,
+                          const int64_t *cu_seqlens, const double *kg,
+                          const double *w, const double *u, const double *g2,
+                          const double *h0, int faithful_io, double *h,
+                          double *v_new, double *ht);
 
 /* fla's chunk_kda_bwd_dAv per chunk of each sequence: dA [T,HV,64] = scale
  * do v^T on and below the diagonal (t >= s), zero above; dv [T,HV,V] =

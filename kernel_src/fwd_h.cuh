@@ -1,0 +1,333 @@
+/*
+ * fwd_h.cuh: fla's chunk_gated_delta_rule_fwd_h as chunk_kda_bwd calls it (and
+ * chunk_kda's forward): the forward's state scan, recomputed by the backward,
+ * which writes the state entering every chunk (h) and the new values (v_new)
+ * that bwd_dhu, the dAv products and wy_dqkg read.
+ * Math (docs/kernels.md, "fwd_h"), per (sequence n, value head hv, V tile of BV
+ * columns), with S in R^{K x BV} fp32, starting from h0[n, hv] (or 0):
+ *   for c = 0 .. ceil(T_n/64) - 1 (rows t of the chunk, g_last = gk at its last valid row):
+ *     h[row c]  = IO(S)                                        (the state entering the chunk)
+ *     v_new[t]  = IO(u[t] - w[t] . IO(S))                      (fp32 accumulation)
+ *     S         = exp2(g_last) (.) S + kg^T v_new              (per K row; kg already decayed)
+ *   ht[n, hv] = S (fp32) when p.ht != NULL.
+ * fla's roundings: IO(S) is both the stored state and the w . S operand, IO(v_new)
+ * both the output and the kg^T operand, S itself stays fp32.  kg is chunk_kda's
+ * k * exp2(g_last - g) (recompute_wu's kg): the kernel reads only g_last of gk.
+ * k's head is hv / (HV / H) (GVA: k may have fewer heads than w and u).
+ *
+ * LAUNCH CONTRACT (mirrored by runtime/core/stages/fwd_h.c; FwdHTraits):
+ *   kernel   kdart_fwd_h<IO, K, BV, VARLEN, TAIL>; IO in {kdart::bf16, kdart::fp16}; K (the K
+ *            tile) in {64, 128, 256}; BV (the V tile) in {32, 64}; TAIL: Kr below the K tile or
+ *            V not a multiple of BV (copies and stores in the granule Kr and V allow,
+ *            kdart_tile.cuh).  The state layout (p.state_v_first) is a runtime flag of every
+ *            specialization: it changes only where h, h0 and ht are addressed.
+ *   grid     (ceil(V / BV), N * HV, 1); blockIdx.y = n * HV + hv.
+ *   block    FwdHTraits<K, BV>::kThreads: 128 threads (4 warps); 256 (two warpgroups, each scanning
+ *            32 of the columns with its own state registers) at <256, 64>.
+ *   smem     FwdHTraits<K, BV>::kSmemBytes of dynamic shared memory (the asserts list them).
+ *   Requires T % 64 == 0 unless VARLEN; 16-byte aligned tensors; outputs never alias inputs.
+ *   VARLEN: the sequences of cu_seqlens (B == 1) or, cu NULL, the B rows of T tokens; h's row
+ *   of sequence n's chunk c is chunk_offsets[n] + c, chunk_offsets derived on the device
+ *   (kdart_varlen.cuh, seq_of: every CTA validates cu_seqlens and, when it is bad, writes
+ *   nothing; CTA (0, 0) reports).  A zero-length sequence writes only ht = h0 (or 0).
+ *
+ * Structure: one CTA is one serial scan.  S lives in mma.sync accumulator registers split by
+ * rows: warp w owns the 16-row slabs 64 mt + 16 w + [0, 16), mt < K/64 (the row split of the
+ * m16 tiles), of its warpgroup's columns (all BV, or at <256, 64> one half each).  Per chunk:
+ *   each warp writes its rows of IO(S) into the S_H tile (swizzled, [k][v]) -> barrier B1
+ *   (S_H and the chunk's tiles visible) -> the next copies -> h out from S_H in 16-byte row
+ *   pieces -> v_new = u - w IO(S) (warp w: rows 16 w .. 16 w + 15; A = w, B = S_H), written
+ *   over the u tile in place (a thread rewrites exactly the elements it read) -> barrier B2
+ *   -> v_new out from that tile -> S decayed per row by exp2(g_last), S += kg^T v_new
+ *   (A = kg^T, B = v_new).
+ * kg, w (each K/64 tiles of 64 x 64) and u are copied with cp.async, two or three chunks ahead
+ * (FwdHTraits::kStages); g_last is read straight into the registers of the rows a thread
+ * owns, at the top of its chunk, and consumed after both products.  All tiles are 64 x 64
+ * swizzled (kdart_tile.cuh; at BV 32 only the left half of the u and S_H tiles is used).
+ * No atomics: results are bitwise deterministic.
+ */
+#ifndef KDART_FWD_H_CUH
+#define KDART_FWD_H_CUH
+
+#include "kdart_common.cuh"
+#include "kdart_tile.cuh"
+#include "kdart_varlen.cuh"
+
+template <int K_, int BV_>
+struct FwdHTraits {
+    static constexpr int K = K_;
+    static constexpr int kBV = BV_;
+    /* warpgroups: two at K 256, BV 64, each scanning 32 of the columns with its own state registers (one
+     * warpgroup's 128 state registers a thread sat on the register file's edge and spilled) */
+    static constexpr int kWG = (K == 256 && BV_ == 64) ? 2 : 1;
+    static constexpr int kThreads = 128 * kWG;
+    static constexpr int kCB = BV_ / kWG; /* the columns a warpgroup owns */
+    static constexpr int kKB = K / 64;                     /* 64-column blocks of the K tile */
+    static constexpr int kTile = 64 * 64 * 2;              /* one 64 x 64 io tile (bytes) */
+    /* three stages where they fit beside a second CTA's (K 64) or the widest scans (K 128, BV 64);
+     * two at K 256 (72 KB a stage) and at BV 32 (two CTAs per SM at K 128) */
+    static constexpr int kStages = (K == 256 || (K == 128 && BV_ == 32)) ? 2 : 3;
+    static constexpr int kStage = (2 * kKB + 1) * kTile;   /* kg blocks | w blocks | u */
+    static constexpr int kOffH = kStages * kStage;         /* IO(S): kKB tiles [k][v] */
+    static constexpr int kOffScr = kOffH + kKB * kTile;    /* seq_of's scratch */
+    static constexpr int kSmemBytes = kOffScr + 128;
+    static constexpr int kMinBlocks = (K == 64 || BV_ == 32) && K < 256 ? 2 : 1;
+    /* v_new's columns per pass, and the kg^T v_new product's n16 column pairs per pass over the K blocks
+     * (their B fragments live through the pass): a warpgroup's whole share of the columns */
+    static constexpr int kVN = kCB;
+    static constexpr int kHN = kCB / 16;
+    static_assert(K == 64 || K == 128 || K == 256, "the K tiles");
+    static_assert(BV_ == 32 || BV_ == 64, "the V tiles");
+    static_assert(kThreads / kWG / 32 * 16 == 64, "a warp per 16 rows of the chunk (v_new) and of each K block (S)");
+    static_assert(kCB % 16 == 0, "whole n16 column pairs per warpgroup");
+    static_assert(kStages == 2 || kStages == 3, "cp_wait<kStages - 2>");
+    static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "the CTAs per SM fit");
+    static_assert(16 * (kThreads / 32) <= 128, "seq_of's scratch: 4 ints a warp");
+    static_assert((K == 64 && kSmemBytes == 82048) ||
+                      (K == 128 && BV_ == 32 && kSmemBytes == 98432) ||
+                      (K == 128 && BV_ == 64 && kSmemBytes == 139392) || (K == 256 && kSmemBytes == 180352),
+                  "FWDH_SMEM of runtime/core/stages/fwd_h.c");
+};
+
+namespace kdart {
+namespace fwdh {
+using namespace kdart::tile;
+
+/* The V-first state's 8 consecutive K entries of column v (rows k8 .. k8 + 7 of the S_H
+ * tile, 2-byte reads) packed for one 16-byte store. */
+__device__ __forceinline__ uint4 gather8(const unsigned short *sH, int k8, int v) {
+    const unsigned short *t = sH + (k8 >> 6) * 64 * 64;
+    unsigned e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = t[swz((k8 & 63) + i, v)];
+    return make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+}
+
+/* f(x, mt, j, e) over this thread's state fragments x = st[mt][j][e]: K block mt, n8 tile j, accumulator
+ * element e (the array passed, not captured: a closure holding its address kept it in local memory) */
+template <int KB, int NJ, typename F>
+__device__ __forceinline__ void each_state(float (&st)[KB][NJ][4], F f) {
+#pragma unroll
+    for (int mt = 0; mt < KB; ++mt)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(st[mt][j][e], mt, j, e);
+}
+
+} /* namespace fwdh */
+} /* namespace kdart */
+
+template <typename IO, int K, int BV, bool VARLEN, bool TAIL>
+__global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMinBlocks) void kdart_fwd_h(
+    const kdart_fwd_h_params p) {
+    using Tr = FwdHTraits<K, BV>;
+    using namespace kdart;
+    using namespace kdart::fwdh;
+    /* NJ: n8 state tiles a warp holds; RJ: 16-byte pieces of a BV-column row */
+    constexpr int S = Tr::kStages, KB = Tr::kKB, NJ = Tr::kCB / 8, RJ = BV / 8, TILE = 64 * 64;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    unsigned short *sH = reinterpret_cast<unsigned short *>(smem + Tr::kOffH);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* the warp's 16 rows (of the chunk, and of each K block of S) and its warpgroup's first column */
+    const int m0 = 16 * (warp & 3), c0 = (warp >> 2) * Tr::kCB, gid = lane >> 2, tq = lane & 3;
+    const int HV = p.HV, V = p.V, Kr = TAIL ? p.Kr : K, svf = p.state_v_first;
+    const int v0 = blockIdx.x * BV, n = blockIdx.y / HV, hv = blockIdx.y - n * HV;
+
+    long long bos, co;
+    const int len = seq_of<Tr::kThreads, VARLEN>(p.T, p.cu_seqlens, p.cu_is64, p.N, p.NT, n, p.status,
+                                                 reinterpret_cast<int *>(smem + Tr::kOffScr), &bos, &co);
+    if (len < 0) return; /* bad cu_seqlens (reported by CTA (0, 0)): nothing written */
+
+    const int nct = (len + 63) >> 6;
+    const int gran = TAIL ? granule(Kr, V) : 8;
+    const int nvc = TAIL ? min(BV, V - v0) : BV; /* this tile's valid columns */
+    const int hk = hv / (HV / p.H);
+    const long long strK = (long long)p.H * Kr, strW = (long long)HV * Kr, strV = (long long)HV * V;
+    const long long KV = (long long)Kr * V;
+    auto io = [](const void *b) { return static_cast<const unsigned short *>(b); };
+    const unsigned short *gk = io(p.k) + (bos * p.H + hk) * Kr;
+    const unsigned short *gw = io(p.w) + (bos * HV + hv) * Kr;
+    const unsigned short *gu = io(p.u) + (bos * HV + hv) * V + v0;
+    unsigned short *gvn = p.v_new ? static_cast<unsigned short *>(p.v_new) + (bos * HV + hv) * V + v0 : nullptr;
+    const float *gg = p.gk + (bos * HV + hv) * Kr;
+    unsigned short *gh = static_cast<unsigned short *>(p.h) + (co * HV + hv) * KV;
+    auto stage = [&](int c) { return reinterpret_cast<unsigned short *>(smem + (c % S) * Tr::kStage); };
+
+    /* chunk c's kg and w blocks and u tile into its stage (rows past the sequence's end, columns
+     * past Kr or V: zeros) */
+    auto issue = [&](int c) {
+        unsigned short *sg = stage(c);
+        const long long r0 = 64ll * c;
+        const int nr = min(64, len - 64 * c);
+#pragma unroll
+        for (int kb = 0; kb < KB; ++kb) {
+            load_tile<TAIL, Tr::kThreads>(sg + kb * TILE, gk + r0 * strK + 64 * kb, strK, nr, Kr - 64 * kb, tid,
+                                          gran);
+            load_tile<TAIL, Tr::kThreads>(sg + (KB + kb) * TILE, gw + r0 * strW + 64 * kb, strW, nr, Kr - 64 * kb,
+                                          tid, gran);
+        }
+        /* (BV 32: the masked copy of the left half, its granule the native 8 unless TAIL) */
+        load_tile<TAIL || BV < 64, Tr::kThreads>(sg + 2 * KB * TILE, gu + r0 * strV, strV, nr, nvc, tid, gran);
+    };
+#pragma unroll
+    for (int c = 0; c < S - 1; ++c) {
+        if (c < nct) issue(c);
+        cp_commit();
+    }
+
+    /* where state fragment (mt, j, e) lies in this scan's h0 and ht (fp32, [K][V] or [V][K]); -1 past Kr or V */
+    auto state_at = [=](int mt, int j, int e) -> long long {
+        const int k = 64 * mt + m0 + gid + 8 * (e >> 1), v = v0 + c0 + 8 * j + 2 * tq + (e & 1);
+        return TAIL && (k >= Kr || v >= V) ? -1 : svf ? (long long)v * Kr + k : (long long)k * V + v;
+    };
+    /* S from h0, zeros past Kr and V */
+    float st[KB][NJ][4];
+    const float *h0 = p.h0 ? p.h0 + (long long)blockIdx.y * KV : nullptr;
+#pragma unroll
+    for (int mt = 0; mt < KB; ++mt)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const long long at = state_at(mt, j, e);
+                st[mt][j][e] = h0 && at >= 0 ? h0[at] : 0.f;
+            }
+
+#pragma unroll 1
+    for (int c = 0; c < nct; ++c) {
+        const int nr = min(64, len - 64 * c);
+        /* IO(S) into S_H: the stored state and the w . S operand */
+#pragma unroll
+        for (int mt = 0; mt < KB; ++mt)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                const int col = c0 + 8 * j + 2 * tq, r = m0 + gid;
+                *reinterpret_cast<unsigned *>(sH + mt * TILE + swz(r, col)) = pack2<IO>(st[mt][j][0], st[mt][j][1]);
+                *reinterpret_cast<unsigned *>(sH + mt * TILE + swz(r + 8, col)) = pack2<IO>(st[mt][j][2], st[mt][j][3]);
+            }
+        cp_wait<S - 2>();
+        __syncthreads(); /* B1: S_H and chunk c's tiles visible; every warp is done with chunk c - 1's stage */
+        if (c + S - 1 < nct) issue(c + S - 1);
+        cp_commit();
+
+        /* h out: [K][V] rows of BV columns, or the V-first [V][K] rows of K entries, 16-byte pieces */
+        unsigned short *ghc = gh + (long long)c * HV * KV;
+        if (!svf) {
+#pragma unroll 4
+            for (int i = tid; i < K * RJ; i += Tr::kThreads) {
+                const int k = i / RJ, c8 = (i - k * RJ) * 8;
+                if (!TAIL || k < Kr)
+                    st8<TAIL>(ghc + k * (long long)V + v0 + c8,
+                              *reinterpret_cast<const uint4 *>(sH + (k >> 6) * TILE + swz(k & 63, c8)), v0 + c8, V,
+                              gran);
+            }
+        } else {
+#pragma unroll 4
+            for (int i = tid; i < BV * (K / 8); i += Tr::kThreads) {
+                const int v = i / (K / 8), k8 = (i - v * (K / 8)) * 8;
+                if (!TAIL || (v < nvc && k8 < Kr))
+                    st8<TAIL>(ghc + (long long)(v0 + v) * Kr + k8, gather8(sH, k8, v), k8, Kr, gran);
+            }
+        }
+
+        /* v_new = u - w . IO(S): this warp's 16 rows, kVN columns a pass, written over the u tile */
+        unsigned short *sU = stage(c) + 2 * KB * TILE;
+        const unsigned uW = smem_u32(stage(c) + KB * TILE), uH = smem_u32(sH);
+#pragma unroll
+        for (int n0 = c0; n0 < c0 + Tr::kCB; n0 += Tr::kVN) {
+            float acc[Tr::kVN / 8][4];
+#pragma unroll
+            for (int j = 0; j < Tr::kVN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb)
+#pragma unroll 1
+                for (int k0 = 0; k0 < 64; k0 += 16) {
+                    unsigned a[4];
+                    ldsm4(a_n(uW + kb * 2 * TILE, m0, k0, lane), a);
+#pragma unroll
+                    for (int np = 0; np < Tr::kVN / 16; ++np) {
+                        unsigned b[4];
+                        ldsm4t(b_t(uH + kb * 2 * TILE, n0 + 16 * np, k0, lane), b);
+                        mma<IO>(acc[2 * np], a, b[0], b[1]);
+                        mma<IO>(acc[2 * np + 1], a, b[2], b[3]);
+                    }
+                }
+#pragma unroll
+            for (int j = 0; j < Tr::kVN / 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    unsigned *pu = reinterpret_cast<unsigned *>(sU + swz(m0 + gid + 8 * h, n0 + 8 * j + 2 * tq));
+                    const float2 uu = unpack2<IO>(*pu);
+                    *pu = pack2<IO>(uu.x - acc[j][2 * h], uu.y - acc[j][2 * h + 1]);
+                }
+        }
+        /* g_last of this thread's rows, read here (at the K tile 256 the registers it would hold through
+         * the v_new product spilled) and consumed after B2 and v_new's stores, which hide its latency */
+        float gl[KB][2];
+        const float *glr = gg + (64ll * c + nr - 1) * strW;
+#pragma unroll
+        for (int mt = 0; mt < KB; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int k = 64 * mt + m0 + gid + 8 * h;
+                gl[mt][h] = !TAIL || k < Kr ? glr[k] : 0.f;
+            }
+        __syncthreads(); /* B2: every row of IO(v_new) visible; S_H read by every warp */
+
+        if (gvn) {
+            unsigned short *gv = gvn + 64ll * c * strV;
+#pragma unroll
+            for (int i = tid; i < 64 * RJ; i += Tr::kThreads) {
+                const int r = i / RJ, c8 = (i - r * RJ) * 8;
+                if (r < nr)
+                    st8<TAIL>(gv + r * strV + c8, *reinterpret_cast<const uint4 *>(sU + swz(r, c8)), v0 + c8, V, gran);
+            }
+        }
+
+        /* S = exp2(g_last) (.) S + kg^T IO(v_new) */
+#pragma unroll
+        for (int mt = 0; mt < KB; ++mt) {
+            const float d0 = ex2(gl[mt][0]), d1 = ex2(gl[mt][1]);
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                st[mt][j][0] *= d0, st[mt][j][1] *= d0;
+                st[mt][j][2] *= d1, st[mt][j][3] *= d1;
+            }
+        }
+        const unsigned uK = smem_u32(stage(c)), uU = smem_u32(sU);
+#pragma unroll 1
+        for (int t0 = 0; t0 < 64; t0 += 16)
+#pragma unroll
+            for (int n0 = 0; n0 < Tr::kCB / 16; n0 += Tr::kHN) {
+                unsigned b[Tr::kHN][4];
+#pragma unroll
+                for (int np = 0; np < Tr::kHN; ++np) ldsm4t(b_t(uU, c0 + 16 * (n0 + np), t0, lane), b[np]);
+#pragma unroll
+                for (int mt = 0; mt < KB; ++mt) {
+                    unsigned a[4];
+                    ldsm4t(a_t(uK + mt * 2 * TILE, m0, t0, lane), a);
+#pragma unroll
+                    for (int np = 0; np < Tr::kHN; ++np) {
+                        mma<IO>(st[mt][2 * (n0 + np)], a, b[np][0], b[np][1]);
+                        mma<IO>(st[mt][2 * (n0 + np) + 1], a, b[np][2], b[np][3]);
+                    }
+                }
+            }
+    }
+    cp_wait_all(); /* (no copy group is pending past the last chunk's; none may outlive the CTA) */
+
+    /* the final state, fp32 */
+    if (p.ht) {
+        float *ht = p.ht + (long long)blockIdx.y * KV;
+        each_state(st, [=](float &x, int mt, int j, int e) {
+            const long long at = state_at(mt, j, e);
+            if (at >= 0) ht[at] = x;
+        });
+    }
+}
+
+#endif /* KDART_FWD_H_CUH */
