@@ -49,11 +49,15 @@ STAGES = (("kdart_bwd_intra", "bwd_intra (kdart)"), ("kdart_bwd_dhu", "bwd_dhu (
           ("kdart_chunk_rcumsum", "dg cumsum (kdart)"), ("kdart_wy_dqkg", "wy_dqkg (kdart)"),
           ("kdart_recompute_wu", "gate cumsum + recompute_w_u (kdart)"), ("kdart_bwd_dav", "bwd_dAv (kdart)"),
           ("kdart_fwd_h", "fwd_h (kdart; the forward's and the recompute's)"),
+          ("kdart_bwd_post", "bwd_post: l2norm, gate, sigmoid bwd (kdart)"),
           ("wy_dqkg", "wy_dqkg_fused"), ("bwd_kernel_intra", "bwd_intra"),
           ("bwd_kernel_dhu", "bwd_dhu"), ("dAv", "bwd_dAv"), ("fwd_kernel_h", "fwd_h (recompute)"),
           ("recompute_w_u", "recompute_w_u"), ("gate_chunk_cumsum", "gate cumsum"), ("gate_bwd", "kda_gate_bwd"),
           ("l2norm_bwd", "l2norm_bwd"), ("l2norm_fwd", "l2norm_fwd"), ("beta_sigmoid", "beta sigmoid"),
           ("chunk_local_cumsum", "dg cumsum"), ("cumsum", "cumsum"))
+
+
+KOPTS = {}  # kdart.fla.enabled's options (--route)
 
 
 def inputs(B, T, H, HV, K, V, docs=None, config="recipe"):
@@ -296,7 +300,13 @@ def main():
                          "no timing: the workload of tools/triton_warm.py")
     ap.add_argument("--overhead-only", action="store_true", help="only the Python call overhead (no fla needed)")
     ap.add_argument("--no-overhead", action="store_true", help="skip the Python call overhead")
+    ap.add_argument("--route", choices=("stages", "whole", "both"), default="both",
+                    help="kdart.fla's route: its stage wrappers inside fla's backward, enable(whole=True): the "
+                         "whole backward kdart's (kdart.torch.chunk_kda_bwd), or both, one after the other "
+                         "(default)")
     args = ap.parse_args()
+    routes = ("stages", "whole") if args.route == "both" else (args.route,)
+    KOPTS.update(whole=routes[-1] == "whole")
     configs = [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
@@ -316,7 +326,7 @@ def main():
             for config in configs:
                 leaves, do, dht, kw = inputs(B, small, H, HV, K, V, docs, config)
                 backward_ms(leaves, do, dht, kw, 1)
-                with kf.enabled():
+                with kf.enabled(**KOPTS):
                     backward_ms(leaves, do, dht, kw, 1)
         return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
@@ -328,37 +338,41 @@ def main():
             t0 = time.time()
             backward_ms(leaves, do, dht, kw, 1)  # warm fla (autotune)
             t1 = time.time()
-            with kf.enabled():
+            with kf.enabled(**KOPTS):
                 backward_ms(leaves, do, dht, kw, 1)  # warm kdart (prepare) and fla's other stages
             print(f"  ({config} {name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart "
                   f"{time.time() - t1:.1f} s)", flush=True)
             base, _ = backward_ms(leaves, do, dht, kw, args.iters)
-            kf.reset_stats()
-            with kf.enabled():
-                ours, _ = backward_ms(leaves, do, dht, kw, args.iters)
-            st = kf.stats()
-            print(f"{config:7s} {name:22s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  {st['served']} "
-                  f"{st['fallbacks']}", flush=True)
             qb, hb = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
-            with kf.enabled():
-                qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
-            print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
-                  f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
             mb = backward_peak_mb(leaves, do, dht, kw)
-            with kf.enabled():
-                mo = backward_peak_mb(leaves, do, dht, kw)
-            print(f"{'':7s} {'  peak memory, MB':22s} {mb:11.1f} {mo:13.1f} {mb / max(mo, 1e-9):6.2f}  "
-                  f"(the backward's allocations over what its start held)", flush=True)
-            if args.profile:
-                pb = profile_backward(leaves, do, dht, kw, args.profile_iters)
-                with kf.enabled():
-                    po = profile_backward(leaves, do, dht, kw, args.profile_iters)
-                print_profile(f"{config} {name}", pb, po)
+            pb = profile_backward(leaves, do, dht, kw, args.profile_iters) if args.profile else None
+            for route in routes:
+                KOPTS.update(whole=route == "whole")
+                with kf.enabled(**KOPTS):
+                    backward_ms(leaves, do, dht, kw, 1)  # (warm this route: its kernels prepared)
+                kf.reset_stats()
+                with kf.enabled(**KOPTS):
+                    ours, _ = backward_ms(leaves, do, dht, kw, args.iters)
+                st = kf.stats()
+                print(f"{config:7s} {name:22s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  [{route}] "
+                      f"{ {k: n for k, n in st['served'].items() if n} } {st['fallbacks']}", flush=True)
+                with kf.enabled(**KOPTS):
+                    qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
+                print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
+                      f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
+                with kf.enabled(**KOPTS):
+                    mo = backward_peak_mb(leaves, do, dht, kw)
+                print(f"{'':7s} {'  peak memory, MB':22s} {mb:11.1f} {mo:13.1f} {mb / max(mo, 1e-9):6.2f}  "
+                      f"(the backward's allocations over what its start held)", flush=True)
+                if args.profile:
+                    with kf.enabled(**KOPTS):
+                        po = profile_backward(leaves, do, dht, kw, args.profile_iters)
+                    print_profile(f"{config} {name} [{route}]", pb, po)
             if args.trace:
                 for who, on in (("fla", False), ("kdart", True)):
                     path = f"{args.trace}_{config}_{name}_{who}.json"
                     if on:
-                        with kf.enabled():
+                        with kf.enabled(**KOPTS):
                             busy, span, gaps = gap_report(leaves, do, dht, kw, path)
                     else:
                         busy, span, gaps = gap_report(leaves, do, dht, kw, path)

@@ -212,4 +212,33 @@ typedef struct kdart_fwd_h_params {
     int state_v_first;
 } kdart_fwd_h_params;
 
+/* bwd_post: grid (nblk, H), CTA (b, h) takes tokens [b TB, b TB + TB) of head h
+ * and its HV/H value heads (tokens: the B*T rows, sequences do not matter). */
+typedef struct kdart_bwd_post_params {
+    const float *dq_in;   /* [N,HV,K] fp32, summed over each head's value heads */
+    const float *dk_in;   /* [N,HV,K] fp32 */
+    const void *q;        /* [N,H,K]  io dtype, the l2-normalized q (read with q_rstd) */
+    const void *k;        /* [N,H,K]  io dtype (read with k_rstd) */
+    const float *q_rstd;  /* [N,H]    fp32, or NULL: no l2norm backward for q */
+    const float *k_rstd;  /* [N,H]    fp32, or NULL */
+    const float *dg_in;   /* [N,HV,K] fp32, the gate gradient after the reverse cumsum */
+    const void *g_raw;    /* [N,HV,K] io dtype or fp32 (G_IO), or NULL: no gate backward */
+    const float *A_log;   /* [HV]     fp32 (with g_raw) */
+    const float *dt_bias; /* [HV,K]   fp32, or NULL */
+    const float *db_in;   /* [N,HV]   fp32 */
+    const void *beta_raw; /* [N,HV]   io dtype or fp32 (BETA_IO): logits, or NULL: no sigmoid */
+    float *workspace;     /* [256 * HV * (K+1) + H] fp32: partials, then H zeroed counters */
+    void *dq;             /* [N,H,K]  io dtype */
+    void *dk;             /* [N,H,K]  io dtype */
+    void *dg;             /* [N,HV,K] io dtype or fp32 (G_IO) */
+    void *db;             /* [N,HV]   io dtype or fp32 (BETA_IO) */
+    float *dA_log;        /* [HV]     fp32 (with g_raw) */
+    float *ddt_bias;      /* [HV,K]   fp32, or NULL */
+    float lower_bound;    /* the safe gate's bound */
+    int safe_gate;        /* 1: lower_bound * sigmoid(exp(A_log) x); 0: -exp(A_log) softplus(x) */
+    float beta_scale;     /* 1, or 2 with allow_neg_eigval */
+    int N, H, HV, K;
+    int TB;               /* tokens per CTA */
+} kdart_bwd_post_params;
+
 #endif /* KDART_KDA_PARAMS_H */

@@ -75,8 +75,8 @@ START_TEST(sha256_vectors) {
 END_TEST
 
 START_TEST(registry_specs) {
-    ck_assert_int_eq(kdart_kernel_count(), 7);
-    ck_assert_ptr_null(kdart_kernel_name(7));
+    ck_assert_int_eq(kdart_kernel_count(), 8);
+    ck_assert_ptr_null(kdart_kernel_name(8));
     ck_assert_ptr_null(kdart_kernel_name(-1));
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 192);
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
@@ -85,6 +85,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_count("recompute_wu"), 32);
     ck_assert_int_eq(kdart_spec_count("bwd_dav"), 8);
     ck_assert_int_eq(kdart_spec_count("fwd_h"), 48);
+    ck_assert_int_eq(kdart_spec_count("bwd_post"), 16);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words),
      * and its parameters their tables (a value past KDART__MAX_VALUES is only a compiler warning) */

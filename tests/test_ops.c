@@ -438,6 +438,108 @@ static void dav_make(dav_set *s, int64_t b, int64_t t, int64_t v) {
     s->a = a;
 }
 
+/* bwd_post: b rows of t tokens; gate (g_raw, A_log, dt_bias, their gradients, the workspace) and the
+ * beta logits in bf16, l2norm on */
+typedef struct post_set {
+    fake dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, dt_bias, db_in, beta_raw, ws, dq, dk, dg, db, dA,
+        dbias;
+    kdart_bwd_post_args a;
+} post_set;
+
+static void post_make_k(post_set *s, int64_t b, int64_t t, int64_t k) {
+    mk(&s->dq_in, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->dk_in, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->q, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->k, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->q_rstd, kDLFloat, 32, 3, b, t, H, 0, 0);
+    mk(&s->k_rstd, kDLFloat, 32, 3, b, t, H, 0, 0);
+    mk(&s->dg_in, kDLFloat, 32, 4, b, t, HV, k, 0);
+    mk(&s->g_raw, kDLBfloat, 16, 4, b, t, HV, k, 0);
+    mk(&s->A_log, kDLFloat, 32, 1, HV, 0, 0, 0, 0);
+    mk(&s->dt_bias, kDLFloat, 32, 2, HV, k, 0, 0, 0);
+    mk(&s->db_in, kDLFloat, 32, 3, b, t, HV, 0, 0);
+    mk(&s->beta_raw, kDLBfloat, 16, 3, b, t, HV, 0, 0);
+    mk(&s->ws, kDLFloat, 32, 1, kdart_bwd_post_workspace(H, HV, k), 0, 0, 0, 0);
+    mk(&s->dq, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->dk, kDLBfloat, 16, 4, b, t, H, k, 0);
+    mk(&s->dg, kDLBfloat, 16, 4, b, t, HV, k, 0);
+    mk(&s->db, kDLBfloat, 16, 3, b, t, HV, 0, 0);
+    mk(&s->dA, kDLFloat, 32, 1, HV, 0, 0, 0, 0);
+    mk(&s->dbias, kDLFloat, 32, 2, HV, k, 0, 0, 0);
+    kdart_bwd_post_args a = {sizeof a, &s->dq_in.t, &s->dk_in.t, &s->q.t, &s->k.t, &s->q_rstd.t, &s->k_rstd.t,
+                             &s->dg_in.t, &s->g_raw.t, &s->A_log.t, &s->dt_bias.t, &s->db_in.t, &s->beta_raw.t,
+                             &s->ws.t, &s->dq.t, &s->dk.t, &s->dg.t, &s->db.t, &s->dA.t, &s->dbias.t,
+                             -5.0f, 1, 1.0f, 1, 1};
+    s->a = a;
+}
+static void post_make(post_set *s) { post_make_k(s, B, T, K); }
+
+START_TEST(post_validation) {
+    post_set s;
+    char buf[128];
+    post_make(&s);
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    EXPECT(kdart_op_run(rt, "bwd_post", &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_post", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,g_io=1,beta_io=1,tail=0");
+    ck_assert_int_eq(kdart_bwd_post_workspace(H, HV, K), 256 * HV * (K + 1) + H);
+    ck_assert_int_eq(kdart_bwd_post_workspace(0, HV, K), 0);
+    /* nothing but the casts and the value heads' sum (no l2norm, no gate, no sigmoid), fp32 dg and db, K = 63 */
+    post_make_k(&s, B, T, 63);
+    s.a.q = s.a.k = s.a.q_rstd = s.a.k_rstd = NULL;
+    s.a.g_raw = s.a.A_log = s.a.dt_bias = s.a.dA_log = s.a.ddt_bias = s.a.workspace = s.a.beta_raw = NULL;
+    mk(&s.dg, kDLFloat, 32, 4, B, T, HV, 63, 0);
+    mk(&s.db, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    s.a.g_io = s.a.beta_io = 0;
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_post", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,g_io=0,beta_io=0,tail=1");
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* bad arguments, each named */
+    post_make(&s);
+    s.a.q_rstd = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENULL, "q_rstd");
+    post_make(&s);
+    s.a.A_log = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENULL, "A_log");
+    post_make(&s);
+    s.a.workspace = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENULL, "workspace");
+    post_make(&s);
+    s.a.ddt_bias = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENULL, "ddt_bias");
+    post_make(&s);
+    s.a.g_raw = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EINVAL, "g_raw");
+    post_make(&s);
+    s.a.beta_scale = 3.0f;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EINVAL, "beta_scale");
+    post_make(&s);
+    s.a.g_io = 0; /* g_raw is bf16 */
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EDTYPE, "g_raw");
+    post_make(&s);
+    mk(&s.dq_in, kDLBfloat, 16, 4, B, T, HV, K, 0); /* the chunk stages' gradients are fp32 */
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EDTYPE, "dq_in");
+    post_make(&s);
+    mk(&s.ws, kDLFloat, 32, 1, 1000, 0, 0, 0, 0);
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ESHAPE, "workspace");
+    post_make(&s);
+    mk(&s.dq_in, kDLFloat, 32, 4, B, T, 3, K, 0); /* 3 value heads over 2 heads */
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ESHAPE, "HV");
+    post_make_k(&s, B, T, 300);
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=300");
+    post_make(&s);
+    s.dq.t.data = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_ENULL, "dq");
+    post_make(&s);
+    s.q.t.data = (void *)((uintptr_t)s.q.t.data + 8);
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EALIGN, "tensor q");
+    post_make(&s);
+    s.a.dg = &s.dg_in.t; /* in place (and fp32 where bf16 is asked for) */
+    s.a.g_io = 0, s.a.g_raw = NULL, s.a.A_log = s.a.dt_bias = s.a.dA_log = s.a.ddt_bias = NULL;
+    EXPECT(kdart_kda_bwd_post(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
+}
+END_TEST
+
 /* each bad argument refused with its own status and a message naming it (so before anything is
  * launched or written: a valid call stops at ENOCUDA) */
 START_TEST(dav_validation) {
@@ -1164,6 +1266,7 @@ int main(void) {
     tcase_add_test(tc, rwu_validation);
     tcase_add_test(tc, dav_validation);
     tcase_add_test(tc, fwdh_validation);
+    tcase_add_test(tc, post_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

@@ -77,6 +77,14 @@ fla's Triton scan is still the faster one (docs/kernels.md, "fwd_h"); the wrappe
 to fla uncounted.  fwdh_refusal says why a call still goes to fla: the scalar gate
 g (gated delta rule models), no gate, chunk size, dtypes, shapes.
 
+enable(whole=True) goes further: fla's ChunkKDAFunction.backward (FUNC_MODULE) is replaced whole by
+kdart.torch.chunk_kda_bwd, every kernel of the backward kdart's (the gate cumsum and the recompute, the
+state scan fwd_h, bwd_dhu with the fused dAv, wy_dqkg, bwd_intra with the folded cumsum, and bwd_post: the
+l2norm, gate and beta-sigmoid backwards with the A_log / dt_bias reductions and the casts, which fla runs
+after chunk_kda_bwd), launches only, counted as "whole_backward".  whole_refusal says why a backward still
+goes to fla's own (context parallelism, chunk size, dtypes, head dims; counted as a fallback): then the
+per-stage wrappers above serve what they take.
+
 Without code changes: FLA_KDART=1 enables it when the script imports fla's chunk_kda backward (the wheel's
 kdart-autoload.pth, kdart._autoload); FLA_KDART=0 makes enable() do nothing (logged once).  Fallbacks are
 logged once per reason through the "kdart.fla" logger; stats() counts every one.
@@ -164,9 +172,9 @@ EXPECTED = {
 
 _lock = threading.RLock()
 _state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None, "fwd_module": None,
-          "fwd_h": False}
+          "fwd_h": False, "whole": None}
 _served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0, "recompute_w_u": 0,
-           "gate_cumsum": 0, "fwd_h": 0}
+           "gate_cumsum": 0, "fwd_h": 0, "whole_backward": 0}
 _fallbacks = {}
 _warned = set()
 _tls = threading.local()
@@ -810,6 +818,80 @@ def _fwdh_wrapper(k, w, u, g=None, gk=None, initial_state=None, output_final_sta
                   lambda: _state["orig"][_FWDH](k, w, u, **kw))
 
 
+# ------------------------------------------------- the whole backward (enable(whole=True))
+
+FUNC_MODULE = "fla.ops.kda.chunk"
+# what ChunkKDAFunction's forward saves, in order (fla-core 0.6.0)
+_SAVED = ("q", "q_rstd", "k", "k_rstd", "v", "g_cumsum", "g_input", "beta_raw", "beta", "A_log", "dt_bias", "Aqk",
+          "Akk", "w", "u", "qg", "kg", "v_new", "h", "initial_state", "cu_seqlens", "chunk_indices", "chunk_offsets")
+
+
+def whole_refusal(ctx, saved, do):
+    """None when kdart.torch.chunk_kda_bwd takes this ChunkKDAFunction backward, else the reason it does not."""
+    if getattr(ctx, "cp_context", None) is not None:
+        return "context parallelism (cp_context)"
+    if ctx.chunk_size != 64:
+        return f"chunk_size={ctx.chunk_size}"
+    q, k, v = saved["q"], saved["k"], saved["v"]
+    r = _common_reason(ctx.chunk_size, q, v, saved["cu_seqlens"])
+    if r is None and not 1 <= v.shape[3] <= 512:
+        r = f"value dim V={v.shape[3]}"
+    if r is None and v.shape[2] % q.shape[2]:
+        r = "HV % H != 0"
+    if r is None and saved["cu_seqlens"] is not None and saved["chunk_indices"] is None:
+        r = "packed sequences without chunk_indices"
+    if r is None and ctx.use_gate_in_kernel and saved["A_log"] is None:
+        r = "the gate in the kernel without A_log"
+    torch = _torch()
+    if r is None:
+        r = _io_reason(torch, q, (k, v, saved["Akk"], do), ())
+    if r is None:
+        f32 = [x for x in (saved["A_log"], saved["dt_bias"]) if x is not None]
+        if any(x.dtype != torch.float32 for x in f32):
+            r = "A_log or dt_bias not float32"
+    if r is None:
+        for name in ("g_input", "beta_raw"):
+            x = saved[name]
+            if x is not None and x.dtype not in (q.dtype, torch.float32):
+                r = f"{name} in {x.dtype}"
+    return r
+
+
+def _whole_backward(ctx, do, dht):
+    """ChunkKDAFunction.backward through kdart.torch.chunk_kda_bwd (fla's own where whole_refusal says no)."""
+    saved = dict(zip(_SAVED, ctx.saved_tensors))
+    do = do.contiguous()
+    dht = dht.contiguous() if dht is not None else None
+    reason = whole_refusal(ctx, saved, do)
+    if reason is None:
+        from . import torch as kt
+        s, gate, norec = saved, bool(ctx.use_gate_in_kernel), bool(ctx.disable_recompute)
+        try:
+            with _device_of(s["q"]):
+                dq, dk, dv, dg, db, dA, dbias, dh0 = kt.chunk_kda_bwd(
+                    s["q"], s["k"], s["v"], s["g_input"], s["beta"], s["Aqk"], s["Akk"], do, dht, scale=ctx.scale,
+                    initial_state=s["initial_state"], q_rstd=s["q_rstd"], k_rstd=s["k_rstd"],
+                    beta_raw=s["beta_raw"], A_log=s["A_log"] if gate else None,
+                    dt_bias=s["dt_bias"] if gate else None, use_gate_in_kernel=gate, lower_bound=ctx.lower_bound,
+                    use_beta_sigmoid_in_kernel=ctx.use_beta_sigmoid_in_kernel,
+                    allow_neg_eigval=ctx.allow_neg_eigval, state_v_first=ctx.state_v_first,
+                    cu_seqlens=s["cu_seqlens"], chunk_indices=s["chunk_indices"],
+                    chunk_offsets=s["chunk_offsets"], g_cumsum=s["g_cumsum"],
+                    **({k_: s[k_] for k_ in ("w", "u", "qg", "kg", "v_new", "h")} if norec else {}))
+        except ValueError as e:
+            reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
+        else:
+            _count_served("whole_backward")
+            return (dq, dk, dv, dg, db, dA, dbias, None, dh0) + (None,) * 16
+    _count_fallback("whole_backward", reason)
+    return _state["whole"][1](ctx, do, dht)
+
+
+def _device_of(t):
+    torch = _torch()
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 _WRAPPERS = {_INTRA: _intra_wrapper, _DHU: _dhu_wrapper, _WY: _wy_wrapper, _CUMSUM: _cumsum_wrapper,
              _DAV: _dav_wrapper, _PRE: _pre_wrapper, _GATE: _gate_wrapper, _RWU: _rwu_wrapper, _FWDH: _fwdh_wrapper}
 
@@ -867,11 +949,12 @@ def _import_or_none(importlib, name):
         return None
 
 
-def enable(fold_dg=True, via=None, fwd_h=False):
+def enable(fold_dg=True, via=None, fwd_h=False, whole=False):
     """Routes fla's chunk_kda backward stages through kdart (idempotent).  via: "names" (the default:
     the functions' names in fla's backward module replaced) or "registry" (kdart's backends registered in
     fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  fwd_h: serve
-    fla's state scan (chunk_gated_delta_rule_fwd_h, in the backward's recompute and in the forward) too.  RuntimeError
+    fla's state scan (chunk_gated_delta_rule_fwd_h, in the backward's recompute and in the forward) too.  whole:
+    replace ChunkKDAFunction.backward whole by kdart.torch.chunk_kda_bwd (every kernel kdart's).  RuntimeError
     when the installed fla is not the one this was written for, or the registry is asked for with fla's
     dispatch off; ImportError when fla or torch is missing."""
     import importlib
@@ -892,6 +975,7 @@ def enable(fold_dg=True, via=None, fwd_h=False):
                 raise RuntimeError(f"kdart.fla is enabled through {_state['via']}; disable() it first")
             _state["fold"] = bool(fold_dg)
             _state["fwd_h"] = bool(fwd_h)
+            _set_whole(importlib, whole)
             return
         mod = importlib.import_module(MODULE)
         _check_signatures(mod)
@@ -915,6 +999,7 @@ def enable(fold_dg=True, via=None, fwd_h=False):
                 _state["fwd_module"] = fwd
         _state["fold"] = bool(fold_dg)
         _state["fwd_h"] = bool(fwd_h)
+        _set_whole(importlib, whole)
         _state["via"] = via
         _state["bwd_code"] = inspect.unwrap(mod.chunk_kda_bwd).__code__
         _state["module"] = mod
@@ -933,6 +1018,7 @@ def disable():
                 setattr(_state["fwd_module"], _FWDH, _state["orig"][_FWDH])
         _state["module"] = None
         _state["fwd_module"] = None
+        _set_whole(None, False)
         _state["fold"] = False
         _state["fwd_h"] = False
         _state["via"] = None
@@ -941,19 +1027,33 @@ def disable():
         _tls.gate = None
 
 
+def _set_whole(importlib, on):
+    """Puts kdart's whole backward on ChunkKDAFunction (on) or fla's own back."""
+    if on and _state["whole"] is None:
+        cls = importlib.import_module(FUNC_MODULE).ChunkKDAFunction
+        _state["whole"] = (cls, cls.backward)
+        # (autograd looks the backward up on the class at every call: the staticmethod's swap takes effect)
+        cls.backward = staticmethod(_whole_backward)
+    elif not on and _state["whole"] is not None:
+        cls, orig = _state["whole"]
+        cls.backward = staticmethod(orig)
+        _state["whole"] = None
+
+
 def is_enabled():
     return _state["module"] is not None
 
 
 @contextlib.contextmanager
-def enabled(fold_dg=True, fwd_h=False):
+def enabled(fold_dg=True, fwd_h=False, whole=False):
     """with kdart.fla.enabled(): ... (restores the previous state on exit)."""
     was, was_fold, was_via, was_fwdh = is_enabled(), _state["fold"], _state["via"], _state["fwd_h"]
-    enable(fold_dg, fwd_h=fwd_h)
+    was_whole = _state["whole"] is not None
+    enable(fold_dg, fwd_h=fwd_h, whole=whole)
     try:
         yield
     finally:
         if was:
-            enable(was_fold, was_via, was_fwdh)
+            enable(was_fold, was_via, was_fwdh, was_whole)
         else:
             disable()

@@ -85,7 +85,7 @@ import torch
 from . import _lib
 
 __all__ = ["bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_w_u", "gate_recompute_w_u", "bwd_dAv",
-           "chunk_gated_delta_rule_fwd_h", "prepare_for", "device_status"]
+           "chunk_gated_delta_rule_fwd_h", "bwd_post", "chunk_kda_bwd", "prepare_for", "device_status"]
 
 CHUNK = 64
 _F32 = torch.float32
@@ -155,6 +155,7 @@ _RWU = _Stage("recompute_wu", {"g": "gk"}, ("w", "u", "qg", "kg"))
 _RWU_GATE = _Stage("recompute_wu", {"g_raw": "g"}, ("g_out", "w", "u", "qg", "kg"))  # the raw gate in
 _DAV = _Stage("bwd_dav", {}, ("dA", "dv"))
 _FWDH = _Stage("fwd_h", {"h0": "initial_state", "ht": "final_state"}, ("h", "v_new", "ht"))
+_POST = _Stage("bwd_post", {}, ("dq", "dk", "dg", "db", "dA_log", "ddt_bias"))
 
 
 def _sizes(st, t, sc, nt):
@@ -331,8 +332,8 @@ class _Plan:
             dl.device = _lib.DLDevice(2, x.get_device()) if x.is_cuda else _lib.DLDevice(1, 0)
             if dev0 is None:
                 dev0 = dl.device
-            elif a.kind == _lib.ARG_OUTPUT:
-                dl.device = dev0  # the outputs are on the inputs' device (built on meta)
+            elif a.kind == _lib.ARG_OUTPUT or x.device.type == "meta":
+                dl.device = dev0  # the outputs (and bwd_post's workspace) are on the inputs' device (built on meta)
             code, bits = _DL_DTYPE.get(x.dtype, (0, 0))
             dl.dtype = _lib.DLDataType(code, bits, 1)
             setattr(self.args, a.name, ctypes.pointer(dl))
@@ -383,10 +384,10 @@ def _fast():
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
         fw, fr, fv = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"], rt.lib["kdart_kda_bwd_dav"]
-        fh = rt.lib["kdart_kda_fwd_h"]
-        for f in (fi, fd, fw, fr, fv, fh):
+        fh, fp = rt.lib["kdart_kda_fwd_h"], rt.lib["kdart_kda_bwd_post"]
+        for f in (fi, fd, fw, fr, fv, fh, fp):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh,
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh, post=fp,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -1158,6 +1159,231 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     outs = torch.ops.kdart.fwd_h(k, w, u, gk, initial_state, bool(output_final_state), bool(save_new_value),
                                  bool(state_v_first), cu_seqlens, chunk_indices, chunk_offsets)
     return tuple(None if o.dim() == 1 and o.shape[0] == 0 else o for o in outs)
+
+
+# ------------------------------------------------------------- bwd_post and the whole backward
+
+_POST_ORDER = ("dq_in", "dk_in", "q", "k", "q_rstd", "k_rstd", "dg_in", "g_raw", "A_log", "dt_bias", "db_in",
+               "beta_raw")
+_POST_OUTS = ("dq", "dk", "dg", "db", "dA_log", "ddt_bias")
+
+
+def _post_sizes(dq_in, dg_in, db_in, H, dt_bias, io, g_dtype, beta_dtype, gate):
+    """bwd_post's outputs {name: (shape, dtype)} (dq, dk at H heads)."""
+    B, T, HV, K = dq_in.shape
+    out = {"dq": ((B, T, H, K), io), "dk": ((B, T, H, K), io), "dg": (tuple(dg_in.shape), g_dtype),
+           "db": (tuple(db_in.shape), beta_dtype)}
+    if gate:
+        out["dA_log"] = ((HV,), _F32)
+        if dt_bias is not None:
+            out["ddt_bias"] = ((HV, K), _F32)
+    return out
+
+
+def _post_workspace(H, HV, K):
+    W = _lib.runtime().lib.kdart_bwd_post_workspace
+    W.restype, W.argtypes = ctypes.c_int64, [ctypes.c_int64] * 3
+    return W(H, HV, K)
+
+
+def _post_check(t, sc, outs):
+    """kdart's checks and spec of one bwd_post call (t: its inputs by C name; outs: _post_sizes) -> the plan."""
+    fakes = {n: torch.empty(shp, dtype=dt, device="meta") for n, (shp, dt) in outs.items()}
+    B, T, HV, K = t["dq_in"].shape
+    H = outs["dq"][0][2]
+    ws = torch.empty((_post_workspace(H, HV, K),), dtype=_F32, device="meta") if t.get("g_raw") is not None else None
+    plan = _Plan(_POST, {**t, "workspace": ws, **fakes}, sc)
+    plan.spec = _ask_kdart(_POST, plan)
+    plan.ws = (ws.shape[0], H) if ws is not None else None
+    return plan
+
+
+def _post_plan(t, sc, outs):
+    plan = _post_check(t, sc, outs)
+    dev = _check_layout(tuple(x for x in t.values() if x is not None))
+    plan.outs, plan.dev, plan.idx = outs, dev, (dev.index if dev.type == "cuda" else -1)
+    plan.slots = _POST.slots(_POST_ORDER + ("workspace",) + _POST_OUTS)
+    return plan
+
+
+def _post_impl(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, dt_bias, beta_raw, lower_bound,
+               beta_scale, io, g_dtype, beta_dtype, H):
+    ts = (dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, _dt_bias_2d(dt_bias, g_raw), db_in, beta_raw)
+    key = (tuple(map(_idx_key, ts)), "post", io, g_dtype, beta_dtype, H)
+    gate = g_raw is not None
+    sc = dict(lower_bound=0.0 if lower_bound is None else float(lower_bound), safe_gate=int(lower_bound is not None),
+              beta_scale=float(beta_scale), g_io=int(g_dtype != _F32), beta_io=int(beta_dtype != _F32))
+
+    def build():
+        if not isinstance(dq_in, torch.Tensor) or dq_in.dim() != 4:
+            raise _lib.value_error("ESHAPE", "ESHAPE: dq_in must be a [B,T,HV,K] tensor")
+        return _post_plan(dict(zip(_POST_ORDER, ts)), sc,
+                          _post_sizes(dq_in, dg_in, db_in, H, ts[9], io, g_dtype, beta_dtype, gate))
+    plan = _get_plan(key, build)
+    live = tuple(x for x in ts if x is not None)
+    if not all(map(_CONTIG, live)):
+        _check_layout(live)
+    dev = plan.dev
+    o = [torch.empty(plan.outs[n][0], dtype=plan.outs[n][1], device=dev) if n in plan.outs else None
+         for n in _POST_OUTS]
+    ws = None
+    if plan.ws is not None:
+        ws = torch.empty(plan.ws[0], dtype=_F32, device=dev)
+        ws[-plan.ws[1]:].zero_()  # the per-head counters; the kernel leaves them zero again
+    plan.args.lower_bound, plan.args.beta_scale = sc["lower_bound"], sc["beta_scale"]
+    if not plan.warm:
+        _prepare_plan("bwd_post", plan, dev)
+    _set_data(plan, ts + (ws,) + tuple(o), (None,))
+    _launch("post", plan, plan.idx)
+    return tuple(o)
+
+
+@torch.library.custom_op("kdart::bwd_post", mutates_args=())
+def _post_op(dq_in: torch.Tensor, dk_in: torch.Tensor, dg_in: torch.Tensor, db_in: torch.Tensor,
+             q: torch.Tensor | None, k: torch.Tensor | None, q_rstd: torch.Tensor | None, k_rstd: torch.Tensor | None,
+             g_raw: torch.Tensor | None, A_log: torch.Tensor | None, dt_bias: torch.Tensor | None,
+             beta_raw: torch.Tensor | None, lower_bound: float | None, beta_scale: float, io: torch.dtype,
+             g_dtype: torch.dtype, beta_dtype: torch.dtype, H: int) -> list[torch.Tensor]:
+    """bwd_post; an output not produced (dA_log, ddt_bias) is a (0,)-shaped tensor."""
+    outs = _post_impl(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, dt_bias, beta_raw,
+                      lower_bound, beta_scale, io, g_dtype, beta_dtype, H)
+    return [dq_in.new_empty((0,)) if x is None else x for x in outs]
+
+
+@_post_op.register_fake
+def _post_fake(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, dt_bias, beta_raw, lower_bound,
+               beta_scale, io, g_dtype, beta_dtype, H):
+    outs = _post_sizes(dq_in, dg_in, db_in, H, dt_bias, io, g_dtype, beta_dtype, g_raw is not None)
+    ts = (dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, dt_bias, db_in, beta_raw)
+    if all(isinstance(n, int) for x in ts if x is not None for n in x.shape):  # (symbolic sizes: the launch checks)
+        _post_check(dict(zip(_POST_ORDER, ts)), dict(
+            lower_bound=0.0 if lower_bound is None else float(lower_bound), safe_gate=int(lower_bound is not None),
+            beta_scale=float(beta_scale), g_io=int(g_dtype != _F32), beta_io=int(beta_dtype != _F32)), outs)
+    return [dq_in.new_empty(outs[n][0], dtype=outs[n][1]) if n in outs else dq_in.new_empty((0,))
+            for n in _POST_OUTS]
+
+
+def bwd_post(dq, dk, dg, db, q=None, k=None, q_rstd=None, k_rstd=None, g=None, A_log=None, dt_bias=None,
+             beta=None, lower_bound=None, allow_neg_eigval=False, io_dtype=None, g_dtype=None, beta_dtype=None,
+             heads=None):
+    """The backward's last step, in one launch -> (dq, dk, dg, dbeta, dA_log, ddt_bias), from the chunk stages'
+    fp32 dq, dk [B,T,HV,K], dg [B,T,HV,K] (reverse-cumsummed) and db [B,T,HV]:
+    dq = fla's l2norm_bwd(q, q_rstd, dq summed over each head's HV/H value heads) in io_dtype (without q_rstd:
+    the sum), dk alike, at q_rstd's heads (heads, else HV, without the l2norm); with g (the raw gate, chunk_kda's use_gate_in_kernel; io dtype or fp32),
+    dg = fla's kda_gate_bwd (lower_bound: the safe gate) in g's dtype with dA_log [HV] and ddt_bias (dt_bias's
+    shape) summed deterministically, else dg in g_dtype (default fp32) and dA_log = ddt_bias = None; with beta
+    (the logits, chunk_kda's use_beta_sigmoid_in_kernel), dbeta = db sigmoid'(beta) (x2 with allow_neg_eigval)
+    in beta's dtype, else db in beta_dtype (default fp32).  io_dtype defaults to q's dtype."""
+    io = io_dtype or (q.dtype if q is not None else None)
+    if io not in _IO:
+        raise _lib.value_error("EDTYPE", f"EDTYPE: the io dtype must be bfloat16 or float16, not {io}")
+    g_dtype = g.dtype if g is not None else (g_dtype or _F32)
+    beta_dtype = beta.dtype if beta is not None else (beta_dtype or _F32)
+    for name, dt in (("g", g_dtype), ("beta", beta_dtype)):
+        if dt not in (io, _F32):
+            raise _lib.value_error("EDTYPE", f"EDTYPE: {name}'s dtype {dt} is neither the io dtype {io} nor float32")
+    scale = 2.0 if allow_neg_eigval else 1.0
+    H = q_rstd.shape[2] if q_rstd is not None and q_rstd.dim() == 3 else (heads or dq.shape[2])
+    if _eager(dq):
+        outs = _post_impl(dq, dk, dg, db, q, k, q_rstd, k_rstd, g, A_log, dt_bias, beta, lower_bound, scale, io,
+                          g_dtype, beta_dtype, H)
+    else:
+        outs = torch.ops.kdart.bwd_post(dq, dk, dg, db, q, k, q_rstd, k_rstd, g, A_log,
+                                        _dt_bias_2d(dt_bias, g), beta, lower_bound, scale, io, g_dtype,
+                                        beta_dtype, H)
+        outs = [None if i >= 4 and x.dim() == 1 and x.shape[0] == 0 else x for i, x in enumerate(outs)]
+    dq, dk, dg, db, dA, dbias = outs
+    if dA is not None and A_log is not None:
+        dA = dA.view(A_log.shape)
+    if dbias is not None and dt_bias is not None:
+        dbias = dbias.view(dt_bias.shape)
+    return dq, dk, dg, db, dA, dbias
+
+
+def _dav_fusable(N, HV, K, V, packed, dev):
+    """Whether the whole backward computes fla's dAv inside bwd_dhu and wy_dqkg: K 64 or 128, V a multiple of
+    64, eagerly, on grids where bwd_dhu runs its V tile 64 anyway (kdart.fla decides its own calls the same
+    way: dav_grid_refusal)."""
+    if K not in (64, 128) or V % 64 or V > 512 or _is_compiling():
+        return False
+    with torch.cuda.device(dev):
+        if _lib.runtime().dhu_v_tile(N, HV, K, V) != 64:
+            return False
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    return not (packed and N * HV * (V // 64) <= 4 * sms)
+
+
+def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_state=None, q_rstd=None,
+                  k_rstd=None, beta_raw=None, A_log=None, dt_bias=None, use_gate_in_kernel=False, lower_bound=None,
+                  use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
+                  chunk_indices=None, chunk_offsets=None, g_cumsum=None, w=None, u=None, qg=None, kg=None,
+                  v_new=None, h=None, g_dtype=None, beta_dtype=None):
+    """The whole KDA backward of fla's chunk_kda (chunk 64) from what its forward saved, every kernel kdart's
+    -> (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0), as fla's ChunkKDAFunction.backward returns them.
+
+    q, k: as the forward saved them (l2-normalized when use_qk_l2norm_in_kernel: then q_rstd, k_rstd too);
+    v; g: the gate the user passed (raw when use_gate_in_kernel, with A_log, dt_bias and lower_bound for the
+    safe gate; else the log gate, whose chunk cumsum g_cumsum the forward saved); beta: the beta the kernels
+    used (after the sigmoid), beta_raw the logits when use_beta_sigmoid_in_kernel; Aqk, Akk; do, dht (or
+    None); initial_state (or None).  With fla's disable_recompute, pass the saved w, u, qg, kg, v_new, h and
+    g_cumsum: nothing is recomputed.  Launches only: no synchronization (packed calls need fla's
+    chunk_indices, which chunk_kda's forward always makes).  dg comes back in g's dtype (g_dtype when g is not
+    given), dbeta in beta_raw's (beta_dtype, else beta's), dA_log / ddt_bias as A_log / dt_bias (None without
+    the gate in the kernel), dh0 None without initial_state."""
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if _eager(q):  # every stage's checks first, on meta stand-ins (once per signature): a bad call launches nothing
+        loc = locals()
+        key = tuple((n, _idx_key(x)) if isinstance(x, torch.Tensor) else (n, x) for n, x in loc.items()
+                    if n != "scale")
+        checked = _thread_plans()
+        if ("whole", key) not in checked:
+            meta = {n: torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for n, x in loc.items()}
+            chunk_kda_bwd(**meta)
+            checked[("whole", key)] = True
+    gate = bool(use_gate_in_kernel)
+    if gate and (A_log is None or g is None):
+        raise _lib.value_error("ENULL", "ENULL: use_gate_in_kernel needs the raw gate g and A_log")
+    if cu_seqlens is not None and chunk_indices is None:
+        raise _lib.value_error("ENULL", "ENULL: packed sequences need fla's chunk_indices (the forward's)")
+    if w is None:  # the recompute: gate cumsum, w, u, qg, kg, then h and v_new
+        if gate:
+            gk, w, u, qg, kg = gate_recompute_w_u(g, A_log, k, v, beta, Akk, q=q, dt_bias=dt_bias,
+                                                  lower_bound=lower_bound, cu_seqlens=cu_seqlens,
+                                                  chunk_indices=chunk_indices)
+        else:
+            if g_cumsum is None:
+                raise _lib.value_error("ENULL", "ENULL: without the gate in the kernel, pass g_cumsum (the forward's)")
+            gk = g_cumsum
+            w, u, qg, kg = recompute_w_u(k, v, beta, Akk, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        h, v_new, _ = chunk_gated_delta_rule_fwd_h(kg, w, u, gk=gk, initial_state=initial_state,
+                                                   state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+                                                   chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
+    else:
+        if g_cumsum is None or any(x is None for x in (u, qg, kg, v_new, h)):
+            raise _lib.value_error("ENULL", "ENULL: without the recompute, pass g_cumsum, w, u, qg, kg, v_new and h")
+        gk = g_cumsum
+    N = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    common = dict(scale=scale, state_v_first=state_v_first, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                  chunk_offsets=chunk_offsets)
+    if q.is_cuda and _dav_fusable(N, HV, K, V, cu_seqlens is not None, q.device):
+        dh, dh0, dv = bwd_dhu(qg, kg, w, do, None, gk, h0=initial_state, dht=dht, Aqk=Aqk, **common)
+        dq, dk, dv, db, dg, dAkk, dAqk = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, dAqk=True, **common)
+    else:
+        dAqk, dv = bwd_dAv(q, k, v_new, do, Aqk, scale=scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        dh, dh0, dv = bwd_dhu(qg, kg, w, do, dv, gk, h0=initial_state, dht=dht, **common)
+        dq, dk, dv, db, dg, dAkk = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, **common)
+    dq, dk, db, dg = bwd_intra(q, k, gk, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_seqlens,
+                               chunk_indices=chunk_indices)
+    sig = bool(use_beta_sigmoid_in_kernel)
+    dq, dk, dg, db, dA, dbias = bwd_post(
+        dq, dk, dg, db, q=q if q_rstd is not None else None, k=k if k_rstd is not None else None, q_rstd=q_rstd,
+        k_rstd=k_rstd, g=g if gate else None, A_log=A_log if gate else None, dt_bias=dt_bias if gate else None,
+        beta=beta_raw if sig else None, lower_bound=lower_bound, allow_neg_eigval=allow_neg_eigval,
+        io_dtype=q.dtype, g_dtype=g.dtype if g is not None else g_dtype, heads=q.shape[2],
+        beta_dtype=(beta_raw if beta_raw is not None else beta).dtype if beta_dtype is None else beta_dtype)
+    return dq, dk, dv, dg, db, dA, dbias, dh0
 
 
 def device_status(device=None, clear=True):

@@ -196,7 +196,7 @@ def test_wrappers_route_fold_and_fall_back(monkeypatch, caplog):
             orig.update(saved)
         st = kf.stats()
     assert st["served"] == {"bwd_intra": 4, "bwd_dhu": 0, "dg_cumsum_folded": 3, "wy_dqkg": 0, "bwd_dAv": 0,
-        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0}
+        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0, "whole_backward": 0}
     assert st["fallbacks"] == {"bwd_intra: kdart refused: ESHAPE": 2}  # (counted every time)
     assert chunk_bwd.chunk_kda_bwd_intra.__module__ == "fla.ops.kda.chunk_intra"  # fla's own again
 
@@ -363,7 +363,7 @@ def test_production_config_routing(monkeypatch, case, caplog):
         assert sorted(said) == [f"{s} falls back to fla (chunk_size=32)" for s in stages]
         assert "fla bwd_intra" in log and "fla bwd_dhu" in log and "fla cumsum" in log and len(fla_dav) == 1
         assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0,
-        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0}
+        "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 0, "whole_backward": 0}
         assert set(st["fallbacks"]) == {f"{s}: chunk_size=32" for s in stages}
         return
     assert not [x for x in log if isinstance(x, str) and x.startswith("fla ")], log
@@ -375,7 +375,8 @@ def test_production_config_routing(monkeypatch, case, caplog):
     gate_fused = gate_in and not norec and not REGISTRY  # fla's gate cumsum in kdart's recompute launch
     assert st["served"] == {"bwd_intra": 1, "bwd_dhu": 1, "dg_cumsum_folded": 1, "wy_dqkg": 1,
                             "bwd_dAv": int(not REGISTRY),
-                            "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused), "fwd_h": int(not norec)}
+                            "recompute_w_u": int(not norec), "gate_cumsum": int(gate_fused),
+                            "fwd_h": int(not norec), "whole_backward": 0}
     assert [x[1] for x in log if x[0] == "kdart recompute_w_u"] == ([] if norec else [gate_fused])
     # the recompute of h and v_new: kdart's scan with chunk_kda_bwd's arguments (fla's stand-in never ran)
     assert "fwd_h" not in log
@@ -550,7 +551,7 @@ def test_dav_fused_twice(monkeypatch):
     assert not _fla_dav(log) and [x[0] for x in _got(log, "dhu dv")] == ["Aqk", "Aqk"]
     assert [x[3] for x in log if x[0] == "kdart bwd_intra"] == [x[1] for x in _got(log, "wy dAqk")]
     assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2,
-        "recompute_w_u": 2, "gate_cumsum": 2, "fwd_h": 2}
+        "recompute_w_u": 2, "gate_cumsum": 2, "fwd_h": 2, "whole_backward": 0}
     assert st["fallbacks"] == {}
 
 
@@ -780,3 +781,52 @@ def test_dav_grid_refusal(monkeypatch):
     monkeypatch.setattr(kf, "_tiles", {})
     monkeypatch.setattr(kf, "_sms", {})
     assert kf.dav_grid_refusal(1, 1, 64, 64, False) is None  # unknown here: bwd_dhu decides by itself
+
+
+def test_whole_backward_route(monkeypatch):
+    """enable(whole=True) puts kdart's whole backward on fla's ChunkKDAFunction (and disable() puts fla's back);
+    a backward kdart takes goes to kdart.torch.chunk_kda_bwd with what the forward saved and the flags, and
+    returns fla's 25 gradients; one it refuses (context parallelism) goes to fla's own, counted."""
+    import types
+    import kdart.torch as kt
+    chunk = pytest.importorskip("fla.ops.kda.chunk")
+    orig = chunk.ChunkKDAFunction.backward
+    with kf.enabled(whole=True):
+        assert chunk.ChunkKDAFunction.backward is not orig
+    assert chunk.ChunkKDAFunction.backward is orig
+    B, T, H, HV, K, V = 1, 128, 2, 4, 64, 64
+    m = lambda *s, dt=torch.bfloat16: _meta(*s, dt=dt)  # noqa: E731
+    saved = dict(q=m(B, T, H, K), q_rstd=m(B, T, H, dt=torch.float32), k=m(B, T, H, K),
+                 k_rstd=m(B, T, H, dt=torch.float32), v=m(B, T, HV, V), g_cumsum=None, g_input=m(B, T, HV, K),
+                 beta_raw=m(B, T, HV), beta=m(B, T, HV, dt=torch.float32), A_log=m(HV, dt=torch.float32),
+                 dt_bias=m(HV * K, dt=torch.float32), Aqk=m(B, T, HV, 64), Akk=m(B, T, HV, 64), w=None, u=None,
+                 qg=None, kg=None, v_new=None, h=None, initial_state=m(B, HV, K, V, dt=torch.float32),
+                 cu_seqlens=None, chunk_indices=None, chunk_offsets=None)
+    ctx = types.SimpleNamespace(saved_tensors=tuple(saved[n] for n in kf._SAVED), chunk_size=64, scale=0.125,
+                                use_gate_in_kernel=True, lower_bound=-5.0, use_beta_sigmoid_in_kernel=True,
+                                allow_neg_eigval=True, state_v_first=False, disable_recompute=False, cp_context=None,
+                                use_qk_l2norm_in_kernel=True)
+    do, dht = m(B, T, HV, V), m(B, HV, K, V, dt=torch.float32)
+    calls = []
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
+    monkeypatch.setattr(kt, "chunk_kda_bwd", lambda *a, **kw: calls.append((a, kw)) or tuple(range(8)))
+    kf.reset_stats()
+    with kf.enabled(whole=True):
+        fla_calls = []
+        kf._state["whole"] = (kf._state["whole"][0], lambda *a: fla_calls.append(a) or "fla")
+        try:
+            out = kf._whole_backward(ctx, do, dht)
+            assert out[:9] == (0, 1, 2, 3, 4, 5, 6, None, 7) and out[9:] == (None,) * 16
+            a, kw = calls[0]
+            assert a[0] is saved["q"] and a[3] is saved["g_input"] and a[7] is do and a[8] is dht
+            assert kw["q_rstd"] is saved["q_rstd"] and kw["A_log"] is saved["A_log"] and kw["lower_bound"] == -5.0
+            assert kw["use_gate_in_kernel"] and kw["allow_neg_eigval"] and kw["beta_raw"] is saved["beta_raw"]
+            assert "w" not in kw  # the recompute runs in kdart
+            ctx.cp_context = object()
+            assert kf._whole_backward(ctx, do, dht) == "fla" and len(fla_calls) == 1
+        finally:
+            kf._state["whole"] = (kf._state["whole"][0], orig)
+        st = kf.stats()
+    assert chunk.ChunkKDAFunction.backward is orig
+    assert st["served"]["whole_backward"] == 1
+    assert st["fallbacks"] == {"whole_backward: context parallelism (cp_context)": 1}

@@ -129,8 +129,9 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["stages", "whole"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_production_flags(name):
+def test_production_flags(name, whole):
     io, H, HV, K, V, cu, B, T, safe, neg, svf, norec, graw = CASES[name]
     torch.manual_seed(1234 + sum(map(ord, name)))
     dev = "cuda"
@@ -156,7 +157,7 @@ def test_production_flags(name):
     fla1 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
     fla2 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
     kf.reset_stats()
-    with kf.enabled(fwd_h=True):
+    with kf.enabled(fwd_h=True, whole=whole):
         kd1 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
         kd2 = run_fla(leaves, do, dht, cu_t, safe, neg, scale, svf, norec)
         st = kf.stats()
@@ -168,15 +169,21 @@ def test_production_flags(name):
         assert ek <= 1.5 * ef + 1e-3, f"{name}: {n} error {ek:.3e} > 1.5 x fla's {ef:.3e} + 1e-3"
         if torch.equal(f1, f2):
             assert torch.equal(k1, k2), f"{name}: {n} differs between two kdart runs (fla's two runs agree)"
-    print(f"\n{name}: error vs float64 (kdart/fla): " + " ".join(line))
+    route = "whole" if whole else "stages"
+    print(f"\n{name} ({route}): error vs float64 (kdart/fla): " + " ".join(line))
     if os.environ.get("KDART_ERR_LOG"):  # (pytest-xdist keeps workers' prints to itself)
         with open(os.environ["KDART_ERR_LOG"], "a") as f:
-            f.write(f"{name}: error vs float64 (kdart/fla): " + " ".join(line) + "\n")
+            f.write(f"{name} ({route}): error vs float64 (kdart/fla): " + " ".join(line) + "\n")
     # fla's chunk_kda_bwd_dAv fused into bwd_dhu and wy_dqkg where it can be (K 64 or 128, V a multiple of 64)
     # and pays (grids where bwd_dhu picks its V tile 64 anyway: "fixed-wide" here), else kdart's own dAv kernel
     rec = 0 if norec else 2  # the recompute, with the gate's cumsum in its launch (the gate is in chunk_kda)
     # fla's state scan: in both forwards, and in the backward's recompute where it runs
-    assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2,
-                            "bwd_dAv": 2, "recompute_w_u": rec, "gate_cumsum": rec, "fwd_h": 2 + rec}, st
+    if whole:  # ChunkKDAFunction.backward is kdart's: no fla stage is called at all
+        assert st["served"] == {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0,
+                                "recompute_w_u": 0, "gate_cumsum": 0, "fwd_h": 2, "whole_backward": 2}, st
+    else:
+        assert st["served"] == {"bwd_intra": 2, "bwd_dhu": 2, "dg_cumsum_folded": 2, "wy_dqkg": 2, "bwd_dAv": 2,
+                                "recompute_w_u": rec, "gate_cumsum": rec, "fwd_h": 2 + rec,
+                                "whole_backward": 0}, st
     assert st["fallbacks"] == {}, st
     assert not math.isnan(sum(rel(k1, r) for k1, r in zip(kd1, ref)))

@@ -680,3 +680,82 @@ def test_fwdh_opcheck_and_compile():
     cnt = CompileCounterWithBackend("aot_eager")
     out = torch.compile(f, backend=cnt, fullgraph=True)(a)
     assert out.device.type == "meta" and cnt.frame_count == 1
+
+
+def _post_args(B=1, T=200, H=2, HV=4, K=64, io=BF, gdt=F32):
+    m = lambda *s, dt=F32: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    return dict(dq=m(B, T, HV, K), dk=m(B, T, HV, K), dg=m(B, T, HV, K), db=m(B, T, HV), q=m(B, T, H, K, dt=io),
+                k=m(B, T, H, K, dt=io), q_rstd=m(B, T, H), k_rstd=m(B, T, H), g=m(B, T, HV, K, dt=gdt), A_log=m(HV),
+                dt_bias=m(HV * K), beta=m(B, T, HV, dt=io))
+
+
+@pytest.mark.parametrize("io", [BF, torch.float16])
+def test_post_fake_shapes(io):
+    """bwd_post on meta tensors (its fake): dq, dk at the heads in io, dg in g's dtype, dbeta in the logits',
+    dA_log / ddt_bias in A_log's / dt_bias's shapes; kdart's checks ran (its spec was asked for)."""
+    a = _post_args(io=io)
+    dq, dk, dg, db, dA, dbias = kt.bwd_post(**a, lower_bound=-5.0)
+    assert (dq.shape, dq.dtype, dk.shape) == ((1, 200, 2, 64), io, (1, 200, 2, 64))
+    assert (dg.shape, dg.dtype, db.shape, db.dtype) == ((1, 200, 4, 64), F32, (1, 200, 4), io)
+    assert (dA.shape, dbias.shape, dA.device.type) == ((4,), (256,), "meta")
+    # no gate, no l2norm, no sigmoid: the value heads' sum and the casts; heads given
+    dq, dk, dg, db, dA, dbias = kt.bwd_post(a["dq"], a["dk"], a["dg"], a["db"], io_dtype=io, heads=2,
+                                            g_dtype=io)
+    assert dq.shape == (1, 200, 2, 64) and dg.dtype == io and db.dtype == F32 and dA is None and dbias is None
+
+
+def test_post_checks():
+    a = _post_args()
+    with pytest.raises(ValueError, match="ENULL.*A_log"):
+        kt.bwd_post(**{**a, "A_log": None, "dt_bias": None})
+    with pytest.raises(ValueError, match="ENULL.*q_rstd"):
+        kt.bwd_post(**{**a, "q_rstd": None})
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_post(**{**a, "g": a["g"].to(torch.float16)})
+    with pytest.raises(ValueError, match="EUNSUPPORTED: head dim K=300"):
+        kt.bwd_post(**_post_args(K=300))
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kt.bwd_post(**{**a, "db": torch.empty(1, 200, 3, device="meta")})
+
+
+def test_post_host_tensors_refused():
+    """CPU tensors are refused (EDEVICE) before anything is written."""
+    dq = torch.randn(1, 64, 2, 64)
+    db = torch.randn(1, 64, 2)
+    with pytest.raises(ValueError, match="EDEVICE"):
+        kt.bwd_post(dq, dq, dq, db, io_dtype=BF)
+
+
+def test_compile_traces_post_on_meta():
+    """torch.compile(fullgraph=True) through bwd_post (fake tensors; meta)."""
+    a = _post_args()
+    from torch._dynamo.testing import CompileCounterWithBackend
+    cnt = CompileCounterWithBackend("aot_eager")
+    out = torch.compile(lambda a: sum(x.float().sum() for x in kt.bwd_post(**a, lower_bound=-5.0)), backend=cnt,
+                        fullgraph=True)(a)
+    assert out.device.type == "meta" and cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_chunk_kda_bwd_on_meta(gate):
+    """The whole backward composes (meta tensors: every stage's fake), and returns fla's gradients' shapes and
+    dtypes: dq, dk at the heads (GVA summed), dg in g's dtype, dbeta in the logits', dA_log / ddt_bias in
+    A_log's / dt_bias's shapes (None without the gate), dh0 as h0."""
+    B, T, H, HV, K, V = 1, 200, 2, 4, 64, 64
+    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    q, k, v = m(B, T, H, K), m(B, T, H, K), m(B, T, HV, V)
+    g = m(B, T, HV, K) if gate else m(B, T, HV, K, dt=F32)
+    beta, beta_raw = m(B, T, HV, dt=F32), m(B, T, HV)
+    Aqk, Akk, do = m(B, T, HV, 64), m(B, T, HV, 64), m(B, T, HV, V)
+    h0, dht = m(B, HV, K, V, dt=F32), m(B, HV, K, V, dt=F32)
+    kw = dict(A_log=m(HV, dt=F32), dt_bias=m(HV * K, dt=F32), use_gate_in_kernel=True, lower_bound=-5.0) if gate \
+        else dict(g_cumsum=m(B, T, HV, K, dt=F32))
+    out = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=0.125, initial_state=h0, q_rstd=m(B, T, H, dt=F32),
+                           k_rstd=m(B, T, H, dt=F32), beta_raw=beta_raw, use_beta_sigmoid_in_kernel=True, **kw)
+    dq, dk, dv, dg, db, dA, dbias, dh0 = out
+    assert (dq.shape, dq.dtype, dk.shape, dv.shape, dv.dtype) == ((B, T, H, K), BF, (B, T, H, K), (B, T, HV, V), BF)
+    assert (dg.shape, dg.dtype, db.shape, db.dtype) == ((B, T, HV, K), g.dtype, (B, T, HV), BF)
+    assert dh0.shape == h0.shape and dh0.dtype == F32
+    assert (dA is None, dbias is None) == (not gate, not gate)
+    if gate:
+        assert dA.shape == (HV,) and dbias.shape == (HV * K,)

@@ -31,8 +31,9 @@ static const kdart__kernel *kernels[KDART__MAX_KERNELS] = {
     &kdart__stage_recompute_wu,
     &kdart__stage_bwd_dav,
     &kdart__stage_fwd_h,
+    &kdart__stage_bwd_post,
 };
-static _Atomic int nkernels = 7;
+static _Atomic int nkernels = 8;
 static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int kdart__kernel_count(void) { return atomic_load_explicit(&nkernels, memory_order_acquire); }

@@ -58,9 +58,10 @@ typedef struct kdart__kernel {
 
 /* The registry: the built-in stages (runtime/core/stages/), in this order,
  * then any a test registered (stage.h). */
-#define KDART__MAX_KERNELS 8
+#define KDART__MAX_KERNELS 12
 extern const kdart__kernel kdart__stage_chunk_rcumsum, kdart__stage_bwd_intra, kdart__stage_bwd_dhu,
-    kdart__stage_wy_dqkg, kdart__stage_recompute_wu, kdart__stage_bwd_dav, kdart__stage_fwd_h;
+    kdart__stage_wy_dqkg, kdart__stage_recompute_wu, kdart__stage_bwd_dav, kdart__stage_fwd_h,
+    kdart__stage_bwd_post;
 int kdart__kernel_count(void);
 const kdart__kernel *kdart__kernel_at(int index);
 int kdart__kernel_index(const kdart__kernel *k);

@@ -45,6 +45,7 @@ enum {
     KDART__D_S1, /* a state's first trailing dim: K, or V with state_v_first */
     KDART__D_S2, /* its second: V, or K */
     KDART__D_64, /* the chunk size */
+    KDART__D_W,  /* a workspace's elements */
     KDART__ND
 };
 
@@ -100,7 +101,7 @@ typedef struct kdart__sarg {
 #define KDART__SARG(nm, TYPE, field, type) {nm, offsetof(TYPE, field), type}
 
 #define KDART__MAX_TARGS 20
-#define KDART__MAX_SARGS 4
+#define KDART__MAX_SARGS 6
 
 /* How a call's tokens split into sequences. */
 typedef struct kdart__seqs {

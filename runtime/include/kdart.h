@@ -600,12 +600,59 @@ typedef struct kdart_launch_info {
 } kdart_launch_info;
 KDART_EXTERN int kdart_get_function(kdart_rt *rt, const char *kernel, const char *spec, kdart_launch_info *out);
 
+/* bwd_post: the backward's last step, from the chunk stages' fp32 gradients
+ * to the gradients of chunk_kda's inputs, per token (sequences do not matter):
+ *   dq = l2norm_bwd(q, q_rstd, sum of dq_in over the head's HV/H value heads)
+ *        (without q_rstd: the sum), dk alike;
+ *   dg = the gate's backward of dg_in at the raw gate g_raw (chunk_kda's
+ *        use_gate_in_kernel: -exp(A_log) softplus(g_raw + dt_bias), or with
+ *        safe_gate lower_bound sigmoid(exp(A_log) (g_raw + dt_bias))), with
+ *        dA_log and ddt_bias summed over every token deterministically
+ *        (without g_raw: dg = dg_in);
+ *   db = db_in * beta_scale * s (1 - s), s = sigmoid(beta_raw) (chunk_kda's
+ *        use_beta_sigmoid_in_kernel; without beta_raw: db = db_in);
+ * each computed in fp32 and rounded once.  workspace (with g_raw): fp32 of
+ * kdart_bwd_post_workspace(H, HV, K) elements whose last H must be zero
+ * before the first launch; each launch leaves them zero again (one workspace
+ * per stream).  K in 1..256, any HV multiple of H. */
+typedef struct kdart_bwd_post_args {
+    uint32_t struct_size;      /* sizeof(kdart_bwd_post_args) */
+    const DLTensor *dq_in;     /* [B,T,HV,K] fp32 */
+    const DLTensor *dk_in;     /* [B,T,HV,K] fp32 */
+    const DLTensor *q;         /* [B,T,H,K]  io dtype, the l2-normalized q; with q_rstd, or NULL */
+    const DLTensor *k;         /* [B,T,H,K]  io dtype; with k_rstd, or NULL */
+    const DLTensor *q_rstd;    /* [B,T,H]    fp32, or NULL: no l2norm backward of q */
+    const DLTensor *k_rstd;    /* [B,T,H]    fp32, or NULL */
+    const DLTensor *dg_in;     /* [B,T,HV,K] fp32, after the reverse chunk cumsum */
+    const DLTensor *g_raw;     /* [B,T,HV,K] io dtype (g_io) or fp32, or NULL */
+    const DLTensor *A_log;     /* [HV]       fp32 (with g_raw) */
+    const DLTensor *dt_bias;   /* [HV,K]     fp32, or NULL */
+    const DLTensor *db_in;     /* [B,T,HV]   fp32 */
+    const DLTensor *beta_raw;  /* [B,T,HV]   io dtype (beta_io) or fp32: the logits, or NULL */
+    const DLTensor *workspace; /* [kdart_bwd_post_workspace(H, HV, K)] fp32 (with g_raw), or NULL */
+    const DLTensor *dq;        /* out [B,T,H,K]  io dtype */
+    const DLTensor *dk;        /* out [B,T,H,K]  io dtype */
+    const DLTensor *dg;        /* out [B,T,HV,K] io dtype (g_io) or fp32 */
+    const DLTensor *db;        /* out [B,T,HV]   io dtype (beta_io) or fp32 */
+    const DLTensor *dA_log;    /* out [HV]   fp32 (with g_raw) */
+    const DLTensor *ddt_bias;  /* out [HV,K] fp32 (with dt_bias) */
+    float lower_bound;         /* safe_gate's bound */
+    int safe_gate;             /* the gate form */
+    float beta_scale;          /* 1, or 2 (allow_neg_eigval) */
+    int g_io;                  /* g_raw and dg in the io dtype (else fp32) */
+    int beta_io;               /* beta_raw and db in the io dtype (else fp32) */
+} kdart_bwd_post_args;
+
+/* The elements of bwd_post's workspace (0 for sizes below 1). */
+KDART_EXTERN int64_t kdart_bwd_post_workspace(int64_t H, int64_t HV, int64_t K);
+
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);
 KDART_EXTERN int kdart_kda_recompute_wu(kdart_rt *rt, const kdart_recompute_wu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dav(kdart_rt *rt, const kdart_bwd_dav_args *args, void *stream);
 KDART_EXTERN int kdart_kda_fwd_h(kdart_rt *rt, const kdart_fwd_h_args *args, void *stream);
+KDART_EXTERN int kdart_kda_bwd_post(kdart_rt *rt, const kdart_bwd_post_args *args, void *stream);
 
 /* The device status word of the current CUDA context: the KDART_DEVERR_*
  * bits (kernel_src/kda_params.h: 1 cu_seqlens out of order or cu[0] != 0,

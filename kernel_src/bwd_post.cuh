@@ -1,0 +1,349 @@
+/*
+ * bwd_post.cuh: the last step of the KDA backward, from the chunk stages'
+ * fp32 gradients to the gradients of what the user handed chunk_kda: the
+ * l2norm backward of q and k, the gate backward (both of chunk_kda's gate
+ * forms, with the A_log and dt_bias reductions), the beta-sigmoid backward,
+ * the sum over a head's value heads (GVA) and every cast to the user's dtypes,
+ * in one launch (fla runs l2norm_bwd twice, kda_gate_bwd, two torch
+ * reductions, fused_beta_sigmoid_bwd and the casts).
+ *
+ * Math (docs/kernels.md, "bwd_post"), per token t, head h, value head hv:
+ *   dq[t,h]  = r (y - s q) with y = sum_{hv of h} dq_in[t,hv], s = <y, q>, r = q_rstd[t,h]
+ *              (q: the l2-normalized q the forward saved; without q_rstd, dq = y); dk alike
+ *   x        = g_raw[t,hv] + dt_bias[hv]
+ *   softplus form: a = -exp(A_log[hv]); dg = a dg_in sigmoid(x);     dA_log += dg_in a softplus(x)
+ *   safe form:     a = exp(A_log[hv]);  dg = dg_in lb s (1 - s) a, s = sigmoid(a x); dA_log += dg x
+ *   ddt_bias[hv] += dg (over every token);  without g_raw, dg = dg_in
+ *   db[t,hv] = db_in beta_scale s (1 - s), s = sigmoid(beta_raw) (without beta_raw, db = db_in)
+ * Everything is computed in fp32 and rounded once to the output's dtype.
+ *
+ * LAUNCH CONTRACT (mirrored by runtime/core/stages/bwd_post.c):
+ *   kernel   kdart_bwd_post<IO, G_IO, BETA_IO, TAIL>: IO in {kdart::bf16, kdart::fp16};
+ *            G_IO: g_raw and dg in the io dtype (else fp32); BETA_IO: beta_raw and db
+ *            in the io dtype (else fp32); TAIL: K not a multiple of 4 (scalar accesses).
+ *   grid     (nblk, H, 1): CTA (b, h) takes tokens [b TB, min(N, (b+1) TB)) of head h
+ *            and its value heads; nblk <= BwdPostTraits::kMaxBlocks.
+ *   block    256 threads, two CTAs per SM; static shared memory only.
+ *   Every tensor 16-byte aligned; K <= 256.  The workspace holds the per-CTA
+ *   partial sums of dA_log and ddt_bias and, after them, one counter per head that
+ *   must be zero before the launch; the launch leaves it zero again.
+ *
+ * Structure: a warp takes every eighth token of the CTA's range, kTokens of them at
+ * once (every load of those rows in flight before the first use: the kernel is
+ * bound by memory), a lane four adjacent columns (two groups of four at K > 128;
+ * one column in eight groups when TAIL, with half the tokens at once), so every row
+ * is read in 16- (fp32) and 8-byte (16-bit) pieces, and the l2norm's row sum is a
+ * warp butterfly.  The reductions are deterministic and take
+ * no second launch: a CTA writes its partial sums (fixed order: lanes, then warps),
+ * and the CTA that finds itself last of its head (a counter, after a fence) sums
+ * every CTA's partials in block order and writes dA_log and ddt_bias, then puts the
+ * counter back to zero.  The order of the sums never depends on which CTA is last.
+ */
+#ifndef KDART_BWD_POST_CUH
+#define KDART_BWD_POST_CUH
+
+#include "kdart_common.cuh"
+
+struct BwdPostTraits {
+    static constexpr int kThreads = 256;
+    static constexpr int kWarps = kThreads / 32;
+    static constexpr int kMaxK = 256;
+    static constexpr int kMaxBlocks = 256; /* grid.x at most: the workspace's partial rows */
+    static constexpr int kTokens = 4;      /* tokens a warp loads at once */
+    static constexpr int kMinBlocks = 2;   /* CTAs per SM (128 registers a thread) */
+    static_assert(kMaxK == 2 * 4 * 32, "a lane holds at most two groups of four columns");
+    static_assert(kWarps == 8, "the final sum splits the blocks into eight interleaved subsets");
+};
+
+namespace kdart {
+namespace post {
+
+/* The columns a lane owns: NG groups of W adjacent ones. */
+template <bool TAIL> struct Cols {
+    static constexpr int NG = TAIL ? 8 : 2;
+    static constexpr int W = TAIL ? 1 : 4;
+    static __device__ __forceinline__ int col(int lane, int g) { return TAIL ? lane + 32 * g : 4 * lane + 128 * g; }
+};
+
+template <int W> __device__ __forceinline__ void ld_f32(const float *p, float (&x)[W]) {
+    if (W == 4) {
+        const float4 v = __ldg(reinterpret_cast<const float4 *>(p));
+        x[0] = v.x, x[1] = v.y, x[W > 2 ? 2 : 0] = v.z, x[W > 3 ? 3 : 0] = v.w;
+    } else {
+        x[0] = __ldg(p);
+    }
+}
+template <int W> __device__ __forceinline__ void st_f32(float *p, const float (&x)[W]) {
+    if (W == 4) *reinterpret_cast<float4 *>(p) = make_float4(x[0], x[W > 1 ? 1 : 0], x[W > 2 ? 2 : 0], x[W > 3 ? 3 : 0]);
+    else *p = x[0];
+}
+template <typename T, int W> __device__ __forceinline__ void ld_any(const T *p, float (&x)[W]) {
+    if (sizeof(T) == 4) {
+        ld_f32<W>(reinterpret_cast<const float *>(p), x);
+    } else if (W == 4) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p));
+        T e;
+        e.bits = (unsigned short)(v.x & 0xffffu); x[0] = to_float(e);
+        e.bits = (unsigned short)(v.x >> 16);     x[W > 1 ? 1 : 0] = to_float(e);
+        e.bits = (unsigned short)(v.y & 0xffffu); x[W > 2 ? 2 : 0] = to_float(e);
+        e.bits = (unsigned short)(v.y >> 16);     x[W > 3 ? 3 : 0] = to_float(e);
+    } else {
+        x[0] = to_float(p[0]);
+    }
+}
+template <typename T, int W> __device__ __forceinline__ void st_any(T *p, const float (&x)[W]) {
+    if (sizeof(T) == 4) {
+        st_f32<W>(reinterpret_cast<float *>(p), x);
+    } else if (W == 4) {
+        uint2 v;
+        v.x = pack2<T>(x[0], x[W > 1 ? 1 : 0]);
+        v.y = pack2<T>(x[W > 2 ? 2 : 0], x[W > 3 ? 3 : 0]);
+        *reinterpret_cast<uint2 *>(p) = v;
+    } else {
+        p[0] = from_float<T>(x[0]);
+    }
+}
+/* (float "io" types for the templates above) */
+template <> __device__ __forceinline__ void ld_any<float, 1>(const float *p, float (&x)[1]) { x[0] = __ldg(p); }
+template <> __device__ __forceinline__ void ld_any<float, 4>(const float *p, float (&x)[4]) { ld_f32<4>(p, x); }
+template <> __device__ __forceinline__ void st_any<float, 1>(float *p, const float (&x)[1]) { p[0] = x[0]; }
+template <> __device__ __forceinline__ void st_any<float, 4>(float *p, const float (&x)[4]) { st_f32<4>(p, x); }
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+/* log(1 + e^x), as torch's softplus with threshold 20 */
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+
+/* The same sum in every lane, in a fixed order. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+} /* namespace post */
+} /* namespace kdart */
+
+template <typename IO, bool G_IO, bool BETA_IO, bool TAIL>
+__global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBlocks) kdart_bwd_post(const kdart_bwd_post_params p) {
+    using namespace kdart::post;
+    using GT = kdart::conditional_t<G_IO, IO, float>;
+    using BT = kdart::conditional_t<BETA_IO, IO, float>;
+    using C = Cols<TAIL>;
+    constexpr int NG = C::NG, W = C::W, NW = BwdPostTraits::kWarps;
+    __shared__ float s_part[NW][BwdPostTraits::kMaxK + 1];
+    __shared__ int s_last;
+
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int H = p.H, HV = p.HV, K = p.K, G = HV / H;
+    const long long t0 = (long long)blockIdx.x * p.TB;
+    const long long t1 = min((long long)p.N, t0 + p.TB);
+
+    /* dq and dk: the value heads' sum, then the l2norm backward.  A warp takes U of its tokens at once:
+     * every load of the U rows is issued before the first use (one token at a time left each warp with
+     * two loads in flight, and the kernel far from the copy bandwidth). */
+    constexpr int U = TAIL ? BwdPostTraits::kTokens / 2 : BwdPostTraits::kTokens; /* (TAIL: eight columns a lane) */
+#pragma unroll 1
+    for (int which = 0; which < 2; ++which) {
+        const float *din = which ? p.dk_in : p.dq_in;
+        const IO *y = static_cast<const IO *>(which ? p.k : p.q);
+        const float *rstd = which ? p.k_rstd : p.q_rstd;
+        IO *out = static_cast<IO *>(which ? p.dk : p.dq);
+#pragma unroll 1
+        for (long long tw = t0 + warp; tw < t1; tw += NW * U) {
+            float d[U][NG][W], q[U][NG][W], r[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int g = 0; g < NG; ++g)
+#pragma unroll
+                    for (int e = 0; e < W; ++e) d[u][g][e] = 0.f, q[u][g][e] = 0.f;
+#pragma unroll 1
+            for (int j = 0; j < G; ++j) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const long long t = tw + (long long)u * NW;
+#pragma unroll
+                    for (int g = 0; g < NG; ++g) {
+                        const int c = C::col(lane, g);
+                        if (t < t1 && c < K) {
+                            float x[W];
+                            ld_f32<W>(din + ((t * HV + (long long)h * G + j) * K + c), x);
+#pragma unroll
+                            for (int e = 0; e < W; ++e) d[u][g][e] += x[e];
+                        }
+                    }
+                }
+            }
+            if (rstd) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const long long t = tw + (long long)u * NW;
+                    r[u] = t < t1 ? __ldg(rstd + (t * H + h)) : 0.f;
+#pragma unroll
+                    for (int g = 0; g < NG; ++g) {
+                        const int c = C::col(lane, g);
+                        if (t < t1 && c < K) ld_any<IO, W>(y + ((t * H + h) * K + c), q[u][g]);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    float sd = 0.f;
+#pragma unroll
+                    for (int g = 0; g < NG; ++g)
+#pragma unroll
+                        for (int e = 0; e < W; ++e) sd = fmaf(d[u][g][e], q[u][g][e], sd);
+                    sd = warp_sum(sd);
+#pragma unroll
+                    for (int g = 0; g < NG; ++g)
+#pragma unroll
+                        for (int e = 0; e < W; ++e) d[u][g][e] = d[u][g][e] * r[u] - sd * q[u][g][e] * r[u];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long t = tw + (long long)u * NW;
+#pragma unroll
+                for (int g = 0; g < NG; ++g) {
+                    const int c = C::col(lane, g);
+                    if (t < t1 && c < K) st_any<IO, W>(out + ((t * H + h) * K + c), d[u][g]);
+                }
+            }
+        }
+    }
+
+    /* dg and db of each value head of h; the gate's partial sums */
+    const bool gate = p.g_raw != nullptr;
+    const GT *g_raw = static_cast<const GT *>(p.g_raw);
+    GT *dg_out = static_cast<GT *>(p.dg);
+    const BT *beta_raw = static_cast<const BT *>(p.beta_raw);
+    BT *db_out = static_cast<BT *>(p.db);
+#pragma unroll 1
+    for (int j = 0; j < G; ++j) {
+        const int hv = h * G + j;
+        float a = 0.f, bias[NG][W], acc[NG][W], acc_a = 0.f;
+        if (gate) {
+            const float al = __ldg(p.A_log + hv);
+            a = p.safe_gate ? __expf(al) : -__expf(al);
+        }
+#pragma unroll
+        for (int g = 0; g < NG; ++g) {
+            const int c = C::col(lane, g);
+#pragma unroll
+            for (int e = 0; e < W; ++e) bias[g][e] = 0.f, acc[g][e] = 0.f;
+            if (gate && p.dt_bias && c < K) ld_f32<W>(p.dt_bias + ((long long)hv * K + c), bias[g]);
+        }
+#pragma unroll 1
+        for (long long tw = t0 + warp; tw < t1; tw += NW * U) {
+            float dy[U][NG][W], x[U][NG][W];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long t = tw + (long long)u * NW;
+#pragma unroll
+                for (int g = 0; g < NG; ++g) {
+                    const int c = C::col(lane, g);
+                    if (t < t1 && c < K) {
+                        const long long o = (t * HV + hv) * K + c;
+                        ld_f32<W>(p.dg_in + o, dy[u][g]);
+                        if (gate) ld_any<GT, W>(g_raw + o, x[u][g]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long t = tw + (long long)u * NW;
+#pragma unroll
+                for (int g = 0; g < NG; ++g) {
+                    const int c = C::col(lane, g);
+                    if (t >= t1 || c >= K) continue;
+                    if (gate) {
+#pragma unroll
+                        for (int e = 0; e < W; ++e) {
+                            const float xb = x[u][g][e] + bias[g][e];
+                            float dgv;
+                            if (p.safe_gate) {
+                                const float s = sigmoid(a * xb);
+                                dgv = dy[u][g][e] * (p.lower_bound * (s * (1.f - s))) * a;
+                                acc_a = fmaf(dgv, xb, acc_a);
+                            } else {
+                                dgv = a * (dy[u][g][e] * sigmoid(xb));
+                                acc_a = fmaf(dy[u][g][e], a * softplus(xb), acc_a);
+                            }
+                            acc[g][e] += dgv;
+                            dy[u][g][e] = dgv;
+                        }
+                    }
+                    st_any<GT, W>(dg_out + ((t * HV + hv) * K + c), dy[u][g]);
+                }
+            }
+        }
+#pragma unroll 1
+        for (long long t = t0 + threadIdx.x; t < t1; t += BwdPostTraits::kThreads) {
+            float db = __ldg(p.db_in + (t * HV + hv));
+            if (beta_raw) {
+                const float s = sigmoid(kdart::to_float(beta_raw[t * HV + hv]));
+                db = db * p.beta_scale * s * (1.f - s);
+            }
+            db_out[t * HV + hv] = kdart::from_float<BT>(db);
+        }
+        if (gate) {
+            /* this CTA's partials: lanes (per column), then warps in order */
+            acc_a = warp_sum(acc_a);
+#pragma unroll
+            for (int g = 0; g < NG; ++g) {
+                const int c = C::col(lane, g);
+#pragma unroll
+                for (int e = 0; e < W; ++e)
+                    if (c + e < K) s_part[warp][c + e] = acc[g][e];
+            }
+            if (lane == 0) s_part[warp][BwdPostTraits::kMaxK] = acc_a;
+            __syncthreads();
+            float *part = p.workspace + ((long long)blockIdx.x * HV + hv) * (K + 1);
+            for (int c = threadIdx.x; c <= K; c += BwdPostTraits::kThreads) {
+                const int sc = c < K ? c : BwdPostTraits::kMaxK;
+                float v = 0.f;
+#pragma unroll
+                for (int w = 0; w < NW; ++w) v += s_part[w][sc];
+                part[c] = v;
+            }
+            __syncthreads();
+        }
+    }
+    if (!gate) return;
+
+    /* the last CTA of head h sums every CTA's partials, in block order */
+    unsigned *tickets = reinterpret_cast<unsigned *>(p.workspace + (long long)BwdPostTraits::kMaxBlocks * HV * (K + 1));
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(tickets + h, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const int nblk = gridDim.x, items = G * (K + 1);
+#pragma unroll 1
+    for (int i0 = 0; i0 < items; i0 += 32) {
+        const int item = i0 + lane, j = item / (K + 1), c = item - j * (K + 1);
+        float v = 0.f;
+        if (item < items) {
+            const float *src = p.workspace + ((long long)(h * G + j)) * (K + 1) + c;
+#pragma unroll 8
+            for (int b = warp; b < nblk; b += NW) v += __ldcg(src + (long long)b * HV * (K + 1));
+        }
+        s_part[warp][lane] = v;
+        __syncthreads();
+        if (warp == 0 && item < items) {
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; ++w) s += s_part[w][lane];
+            const int hv = h * G + j;
+            if (c < K) {
+                if (p.ddt_bias) p.ddt_bias[(long long)hv * K + c] = s;
+            } else {
+                p.dA_log[hv] = s;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) tickets[h] = 0u;
+}
+
+#endif /* KDART_BWD_POST_CUH */

@@ -1,0 +1,197 @@
+"""kdart's whole backward on the GPU: bwd_post against a float64 reference, and kdart.torch.chunk_kda_bwd
+against fla's chunk_kda_bwd and fla's epilogue (l2norm_bwd, kda_gate_bwd, the beta-sigmoid backward) on the
+same saved tensors.
+
+bwd_post: fresh random inputs (raw gates of both signs and magnitudes up to 20, GVA, head dims with and
+without a tail), outputs poisoned by the allocator's previous contents (every run allocates afresh after a
+NaN-filled block is freed), every output against float64 math written here from the definitions; two runs
+bitwise equal (the A_log and dt_bias reductions are a fixed order).  The whole backward: every gradient of
+kdart.torch.chunk_kda_bwd within fla's own distance of the float64 recurrence is the production test's job
+(test_production_gpu.py, route "whole"); here its gradients are compared with fla's pipeline on identical
+saved tensors, in both recompute modes.  Skips without CUDA (and the second part without fla)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import kdart.torch as kt  # noqa: E402
+
+
+def _poison():
+    """Leaves NaN in the caching allocator's free blocks, so that an output the kernel fails to write shows."""
+    x = torch.full((64 << 20,), float("nan"), device="cuda")
+    del x
+
+
+def _post64(dq, dk, dg, db, q, k, q_rstd, k_rstd, g, A_log, dt_bias, beta, lower_bound, scale, H):
+    """bwd_post's definition in float64."""
+    d = lambda x: None if x is None else x.double()  # noqa: E731
+    dq, dk, dg, db = d(dq), d(dk), d(dg), d(db)
+    B, T, HV, K = dq.shape
+    G = HV // H
+    out = []
+    for dx, y, r in ((dq, q, q_rstd), (dk, k, k_rstd)):
+        s = dx.view(B, T, H, G, K).sum(3)
+        if r is not None:
+            y = d(y)
+            s = s * d(r)[..., None] - (s * y).sum(-1, keepdim=True) * y * d(r)[..., None]
+        out.append(s)
+    dA = dbias = None
+    if g is not None:
+        x = d(g) + (d(dt_bias).view(HV, K) if dt_bias is not None else 0)
+        a = d(A_log).exp()[:, None]
+        if lower_bound is not None:
+            s = torch.sigmoid(a * x)
+            dgo = dg * lower_bound * s * (1 - s) * a
+            dA = (dgo * x).sum((0, 1, 3))
+        else:
+            dgo = -a * dg * torch.sigmoid(x)
+            dA = (dg * -a * torch.nn.functional.softplus(x)).sum((0, 1, 3))
+        dbias = dgo.sum((0, 1)) if dt_bias is not None else None
+        dg = dgo
+    out.append(dg)
+    if beta is not None:
+        s = torch.sigmoid(d(beta))
+        db = db * scale * s * (1 - s)
+    out += [db, dA, dbias]
+    return out
+
+
+def _rel(x, ref):
+    return (x.double() - ref).norm().item() / max(ref.norm().item(), 1e-30)
+
+
+# B, T, H, HV, K, l2norm, gate form (None, "softplus", "safe"), dt_bias, g dtype, sigmoid, allow_neg_eigval
+POST_CASES = [
+    (2, 300, 4, 4, 128, True, "safe", True, torch.bfloat16, True, False),
+    (1, 1000, 2, 4, 64, True, "softplus", True, torch.float32, True, True),
+    (2, 77, 2, 2, 100, True, "softplus", False, torch.bfloat16, False, False),
+    (1, 513, 1, 3, 256, False, "safe", True, torch.float32, True, False),
+    (2, 64, 2, 2, 63, True, None, False, torch.float32, False, False),
+    (1, 4099, 3, 6, 60, True, "safe", True, torch.bfloat16, True, True),
+    (16, 512, 16, 16, 128, True, "safe", True, torch.bfloat16, True, False),  # 8192 tokens: 32 per CTA
+]
+
+
+@pytest.mark.parametrize("io", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", POST_CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-K{}-l2{}-{}-bias{}-{}-sig{}-neg{}".format(
+    *c[:8], str(c[8])[6:], *c[9:]))
+def test_bwd_post(case, io):
+    B, T, H, HV, K, l2, form, bias, gdt, sig, neg = case
+    gdt = io if gdt != torch.float32 else gdt
+    torch.manual_seed(T * 31 + K)
+    dev = "cuda"
+    dq, dk, dg = (torch.randn(B, T, HV, K, device=dev) for _ in range(3))
+    db = torch.randn(B, T, HV, device=dev)
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io) if l2 else None
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io) if l2 else None
+    q_rstd = torch.rand(B, T, H, device=dev) * 2 + 0.1 if l2 else None
+    k_rstd = torch.rand(B, T, H, device=dev) * 2 + 0.1 if l2 else None
+    g = (torch.randn(B, T, HV, K, device=dev) * 5).clamp(-20, 20).to(gdt) if form else None
+    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16)) if form else None
+    dt_bias = torch.randn(HV * K, device=dev) if form and bias else None
+    beta = (torch.randn(B, T, HV, device=dev) * 3).to(io) if sig else None
+    lb = -5.0 if form == "safe" else None
+    args = (dq, dk, dg, db, q, k, q_rstd, k_rstd, g, A_log, dt_bias, beta, lb)
+    kw = dict(allow_neg_eigval=neg, io_dtype=io, g_dtype=torch.float32, beta_dtype=torch.float32, heads=H)
+    _poison()
+    out1 = kt.bwd_post(*args, **kw)
+    _poison()
+    out2 = kt.bwd_post(*args, **kw)
+    torch.cuda.synchronize()
+    ref = _post64(*args, 2.0 if neg else 1.0, H)
+    names = ("dq", "dk", "dg", "dbeta", "dA_log", "ddt_bias")
+    want_dt = (io, io, gdt if form else torch.float32, io if sig else torch.float32, torch.float32, torch.float32)
+    for n, a, b, r, dt in zip(names, out1, out2, ref, want_dt):
+        if r is None:
+            assert a is None, n
+            continue
+        assert a.dtype == dt, (n, a.dtype, dt)
+        assert torch.isfinite(a).all(), n
+        assert torch.equal(a, b), f"{n} differs between two runs"
+        e = _rel(a, r.reshape(a.shape))
+        tol = 1e-5 if a.dtype == torch.float32 else (8e-3 if a.dtype == torch.bfloat16 else 1e-3)
+        assert e < tol, f"{n}: relative error {e:.2e} >= {tol}"
+    if A_log is not None:
+        assert out1[4].shape == A_log.shape
+    if dt_bias is not None:
+        assert out1[5].shape == dt_bias.shape
+
+
+def test_bwd_post_refuses():
+    dq = torch.randn(1, 64, 2, 64, device="cuda")
+    db = torch.randn(1, 64, 2, device="cuda")
+    g = torch.randn(1, 64, 2, 64, device="cuda")
+    with pytest.raises(ValueError, match="A_log"):
+        kt.bwd_post(dq, dq, dq, db, g=g, io_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="EDTYPE"):
+        kt.bwd_post(dq, dq, dq, db, io_dtype=torch.float32)
+    with pytest.raises(ValueError, match="q_rstd"):
+        kt.bwd_post(dq, dq, dq, db, q=dq.to(torch.bfloat16), io_dtype=torch.bfloat16)
+
+
+# ------------------------------------------------------------- the whole backward against fla's pipeline
+
+def _fla_pipeline(s, do, dht, flags):
+    """fla 0.6.0's ChunkKDAFunction.backward on saved tensors s (its own functions, no kdart)."""
+    from fla.modules.norm.l2norm import l2norm_bwd
+    from fla.ops.common.gate import fused_beta_sigmoid_bwd
+    from fla.ops.kda.chunk_bwd import chunk_kda_bwd
+    gate = flags["gate"]
+    dq, dk, dv, db, dg, dh0, dA, dbias = chunk_kda_bwd(
+        q=s["q"], k=s["k"], v=s["v"], beta=s["beta"], Aqk=s["Aqk"], Akk=s["Akk"], scale=flags["scale"],
+        initial_state=s["h0"], do=do, dht=dht, g=s["g_cumsum"], g_org=s["g"] if gate else None,
+        lower_bound=flags["lb"], use_gate_in_kernel=gate, A_log=s["A_log"], dt_bias=s["dt_bias"],
+        safe_gate=flags["lb"] is not None)
+    dq = l2norm_bwd(s["q"], s["q_rstd"], dq)
+    dk = l2norm_bwd(s["k"], s["k_rstd"], dk)
+    db = fused_beta_sigmoid_bwd(x=s["beta_raw"], dy=db, scale=1.0)
+    return dq.to(s["q"]), dk.to(s["k"]), dv, dg.to(s["g"]), db.to(s["beta_raw"]), dA, dbias, dh0
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
+@pytest.mark.parametrize("safe", [True, False])
+def test_whole_backward_matches_fla_pipeline(shape, safe):
+    pytest.importorskip("fla")
+    from fla.modules.norm.l2norm import l2norm_fwd
+    from fla.ops.common.gate import fused_beta_sigmoid_fwd
+    from fla.ops.kda.chunk_fwd import chunk_kda_fwd
+    B, T, H, HV, K, V = shape
+    torch.manual_seed(sum(shape) + safe)
+    dev, io = "cuda", torch.bfloat16
+    q, qr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
+    k, kr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io)
+    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+    beta = fused_beta_sigmoid_fwd(beta_raw)
+    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
+    dt_bias = torch.randn(HV * K, device=dev)
+    h0 = torch.randn(B, HV, K, V, device=dev)
+    lb = -5.0 if safe else None
+    scale = K ** -0.5
+    fwd = chunk_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=h0, output_final_state=True,
+                        safe_gate=safe, lower_bound=lb, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
+    g_cumsum, Aqk, Akk = fwd[2], fwd[3], fwd[4]
+    do, dht = torch.randn_like(v), torch.randn(B, HV, K, V, device=dev)
+    s = dict(q=q, k=k, v=v, g=g, beta=beta, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, h0=h0, Aqk=Aqk,
+             Akk=Akk, g_cumsum=g_cumsum, q_rstd=qr, k_rstd=kr)
+    want = _fla_pipeline(s, do, dht, dict(gate=True, scale=scale, lb=lb))
+    _poison()
+    got = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+                           k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
+                           lower_bound=lb, use_beta_sigmoid_in_kernel=True)
+    again = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+                             k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
+                             lower_bound=lb, use_beta_sigmoid_in_kernel=True)
+    names = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
+    line = []
+    for n, a, b, w in zip(names, got, again, want):
+        assert a.shape == w.shape and a.dtype == w.dtype, (n, a.shape, w.shape, a.dtype, w.dtype)
+        assert torch.isfinite(a).all(), n
+        assert torch.equal(a, b), f"{n} differs between two kdart runs"
+        e = _rel(a, w.double())
+        line.append(f"{n} {e:.1e}")
+        assert e < 2e-2, f"{n}: kdart and fla's pipeline differ by {e:.2e}"
+    print("\nkdart vs fla pipeline: " + " ".join(line))
