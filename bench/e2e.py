@@ -17,6 +17,11 @@ Configurations (--configs):
   prod    the configuration people train with: use_qk_l2norm_in_kernel, use_gate_in_kernel with A_log
           and dt_bias, safe_gate with lower_bound -5, use_beta_sigmoid_in_kernel (bwd_intra gets fp32
           beta), initial and final state
+  cudnn   the configuration cuDNN frontend's sm_90 KDA backward serves: fp32 log-space gates, post-sigmoid
+          fp32 beta, no l2norm or gate in the kernel, K = V = 128, every shape packed (B rows of T tokens
+          become B documents of one row, as its THD layout has them).  When cuDNN frontend 1.32
+          (nvidia-cudnn-frontend, an optional peer: never a dependency of kdart) is importable, its
+          kimi_delta_attention backward is timed beside fla's and kdart's on the same inputs.
 
 Shapes (--shapes): b2_t8192_h32, prod8192 (B16 T8192 H16 K128 V256), packed_t32768_hv32 (B1, 7 packed
 documents), b1_t32768_h32, b4_t4096_h16_hv32.
@@ -41,7 +46,7 @@ SHAPES = {  # name: B, T, H, HV, K, V, document lengths (packed into one row of 
     "b1_t32768_h32": (1, 32768, 32, 32, 128, 128, None),
     "b4_t4096_h16_hv32": (4, 4096, 16, 32, 128, 128, None),
 }
-CONFIGS = ("recipe", "prod")
+CONFIGS = ("recipe", "prod", "cudnn")
 LOWER = -5.0
 
 # kernel name fragments -> stage, for the per-stage profile (fla 0.6.0's Triton kernels and kdart's)
@@ -76,12 +81,13 @@ def inputs(B, T, H, HV, K, V, docs=None, config="recipe"):
     h0 = torch.randn(N, HV, K, V, device=dev).requires_grad_(True)
     do = torch.randn(B, T, HV, V, device=dev).to(bf)
     dht = torch.randn(N, HV, K, V, device=dev)
-    if config == "recipe":
+    if config in ("recipe", "cudnn"):
         q = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
         k = F.normalize(torch.rand(B, T, H, K, device=dev), dim=-1).to(bf).requires_grad_(True)
         v = torch.rand(B, T, HV, V, device=dev).to(bf).requires_grad_(True)
         g = F.logsigmoid(torch.randn(B, T, HV, K, device=dev)).requires_grad_(True)
-        beta = torch.randn(B, T, HV, device=dev).sigmoid().to(bf).requires_grad_(True)
+        beta = torch.randn(B, T, HV, device=dev).sigmoid()
+        beta = (beta if config == "cudnn" else beta.to(bf)).requires_grad_(True)  # (cuDNN's: fp32)
         leaves = [q, k, v, g, beta, h0]
     else:  # the production flags: raw projections in bf16, the gate's parameters in fp32
         q = torch.randn(B, T, H, K, device=dev).to(bf).requires_grad_(True)
@@ -111,7 +117,31 @@ def step(leaves, do, dht, kw):
 QUEUE_SLEEP = 40_000_000  # torch.cuda._sleep cycles, about 20 ms: longer than any backward takes to enqueue
 
 
-def backward_ms(leaves, do, dht, kw, iters, queued=False):
+def cudnn_step(leaves, do, dht, kw):
+    """As step, through cuDNN frontend's kimi_delta_attention (THD views of the same leaves, its [N, H, V, K]
+    state as a transposed copy; do and dht laid out for it before the backward is timed)."""
+    import torch
+    from cudnn.linear_attention.ops import kimi_delta_attention
+    q, k, v, g, beta, h0 = leaves[:6]
+    thd = lambda x: x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])  # noqa: E731
+    cu = kw["cu_seqlens"].to(torch.int32)
+    o, ht = kimi_delta_attention(thd(q), thd(k), thd(v), thd(g), thd(beta), cu,
+                                 initial_state=h0.transpose(-1, -2).contiguous(), output_final_state=True)
+    do_t, dht_t = thd(do), dht.transpose(-1, -2).contiguous()
+    return lambda: torch.autograd.backward((o, ht), (do_t, dht_t))
+
+
+def cudnn_peer():
+    """cuDNN frontend's KDA (when importable), else None with the reason printed once."""
+    try:
+        from cudnn.linear_attention.ops import kimi_delta_attention  # noqa: F401
+    except Exception as e:  # noqa: BLE001  (an optional peer: any import failure means absent)
+        print(f"  (cuDNN frontend not importable: {type(e).__name__}: {e}; its column is left out)", flush=True)
+        return None
+    return cudnn_step
+
+
+def backward_ms(leaves, do, dht, kw, iters, queued=False, stepper=None):
     """Median ms of the backward between CUDA events.  queued=False: from an idle GPU, so the events also
     hold every gap in which the GPU waits for the host to launch the next kernel.  queued=True: a spin kernel
     is queued first and the start event behind it, so the backward's launches are all enqueued before the
@@ -121,7 +151,7 @@ def backward_ms(leaves, do, dht, kw, iters, queued=False):
     import torch
     ts, hs = [], []
     for _ in range(iters):
-        backward = step(leaves, do, dht, kw)
+        backward = (stepper or step)(leaves, do, dht, kw)
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if queued:
@@ -138,11 +168,11 @@ def backward_ms(leaves, do, dht, kw, iters, queued=False):
     return statistics.median(ts), statistics.median(hs)
 
 
-def backward_peak_mb(leaves, do, dht, kw):
+def backward_peak_mb(leaves, do, dht, kw, stepper=None):
     """The backward's peak memory: torch.cuda.max_memory_allocated during one backward over what was allocated
     when it started (the forward's saved tensors, the inputs), in MB; the issue's bar is kdart's at most fla's."""
     import torch
-    backward = step(leaves, do, dht, kw)
+    backward = (stepper or step)(leaves, do, dht, kw)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -161,11 +191,11 @@ def stage_of(name):
     return "other: " + name[:48]
 
 
-def profile_backward(leaves, do, dht, kw, iters):
+def profile_backward(leaves, do, dht, kw, iters, stepper=None):
     """{stage: ms per backward}, the sum of each kernel's CUDA time in the backward (torch.profiler)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    backwards = [step(leaves, do, dht, kw) for _ in range(iters)]
+    backwards = [(stepper or step)(leaves, do, dht, kw) for _ in range(iters)]
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for backward in backwards:
@@ -331,9 +361,12 @@ def main():
         return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
     print(f"{'config':7s} {'shape':22s} {'fla bwd ms':>11s} {'kdart bwd ms':>13s} {'ratio':>6s}  served / fallbacks")
+    peer = cudnn_peer() if "cudnn" in configs else None
     for name in shapes:
-        B, T, H, HV, K, V, docs = SHAPES[name]
         for config in configs:
+            B, T, H, HV, K, V, docs = SHAPES[name]
+            if config == "cudnn" and docs is None:  # (its THD layout: B rows become B documents)
+                B, T, docs = 1, B * T, (T,) * B
             leaves, do, dht, kw = inputs(B, T, H, HV, K, V, docs, config)
             t0 = time.time()
             backward_ms(leaves, do, dht, kw, 1)  # warm fla (autotune)
@@ -346,6 +379,7 @@ def main():
             qb, hb = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
             mb = backward_peak_mb(leaves, do, dht, kw)
             pb = profile_backward(leaves, do, dht, kw, args.profile_iters) if args.profile else None
+            qos = []
             for route in routes:
                 KOPTS.update(whole=route == "whole")
                 with kf.enabled(**KOPTS):
@@ -358,6 +392,7 @@ def main():
                       f"{ {k: n for k, n in st['served'].items() if n} } {st['fallbacks']}", flush=True)
                 with kf.enabled(**KOPTS):
                     qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
+                qos.append(qo)
                 print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
                       f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
                 with kf.enabled(**KOPTS):
@@ -368,6 +403,21 @@ def main():
                     with kf.enabled(**KOPTS):
                         po = profile_backward(leaves, do, dht, kw, args.profile_iters)
                     print_profile(f"{config} {name} [{route}]", pb, po)
+            if config == "cudnn" and peer is not None:
+                try:
+                    backward_ms(leaves, do, dht, kw, 1, stepper=peer)  # (its NVRTC compile, cached on disk)
+                    pc, _ = backward_ms(leaves, do, dht, kw, args.iters, stepper=peer)
+                    pq, ph = backward_ms(leaves, do, dht, kw, args.iters, queued=True, stepper=peer)
+                    pm = backward_peak_mb(leaves, do, dht, kw, stepper=peer)
+                except Exception as e:  # noqa: BLE001  (a declined configuration, or a failure of the peer's)
+                    print(f"  cuDNN frontend: {type(e).__name__}: {e}", flush=True)
+                else:
+                    print(f"{config:7s} {name:22s} {base:11.3f} {pc:13.3f} {base / pc:6.2f}  [cuDNN frontend] "
+                          f"queued {pq:.3f} ms ({qb / pq:.2f}x fla), host ms per backward {ph:.3f}, peak {pm:.1f} MB; "
+                          f"kdart's faster route against cuDNN (queued): {pq / min(qos):.2f}x", flush=True)
+                    if args.profile:
+                        print_profile(f"{config} {name} [cuDNN frontend]", pb,
+                                      profile_backward(leaves, do, dht, kw, args.profile_iters, stepper=peer))
             if args.trace:
                 for who, on in (("fla", False), ("kdart", True)):
                     path = f"{args.trace}_{config}_{name}_{who}.json"

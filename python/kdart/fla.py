@@ -389,53 +389,12 @@ def dav_standalone_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chu
     return _io_reason(_torch(), do, (v, A), ())
 
 
-PACKED_SMALL = "packed sequences on a grid of at most 4 waves (bwd_dhu splits its V tiles there)"
-
-
 def dav_grid_refusal(N, HV, K, V, packed, device=None):
-    """None when bwd_dhu's own choice for N sequences (or batch rows) of HV value heads at K, V is the V
-    tile 64 without the V split, where computing dv inside the scan costs almost nothing; else why
-    kdart.fla leaves that chunk_kda_bwd_dAv to fla.  (With dv from Aqk the scan runs the tile 64 whatever
-    the grid: on grids where kdart picks a narrower tile for its waves, or splits the tiles of packed
-    sequences, that was slower than fla's dAv and the narrower scan together.)"""
-    torch = _torch()
-    bv = _dhu_tile(torch, device, N, HV, K, V)
-    if bv and bv != 64:
-        return f"bwd_dhu runs a V tile of {bv} on this grid (the fused dAv runs it at 64)"
-    if packed and N * HV * (V // 64) <= 4 * _sm_count(torch, device):
-        return PACKED_SMALL
-    return None
-
-
-_sms, _tiles = {}, {}
-
-
-def _dhu_tile(torch, device, N, HV, K, V):
-    """kdart's V tile for bwd_dhu on device (kdart_dhu_v_tile), 0 when it cannot say (no CUDA)."""
-    key = (None if device is None else device.index, N, HV, K, V)
-    if key not in _tiles:
-        try:
-            with torch.cuda.device(device) if device is not None and device.type == "cuda" else \
-                    contextlib.nullcontext():
-                _tiles[key] = _lib.runtime().dhu_v_tile(N, HV, K, V)
-        except (RuntimeError, ValueError, AssertionError, OSError):
-            return 0
-        if len(_tiles) > 4096:  # (shapes of a training run are few; bounded all the same)
-            _tiles.clear()
-    return _tiles[key]
-
-
-def _sm_count(torch, device):
-    """The SM count of device (0 when CUDA cannot say: bwd_dhu then decides by itself, and a refusal there
-    falls back the same way)."""
-    i = None if device is None else device.index
-    if i not in _sms:
-        try:
-            _sms[i] = torch.cuda.get_device_properties(torch.cuda.current_device() if i is None else i) \
-                .multi_processor_count
-        except (RuntimeError, AssertionError):
-            return 0
-    return _sms[i]
+    """None when bwd_dhu's own choice for this grid is the V tile 64 without the V split, where the fused dAv
+    costs almost nothing; else why kdart.fla leaves chunk_kda_bwd_dAv unfused (kdart.torch.dav_grid_refusal,
+    which kdart.torch.chunk_kda_bwd asks too)."""
+    from . import torch as kt
+    return kt.dav_grid_refusal(N, HV, K, V, packed, device)
 
 
 # ------------------------------------------------------------- wrappers

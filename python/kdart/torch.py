@@ -1300,17 +1300,57 @@ def bwd_post(dq, dk, dg, db, q=None, k=None, q_rstd=None, k_rstd=None, g=None, A
     return dq, dk, dg, db, dA, dbias
 
 
+PACKED_SMALL = "packed sequences on a grid of at most 4 waves (bwd_dhu splits its V tiles there)"
+_sms, _tiles = {}, {}
+
+
+def _dhu_tile(device, N, HV, K, V):
+    """kdart's V tile for bwd_dhu on device (kdart_dhu_v_tile), 0 when it cannot say (no CUDA)."""
+    key = (None if device is None else device.index, N, HV, K, V)
+    if key not in _tiles:
+        try:
+            with torch.cuda.device(device) if device is not None and device.type == "cuda" else \
+                    contextlib.nullcontext():
+                _tiles[key] = _lib.runtime().dhu_v_tile(N, HV, K, V)
+        except (RuntimeError, ValueError, AssertionError, OSError):
+            return 0
+        if len(_tiles) > 4096:  # (shapes of a training run are few; bounded all the same)
+            _tiles.clear()
+    return _tiles[key]
+
+
+def _sm_count(device):
+    """The SM count of device (0 when CUDA cannot say: bwd_dhu then decides by itself)."""
+    i = None if device is None else device.index
+    if i not in _sms:
+        try:
+            _sms[i] = torch.cuda.get_device_properties(torch.cuda.current_device() if i is None else i) \
+                .multi_processor_count
+        except (RuntimeError, AssertionError):
+            return 0
+    return _sms[i]
+
+
+def dav_grid_refusal(N, HV, K, V, packed, device=None):
+    """None when bwd_dhu's own choice for N sequences (or batch rows) of HV value heads at K, V is the V
+    tile 64 without the V split, where computing fla's dAv dv inside the scan costs almost nothing; else why
+    the dAv stays a kernel of its own.  (With dv from Aqk the scan runs the tile 64 whatever the grid: on
+    grids where kdart picks a narrower tile for its waves, or splits the tiles of packed sequences, that
+    was slower than the dAv kernel and the narrower scan together.)"""
+    bv = _dhu_tile(device, N, HV, K, V)
+    if bv and bv != 64:
+        return f"bwd_dhu runs a V tile of {bv} on this grid (the fused dAv runs it at 64)"
+    if packed and N * HV * (V // 64) <= 4 * _sm_count(device):
+        return PACKED_SMALL
+    return None
+
+
 def _dav_fusable(N, HV, K, V, packed, dev):
     """Whether the whole backward computes fla's dAv inside bwd_dhu and wy_dqkg: K 64 or 128, V a multiple of
-    64, eagerly, on grids where bwd_dhu runs its V tile 64 anyway (kdart.fla decides its own calls the same
-    way: dav_grid_refusal)."""
+    64, eagerly, on grids dav_grid_refusal accepts."""
     if K not in (64, 128) or V % 64 or V > 512 or _is_compiling():
         return False
-    with torch.cuda.device(dev):
-        if _lib.runtime().dhu_v_tile(N, HV, K, V) != 64:
-            return False
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    return not (packed and N * HV * (V // 64) <= 4 * sms)
+    return dav_grid_refusal(N, HV, K, V, packed, dev) is None
 
 
 def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_state=None, q_rstd=None,

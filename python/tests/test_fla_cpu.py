@@ -763,13 +763,14 @@ def test_dav_grid_refusal(monkeypatch):
             picks[(N, HV, K, V)] = True
             return 64 if N * HV * (V // 64) >= 128 else 16
 
+    import kdart.torch as kt
     monkeypatch.setattr(kf._lib, "runtime", lambda: Rt())
-    monkeypatch.setattr(kf, "_tiles", {})
-    monkeypatch.setattr(kf, "_sms", {None: 132})
+    monkeypatch.setattr(kt, "_tiles", {})
+    monkeypatch.setattr(kt, "_sms", {None: 132})
     assert kf.dav_grid_refusal(2, 32, 128, 128, False) is None
     assert kf.dav_grid_refusal(2, 4, 128, 128, False) == \
         "bwd_dhu runs a V tile of 16 on this grid (the fused dAv runs it at 64)"
-    assert kf.dav_grid_refusal(7, 32, 128, 128, True) == kf.PACKED_SMALL  # 448 scans: at most 4 waves
+    assert kf.dav_grid_refusal(7, 32, 128, 128, True) == kt.PACKED_SMALL  # 448 scans: at most 4 waves
     assert kf.dav_grid_refusal(63, 32, 128, 128, True) is None            # 4032 scans
     assert (2, 32, 128, 128) in picks
 
@@ -778,8 +779,8 @@ def test_dav_grid_refusal(monkeypatch):
             raise RuntimeError("ENOCUDA")
 
     monkeypatch.setattr(kf._lib, "runtime", lambda: NoCuda())
-    monkeypatch.setattr(kf, "_tiles", {})
-    monkeypatch.setattr(kf, "_sms", {})
+    monkeypatch.setattr(kt, "_tiles", {})
+    monkeypatch.setattr(kt, "_sms", {})
     assert kf.dav_grid_refusal(1, 1, 64, 64, False) is None  # unknown here: bwd_dhu decides by itself
 
 
