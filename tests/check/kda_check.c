@@ -1534,6 +1534,11 @@ static int selftest_row(FILE *out, const char *kernel, const char *spec, const c
     return failures;
 }
 
+/* The shape column of a selftest line: "B2 T512 " or "N5 T0 " (packed), then dims. */
+static void selftest_shape(char *out, size_t n, const kc_seqs *sq, int B, int T, const char *dims) {
+    snprintf(out, n, "%s%d T%d %s", sq->nseq ? "N" : "B", sq->nseq ? sq->nseq : B, T, dims);
+}
+
 int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
     char why[256];
     if (kc_init(why, sizeof why) != 0) {
@@ -1591,12 +1596,60 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
                         SELFTEST_SEQS(spec), strstr(spec, "dAqk=1") != NULL};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
-        char shape[64];
-        snprintf(shape, sizeof shape, "%s%d T%d HV%d K%d V%d", c.seqs.nseq ? "N" : "B",
-                 c.seqs.nseq ? c.seqs.nseq : c.B, c.T, c.HV, c.K, c.V);
+        char shape[64], dims[48];
+        snprintf(dims, sizeof dims, "HV%d K%d V%d", c.HV, c.K, c.V);
+        selftest_shape(shape, sizeof shape, &c.seqs, c.B, c.T, dims);
         const int ran = kc_run_wy(rt, &c, &r) == 0;
         const double tol[] = {2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
         failures += selftest_row(out, "wy_dqkg", spec, shape, ran, &r, tol);
+    }
+    /* the tail specs at K = 100 / V = 72 (each stage's masked copies); the gate specs alternate the plain and
+     * the safe form of the raw gate */
+    for (int s = 0; (!only || strcmp(only, "recompute_wu") == 0) && s < kdart_spec_count("recompute_wu"); s++) {
+        char spec[128];
+        kdart_spec_at("recompute_wu", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec), gate = strstr(spec, "gate=1") != NULL;
+        kc_rwu_case c = {2, 512, 2, 4, tail ? 100 : 128, tail ? 72 : 128, strstr(spec, "io=fp16") != NULL,
+                         kc_spec_beta_f32(spec), gate ? 1 + ((s >> 1) & 1) : 0, KREF_GATE_STRONG, 0, 1, -5.0, 1,
+                         seed + 400 + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
+        kc_report r;
+        char shape[64], dims[48];
+        snprintf(dims, sizeof dims, "HV%d K%d V%d", c.HV, c.K, c.V);
+        selftest_shape(shape, sizeof shape, &c.seqs, c.B, c.T, dims);
+        const int ran = kc_run_rwu(rt, &c, &r) == 0;
+        double tol[8];
+        for (int i = 0; i < 8; i++) tol[i] = i < r.nout && strcmp(r.names[i], "g") == 0 ? 1e-5 : c.io ? 1.5e-3 : 8e-3;
+        failures += selftest_row(out, "recompute_wu", spec, shape, ran, &r, tol);
+    }
+    for (int s = 0; (!only || strcmp(only, "bwd_dav") == 0) && s < kdart_spec_count("bwd_dav"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_dav", s, spec, sizeof spec);
+        kc_dav_case c = {2, 512, 4, kc_spec_tail(spec) ? 100 : 128, strstr(spec, "io=fp16") != NULL,
+                         seed + 500 + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec), 0};
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
+        kc_report r;
+        char shape[64], dims[48];
+        snprintf(dims, sizeof dims, "HV%d V%d", c.HV, c.V);
+        selftest_shape(shape, sizeof shape, &c.seqs, c.B, c.T, dims);
+        const int ran = kc_run_dav(rt, &c, &r) == 0;
+        const double tol[] = {1e-5, c.io ? 5e-4 : 4e-3};
+        failures += selftest_row(out, "bwd_dav", spec, shape, ran, &r, tol);
+    }
+    for (int s = 0; (!only || strcmp(only, "fwd_h") == 0) && s < kdart_spec_count("fwd_h"); s++) {
+        char spec[128];
+        kdart_spec_at("fwd_h", s, spec, sizeof spec);
+        const int tail = kc_spec_tail(spec), K = kc_spec_k(spec) - (tail ? 4 : 0), V = tail ? 100 : 128;
+        kc_fwdh_case c = {2, 512, 4, 4, K, V, strstr(spec, "io=fp16") != NULL, KREF_GATE_STRONG, 0, 1, 1, 1,
+                          kc_spec_bv(spec), seed + 600 + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+        if (c.seqs.nseq) c.B = 1, c.T = 0;
+        kc_report r;
+        char shape[64], dims[48];
+        snprintf(dims, sizeof dims, "HV%d K%d V%d", c.HV, c.K, c.V);
+        selftest_shape(shape, sizeof shape, &c.seqs, c.B, c.T, dims);
+        const int ran = kc_run_fwdh(rt, &c, &r) == 0;
+        const double t = c.io ? 3e-3 : 1e-2, tol[] = {t, t, t, t};
+        failures += selftest_row(out, "fwd_h", spec, shape, ran, &r, tol);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
     fprintf(out, "\n");

@@ -30,10 +30,12 @@ typedef struct selftest_opts {
 
 static int run_selftest(cli *c, const void *opts, int nargs, char **args) {
     const selftest_opts *o = opts;
-    if (o->kernel && strcmp(o->kernel, "bwd_intra") != 0 && strcmp(o->kernel, "bwd_dhu") != 0 &&
-        strcmp(o->kernel, "wy_dqkg") != 0)
-        return cli_usage(c, "--kernel takes bwd_intra, bwd_dhu or wy_dqkg (the kernels with an operation), not '%s'",
-                         o->kernel);
+    static const char *const checked[] = {"bwd_intra", "bwd_dhu", "wy_dqkg", "recompute_wu", "bwd_dav", "fwd_h"};
+    int known = !o->kernel;
+    for (size_t i = 0; !known && i < sizeof checked / sizeof checked[0]; i++) known = strcmp(o->kernel, checked[i]) == 0;
+    if (!known)
+        return cli_usage(c, "--kernel takes bwd_intra, bwd_dhu, wy_dqkg, recompute_wu, bwd_dav or fwd_h (the kernels "
+                            "with a float64 check), not '%s'", o->kernel);
     int rc = open_gpu(c);
     if (rc != EXIT_OK) return rc;
     return kc_selftest(c->rt, stdout, o->kernel) == 0 ? EXIT_OK : EXIT_FAIL;
@@ -41,17 +43,18 @@ static int run_selftest(cli *c, const void *opts, int nargs, char **args) {
 
 static const cli_option selftest_options[] = {
     {"kernel", 0, CLI_STRING, "NAME", offsetof(selftest_opts, kernel), 0, 0, CLI_NONEMPTY,
-     "only this kernel's specializations (bwd_intra, bwd_dhu or wy_dqkg)"},
+     "only this kernel's specializations (bwd_intra, bwd_dhu, wy_dqkg, recompute_wu, bwd_dav or fwd_h)"},
     {NULL},
 };
 
-CLI_COMMAND(selftest, "run every kernel on the GPU against the float64 reference",
+CLI_COMMAND(selftest, "run the kernels on the GPU against the float64 reference",
     CLI_OPTIONS(selftest_options, selftest_opts, NULL),
-    .about = "Runs every specialization of bwd_intra, bwd_dhu and wy_dqkg once on fresh\n"
-             "random inputs and prints each output's error against the float64 reference\n"
-             "and the time per call.  A tail specialization runs with the shape that\n"
-             "selects it (a head dim 4 below its K tile; bwd_dhu also a partial last V\n"
-             "tile or the V-first state; wy_dqkg also V = 100).\n",
+    .about = "Runs every specialization of bwd_intra, bwd_dhu, wy_dqkg, recompute_wu, bwd_dav\n"
+             "and fwd_h once on fresh random inputs and prints each output's error against\n"
+             "the float64 reference and the time per call (bwd_post is checked by the Python\n"
+             "tests).  A tail specialization runs with the shape that selects it (a head dim\n"
+             "4 below its K tile; bwd_dhu also a partial last V tile or the V-first state;\n"
+             "wy_dqkg also V = 100; recompute_wu K = 100, V = 72; bwd_dav and fwd_h V = 100).\n",
     .exits = "Exit status: 0 all pass, 1 otherwise, 3 without a GPU.\n");
 
 typedef struct bench_opts {
