@@ -559,8 +559,8 @@ START_TEST(test_selftest_placeholder) {
     }
     run_free(&r);
     /* --kernel names one kernel with an operation, checked before any GPU is looked for */
-    RUN_EXPECT(2, err, "--kernel takes bwd_intra, bwd_dhu, wy_dqkg, recompute_wu, bwd_dav or fwd_h", "selftest",
-               "--kernel", "chunk_rcumsum");
+    RUN_EXPECT(2, err, "--kernel takes bwd_intra, bwd_dhu, wy_dqkg, recompute_wu, bwd_dav, fwd_h or bwd_post",
+               "selftest", "--kernel", "chunk_rcumsum");
 }
 END_TEST
 

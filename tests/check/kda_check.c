@@ -1505,6 +1505,130 @@ out:
     return st;
 }
 
+/* ------------------------------------------------------------- bwd_post */
+
+static int launch_post(kdart_rt *rt, const void *a, CUstream s) {
+    return kdart_kda_bwd_post(rt, (const kdart_bwd_post_args *)a, (void *)s);
+}
+
+int kc_run_post(kdart_rt *rt, const kc_post_case *c, kc_report *r) {
+    kref_rng rng;
+    layout L;
+    const kc_seqs none = {0};
+    if (case_begin(c->B, c->T, &none, c->seed, &rng, &L, r)) return -1;
+    const int B = c->B, T = c->T, H = c->H, HV = c->HV, K = c->K, io = c->io, G = HV / H;
+    const int gdt = c->g_f32 ? DT_F32 : io, bdt = c->beta_f32 ? DT_F32 : io;
+    const size_t P = (size_t)B * T, nh = P * H * K, nv = P * HV * K, nb = P * HV;
+    double *dq_in = dmalloc(nv), *dk_in = dmalloc(nv), *dg_in = dmalloc(nv), *db_in = dmalloc(nb), *q = dmalloc(nh),
+           *k = dmalloc(nh), *qr = dmalloc(P * H), *kr = dmalloc(P * H), *g = dmalloc(nv), *A_log = dmalloc(HV),
+           *bias = dmalloc((size_t)HV * K), *beta = dmalloc(nb), *sum = dmalloc(nh), *rdq = dmalloc(nh),
+           *rdk = dmalloc(nh), *rdg = dmalloc(nv), *rdb = dmalloc(nb), *rdA = dmalloc(HV),
+           *rdbias = dmalloc((size_t)HV * K), *got = dmalloc(nv > nh ? nv : nh);
+    void *raw[6] = {malloc(nh * 2 + 4), malloc(nh * 2 + 4), malloc(nv * 4 + 4), malloc(nb * 4 + 4),
+                    malloc((size_t)HV * 4 + 4), malloc((size_t)HV * K * 4 + 4)};
+    dbuf d[19];
+    memset(d, 0, sizeof d);
+    int rc = -1;
+    int okh = dq_in && dk_in && dg_in && db_in && q && k && qr && kr && g && A_log && bias && beta && sum && rdq &&
+              rdk && rdg && rdb && rdA && rdbias && got;
+    for (int i = 0; i < 6; i++) okh = okh && raw[i];
+    if (!okh) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    /* the chunk stages' fp32 gradients; unit rows of q and k with rstd in [0.5, 2.5); raw gates of both signs
+     * up to +-20 (where softplus and the sigmoids saturate); A_log for decays exp(A_log) in [1, 16) */
+    kref_gen_normal(&rng, nv, 1.0, dq_in), kref_gen_normal(&rng, nv, 1.0, dk_in);
+    kref_gen_normal(&rng, nv, 1.0, dg_in), kref_gen_normal(&rng, nb, 1.0, db_in);
+    kref_gen_unit_rows(&rng, P * H, K, q), kref_gen_unit_rows(&rng, P * H, K, k);
+    for (size_t i = 0; i < P * H; i++) qr[i] = 0.5 + 2.0 * kref_rng_uniform(&rng), kr[i] = 0.5 + 2.0 * kref_rng_uniform(&rng);
+    kref_gen_normal(&rng, nv, 5.0, g);
+    for (size_t i = 0; i < nv; i++) g[i] = g[i] > 20 ? 20 : g[i] < -20 ? -20 : g[i];
+    for (int h = 0; h < HV; h++) A_log[h] = log(1.0 + 15.0 * kref_rng_uniform(&rng));
+    kref_gen_normal(&rng, (size_t)HV * K, 1.0, bias);
+    if (!(c->gate && c->with_bias)) memset(bias, 0, sizeof(double) * (size_t)HV * K);
+    kref_gen_normal(&rng, nb, 3.0, beta);
+    round_to(dq_in, nv, DT_F32), round_to(dk_in, nv, DT_F32), round_to(dg_in, nv, DT_F32), round_to(db_in, nb, DT_F32);
+    round_to(q, nh, io), round_to(k, nh, io), round_to(qr, P * H, DT_F32), round_to(kr, P * H, DT_F32);
+    round_to(g, nv, gdt), round_to(A_log, HV, DT_F32), round_to(bias, (size_t)HV * K, DT_F32), round_to(beta, nb, bdt);
+
+    int64_t s4v[4] = {B, T, HV, K}, s4h[4] = {B, T, H, K}, s3h[3] = {B, T, H}, s3v[3] = {B, T, HV}, s1[1] = {HV},
+            s2[2] = {HV, K}, sw[1] = {kdart_bwd_post_workspace(H, HV, K)};
+    /* in: dq_in dk_in q k q_rstd k_rstd dg_in g_raw A_log dt_bias db_in beta_raw workspace;
+     * out: dq dk dg db dA_log ddt_bias */
+    const int ok = !dalloc(&d[0], DT_F32, 4, s4v) && !dalloc(&d[1], DT_F32, 4, s4v) && !dalloc(&d[2], io, 4, s4h) &&
+                   !dalloc(&d[3], io, 4, s4h) && !dalloc(&d[4], DT_F32, 3, s3h) && !dalloc(&d[5], DT_F32, 3, s3h) &&
+                   !dalloc(&d[6], DT_F32, 4, s4v) && !dalloc(&d[7], gdt, 4, s4v) && !dalloc(&d[8], DT_F32, 1, s1) &&
+                   !dalloc(&d[9], DT_F32, 2, s2) && !dalloc(&d[10], DT_F32, 3, s3v) && !dalloc(&d[11], bdt, 3, s3v) &&
+                   !dalloc(&d[12], DT_F32, 1, sw) && !dalloc(&d[13], io, 4, s4h) && !dalloc(&d[14], io, 4, s4h) &&
+                   !dalloc(&d[15], gdt, 4, s4v) && !dalloc(&d[16], bdt, 3, s3v) && !dalloc(&d[17], DT_F32, 1, s1) &&
+                   !dalloc(&d[18], DT_F32, 2, s2);
+    if (!ok) {
+        fail(r, "out of device memory");
+        goto out;
+    }
+    const double *host_in[12] = {dq_in, dk_in, q, k, qr, kr, dg_in, g, A_log, bias, db_in, beta};
+    for (int i = 0; i < 12; i++)
+        if (dput(&d[i], host_in[i])) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    /* the counters (the workspace's last H elements) zero before the first launch */
+    if (cu.cuMemsetD32_v2(d[12].p, 0, nelem(&d[12])) != CUDA_SUCCESS) {
+        fail(r, "zeroing the workspace");
+        goto out;
+    }
+    kdart_bwd_post_args args = {sizeof args, &d[0].t, &d[1].t, NULL, NULL, NULL, NULL, &d[6].t, NULL, NULL, NULL,
+                                &d[10].t, NULL, NULL, &d[13].t, &d[14].t, &d[15].t, &d[16].t, NULL, NULL,
+                                -5.0f, c->gate == 2, c->neg ? 2.0f : 1.0f, !c->g_f32, !c->beta_f32};
+    if (c->l2norm) args.q = &d[2].t, args.k = &d[3].t, args.q_rstd = &d[4].t, args.k_rstd = &d[5].t;
+    if (c->gate) {
+        args.g_raw = &d[7].t, args.A_log = &d[8].t, args.workspace = &d[12].t, args.dA_log = &d[17].t;
+        if (c->with_bias) args.dt_bias = &d[9].t, args.ddt_bias = &d[18].t;
+    }
+    if (c->sigmoid) args.beta_raw = &d[11].t;
+    const int nout = c->gate ? (c->with_bias ? 6 : 5) : 4;
+    dbuf *outs[6] = {&d[13], &d[14], &d[15], &d[16], &d[17], &d[18]};
+    const kc_seqs seqs = {0};
+    const int settled = run_settled(rt, launch_post, &args, outs, nout, raw, &seqs, c->graph, c->reps, r);
+    if (settled) {
+        if (settled > 0) rc = 0;
+        goto out;
+    }
+    /* the reference: the value heads' sum, then each backward in float64 */
+    memset(sum, 0, sizeof(double) * nh);
+    for (size_t t = 0; t < P; t++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int x = 0; x < K; x++) sum[(t * H + hv / G) * K + x] += dq_in[(t * HV + hv) * K + x];
+    if (c->l2norm) kref_l2norm_bwd(P * H, K, q, qr, sum, rdq);
+    else memcpy(rdq, sum, sizeof(double) * nh);
+    memset(sum, 0, sizeof(double) * nh);
+    for (size_t t = 0; t < P; t++)
+        for (int hv = 0; hv < HV; hv++)
+            for (int x = 0; x < K; x++) sum[(t * H + hv / G) * K + x] += dk_in[(t * HV + hv) * K + x];
+    if (c->l2norm) kref_l2norm_bwd(P * H, K, k, kr, sum, rdk);
+    else memcpy(rdk, sum, sizeof(double) * nh);
+    if (c->gate) kref_gate_act_bwd(P * HV, HV, K, g, A_log, bias, c->gate == 2, -5.0, dg_in, rdg, rdA, rdbias);
+    else memcpy(rdg, dg_in, sizeof(double) * nv);
+    if (c->sigmoid) kref_beta_sigmoid_bwd(nb, c->neg ? 2.0 : 1.0, beta, db_in, rdb);
+    else memcpy(rdb, db_in, sizeof(double) * nb);
+    static const char *const names[6] = {"dq", "dk", "dg", "dbeta", "dA_log", "ddt_bias"};
+    const double *refs[6] = {rdq, rdk, rdg, rdb, rdA, rdbias};
+    const size_t n[6] = {nh, nh, nv, nb, (size_t)HV, (size_t)HV * K};
+    const int dts[6] = {io, io, gdt == DT_F32 ? 0 : io, bdt == DT_F32 ? 0 : io, 0, 0};
+    r->nout = nout;
+    r->untouched = 1;
+    for (int i = 0; i < nout; i++) score_output(r, i, names[i], outs[i], raw[i], n[i], n[i], dts[i], refs[i], NULL, got);
+    rc = 0;
+out:
+    for (int i = 0; i < 19; i++) dfree(&d[i]);
+    layout_free(&L);
+    double *hs[] = {dq_in, dk_in, dg_in, db_in, q, k, qr, kr, g, A_log, bias, beta, sum, rdq, rdk, rdg, rdb, rdA, rdbias, got};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    for (int i = 0; i < 6; i++) free(raw[i]);
+    return rc;
+}
+
 /* ------------------------------------------------------------ selftest */
 
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens
@@ -1650,6 +1774,20 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         const int ran = kc_run_fwdh(rt, &c, &r) == 0;
         const double t = c.io ? 3e-3 : 1e-2, tol[] = {t, t, t, t};
         failures += selftest_row(out, "fwd_h", spec, shape, ran, &r, tol);
+    }
+    for (int s = 0; (!only || strcmp(only, "bwd_post") == 0) && s < kdart_spec_count("bwd_post"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_post", s, spec, sizeof spec);
+        kc_post_case c = {2, 512, 2, 4, kc_spec_tail(spec) ? 63 : 128, strstr(spec, "io=fp16") != NULL, 1, 1 + (s & 1),
+                          1, strstr(spec, "g_io=0") != NULL, 1, strstr(spec, "beta_io=0") != NULL, 0,
+                          seed + 700 + (uint64_t)s, 20, 0};
+        kc_report r;
+        char shape[64];
+        snprintf(shape, sizeof shape, "B%d T%d H%d HV%d K%d", c.B, c.T, c.H, c.HV, c.K);
+        const int ran = kc_run_post(rt, &c, &r) == 0;
+        const double t = c.io ? 1e-3 : 8e-3;
+        const double tol[] = {t, t, c.g_f32 ? 1e-5 : t, c.beta_f32 ? 1e-5 : t, 1e-5, 1e-5};
+        failures += selftest_row(out, "bwd_post", spec, shape, ran, &r, tol);
     }
     fprintf(out, "selftest: %d failure(s)%s", failures, failures ? " (! marks an error above its tolerance)" : "");
     fprintf(out, "\n");

@@ -150,6 +150,21 @@ typedef struct kc_fwdh_case {
     kc_seqs seqs;
 } kc_fwdh_case;
 
+typedef struct kc_post_case {
+    int B, T, H, HV, K;
+    int io;
+    int l2norm;        /* q, k, q_rstd, k_rstd given: the l2norm backward */
+    int gate;          /* 0: no gate in the kernel; 1: the plain gate; 2: the safe gate (lower bound -5) */
+    int with_bias;     /* gate 1, 2: dt_bias given */
+    int g_f32;         /* the raw gate and dg in fp32, else the io dtype */
+    int sigmoid;       /* the beta logits given: the sigmoid backward */
+    int beta_f32;      /* the logits and dbeta in fp32, else the io dtype */
+    int neg;           /* allow_neg_eigval: beta_scale 2 */
+    unsigned long long seed;
+    int reps;
+    int graph;
+} kc_post_case;
+
 /* The BV of a bwd_dhu spec text ("io=bf16,K=128,BV=32" -> 32), 0 if none. */
 int kc_spec_bv(const char *spec);
 /* The K tile of a spec text ("K=256" -> 256), 0 if none. */
@@ -213,6 +228,10 @@ int kc_run_dav(kdart_rt *rt, const kc_dav_case *c, kc_report *r);
 /* fwd_h: outputs h, v_new, ht; rel_rms against the float64 scan with fla's roundings (IO(S) stored and
  * multiplied, v_new rounded before kg^T v_new), rel_rms_alt against the exact one */
 int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r);
+/* bwd_post: outputs dq, dk, dg, dbeta, then dA_log and ddt_bias with the gate (the latter with dt_bias),
+ * against the float64 composition of the value heads' sum, kref_l2norm_bwd, kref_gate_act_bwd and
+ * kref_beta_sigmoid_bwd; every token is written (no sequences) */
+int kc_run_post(kdart_rt *rt, const kc_post_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

@@ -931,6 +931,54 @@ static int name_listed(const char *list, const char *name) {
     return 0;
 }
 
+static void check_post(const kc_post_case *c) {
+    kc_report r;
+    char what[256];
+    static const char *const gates[3] = {"no gate", "gate", "safe gate"};
+    snprintf(what, sizeof what, "post %s%s %s%s%s%s%s%s B%d T%d H%d HV%d K%d", c->io ? "fp16" : "bf16",
+             c->l2norm ? " l2norm" : "", gates[c->gate], c->gate && c->with_bias ? "+bias" : "",
+             c->g_f32 ? " g=f32" : "", c->sigmoid ? " sigmoid" : "", c->beta_f32 ? " beta=f32" : "",
+             c->neg ? " neg" : "", c->B, c->T, c->H, c->HV, c->K);
+    ck_assert_msg(kc_run_post(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    print_report(what, &r);
+    for (int i = 0; i < r.nout; i++) {
+        /* fp32 outputs (dA_log and ddt_bias: sums over every token of fp32 partials), and the io ones: one rounding */
+        const double tol = i >= 4 ? 1e-5 : (i == 2 && c->g_f32) || (i == 3 && c->beta_f32) ? 1e-5
+                           : c->io ? 1e-3 : 8e-3;
+        ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s rel RMS %.3e > %.0e", what, r.names[i], r.rel_rms[i], tol);
+    }
+    ck_assert_msg(r.deterministic, "%s: two launches differ", what);
+    if (c->graph) ck_assert_msg(r.graph_equal == 1, "%s: graph replay differs", what);
+}
+
+/* Every bwd_post specialization (the tail ones at K = 63, 100 - 1 and 255 in turn), with the l2norm, both
+ * gate forms with and without dt_bias, the sigmoid with and without allow_neg_eigval in turn; grouped heads
+ * (HV = 2H), T not a multiple of 64; then the production shape's grid (many CTAs a head: the last-CTA
+ * reduction over 256 partial rows) and a head dim of 256, and the parts one at a time (no l2norm, no gate,
+ * no sigmoid). */
+START_TEST(post_every_spec) {
+    static const int tk[3] = {63, 99, 255};
+    for (int s = 0; s < kdart_spec_count("bwd_post"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_post", s, spec, sizeof spec);
+        kc_post_case c = {2, 300, 2, 4, kc_spec_tail(spec) ? tk[s % 3] : 128, strstr(spec, "io=fp16") != NULL, 1,
+                          1 + ((s >> 1) & 1), s % 3 != 0, strstr(spec, "g_io=0") != NULL, 1,
+                          strstr(spec, "beta_io=0") != NULL, (s >> 2) & 1, seed + 90000 + (uint64_t)s, 0, s == 0};
+        check_post(&c);
+    }
+    kc_post_case big = {2, 8192, 8, 8, 128, 0, 1, 2, 1, 0, 1, 0, 0, seed + 90100, 0, 0};
+    check_post(&big); /* 16384 tokens: 256 CTAs of 64 tokens a head */
+    kc_post_case wide = {1, 1000, 2, 2, 256, 1, 1, 1, 1, 1, 1, 1, 1, seed + 90101, 0, 0};
+    check_post(&wide);
+    for (int part = 0; part < 3; part++) {
+        kc_post_case c = {1, 257, 2, 6, 64, 0, part != 0, part != 1 ? 2 : 0, 1, 0, part != 2, 0, 0,
+                          seed + 90200 + (uint64_t)part, 0, 0};
+        check_post(&c);
+    }
+}
+END_TEST
+
 /* Small shapes for compute-sanitizer (KDART_GPU_SMALL=1, or a list of
  * kernels: KDART_GPU_SMALL=wy_dqkg): every specialization once, B=1, two
  * chunks. */
@@ -1007,8 +1055,17 @@ START_TEST(small_for_sanitizers) {
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
         check_fwdh(&c, NULL); /* three chunks: every stage of the copy pipeline */
     }
+    for (int s = 0; small_wants("bwd_post") && s < kdart_spec_count("bwd_post"); s++) {
+        char spec[128];
+        kdart_spec_at("bwd_post", s, spec, sizeof spec);
+        kc_post_case c = {1, 100, 2, 4, kc_spec_tail(spec) ? 63 : 64, strstr(spec, "io=fp16") != NULL, 1,
+                          1 + (s & 1), 1, strstr(spec, "g_io=0") != NULL, 1, strstr(spec, "beta_io=0") != NULL, 0,
+                          seed + 98 + (uint64_t)s, 0, 0};
+        check_post(&c);
+    }
 }
 END_TEST
+
 
 /* ------------------------------------------------------------ head dims */
 
@@ -1198,7 +1255,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production, post_every_spec};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
