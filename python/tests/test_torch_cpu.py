@@ -759,3 +759,27 @@ def test_chunk_kda_bwd_on_meta(gate):
     assert (dA is None, dbias is None) == (not gate, not gate)
     if gate:
         assert dA.shape == (HV,) and dbias.shape == (HV * K,)
+
+
+def test_chunk_kda_bwd_refuses_on_meta():
+    """A bad whole-backward call is refused by a stage's own checks (ValueError), as the eager call's meta
+    precheck refuses it before anything launches: a head dim past 256, packed sequences without fla's
+    chunk_indices, the gate in the kernel without A_log, the log gate without its cumsum."""
+    B, T, H, HV, V = 1, 128, 2, 2, 64
+    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+
+    def call(K=64, **kw):
+        q, k, v = m(B, T, H, K), m(B, T, H, K), m(B, T, HV, V)
+        base = dict(g_cumsum=m(B, T, HV, K, dt=F32))
+        base.update(kw)
+        return kt.chunk_kda_bwd(q, k, v, m(B, T, HV, K, dt=F32), m(B, T, HV, dt=F32), m(B, T, HV, 64),
+                                m(B, T, HV, 64), m(B, T, HV, V), None, scale=0.125, **base)
+    call()  # (the valid call composes)
+    with pytest.raises(ValueError, match="K=300"):
+        call(K=300, g_cumsum=m(B, T, HV, 300, dt=F32))
+    with pytest.raises(ValueError, match="chunk_indices"):
+        call(cu_seqlens=torch.empty(3, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match="A_log"):
+        call(use_gate_in_kernel=True)
+    with pytest.raises(ValueError, match="g_cumsum"):
+        call(g_cumsum=None)
