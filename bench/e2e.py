@@ -62,9 +62,6 @@ STAGES = (("kdart_bwd_intra", "bwd_intra (kdart)"), ("kdart_bwd_dhu", "bwd_dhu (
           ("chunk_local_cumsum", "dg cumsum"), ("cumsum", "cumsum"))
 
 
-KOPTS = {}  # kdart.fla.enabled's options (--route)
-
-
 def inputs(B, T, H, HV, K, V, docs=None, config="recipe"):
     """(leaves, do, dht, kwargs of chunk_kda)."""
     import torch
@@ -336,7 +333,7 @@ def main():
                          "(default)")
     args = ap.parse_args()
     routes = ("stages", "whole") if args.route == "both" else (args.route,)
-    KOPTS.update(whole=routes[-1] == "whole")
+    kopts = dict(whole=routes[-1] == "whole")  # kdart.fla.enabled's options (the route being timed)
     configs = [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
@@ -356,7 +353,7 @@ def main():
             for config in configs:
                 leaves, do, dht, kw = inputs(B, small, H, HV, K, V, docs, config)
                 backward_ms(leaves, do, dht, kw, 1)
-                with kf.enabled(**KOPTS):
+                with kf.enabled(**kopts):
                     backward_ms(leaves, do, dht, kw, 1)
         return
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}", flush=True)
@@ -371,7 +368,7 @@ def main():
             t0 = time.time()
             backward_ms(leaves, do, dht, kw, 1)  # warm fla (autotune)
             t1 = time.time()
-            with kf.enabled(**KOPTS):
+            with kf.enabled(**kopts):
                 backward_ms(leaves, do, dht, kw, 1)  # warm kdart (prepare) and fla's other stages
             print(f"  ({config} {name}: first fla forward+backward {t1 - t0:.1f} s, first with kdart "
                   f"{time.time() - t1:.1f} s)", flush=True)
@@ -381,26 +378,26 @@ def main():
             pb = profile_backward(leaves, do, dht, kw, args.profile_iters) if args.profile else None
             qos = []
             for route in routes:
-                KOPTS.update(whole=route == "whole")
-                with kf.enabled(**KOPTS):
+                kopts.update(whole=route == "whole")
+                with kf.enabled(**kopts):
                     backward_ms(leaves, do, dht, kw, 1)  # (warm this route: its kernels prepared)
                 kf.reset_stats()
-                with kf.enabled(**KOPTS):
+                with kf.enabled(**kopts):
                     ours, _ = backward_ms(leaves, do, dht, kw, args.iters)
                 st = kf.stats()
                 print(f"{config:7s} {name:22s} {base:11.3f} {ours:13.3f} {base / ours:6.2f}  [{route}] "
                       f"{ {k: n for k, n in st['served'].items() if n} } {st['fallbacks']}", flush=True)
-                with kf.enabled(**KOPTS):
+                with kf.enabled(**kopts):
                     qo, ho = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
                 qos.append(qo)
                 print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
                       f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
-                with kf.enabled(**KOPTS):
+                with kf.enabled(**kopts):
                     mo = backward_peak_mb(leaves, do, dht, kw)
                 print(f"{'':7s} {'  peak memory, MB':22s} {mb:11.1f} {mo:13.1f} {mb / max(mo, 1e-9):6.2f}  "
                       f"(the backward's allocations over what its start held)", flush=True)
                 if args.profile:
-                    with kf.enabled(**KOPTS):
+                    with kf.enabled(**kopts):
                         po = profile_backward(leaves, do, dht, kw, args.profile_iters)
                     print_profile(f"{config} {name} [{route}]", pb, po)
             if config == "cudnn" and peer is not None:
@@ -422,7 +419,7 @@ def main():
                 for who, on in (("fla", False), ("kdart", True)):
                     path = f"{args.trace}_{config}_{name}_{who}.json"
                     if on:
-                        with kf.enabled(**KOPTS):
+                        with kf.enabled(**kopts):
                             busy, span, gaps = gap_report(leaves, do, dht, kw, path)
                     else:
                         busy, span, gaps = gap_report(leaves, do, dht, kw, path)

@@ -824,19 +824,19 @@ def _whole_backward(ctx, do, dht):
     reason = whole_refusal(ctx, saved, do)
     if reason is None:
         from . import torch as kt
-        s, gate, norec = saved, bool(ctx.use_gate_in_kernel), bool(ctx.disable_recompute)
+        gate = bool(ctx.use_gate_in_kernel)
+        kw = {n: saved[n] for n in ("initial_state", "q_rstd", "k_rstd", "beta_raw", "cu_seqlens", "chunk_indices",
+                                    "chunk_offsets", "g_cumsum")}
+        kw.update(A_log=saved["A_log"] if gate else None, dt_bias=saved["dt_bias"] if gate else None)
+        if ctx.disable_recompute:  # the forward saved what the recompute would make
+            kw.update({n: saved[n] for n in ("w", "u", "qg", "kg", "v_new", "h")})
         try:
-            with _device_of(s["q"]):
+            with _device_of(saved["q"]):
                 dq, dk, dv, dg, db, dA, dbias, dh0 = kt.chunk_kda_bwd(
-                    s["q"], s["k"], s["v"], s["g_input"], s["beta"], s["Aqk"], s["Akk"], do, dht, scale=ctx.scale,
-                    initial_state=s["initial_state"], q_rstd=s["q_rstd"], k_rstd=s["k_rstd"],
-                    beta_raw=s["beta_raw"], A_log=s["A_log"] if gate else None,
-                    dt_bias=s["dt_bias"] if gate else None, use_gate_in_kernel=gate, lower_bound=ctx.lower_bound,
-                    use_beta_sigmoid_in_kernel=ctx.use_beta_sigmoid_in_kernel,
-                    allow_neg_eigval=ctx.allow_neg_eigval, state_v_first=ctx.state_v_first,
-                    cu_seqlens=s["cu_seqlens"], chunk_indices=s["chunk_indices"],
-                    chunk_offsets=s["chunk_offsets"], g_cumsum=s["g_cumsum"],
-                    **({k_: s[k_] for k_ in ("w", "u", "qg", "kg", "v_new", "h")} if norec else {}))
+                    *(saved[n] for n in ("q", "k", "v", "g_input", "beta", "Aqk", "Akk")), do, dht, scale=ctx.scale,
+                    use_gate_in_kernel=gate, lower_bound=ctx.lower_bound,
+                    use_beta_sigmoid_in_kernel=ctx.use_beta_sigmoid_in_kernel, allow_neg_eigval=ctx.allow_neg_eigval,
+                    state_v_first=ctx.state_v_first, **kw)
         except ValueError as e:
             reason = f"kdart refused: {getattr(e, 'name', type(e).__name__)}"
         else:

@@ -387,7 +387,9 @@ def _fast():
         fh, fp = rt.lib["kdart_kda_fwd_h"], rt.lib["kdart_kda_bwd_post"]
         for f in (fi, fd, fw, fr, fv, fh, fp):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh, post=fp,
+        fws = rt.lib["kdart_bwd_post_workspace"]
+        fws.argtypes, fws.restype = [ctypes.c_int64] * 3, ctypes.c_int64
+        st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh, post=fp, post_ws=fws,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -1180,10 +1182,10 @@ def _post_sizes(dq_in, dg_in, db_in, H, dt_bias, io, g_dtype, beta_dtype, gate):
     return out
 
 
-def _post_workspace(H, HV, K):
-    W = _lib.runtime().lib.kdart_bwd_post_workspace
-    W.restype, W.argtypes = ctypes.c_int64, [ctypes.c_int64] * 3
-    return W(H, HV, K)
+def _post_scalars(lower_bound, beta_scale, g_dtype, beta_dtype):
+    """bwd_post's scalar arguments, by their C names."""
+    return dict(lower_bound=0.0 if lower_bound is None else float(lower_bound), safe_gate=int(lower_bound is not None),
+                beta_scale=float(beta_scale), g_io=int(g_dtype != _F32), beta_io=int(beta_dtype != _F32))
 
 
 def _post_check(t, sc, outs):
@@ -1191,7 +1193,8 @@ def _post_check(t, sc, outs):
     fakes = {n: torch.empty(shp, dtype=dt, device="meta") for n, (shp, dt) in outs.items()}
     B, T, HV, K = t["dq_in"].shape
     H = outs["dq"][0][2]
-    ws = torch.empty((_post_workspace(H, HV, K),), dtype=_F32, device="meta") if t.get("g_raw") is not None else None
+    ws = torch.empty((_fast()["post_ws"](H, HV, K),), dtype=_F32, device="meta") if t.get("g_raw") is not None \
+        else None
     plan = _Plan(_POST, {**t, "workspace": ws, **fakes}, sc)
     plan.spec = _ask_kdart(_POST, plan)
     plan.ws = (ws.shape[0], H) if ws is not None else None
@@ -1210,15 +1213,12 @@ def _post_impl(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, d
                beta_scale, io, g_dtype, beta_dtype, H):
     ts = (dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, _dt_bias_2d(dt_bias, g_raw), db_in, beta_raw)
     key = (tuple(map(_idx_key, ts)), "post", io, g_dtype, beta_dtype, H)
-    gate = g_raw is not None
-    sc = dict(lower_bound=0.0 if lower_bound is None else float(lower_bound), safe_gate=int(lower_bound is not None),
-              beta_scale=float(beta_scale), g_io=int(g_dtype != _F32), beta_io=int(beta_dtype != _F32))
 
     def build():
         if not isinstance(dq_in, torch.Tensor) or dq_in.dim() != 4:
             raise _lib.value_error("ESHAPE", "ESHAPE: dq_in must be a [B,T,HV,K] tensor")
-        return _post_plan(dict(zip(_POST_ORDER, ts)), sc,
-                          _post_sizes(dq_in, dg_in, db_in, H, ts[9], io, g_dtype, beta_dtype, gate))
+        return _post_plan(dict(zip(_POST_ORDER, ts)), _post_scalars(lower_bound, beta_scale, g_dtype, beta_dtype),
+                          _post_sizes(dq_in, dg_in, db_in, H, ts[9], io, g_dtype, beta_dtype, g_raw is not None))
     plan = _get_plan(key, build)
     live = tuple(x for x in ts if x is not None)
     if not all(map(_CONTIG, live)):
@@ -1230,7 +1230,8 @@ def _post_impl(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, d
     if plan.ws is not None:
         ws = torch.empty(plan.ws[0], dtype=_F32, device=dev)
         ws[-plan.ws[1]:].zero_()  # the per-head counters; the kernel leaves them zero again
-    plan.args.lower_bound, plan.args.beta_scale = sc["lower_bound"], sc["beta_scale"]
+    plan.args.lower_bound = 0.0 if lower_bound is None else float(lower_bound)
+    plan.args.beta_scale = float(beta_scale)
     if not plan.warm:
         _prepare_plan("bwd_post", plan, dev)
     _set_data(plan, ts + (ws,) + tuple(o), (None,))
@@ -1256,9 +1257,7 @@ def _post_fake(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, d
     outs = _post_sizes(dq_in, dg_in, db_in, H, dt_bias, io, g_dtype, beta_dtype, g_raw is not None)
     ts = (dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, dt_bias, db_in, beta_raw)
     if all(isinstance(n, int) for x in ts if x is not None for n in x.shape):  # (symbolic sizes: the launch checks)
-        _post_check(dict(zip(_POST_ORDER, ts)), dict(
-            lower_bound=0.0 if lower_bound is None else float(lower_bound), safe_gate=int(lower_bound is not None),
-            beta_scale=float(beta_scale), g_io=int(g_dtype != _F32), beta_io=int(beta_dtype != _F32)), outs)
+        _post_check(dict(zip(_POST_ORDER, ts)), _post_scalars(lower_bound, beta_scale, g_dtype, beta_dtype), outs)
     return [dq_in.new_empty(outs[n][0], dtype=outs[n][1]) if n in outs else dq_in.new_empty((0,))
             for n in _POST_OUTS]
 
@@ -1269,11 +1268,12 @@ def bwd_post(dq, dk, dg, db, q=None, k=None, q_rstd=None, k_rstd=None, g=None, A
     """The backward's last step, in one launch -> (dq, dk, dg, dbeta, dA_log, ddt_bias), from the chunk stages'
     fp32 dq, dk [B,T,HV,K], dg [B,T,HV,K] (reverse-cumsummed) and db [B,T,HV]:
     dq = fla's l2norm_bwd(q, q_rstd, dq summed over each head's HV/H value heads) in io_dtype (without q_rstd:
-    the sum), dk alike, at q_rstd's heads (heads, else HV, without the l2norm); with g (the raw gate, chunk_kda's use_gate_in_kernel; io dtype or fp32),
-    dg = fla's kda_gate_bwd (lower_bound: the safe gate) in g's dtype with dA_log [HV] and ddt_bias (dt_bias's
-    shape) summed deterministically, else dg in g_dtype (default fp32) and dA_log = ddt_bias = None; with beta
-    (the logits, chunk_kda's use_beta_sigmoid_in_kernel), dbeta = db sigmoid'(beta) (x2 with allow_neg_eigval)
-    in beta's dtype, else db in beta_dtype (default fp32).  io_dtype defaults to q's dtype."""
+    the sum), dk alike, at q_rstd's heads (heads, else HV, without the l2norm); with g (the raw gate,
+    chunk_kda's use_gate_in_kernel; io dtype or fp32), dg = fla's kda_gate_bwd (lower_bound: the safe gate) in
+    g's dtype with dA_log [HV] and ddt_bias (dt_bias's shape) summed deterministically, else dg in g_dtype
+    (default fp32) and dA_log = ddt_bias = None; with beta (the logits, chunk_kda's use_beta_sigmoid_in_kernel),
+    dbeta = db sigmoid'(beta) (x2 with allow_neg_eigval) in beta's dtype, else db in beta_dtype (default fp32).
+    io_dtype defaults to q's dtype."""
     io = io_dtype or (q.dtype if q is not None else None)
     if io not in _IO:
         raise _lib.value_error("EDTYPE", f"EDTYPE: the io dtype must be bfloat16 or float16, not {io}")
@@ -1370,38 +1370,39 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
     chunk_indices, which chunk_kda's forward always makes).  dg comes back in g's dtype (g_dtype when g is not
     given), dbeta in beta_raw's (beta_dtype, else beta's), dA_log / ddt_bias as A_log / dt_bias (None without
     the gate in the kernel), dh0 None without initial_state."""
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    if _eager(q):  # every stage's checks first, on meta stand-ins (once per signature): a bad call launches nothing
-        loc = locals()
-        key = tuple((n, _idx_key(x)) if isinstance(x, torch.Tensor) else (n, x) for n, x in loc.items()
-                    if n != "scale")
-        checked = _thread_plans()
-        if ("whole", key) not in checked:
-            meta = {n: torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for n, x in loc.items()}
-            chunk_kda_bwd(**meta)
-            checked[("whole", key)] = True
     gate = bool(use_gate_in_kernel)
     if gate and (A_log is None or g is None):
         raise _lib.value_error("ENULL", "ENULL: use_gate_in_kernel needs the raw gate g and A_log")
     if cu_seqlens is not None and chunk_indices is None:
         raise _lib.value_error("ENULL", "ENULL: packed sequences need fla's chunk_indices (the forward's)")
+    if w is None and not gate and g_cumsum is None:
+        raise _lib.value_error("ENULL", "ENULL: without the gate in the kernel, pass g_cumsum (the forward's)")
+    if w is not None and (g_cumsum is None or any(x is None for x in (u, qg, kg, v_new, h))):
+        raise _lib.value_error("ENULL", "ENULL: without the recompute, pass g_cumsum, w, u, qg, kg, v_new and h")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if _eager(q):  # every stage's checks first, on meta stand-ins (once per signature): a bad call launches nothing
+        loc = locals()
+        key = tuple((n, _idx_key(x)) if isinstance(x, torch.Tensor) else (n, x) for n, x in loc.items()
+                    if n not in ("scale", "gate"))
+        checked = _thread_plans()
+        if ("whole", key) not in checked:
+            meta = {n: torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for n, x in loc.items()
+                    if n != "gate"}
+            chunk_kda_bwd(**meta)
+            checked[("whole", key)] = True
     if w is None:  # the recompute: gate cumsum, w, u, qg, kg, then h and v_new
         if gate:
             gk, w, u, qg, kg = gate_recompute_w_u(g, A_log, k, v, beta, Akk, q=q, dt_bias=dt_bias,
                                                   lower_bound=lower_bound, cu_seqlens=cu_seqlens,
                                                   chunk_indices=chunk_indices)
         else:
-            if g_cumsum is None:
-                raise _lib.value_error("ENULL", "ENULL: without the gate in the kernel, pass g_cumsum (the forward's)")
             gk = g_cumsum
             w, u, qg, kg = recompute_w_u(k, v, beta, Akk, gk, q=q, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
         h, v_new, _ = chunk_gated_delta_rule_fwd_h(kg, w, u, gk=gk, initial_state=initial_state,
                                                    state_v_first=state_v_first, cu_seqlens=cu_seqlens,
                                                    chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
     else:
-        if g_cumsum is None or any(x is None for x in (u, qg, kg, v_new, h)):
-            raise _lib.value_error("ENULL", "ENULL: without the recompute, pass g_cumsum, w, u, qg, kg, v_new and h")
         gk = g_cumsum
     N = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     HV, K, V = v.shape[2], q.shape[3], v.shape[3]

@@ -1596,18 +1596,16 @@ int kc_run_post(kdart_rt *rt, const kc_post_case *c, kc_report *r) {
         goto out;
     }
     /* the reference: the value heads' sum, then each backward in float64 */
-    memset(sum, 0, sizeof(double) * nh);
-    for (size_t t = 0; t < P; t++)
-        for (int hv = 0; hv < HV; hv++)
-            for (int x = 0; x < K; x++) sum[(t * H + hv / G) * K + x] += dq_in[(t * HV + hv) * K + x];
-    if (c->l2norm) kref_l2norm_bwd(P * H, K, q, qr, sum, rdq);
-    else memcpy(rdq, sum, sizeof(double) * nh);
-    memset(sum, 0, sizeof(double) * nh);
-    for (size_t t = 0; t < P; t++)
-        for (int hv = 0; hv < HV; hv++)
-            for (int x = 0; x < K; x++) sum[(t * H + hv / G) * K + x] += dk_in[(t * HV + hv) * K + x];
-    if (c->l2norm) kref_l2norm_bwd(P * H, K, k, kr, sum, rdk);
-    else memcpy(rdk, sum, sizeof(double) * nh);
+    for (int which = 0; which < 2; which++) {
+        const double *din = which ? dk_in : dq_in;
+        double *ref = which ? rdk : rdq;
+        memset(sum, 0, sizeof(double) * nh);
+        for (size_t t = 0; t < P; t++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int x = 0; x < K; x++) sum[(t * H + hv / G) * K + x] += din[(t * HV + hv) * K + x];
+        if (c->l2norm) kref_l2norm_bwd(P * H, K, which ? k : q, which ? kr : qr, sum, ref);
+        else memcpy(ref, sum, sizeof(double) * nh);
+    }
     if (c->gate) kref_gate_act_bwd(P * HV, HV, K, g, A_log, bias, c->gate == 2, -5.0, dg_in, rdg, rdA, rdbias);
     else memcpy(rdg, dg_in, sizeof(double) * nv);
     if (c->sigmoid) kref_beta_sigmoid_bwd(nb, c->neg ? 2.0 : 1.0, beta, db_in, rdb);
