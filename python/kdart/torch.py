@@ -1212,7 +1212,8 @@ def _post_plan(t, sc, outs):
 def _post_impl(dq_in, dk_in, dg_in, db_in, q, k, q_rstd, k_rstd, g_raw, A_log, dt_bias, beta_raw, lower_bound,
                beta_scale, io, g_dtype, beta_dtype, H):
     ts = (dq_in, dk_in, q, k, q_rstd, k_rstd, dg_in, g_raw, A_log, _dt_bias_2d(dt_bias, g_raw), db_in, beta_raw)
-    key = (tuple(map(_idx_key, ts)), "post", io, g_dtype, beta_dtype, H)
+    # (the gate's form is a scalar of the plan's args, not a tensor: it keys the plan as the dtypes do)
+    key = (tuple(map(_idx_key, ts)), "post", io, g_dtype, beta_dtype, H, lower_bound is not None)
 
     def build():
         if not isinstance(dq_in, torch.Tensor) or dq_in.dim() != 4:
