@@ -21,9 +21,11 @@
  *   kernel   kdart_bwd_post<IO, G_IO, BETA_IO, TAIL>: IO in {kdart::bf16, kdart::fp16};
  *            G_IO: g_raw and dg in the io dtype (else fp32); BETA_IO: beta_raw and db
  *            in the io dtype (else fp32); TAIL: K not a multiple of 4 (scalar accesses).
- *   grid     (nblk, H, 1): CTA (b, h) takes tokens [b TB, min(N, (b+1) TB)) of head h
- *            and its value heads; nblk <= BwdPostTraits::kMaxBlocks.
- *   block    256 threads, two CTAs per SM; static shared memory only.
+ *   grid     (nblk, H, 3): CTA (b, h, z) takes tokens [b TB, min(N, (b+1) TB)) of head h:
+ *            z = 0 its dq, 1 its dk, 2 dg and db of its value heads (one stream of rows
+ *            each: a CTA that walked the three in turn waited out three load latencies);
+ *            nblk <= BwdPostTraits::kMaxBlocks.
+ *   block    256 threads, three CTAs per SM; static shared memory only.
  *   Every tensor 16-byte aligned; K <= 256.  The workspace holds the per-CTA
  *   partial sums of dA_log and ddt_bias and, after them, one counter per head that
  *   must be zero before the launch; the launch leaves it zero again.
@@ -49,8 +51,8 @@ struct BwdPostTraits {
     static constexpr int kWarps = kThreads / 32;
     static constexpr int kMaxK = 256;
     static constexpr int kMaxBlocks = 256; /* grid.x at most: the workspace's partial rows */
-    static constexpr int kTokens = 4;      /* tokens a warp loads at once */
-    static constexpr int kMinBlocks = 2;   /* CTAs per SM (128 registers a thread) */
+    static constexpr int kTokens = 2;      /* tokens a warp loads at once */
+    static constexpr int kMinBlocks = 3;   /* CTAs per SM (85 registers a thread) */
     static_assert(kMaxK == 2 * 4 * 32, "a lane holds at most two groups of four columns");
     static_assert(kWarps == 8, "the final sum splits the blocks into eight interleaved subsets");
 };
@@ -141,9 +143,10 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
     /* dq and dk: the value heads' sum, then the l2norm backward.  A warp takes U of its tokens at once:
      * every load of the U rows is issued before the first use (one token at a time left each warp with
      * two loads in flight, and the kernel far from the copy bandwidth). */
-    constexpr int U = TAIL ? BwdPostTraits::kTokens / 2 : BwdPostTraits::kTokens; /* (TAIL: eight columns a lane) */
-#pragma unroll 1
-    for (int which = 0; which < 2; ++which) {
+    constexpr int U = TAIL ? 1 : BwdPostTraits::kTokens; /* (TAIL: eight columns a lane) */
+    const int role = blockIdx.z; /* 0: dq, 1: dk, 2: dg and db */
+    if (role < 2) {
+        const int which = role;
         const float *din = which ? p.dk_in : p.dq_in;
         const IO *y = static_cast<const IO *>(which ? p.k : p.q);
         const float *rstd = which ? p.k_rstd : p.q_rstd;
@@ -210,6 +213,8 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
             }
         }
     }
+
+    if (role < 2) return;
 
     /* dg and db of each value head of h; the gate's partial sums */
     const bool gate = p.g_raw != nullptr;

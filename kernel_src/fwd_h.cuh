@@ -33,17 +33,23 @@
  *
  * Structure: one CTA is one serial scan.  S lives in mma.sync accumulator registers split by
  * rows: warp w owns the 16-row slabs 64 mt + 16 w + [0, 16), mt < K/64 (the row split of the
- * m16 tiles), of its warpgroup's columns (all BV, or at <256, 64> one half each).  Per chunk:
+ * m16 tiles), of its warpgroup's columns (all BV, or at <256, 64> one half each).  The time is
+ * the serial chain of a chunk step, so the step keeps only the two products and their shared-
+ * memory hand-overs on it, and everything else fills their latencies.  Per chunk:
  *   each warp writes its rows of IO(S) into the S_H tile (swizzled, [k][v]) -> barrier B1
- *   (S_H and the chunk's tiles visible) -> the next copies -> h out from S_H in 16-byte row
- *   pieces -> v_new = u - w IO(S) (warp w: rows 16 w .. 16 w + 15; A = w, B = S_H), written
- *   over the u tile in place (a thread rewrites exactly the elements it read) -> barrier B2
- *   -> v_new out from that tile -> S decayed per row by exp2(g_last), S += kg^T v_new
- *   (A = kg^T, B = v_new).
- * kg, w (each K/64 tiles of 64 x 64) and u are copied with cp.async, two or three chunks ahead
- * (FwdHTraits::kStages); g_last is read straight into the registers of the rows a thread
- * owns, at the top of its chunk, and consumed after both products.  All tiles are 64 x 64
- * swizzled (kdart_tile.cuh; at BV 32 only the left half of the u and S_H tiles is used).
+ *   (S_H and the chunk's tiles visible) -> the next chunk's copies (precomputed swizzled
+ *   offsets, one pointer step a row group: a cp.async and its predicate each) -> v_new's
+ *   accumulators = w IO(S) (warp w: rows 16 w .. 16 w + 15; A = w, B = S_H; fully unrolled, the
+ *   ldmatrix loads run ahead of the MMAs) -> the thread's u elements read at once -> h out from
+ *   S_H in 16-byte row pieces and S decayed per row by exp2(g_last), while the MMAs drain ->
+ *   IO(u - w IO(S)) written over the u tile in place (a thread rewrites exactly the elements it
+ *   read) -> barrier B2 -> v_new out from that tile -> S += kg^T v_new (A = kg^T, B = v_new).
+ * kg, w (each K/64 tiles of 64 x 64), u and the g_last row (K floats) are copied with cp.async,
+ * one or two chunks ahead (FwdHTraits::kStages: two stages, and two CTAs an SM, at the K tile
+ * 128); g_last is read from shared memory (a global load in the chunk step waited a DRAM
+ * latency each chunk).  All tiles are 64 x 64 swizzled (kdart_tile.cuh; at BV 32 only the left
+ * half of the u and S_H tiles is used, and copied).  The accumulation orders of both products
+ * are those of the first version: the results are bitwise the same.
  * No atomics: results are bitwise deterministic.
  */
 #ifndef KDART_FWD_H_CUH
@@ -64,14 +70,16 @@ struct FwdHTraits {
     static constexpr int kCB = BV_ / kWG; /* the columns a warpgroup owns */
     static constexpr int kKB = K / 64;                     /* 64-column blocks of the K tile */
     static constexpr int kTile = 64 * 64 * 2;              /* one 64 x 64 io tile (bytes) */
-    /* three stages where they fit beside a second CTA's (K 64) or the widest scans (K 128, BV 64);
-     * two at K 256 (72 KB a stage) and at BV 32 (two CTAs per SM at K 128) */
-    static constexpr int kStages = (K == 256 || (K == 128 && BV_ == 32)) ? 2 : 3;
+    /* two CTAs an SM at the K tiles 64 and 128 (both V tiles: the scan is a serial chain of
+     * latencies, and a second CTA's chain fills its gaps), hence two stages at 128 (three do not fit
+     * beside a second CTA); three at 64; two at 256 (72 KB a stage, one CTA an SM) */
+    static constexpr int kStages = K == 64 ? 3 : 2;
     static constexpr int kStage = (2 * kKB + 1) * kTile;   /* kg blocks | w blocks | u */
     static constexpr int kOffH = kStages * kStage;         /* IO(S): kKB tiles [k][v] */
-    static constexpr int kOffScr = kOffH + kKB * kTile;    /* seq_of's scratch */
+    static constexpr int kOffG = kOffH + kKB * kTile;      /* g_last: a row of K floats per stage */
+    static constexpr int kOffScr = kOffG + kStages * K * 4; /* seq_of's scratch */
     static constexpr int kSmemBytes = kOffScr + 128;
-    static constexpr int kMinBlocks = (K == 64 || BV_ == 32) && K < 256 ? 2 : 1;
+    static constexpr int kMinBlocks = K < 256 ? 2 : 1;
     /* v_new's columns per pass, and the kg^T v_new product's n16 column pairs per pass over the K blocks
      * (their B fragments live through the pass): a warpgroup's whole share of the columns */
     static constexpr int kVN = kCB;
@@ -80,12 +88,13 @@ struct FwdHTraits {
     static_assert(BV_ == 32 || BV_ == 64, "the V tiles");
     static_assert(kThreads / kWG / 32 * 16 == 64, "a warp per 16 rows of the chunk (v_new) and of each K block (S)");
     static_assert(kCB % 16 == 0, "whole n16 column pairs per warpgroup");
+    static_assert((K * BV_ / 8) % kThreads == 0 && (64 * BV_ / 8) % kThreads == 0,
+                  "whole 16-byte pieces of h and v_new a thread");
     static_assert(kStages == 2 || kStages == 3, "cp_wait<kStages - 2>");
     static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "the CTAs per SM fit");
     static_assert(16 * (kThreads / 32) <= 128, "seq_of's scratch: 4 ints a warp");
-    static_assert((K == 64 && kSmemBytes == 82048) ||
-                      (K == 128 && BV_ == 32 && kSmemBytes == 98432) ||
-                      (K == 128 && BV_ == 64 && kSmemBytes == 139392) || (K == 256 && kSmemBytes == 180352),
+    static_assert((K == 64 && kSmemBytes == 82816) || (K == 128 && kSmemBytes == 99456) ||
+                      (K == 256 && kSmemBytes == 182400),
                   "FWDH_SMEM of runtime/core/stages/fwd_h.c");
 };
 
@@ -113,6 +122,12 @@ __device__ __forceinline__ void each_state(float (&st)[KB][NJ][4], F f) {
         for (int j = 0; j < NJ; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) f(st[mt][j][e], mt, j, e);
+}
+
+/* 4 bytes by cp.async (zeros when !ok): the masked specializations' g_last rows, whose rows
+ * (HV * Kr floats apart) are only 4-byte aligned */
+__device__ __forceinline__ void cp4z(unsigned s, const void *gsrc, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gsrc), "r"(ok ? 4 : 0) : "memory");
 }
 
 } /* namespace fwdh */
@@ -155,21 +170,52 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
     unsigned short *gh = static_cast<unsigned short *>(p.h) + (co * HV + hv) * KV;
     auto stage = [&](int c) { return reinterpret_cast<unsigned short *>(smem + (c % S) * Tr::kStage); };
 
-    /* chunk c's kg and w blocks and u tile into its stage (rows past the sequence's end, columns
-     * past Kr or V: zeros) */
+    float *sG = reinterpret_cast<float *>(smem + Tr::kOffG);
+    /* the native copies: thread (cr, ch) copies the 16-byte piece ch of rows cr + RS q of every tile,
+     * which lie at one swizzled offset (sdst) plus RS q rows (RS a multiple of 8 keeps the swizzle);
+     * its global rows go by one pointer step each (a copy costs the cp.async and its predicate) */
+    constexpr int RS = Tr::kThreads / 8, NQ = 64 / RS;
+    const int cr = tid >> 3, ch = tid & 7;
+    const unsigned sdst = smem_u32(smem) + 2 * (cr * 64 + (((ch ^ cr) & 7) << 3));
+
+    /* chunk c's kg and w blocks, u tile and g_last row into its stage (rows past the sequence's end,
+     * columns past Kr or V: zeros; at BV 32 only the left half of the u tile, the only one read) */
     auto issue = [&](int c) {
-        unsigned short *sg = stage(c);
-        const long long r0 = 64ll * c;
         const int nr = min(64, len - 64 * c);
+        const float *glr = gg + (64ll * c + nr - 1) * strW;
+        const unsigned sgl = smem_u32(sG + (c % S) * K);
+        if constexpr (!TAIL) {
+            const unsigned sd = sdst + (c % S) * Tr::kStage;
+            const long long r0 = 64ll * c + cr;
+            const unsigned short *pk = gk + r0 * strK + ch * 8, *pw = gw + r0 * strW + ch * 8,
+                                 *pu = gu + r0 * strV + ch * 8;
 #pragma unroll
-        for (int kb = 0; kb < KB; ++kb) {
-            load_tile<TAIL, Tr::kThreads>(sg + kb * TILE, gk + r0 * strK + 64 * kb, strK, nr, Kr - 64 * kb, tid,
-                                          gran);
-            load_tile<TAIL, Tr::kThreads>(sg + (KB + kb) * TILE, gw + r0 * strW + 64 * kb, strW, nr, Kr - 64 * kb,
-                                          tid, gran);
+            for (int q = 0; q < NQ; ++q) {
+                const bool ok = !VARLEN || cr + RS * q < nr;
+#pragma unroll
+                for (int kb = 0; kb < KB; ++kb) {
+                    cp16z(sd + kb * 2 * TILE + q * RS * 128, ok ? pk + 64 * kb : gk, ok);
+                    cp16z(sd + (KB + kb) * 2 * TILE + q * RS * 128, ok ? pw + 64 * kb : gw, ok);
+                }
+                if (BV == 64 || ch < 4) cp16z(sd + 2 * KB * 2 * TILE + q * RS * 128, ok ? pu : gu, ok);
+                pk += RS * strK, pw += RS * strW, pu += RS * strV;
+            }
+            if (tid < K / 4) cp16z(sgl + 16 * tid, glr + 4 * tid, true);
+        } else {
+            unsigned short *sg = stage(c);
+            const long long r0 = 64ll * c;
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) {
+                load_tile<TAIL, Tr::kThreads>(sg + kb * TILE, gk + r0 * strK + 64 * kb, strK, nr, Kr - 64 * kb, tid,
+                                              gran);
+                load_tile<TAIL, Tr::kThreads>(sg + (KB + kb) * TILE, gw + r0 * strW + 64 * kb, strW, nr,
+                                              Kr - 64 * kb, tid, gran);
+            }
+            load_tile<TAIL, Tr::kThreads>(sg + 2 * KB * TILE, gu + r0 * strV, strV, nr, nvc, tid, gran);
+            /* g_last: 4-byte pieces (its rows are 4-byte aligned), zeros past Kr */
+#pragma unroll
+            for (int k = tid; k < K; k += Tr::kThreads) cp4z(sgl + 4 * k, k < Kr ? glr + k : gg, k < Kr);
         }
-        /* (BV 32: the masked copy of the left half, its granule the native 8 unless TAIL) */
-        load_tile<TAIL || BV < 64, Tr::kThreads>(sg + 2 * KB * TILE, gu + r0 * strV, strV, nr, nvc, tid, gran);
     };
 #pragma unroll
     for (int c = 0; c < S - 1; ++c) {
@@ -212,94 +258,95 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
         if (c + S - 1 < nct) issue(c + S - 1);
         cp_commit();
 
+        /* v_new = u - w . IO(S): this warp's 16 rows, its warpgroup's kCB columns, A = w, B = S_H */
+        unsigned short *sU = stage(c) + 2 * KB * TILE;
+        const unsigned uW = smem_u32(stage(c) + KB * TILE), uH = smem_u32(sH);
+        float acc[NJ][4];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+#pragma unroll
+        for (int kb = 0; kb < KB; ++kb)
+#pragma unroll
+            for (int k0 = 0; k0 < 64; k0 += 16) {
+                unsigned a[4];
+                ldsm4(a_n(uW + kb * 2 * TILE, m0, k0, lane), a);
+#pragma unroll
+                for (int np = 0; np < NJ / 2; ++np) {
+                    unsigned b[4];
+                    ldsm4t(b_t(uH + kb * 2 * TILE, c0 + 16 * np, k0, lane), b);
+                    mma<IO>(acc[2 * np], a, b[0], b[1]);
+                    mma<IO>(acc[2 * np + 1], a, b[2], b[3]);
+                }
+            }
+        /* u at this thread's v_new elements, all read before any is rewritten (one shared-memory
+         * latency, where element by element each store waited for its own load) */
+        unsigned uo[NJ][2];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                uo[j][h] = *reinterpret_cast<const unsigned *>(sU + swz(m0 + gid + 8 * h, c0 + 8 * j + 2 * tq));
+
         /* h out: [K][V] rows of BV columns, or the V-first [V][K] rows of K entries, 16-byte pieces */
         unsigned short *ghc = gh + (long long)c * HV * KV;
         if (!svf) {
-#pragma unroll 4
-            for (int i = tid; i < K * RJ; i += Tr::kThreads) {
-                const int k = i / RJ, c8 = (i - k * RJ) * 8;
+#pragma unroll
+            for (int q = 0; q < K * RJ / Tr::kThreads; ++q) {
+                const int i = tid + q * Tr::kThreads, k = i / RJ, c8 = (i - k * RJ) * 8;
                 if (!TAIL || k < Kr)
                     st8<TAIL>(ghc + k * (long long)V + v0 + c8,
                               *reinterpret_cast<const uint4 *>(sH + (k >> 6) * TILE + swz(k & 63, c8)), v0 + c8, V,
                               gran);
             }
         } else {
-#pragma unroll 4
-            for (int i = tid; i < BV * (K / 8); i += Tr::kThreads) {
-                const int v = i / (K / 8), k8 = (i - v * (K / 8)) * 8;
+#pragma unroll
+            for (int q = 0; q < BV * (K / 8) / Tr::kThreads; ++q) {
+                const int i = tid + q * Tr::kThreads, v = i / (K / 8), k8 = (i - v * (K / 8)) * 8;
                 if (!TAIL || (v < nvc && k8 < Kr))
                     st8<TAIL>(ghc + (long long)(v0 + v) * Kr + k8, gather8(sH, k8, v), k8, Kr, gran);
             }
         }
 
-        /* v_new = u - w . IO(S): this warp's 16 rows, kVN columns a pass, written over the u tile */
-        unsigned short *sU = stage(c) + 2 * KB * TILE;
-        const unsigned uW = smem_u32(stage(c) + KB * TILE), uH = smem_u32(sH);
+        /* S = exp2(g_last) (.) S, while the v_new product drains: g_last came with the chunk's tiles */
+        {
+            const float *sg = sG + (c % S) * K;
 #pragma unroll
-        for (int n0 = c0; n0 < c0 + Tr::kCB; n0 += Tr::kVN) {
-            float acc[Tr::kVN / 8][4];
+            for (int mt = 0; mt < KB; ++mt) {
+                const float d0 = ex2(sg[64 * mt + m0 + gid]), d1 = ex2(sg[64 * mt + m0 + gid + 8]);
 #pragma unroll
-            for (int j = 0; j < Tr::kVN / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-#pragma unroll
-            for (int kb = 0; kb < KB; ++kb)
-#pragma unroll 1
-                for (int k0 = 0; k0 < 64; k0 += 16) {
-                    unsigned a[4];
-                    ldsm4(a_n(uW + kb * 2 * TILE, m0, k0, lane), a);
-#pragma unroll
-                    for (int np = 0; np < Tr::kVN / 16; ++np) {
-                        unsigned b[4];
-                        ldsm4t(b_t(uH + kb * 2 * TILE, n0 + 16 * np, k0, lane), b);
-                        mma<IO>(acc[2 * np], a, b[0], b[1]);
-                        mma<IO>(acc[2 * np + 1], a, b[2], b[3]);
-                    }
+                for (int j = 0; j < NJ; ++j) {
+                    st[mt][j][0] *= d0, st[mt][j][1] *= d0;
+                    st[mt][j][2] *= d1, st[mt][j][3] *= d1;
                 }
-#pragma unroll
-            for (int j = 0; j < Tr::kVN / 8; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    unsigned *pu = reinterpret_cast<unsigned *>(sU + swz(m0 + gid + 8 * h, n0 + 8 * j + 2 * tq));
-                    const float2 uu = unpack2<IO>(*pu);
-                    *pu = pack2<IO>(uu.x - acc[j][2 * h], uu.y - acc[j][2 * h + 1]);
-                }
+            }
         }
-        /* g_last of this thread's rows, read here (at the K tile 256 the registers it would hold through
-         * the v_new product spilled) and consumed after B2 and v_new's stores, which hide its latency */
-        float gl[KB][2];
-        const float *glr = gg + (64ll * c + nr - 1) * strW;
+
+        /* IO(v_new) over the u tile in place (a thread rewrites exactly the elements it read) */
 #pragma unroll
-        for (int mt = 0; mt < KB; ++mt)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int k = 64 * mt + m0 + gid + 8 * h;
-                gl[mt][h] = !TAIL || k < Kr ? glr[k] : 0.f;
+                const float2 uu = unpack2<IO>(uo[j][h]);
+                *reinterpret_cast<unsigned *>(sU + swz(m0 + gid + 8 * h, c0 + 8 * j + 2 * tq)) =
+                    pack2<IO>(uu.x - acc[j][2 * h], uu.y - acc[j][2 * h + 1]);
             }
         __syncthreads(); /* B2: every row of IO(v_new) visible; S_H read by every warp */
 
         if (gvn) {
             unsigned short *gv = gvn + 64ll * c * strV;
 #pragma unroll
-            for (int i = tid; i < 64 * RJ; i += Tr::kThreads) {
-                const int r = i / RJ, c8 = (i - r * RJ) * 8;
+            for (int q = 0; q < 64 * RJ / Tr::kThreads; ++q) {
+                const int i = tid + q * Tr::kThreads, r = i / RJ, c8 = (i - r * RJ) * 8;
                 if (r < nr)
                     st8<TAIL>(gv + r * strV + c8, *reinterpret_cast<const uint4 *>(sU + swz(r, c8)), v0 + c8, V, gran);
             }
         }
 
-        /* S = exp2(g_last) (.) S + kg^T IO(v_new) */
-#pragma unroll
-        for (int mt = 0; mt < KB; ++mt) {
-            const float d0 = ex2(gl[mt][0]), d1 = ex2(gl[mt][1]);
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                st[mt][j][0] *= d0, st[mt][j][1] *= d0;
-                st[mt][j][2] *= d1, st[mt][j][3] *= d1;
-            }
-        }
+        /* S += kg^T IO(v_new) (A = kg^T, B = v_new) */
         const unsigned uK = smem_u32(stage(c)), uU = smem_u32(sU);
-#pragma unroll 1
+#pragma unroll
         for (int t0 = 0; t0 < 64; t0 += 16)
 #pragma unroll
             for (int n0 = 0; n0 < Tr::kCB / 16; n0 += Tr::kHN) {

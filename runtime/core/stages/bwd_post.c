@@ -100,7 +100,8 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         (float *)kdart__ptr(a->ddt_bias), a->lower_bound, a->safe_gate != 0, a->beta_scale,
         (int)(d[KDART__D_B] * d[KDART__D_T]), (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_K], c->aux[0],
     };
-    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
+    /* z: dq, dk, then dg and db (the launch contract in kernel_src/bwd_post.cuh) */
+    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 3, u->threads, u->smem, stream, &p);
 }
 
 static const kdart__op op = {

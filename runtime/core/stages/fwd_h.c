@@ -12,14 +12,15 @@
 #include "kda_params.h"
 
 /* FwdHTraits<K, BV> in kernel_src/fwd_h.cuh: 128 threads, 256 (two warpgroups of 32
- * columns each) at <256, 64>; cp.async stages (two at the K tile 256 and at <128, 32>,
- * else three) of kg and w (K/64 tiles of 64 x 64 io each) and u (one tile), the IO(S)
- * tiles and seq_of's scratch */
+ * columns each) at <256, 64>; cp.async stages (three at the K tile 64, else two: two CTAs
+ * an SM at 64 and 128) of kg and w (K/64 tiles of 64 x 64 io each), u (one tile) and
+ * g_last (K floats), the IO(S) tiles and seq_of's scratch */
 #define FWDH_THREADS(K, BV) (128 * ((K) == 256 && (BV) == 64 ? 2 : 1))
-#define FWDH_STAGES(K, BV) ((K) == 256 || ((K) == 128 && (BV) == 32) ? 2 : 3)
-#define FWDH_SMEM(K, BV) (FWDH_STAGES(K, BV) * (2 * (K) / 64 + 1) * 8192 + (K) / 64 * 8192 + 128)
-_Static_assert(FWDH_SMEM(64, 32) == 82048 && FWDH_SMEM(128, 32) == 98432 && FWDH_SMEM(128, 64) == 139392 &&
-                   FWDH_SMEM(256, 64) == 180352,
+#define FWDH_STAGES(K, BV) ((K) == 64 ? 3 : 2)
+#define FWDH_SMEM(K, BV) \
+    (FWDH_STAGES(K, BV) * ((2 * (K) / 64 + 1) * 8192 + (K) * 4) + (K) / 64 * 8192 + 128)
+_Static_assert(FWDH_SMEM(64, 32) == 82816 && FWDH_SMEM(128, 32) == 99456 && FWDH_SMEM(128, 64) == 99456 &&
+                   FWDH_SMEM(256, 64) == 182400,
                "fwd_h's launch contract (kernel_src/fwd_h.cuh asserts the same)");
 
 #define FWDH_BVS(X) X(32) X(64)
@@ -43,12 +44,14 @@ static int prewarmed(const int *vals) { return vals[0] == 0 && (vals[4] == 0 || 
 
 /* The scan is serial over chunks, so only the grid runs in parallel: 64
  * columns a scan (each scan copies the K-side tiles, kg and w, once for its
- * columns), unless that grid leaves the SMs under two waves, where scans of
- * 32 columns double the CTAs for the price of copying the K side twice
- * (mostly from L2). */
+ * columns), unless that grid leaves SMs without a scan, where scans of 32
+ * columns double the CTAs (two an SM) for the price of copying the K side
+ * twice (mostly from L2).  (Both tiles run two CTAs an SM at the K tiles 64
+ * and 128: from one 64-column scan an SM up, the wider tile does the columns
+ * in fewer chunk steps.) */
 static int pick_bv(long long N, long long HV, long long V, int sms) {
     const long long scans64 = N * HV * ((V + 63) / 64);
-    return scans64 < 2LL * (sms > 0 ? sms : 1) ? 32 : 64;
+    return scans64 < (long long)(sms > 0 ? sms : 1) ? 32 : 64;
 }
 
 int kdart_fwd_h_v_tile(kdart_rt *rt, int64_t N, int64_t HV, int64_t K, int64_t V, int *v_tile) {
