@@ -5,7 +5,8 @@
 # through both doors when torch is importable: the shell's `kdart` (the
 # toolkit's NVRTC) and `python -m kdart` (the NVRTC a PyTorch process loads,
 # torch's own; cache keys name the NVRTC, docs/design.md "One NVRTC per
-# door"), prints `kdart ls`, and on a GPU machine runs `kdart selftest`.
+# door"), prints `kdart ls`, and on a GPU machine prewarms every specialization
+# for the local GPU and runs `kdart selftest`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bdir="${KDART_BUILD_DIR:-$root/build}"
@@ -26,5 +27,8 @@ if "$py" -c "import torch" 2>/dev/null; then
 fi
 "$kdart" ls
 if [ "$gpu" = 1 ]; then
+  # selftest runs every specialization, most of them outside the default set: compile them first on
+  # every core (the selftest itself would compile each on first use, one at a time: minutes)
+  "$kdart" prewarm --all --jobs "$(nproc)"
   "$kdart" selftest
 fi

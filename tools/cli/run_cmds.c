@@ -55,7 +55,9 @@ CLI_COMMAND(selftest, "run every kernel on the GPU against the float64 reference
              "against the float64 reference and the time per call.  A tail specialization\n"
              "runs with the shape that selects it (a head dim 4 below its K tile; bwd_dhu also\n"
              "a partial last V tile or the V-first state; wy_dqkg also V = 100; recompute_wu\n"
-             "K = 100, V = 72; bwd_dav and fwd_h V = 100; bwd_post K = 63).\n",
+             "K = 100, V = 72; bwd_dav and fwd_h V = 100; bwd_post K = 63).  What the cache\n"
+             "lacks is compiled on first use, one at a time: 'kdart prewarm --all' first\n"
+             "compiles them on every core.\n",
     .exits = "Exit status: 0 all pass, 1 otherwise, 3 without a GPU.\n");
 
 typedef struct bench_opts {
