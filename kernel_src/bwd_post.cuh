@@ -144,9 +144,8 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
      * every load of the U rows is issued before the first use (one token at a time left each warp with
      * two loads in flight, and the kernel far from the copy bandwidth). */
     constexpr int U = TAIL ? 1 : BwdPostTraits::kTokens; /* (TAIL: eight columns a lane) */
-    const int role = blockIdx.z; /* 0: dq, 1: dk, 2: dg and db */
-    if (role < 2) {
-        const int which = role;
+    const int which = blockIdx.z; /* 0: dq, 1: dk, 2: dg and db */
+    if (which < 2) {
         const float *din = which ? p.dk_in : p.dq_in;
         const IO *y = static_cast<const IO *>(which ? p.k : p.q);
         const float *rstd = which ? p.k_rstd : p.q_rstd;
@@ -212,9 +211,8 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
                 }
             }
         }
+        return;
     }
-
-    if (role < 2) return;
 
     /* dg and db of each value head of h; the gate's partial sums */
     const bool gate = p.g_raw != nullptr;

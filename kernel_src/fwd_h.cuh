@@ -80,9 +80,8 @@ struct FwdHTraits {
     static constexpr int kOffScr = kOffG + kStages * K * 4; /* seq_of's scratch */
     static constexpr int kSmemBytes = kOffScr + 128;
     static constexpr int kMinBlocks = K < 256 ? 2 : 1;
-    /* v_new's columns per pass, and the kg^T v_new product's n16 column pairs per pass over the K blocks
-     * (their B fragments live through the pass): a warpgroup's whole share of the columns */
-    static constexpr int kVN = kCB;
+    /* the kg^T v_new product's n16 column pairs per pass over the K blocks (their B fragments live
+     * through the pass): a warpgroup's whole share of the columns */
     static constexpr int kHN = kCB / 16;
     static_assert(K == 64 || K == 128 || K == 256, "the K tiles");
     static_assert(BV_ == 32 || BV_ == 64, "the V tiles");
