@@ -135,6 +135,15 @@ typedef struct kdart_wy_dqkg_params {
     float *dAqk;
 } kdart_wy_dqkg_params;
 
+/* wy_dqkg's intra = 1 kernels: wy_dqkg's parameter, then bwd_intra's for the
+ * intra-chunk terms the same CTA adds after wy_dqkg's body (its dq_in .. db_in
+ * and dq .. db are wy_dqkg's dq, dk, dg, db: updated in place; its dAqk and dAkk
+ * wy_dqkg's dAqk and dA). */
+typedef struct kdart_wy_intra_params {
+    kdart_wy_dqkg_params wy;
+    kdart_bwd_intra_params in;
+} kdart_wy_intra_params;
+
 /* recompute_wu: grid (T/64, B*HV), one CTA per (chunk, batch x value head);
  * VARLEN as bwd_intra (grid (NT, HV)).  fla's recompute_w_u_fwd, with its
  * kda_gate_chunk_cumsum in front when the raw gate is given (GATE). */

@@ -69,6 +69,7 @@
 #include "kdart_common.cuh"
 #include "kdart_tile.cuh"
 #include "kdart_varlen.cuh"
+#include "bwd_intra.cuh"
 
 template <int K>
 struct WyDqkgTraits {
@@ -224,21 +225,41 @@ __device__ __forceinline__ void load_tile32(float *s, const float *g, long long 
 /* fp32 pair stores (columns c, c+1 of a row, c even; TAIL: each if < n, as one
  * pair where gran >= 4: n and every row stride are then even, so both columns
  * are in or out together and the pair is 8-byte aligned) */
-template <bool TAIL>
+template <bool TAIL, bool CS = true>
 __device__ __forceinline__ void st2(float *a, float x, float y, int c, int n, int gran = 8) {
     if (!TAIL || (gran >= 4 && c < n)) {
-        asm volatile("st.global.cs.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+        if constexpr (CS) asm volatile("st.global.cs.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+        else asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
     } else if (gran < 4) {
         if (c < n) a[0] = x;
         if (c + 1 < n) a[1] = y;
     }
 }
+/* The kernel's parameter: wy_dqkg's, and with INTRA bwd_intra's after it (kdart_wy_intra_params, whose
+ * wy member is this base class: the body reads p.q, .., p.dAqk as it would without INTRA) */
+struct WyIntraParams : kdart_wy_dqkg_params {
+    kdart_bwd_intra_params in;
+};
+static_assert(sizeof(WyIntraParams) == sizeof(kdart_wy_intra_params) && sizeof(kdart_wy_dqkg_params) % 8 == 0,
+              "WyIntraParams: the layout of kdart_wy_intra_params");
+template <bool INTRA> struct ParamsOf { using type = kdart_wy_dqkg_params; };
+template <> struct ParamsOf<true> { using type = WyIntraParams; };
 } /* namespace wy */
 } /* namespace kdart */
 
-template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK>
+/* INTRA: after the body, the same CTA adds the intra-chunk terms (bwd_intra with fold_dg, fp32 outputs) to
+ * the dq, dk, dg, db it has just written, in place (their first writes are plain stores, which stay in L2
+ * for the few microseconds until the intra part reads them back: the fp32 round trip of the two-launch
+ * path never reaches DRAM).  It needs DAQK (the intra part reads dAqk); a tail tile (a head dim below the
+ * K tile) needs VARLEN, whose parameters carry Kr (the host picks varlen = 1 then).  Other INTRA
+ * combinations are never launched and trap. */
+template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
-    const kdart_wy_dqkg_params p) {
+    const typename kdart::wy::ParamsOf<INTRA>::type p) {
+    if constexpr (INTRA && !DAQK) {
+        __trap(); /* never launched */
+        return;
+    }
     using Tr = WyDqkgTraits<K>;
     using namespace kdart;
     using namespace kdart::wy;
@@ -567,9 +588,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 else db0 += x0 * kg0 + x1 * kg1;
                 *reinterpret_cast<unsigned *>(sKG + swz(r, c)) = pack2<IO>(kg0, kg1);
                 if (ok) {
-                    st2<TAIL>(p.dq + oK + r * strG + cg, dq0, dq1, cg, Kr, gran);
-                    st2<TAIL>(p.dk + oK + r * strG + cg, dk0, dk1, cg, Kr, gran);
-                    if (r != last) st2<TAIL>(p.dg + oK + r * strG + cg, dg0, dg1, cg, Kr, gran);
+                    st2<TAIL, !INTRA>(p.dq + oK + r * strG + cg, dq0, dq1, cg, Kr, gran);
+                    st2<TAIL, !INTRA>(p.dk + oK + r * strG + cg, dk0, dk1, cg, Kr, gran);
+                    if (r != last) st2<TAIL, !INTRA>(p.dg + oK + r * strG + cg, dg0, dg1, cg, Kr, gran);
                     else sLast[c] = dg0, sLast[c + 1] = dg1;
                 }
             }
@@ -624,9 +645,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const int c = n0 + 8 * j + 2 * tq;
-                    if (r0 < nv) st2<false>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
+                    if (r0 < nv) st2<false, !INTRA>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
                                             r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f, c, 64);
-                    if (r1 < nv) st2<false>(gq + r1 * strA + c, r1 >= c ? aqk[j][2] * p.scale : 0.f,
+                    if (r1 < nv) st2<false, !INTRA>(gq + r1 * strA + c, r1 >= c ? aqk[j][2] * p.scale : 0.f,
                                             r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f, c, 64);
                 }
             }
@@ -681,11 +702,17 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     for (int j = 0; j < 4; ++j) {
         const int c = n0 + 8 * j + 2 * tq;
         if (r0 < nv)
-            st2<false>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
+            st2<false, !INTRA>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
                        r0 > c + 1 && c + 1 < nv ? -xy[j][1] : 0.f, c, 64);
         if (r1 < nv)
-            st2<false>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
+            st2<false, !INTRA>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
                        r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
+    }
+    if constexpr (INTRA && DAQK) {
+        /* every thread's stores of dq, dk, dg, db, dA, dAqk before any thread's loads of them; the
+         * shared memory is free (the last products are done) */
+        __syncthreads();
+        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32>(p.in);
     }
 }
 

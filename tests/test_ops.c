@@ -242,7 +242,7 @@ static void wy_make(wy_set *s, int64_t b, int64_t t, int64_t k, int64_t v, int64
     mk(&s->cu, kDLInt, 32, 1, 3, 0, 0, 0, 0);
     kdart_wy_dqkg_args a = {sizeof a, &s->q.t,  &s->k.t,  &s->v.t,  &s->vn.t,  &s->g.t,  &s->beta.t,
                             &s->A.t,  &s->h.t,  &s->dh.t, &s->dout.t, &s->dv.t, &s->dq.t,  &s->dk.t,
-                            &s->dv2.t, &s->dg.t, &s->db.t, &s->dA.t, 0.125f,    0,         NULL, NULL, NULL};
+                            &s->dv2.t, &s->dg.t, &s->db.t, &s->dA.t, 0.125f,    0,         NULL, NULL, NULL, 0};
     s->a = a;
 }
 
@@ -252,20 +252,20 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=0,intra=0");
     /* a head dim below the tile, V not a multiple of 64: the tail; any T: varlen; the V-first state */
     wy_make(&s, B, 100, 100, 100, 2);
     s.a.state_v_first = 1;
     mk(&s.h, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     mk(&s.dh, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1,dAqk=0");
+    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1,dAqk=0,intra=0");
     /* packed: h has any number of rows >= 1; beta in the io dtype */
     wy_make(&s, 1, 300, K, V, 7);
     mk(&s.beta, kDLBfloat, 16, 3, 1, 300, HV, 0, 0);
     s.a.cu_seqlens = &s.cu.t;
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0,dAqk=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0,dAqk=0,intra=0");
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* bad arguments, each named */
     wy_make(&s, B, T, K, V, T / 64);
@@ -286,13 +286,30 @@ START_TEST(wy_validation) {
     s.a.dAqk = &daqk.t;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0");
     mk(&daqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "dAqk");
     s.a.dAqk = &s.dA.t;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
     s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* intra (bwd_intra's terms in the same launch): needs the dAqk output; a head dim below its K tile takes
+     * the varlen body; an older caller's struct without the field means intra = 0 */
+    wy_make(&s, B, T, K, V, T / 64);
+    s.a.intra = 1;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EUNSUPPORTED, "dAqk");
+    mk(&daqk, kDLFloat, 32, 4, B, T, HV, 64, 0);
+    s.a.dAqk = &daqk.t;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1");
+    s.a.struct_size = offsetof(kdart_wy_dqkg_args, intra);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0");
+    wy_make(&s, B, T, K - 4, V, T / 64);
+    s.a.intra = 1, s.a.dAqk = &daqk.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=1,beta=f32,svf=0,dAqk=1,intra=1");
     s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk) - 4;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
     wy_make(&s, B, T, K, V, T / 64);

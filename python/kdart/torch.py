@@ -10,6 +10,7 @@
                                                  state_v_first=False, cu_seqlens=None,
                                                  chunk_indices=None, chunk_offsets=None)
     dq, dk, dv, db, dg, dA, dAqk = kdart.torch.wy_dqkg(..., dAqk=True)
+    dq, dk, dv, db, dg, dA, dAqk = kdart.torch.wy_dqkg(..., dAqk=True, intra=True)  # + bwd_intra's terms
     w, u, qg, kg = kdart.torch.recompute_w_u(k, v, beta, A, gk, q=None,
                                              cu_seqlens=None, chunk_indices=None)
     gk, w, u, qg, kg = kdart.torch.gate_recompute_w_u(g, A_log, k, v, beta, A, q=None,
@@ -39,6 +40,10 @@ and returns what it returns with fla's dv (K 64 or 128 and V a multiple of
 64 only, no zero padding; exactly one of dv and Aqk).  wy_dqkg(...,
 dAqk=True) also returns dAqk [B,T,HV,64] fp32 = scale * do v_new^T within
 each chunk, zeros above the diagonal: fla's dA, for bwd_intra.
+wy_dqkg(..., dAqk=True, intra=True) goes one step further: the same launch
+adds bwd_intra's terms (fold_dg) to its dq, dk, db, dg, so they come back as
+bwd_intra's outputs and the fp32 gradients between the two stages stay on chip
+and in L2 (what chunk_kda_bwd runs where dAv fuses).
 
 Variable length as in fla: B = 1 and cu_seqlens [N+1] (int32 or int64, on the
 inputs' device); h0, dht and dh0 are [N,HV,K,V]; fla's chunk_indices [NT,2] and
@@ -52,7 +57,7 @@ the kernels write nothing and device_status() reports them.
 
 All are registered as torch.library custom ops (torch.ops.kdart.bwd_intra,
 torch.ops.kdart.bwd_dhu, torch.ops.kdart.wy_dqkg, torch.ops.kdart.wy_dqkg_dAqk
-for dAqk=True, torch.ops.kdart.recompute_wu for both recomputes, torch.ops.kdart.bwd_dav, torch.ops.kdart.fwd_h)
+for dAqk=True, torch.ops.kdart.wy_dqkg_intra for intra=True, torch.ops.kdart.recompute_wu for both recomputes, torch.ops.kdart.bwd_dav, torch.ops.kdart.fwd_h)
 with fake
 implementations, so torch.compile traces them
 (fullgraph).  In eager mode on plain CUDA tensors the functions below skip the
@@ -234,10 +239,10 @@ def _dhu_call(q, k, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, chunk_off
             dict(state_v_first=int(bool(state_v_first)), v_tile=v_tile))
 
 
-def _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices):
+def _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, intra=False):
     return (dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, dh=dh, do=do, dv=dv, cu_seqlens=cu_seqlens,
                  chunk_indices=chunk_indices),
-            dict(state_v_first=int(bool(state_v_first))))
+            dict(state_v_first=int(bool(state_v_first)), intra=int(bool(intra))))
 
 
 def _shape_error(name, t, ndim, what):
@@ -296,10 +301,10 @@ def _check_h0(h0, shape):
 
 
 def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None, chunk_indices=None,
-            dAqk=False):
+            dAqk=False, intra=False):
     """Checks wy_dqkg's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list in fla's
     order (dq, dk, dv2, db, dg, dA), then dAqk's when dAqk is true."""
-    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, intra)
     if not dAqk:
         return _meta(_WY, t, sc)
     return _meta(_WY_DAQK, t, sc, want=("dAqk",))
@@ -634,9 +639,9 @@ def _bwd_dhu_impl(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens
 
 
 def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_seqlens=None,
-             chunk_indices=None, dAqk=False):
+             chunk_indices=None, dAqk=False, intra=False):
     st = _WY_DAQK if dAqk else _WY
-    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices)
+    t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, intra)
     plan = _build_plan(st, t, sc, want=("dAqk",) if dAqk else (),
                        layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
     plan.outs = [plan.outs[n] for n in st.returns]  # dq, dk, dv2, db, dg, dA (, dAqk)
@@ -646,12 +651,12 @@ def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_
 
 
 def _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-                  chunk_indices=None, dAqk=False):
+                  chunk_indices=None, dAqk=False, intra=False):
     ts = (q, k, v, v_new, g, beta, A, h, do, dh, dv)
-    key = (tuple(map(_SIG, ts)), "wy+dAqk" if dAqk else "wy",
+    key = (tuple(map(_SIG, ts)), ("wy+dAqk" if dAqk else "wy") + ("+intra" if intra else ""),
            None if cu_seqlens is None else (_idx_key(cu_seqlens), _idx_key(chunk_indices)), bool(state_v_first))
     plan = _get_plan(key, _wy_plan, q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens,
-                     chunk_indices, bool(dAqk))
+                     chunk_indices, bool(dAqk), bool(intra))
     if not all(map(_CONTIG, ts)):
         _check_layout(ts)
     dev = plan.dev
@@ -822,6 +827,25 @@ def _wy_dqkg_daqk_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, st
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
+@torch.library.custom_op("kdart::wy_dqkg_intra", mutates_args=())
+def _wy_dqkg_intra_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
+                      beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor,
+                      dv: torch.Tensor, scale: float | None = None, state_v_first: bool = False,
+                      cu_seqlens: torch.Tensor | None = None, chunk_indices: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                 torch.Tensor]:
+    """wy_dqkg with dAqk=True, intra=True: dq, dk, db, dg are bwd_intra's (fold_dg) over wy_dqkg's."""
+    return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                         chunk_indices, True, True)
+
+
+@_wy_dqkg_intra_op.register_fake
+def _wy_dqkg_intra_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False,
+                        cu_seqlens=None, chunk_indices=None):
+    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, True, True)
+    return tuple(q.new_empty(s, dtype=d) for s, d in outs)
+
+
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 
@@ -939,7 +963,7 @@ def bwd_dhu(q, k, w, do, dv, gk, h0=None, dht=None, scale=None, cu_seqlens=None,
 
 
 def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-            chunk_indices=None, chunk_offsets=None, dAqk=False):
+            chunk_indices=None, chunk_offsets=None, dAqk=False, intra=False):
     """fla's chunk_kda_bwd_wy_dqkg_fused (chunk 64) -> (dq, dk, dv, db, dg, dA), dq and dk at the value heads
     (fla's GVA contract: the caller sums them over the head groups).  scale None: K ** -0.5.  h and dh as fla
     has them ([B,NT,HV,K,V], or [..,V,K] with state_v_first; packed: [1,len(chunk_indices),..]).  chunk_offsets
@@ -947,7 +971,21 @@ def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first
 
     dAqk=True: a seventh output, dAqk [B,T,HV,64] fp32, the dA of fla's chunk_kda_bwd_dAv for this do and v_new
     (chunk_kda_bwd hands that function v_new as v): scale * do v_new^T within each 64-row chunk, on and below
-    the diagonal, zeros above (rows past the last packed sequence's end are not written)."""
+    the diagonal, zeros above (rows past the last packed sequence's end are not written).
+
+    intra=True (with dAqk=True): bwd_intra's terms are added in the same launch, so dq, dk, db, dg are what
+    bwd_intra(q, k, g, beta, dAqk, dA, dq, dk, db, dg, fold_dg=True) would return for the wy outputs (fp32,
+    dg suffix-summed down each chunk); dA and dAqk come back as that call's inputs.  The intermediate fp32
+    gradients never make a round trip through memory."""
+    if intra:
+        if not dAqk:
+            raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: intra=True needs dAqk=True (the intra-chunk "
+                                                   "terms read dAqk)")
+        if _eager(q):
+            return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                                 chunk_indices, True, True)
+        return torch.ops.kdart.wy_dqkg_intra(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
+                                             cu_seqlens, chunk_indices)
     if dAqk:
         if _eager(q):
             return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
@@ -1411,13 +1449,15 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
                   chunk_offsets=chunk_offsets)
     if q.is_cuda and _dav_fusable(N, HV, K, V, cu_seqlens is not None, q.device):
         dh, dh0, dv = bwd_dhu(qg, kg, w, do, None, gk, h0=initial_state, dht=dht, Aqk=Aqk, **common)
-        dq, dk, dv, db, dg, dAkk, dAqk = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, dAqk=True, **common)
+        # bwd_intra's terms (with the reverse dg cumsum) in the same launch as wy_dqkg
+        dq, dk, dv, db, dg, _, _ = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, dAqk=True, intra=True,
+                                           **common)
     else:
         dAqk, dv = bwd_dAv(q, k, v_new, do, Aqk, scale=scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
         dh, dh0, dv = bwd_dhu(qg, kg, w, do, dv, gk, h0=initial_state, dht=dht, **common)
         dq, dk, dv, db, dg, dAkk = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, **common)
-    dq, dk, db, dg = bwd_intra(q, k, gk, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_seqlens,
-                               chunk_indices=chunk_indices)
+        dq, dk, db, dg = bwd_intra(q, k, gk, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_seqlens,
+                                   chunk_indices=chunk_indices)
     sig = bool(use_beta_sigmoid_in_kernel)
     dq, dk, dg, db, dA, dbias = bwd_post(
         dq, dk, dg, db, q=q if q_rstd is not None else None, k=k if k_rstd is not None else None, q_rstd=q_rstd,
@@ -1445,6 +1485,9 @@ def prepare_for(op, *args, **kwargs):
             break
         if fn is wy_dqkg and op is torch.ops.kdart.wy_dqkg_dAqk:
             kwargs = dict(kwargs, dAqk=True)
+            break
+        if fn is wy_dqkg and op is torch.ops.kdart.wy_dqkg_intra:
+            kwargs = dict(kwargs, dAqk=True, intra=True)
             break
     else:
         raise ValueError("prepare_for: op must be kdart.torch.bwd_intra, bwd_dhu or wy_dqkg")

@@ -640,6 +640,35 @@ def test_wy_dqkg_daqk_vs_float64(io, K, V):
     assert (out[6].transpose(1, 2)[:, :, above] == 0).all()  # exact zeros above the diagonal
 
 
+@pytest.mark.parametrize("io,K,V,svf,cu", [
+    (torch.bfloat16, 128, 128, False, None), (torch.float16, 64, 64, False, None),
+    (torch.bfloat16, 100, 128, False, None), (torch.bfloat16, 256, 128, True, None),
+    (torch.bfloat16, 128, 256, False, [0, 1, 65, 200, 300]), (torch.float16, 128, 128, True, [0, 64, 64, 191])],
+    ids=["k128", "fp16-k64", "k100", "k256-vfirst", "packed", "packed-empty"])
+def test_wy_dqkg_intra_is_the_two_launches(io, K, V, svf, cu):
+    """wy_dqkg(..., dAqk=True, intra=True) returns, bit for bit, what wy_dqkg(..., dAqk=True) followed by
+    bwd_intra(..., fold_dg=True) return (the intra part reads the very fp32 values the wy part wrote): the two
+    stages' float64 tests cover the math; this covers the fusion (in-place updates, L2 reads, grids)."""
+    torch.manual_seed(K + V + (0 if cu is None else len(cu)))
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda")
+    B, T = (2, 192) if cu is None else (1, cu[-1])
+    a = wy_inputs(B, T, 2, 4, K, V, io, "cuda", beta_f32=True, state_v_first=svf, cu=cu_t)
+    ci = None if cu is None else chunk_indices(cu_t)
+    kw = dict(scale=K ** -0.5, state_v_first=svf, cu_seqlens=cu_t, chunk_indices=ci)
+    dq, dk, dv, db, dg, dA, dAqk = kt.wy_dqkg(*a, dAqk=True, **kw)
+    q, k, g, beta = a[0], a[1], a[4], a[5]
+    two = kt.bwd_intra(q, k, g, beta, dAqk, dA, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_t, chunk_indices=ci)
+    _poisoned_pool(1 << 28)
+    out = kt.wy_dqkg(*a, dAqk=True, intra=True, **kw)
+    n = T if cu is None else cu[-1]  # (rows past cu[-1] are not written)
+    for name, x, y in zip(("dq", "dk", "db", "dg"), (out[0], out[1], out[3], out[4]), two):
+        assert torch.equal(x[:, :n], y[:, :n]), name
+    for name, x, y in zip(("dv", "dA", "dAqk"), (out[2], out[5], out[6]), (dv, dA, dAqk)):
+        assert torch.equal(x[:, :n], y[:, :n]), name
+    again = kt.wy_dqkg(*a, dAqk=True, intra=True, **kw)
+    assert all(torch.equal(x[:, :n], y[:, :n]) for x, y in zip(out, again))  # deterministic
+
+
 @pytest.mark.parametrize("cu", [[0, 1, 65, 200, 300], [0, 64, 64, 191]], ids=["short", "empty"])
 def test_wy_dqkg_daqk_varlen_vs_float64(cu):
     """Packed sequences: dAqk per sequence chunk (a one-token sequence, partial chunks, a zero-length one)."""

@@ -21,9 +21,9 @@
 #define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
 #define KDART__ERRMSG_MAX 4096
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
-#define KDART__MAX_PARAMS 7
+#define KDART__MAX_PARAMS 8
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 192     /* largest spec_count of any kernel (bwd_intra); every stage file asserts its own */
+#define KDART__MAX_SPECS 384     /* largest spec_count of any kernel (wy_dqkg); every stage file asserts its own */
 #define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */

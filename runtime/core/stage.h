@@ -141,6 +141,11 @@ typedef struct kdart__op {
     int (*launch)(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void *fn, int *status, void *stream);
 } kdart__op;
 
+/* BwdIntraTraits<K>::kSmemBytes (kernel_src/bwd_intra.cuh): bwd_intra's dynamic
+ * shared memory, which wy_dqkg's intra kernels take too: 64-column passes, so
+ * only the db partials ([64][2 * K/64] fp32) grow with the K tile. */
+#define KDART__INTRA_SMEM(K) (111872 + 64 * 4 * 2 * ((K) / 64))
+
 /* Parameters several stages share (kdart__param rows). */
 #define KDART__IO_PARAM {"io", 2, {"bf16", "fp16"}, {"kdart::bf16", "kdart::fp16"}, 0}
 #define KDART__K_PARAM {"K", 3, {"64", "128", "256"}, {"64", "128", "256"}, 1}

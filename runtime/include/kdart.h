@@ -507,6 +507,12 @@ typedef struct kdart_wy_dqkg_args {
      * NULL): out [B,T,HV,64] fp32, or NULL: dAqk = scale * do v_new^T on and below the diagonal,
      * zeros above (fla's chunk_kda_bwd_dAv dA, for bwd_intra). */
     const DLTensor *dAqk;
+    /* Added in 0.2 (bwd_intra fused), read only when struct_size covers it (smaller: 0): nonzero adds bwd_intra's
+     * intra-chunk terms in the same launch (kdart_kda_bwd_intra with fold_dg, fp32 outputs, dAqk
+     * and dA its dAqk and dAkk): dq, dk, dg, db are then what bwd_intra would return for them
+     * (dg suffix-summed down each chunk), and dAqk and dA are left as scratch.  Needs the dAqk
+     * output; the intermediate gradients stay in L2 instead of a round trip through memory. */
+    int intra;
 } kdart_wy_dqkg_args;
 
 /* recompute_wu: the backward's forward recompute of the WY factors from Akk

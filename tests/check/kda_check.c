@@ -1051,8 +1051,9 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
     const double scale = 1.0 / sqrt((double)K);
     kdart_wy_dqkg_args args = {sizeof args, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
                                &d[6].t,     &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
-                               &d[13].t,    &d[14].t, &d[15].t, &d[16].t, (float)scale, svf, NULL, NULL, NULL};
+                               &d[13].t,    &d[14].t, &d[15].t, &d[16].t, (float)scale, svf, NULL, NULL, NULL, 0};
     if (c->with_dAqk) args.dAqk = &d[17].t;
+    args.intra = c->with_intra;
     if (L.packed) {
         args.cu_seqlens = &L.dcu.t;
         if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t;
@@ -1073,6 +1074,20 @@ int kc_run_wy(kdart_rt *rt, const kc_wy_case *c, kc_report *r) {
         kref_bwd_dav_varlen(P, HV, V, N, L.cu, NULL, dout, vn, fscale, ref[6], NULL);
         memcpy(exact[6], ref[6], (size_t)P * per[6] * sizeof(double));
     }
+    if (c->with_intra) /* bwd_intra (fold_dg) over both references' wy outputs, as the launch does */
+        for (int e = 0; e < 2; e++) {
+            double **o = e ? exact : ref, *x[4];
+            for (int i = 0; i < 4; i++) x[i] = dmalloc(P * per[i == 2 ? 3 : i == 3 ? 4 : i]);
+            if (!x[0] || !x[1] || !x[2] || !x[3]) {
+                for (int i = 0; i < 4; i++) free(x[i]);
+                fail(r, "out of host memory");
+                goto out;
+            }
+            kref_bwd_intra_varlen(P, H, HV, K, N, L.cu, q, k, g, beta, o[6], o[5], o[0], o[1], o[3], o[4], 1, x[0],
+                                  x[1], x[2], x[3]);
+            free(o[0]), free(o[1]), free(o[3]), free(o[4]);
+            o[0] = x[0], o[1] = x[1], o[3] = x[2], o[4] = x[3];
+        }
     static const char *names[7] = {"dq", "dk", "dv2", "dg", "db", "dA", "dAqk"};
     r->nout = NO;
     r->untouched = 1;
@@ -1715,14 +1730,15 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         kc_wy_spec_dims(spec, s >> 1, &K, &V); /* tail=1: each copy granule in turn */
         kc_wy_case c = {2, 512, 2, 4, K, V, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 300 + (uint64_t)s, 20, 0,
-                        SELFTEST_SEQS(spec), strstr(spec, "dAqk=1") != NULL};
+                        SELFTEST_SEQS(spec), strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
+        if (c.with_intra && !c.with_dAqk) continue; /* (a stub: intra needs dAqk) */
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], dims[48];
         snprintf(dims, sizeof dims, "HV%d K%d V%d", c.HV, c.K, c.V);
         selftest_shape(shape, sizeof shape, &c.seqs, c.B, c.T, dims);
         const int ran = kc_run_wy(rt, &c, &r) == 0;
-        const double tol[] = {2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
+        const double tol[] = {2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
         failures += selftest_row(out, "wy_dqkg", spec, shape, ran, &r, tol);
     }
     /* the tail specs at K = 100 / V = 72 (each stage's masked copies); the gate specs alternate the plain and
@@ -2069,7 +2085,7 @@ static int bench_wy(kdart_rt *rt, const kc_shape *s, int io, int reps, double ce
         kdart_wy_dqkg_args a = {sizeof a, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
                                 &d[6].t,  &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
                                 &d[13].t, &d[14].t, &d[15].t, &d[16].t, (float)(1.0 / sqrt((double)K)), 0,
-                                NULL,     NULL,     with ? &d[17].t : NULL};
+                                NULL,     NULL,     with ? &d[17].t : NULL, 0};
         /* what the stage must move: its inputs once, its outputs once */
         const double bytes = 2 * 2 * tq + 4 * 2 * tv + 4 * tk + 4 * tb + 2 * ta + 2 * 2 * th + 3 * 4 * tk + 2 * tv +
                              4 * tb + 4 * ta + (with ? 4 * ta : 0);

@@ -107,6 +107,8 @@ typedef struct kc_wy_case {
     int graph;
     kc_seqs seqs;
     int with_dAqk;     /* also dAqk = scale tril0(do v_new^T) (fla's dAv dA, fused) */
+    int with_intra;    /* (with with_dAqk) bwd_intra's terms added in the same launch: dq, dk, dg, db
+                          are bwd_intra's outputs with fold_dg over wy_dqkg's (args.intra) */
 } kc_wy_case;
 
 typedef struct kc_rwu_case {

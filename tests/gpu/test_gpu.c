@@ -166,7 +166,7 @@ static void check_wy(const kc_wy_case *c) {
     snprintf(what, sizeof what, "wy %s%s%s %s B%d T%d H%d HV%d K%d V%d%s%s", c->io ? "fp16" : "bf16",
              c->beta_f32 ? " beta=f32" : "", c->state_v_first ? " Vfirst" : "",
              kref_gate_name((kref_gate_family)c->gate), c->B, c->T, c->H, c->HV, c->K, c->V, sq,
-             c->with_dAqk ? " +dAqk" : "");
+             c->with_dAqk ? c->with_intra ? " +dAqk +intra" : " +dAqk" : "");
     ck_assert_msg(kc_run_wy(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     print_report(what, &r);
@@ -191,7 +191,8 @@ START_TEST(wy_every_spec) {
         kc_wy_spec_dims(spec, s >> 1, &K, &V);
         kc_wy_case c = {2, 256, 2, 4, K, V, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0},
-                        strstr(spec, "dAqk=1") != NULL};
+                        strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
+        if (c.with_intra && !c.with_dAqk) continue; /* (a stub: intra needs dAqk) */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
         if (strstr(spec, "varlen=1")) {
@@ -213,15 +214,36 @@ START_TEST(wy_production) {
     for (int v = 0; v < 8; v++) {
         kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, v == 5 ? 0.05 : 0.0, 0};
         kc_wy_case c = {1, 2100, 2, 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, 1, (v >> 1) & 1, gates[v % 3],
-                        seed + 21000 + (uint64_t)v, 0, v == 0, q, 0};
+                        seed + 21000 + (uint64_t)v, 0, v == 0, q, 0, 0};
         check_wy(&c);
     }
-    kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}, 0};
+    kc_wy_case f = {2, 300, 4, 4, 128, 128, 0, 0, 0, KREF_GATE_FUSED, seed + 21100, 0, 1, {0}, 0, 0};
     check_wy(&f); /* fixed length, a partial last chunk, beta in the io dtype */
-    kc_wy_case w = {1, 256, 2, 2, 128, 256, 0, 1, 0, KREF_GATE_CONST5, seed + 21200, 0, 0, {0}, 0};
+    kc_wy_case w = {1, 256, 2, 2, 128, 256, 0, 1, 0, KREF_GATE_CONST5, seed + 21200, 0, 0, {0}, 0, 0};
     check_wy(&w); /* prod8192's K128 V256: four V tiles */
-    kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}, 0};
+    kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}, 0, 0};
     check_wy(&x); /* the largest: K 256, V 512 (eight V tiles), V-first */
+}
+END_TEST
+
+/* wy_dqkg with bwd_intra's terms in the same launch (args.intra), as chunk_kda_bwd runs it where dAv is
+ * fused: against wy_dqkg's float64 reference followed by bwd_intra's (fold_dg), every head dim class (the
+ * tail ones force the varlen body), packed documents with one-token and partial-chunk ones, grouped value
+ * heads, both layouts, both io dtypes, gates of -1000; deterministic, graph replay equal. */
+START_TEST(wy_intra) {
+    static const long long cu[] = {0, 1, 65, 200, 1000, 1001, 2100};
+    static const int gates[3] = {KREF_GATE_CONST5, KREF_GATE_FUSED, KREF_GATE_STRONG};
+    static const int ks[4] = {128, 64, 100, 256};
+    for (int v = 0; v < 8; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, 0, 0, v == 5 ? 0.05 : 0.0, 0};
+        kc_wy_case c = {1, 2100, 2, v & 1 ? 4 : 2, ks[v % 4], 128, (v >> 2) & 1, 1, v == 6, gates[v % 3],
+                        seed + 23000 + (uint64_t)v, 0, v == 0, q, 1, 1};
+        check_wy(&c);
+    }
+    kc_wy_case f = {2, 256, 4, 4, 128, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 23100, 0, 1, {0}, 1, 1};
+    check_wy(&f); /* the production shape's kernel: fixed length, K = V = 128, fp32 beta */
+    kc_wy_case t = {2, 300, 2, 2, 100, 64, 1, 0, 0, KREF_GATE_MILD, seed + 23101, 0, 0, {0}, 1, 1};
+    check_wy(&t); /* a fixed length with a partial chunk and a tail head dim: the varlen body, B rows */
 }
 END_TEST
 
@@ -365,14 +387,14 @@ START_TEST(dav_fused) {
         if (v == 2) c.v_tile = 0;                      /* kdart picks 64 for the fused dv */
         check_dhu(&c);
         kc_wy_case w = {1, 2100, 2, 4, K, V, v == 3, 1, v == 5, v & 1 ? KREF_GATE_STRONG : KREF_GATE_FUSED,
-                        seed + 22100 + (uint64_t)v, 0, v == 0, v < 2 ? q : (kc_seqs){0}, 1};
+                        seed + 22100 + (uint64_t)v, 0, v == 0, v < 2 ? q : (kc_seqs){0}, 1, 0};
         if (v >= 2) w.B = 2, w.T = v == 2 ? 300 : 1024;
         check_wy(&w);
     }
     /* dAqk from every wy K tile and the tail: 256 (four K blocks), 100 */
-    kc_wy_case x = {1, 256, 1, 2, 256, 128, 0, 1, 1, KREF_GATE_CONST5, seed + 22200, 0, 0, {0}, 1};
+    kc_wy_case x = {1, 256, 1, 2, 256, 128, 0, 1, 1, KREF_GATE_CONST5, seed + 22200, 0, 0, {0}, 1, 0};
     check_wy(&x);
-    kc_wy_case y = {2, 200, 2, 2, 100, 100, 1, 0, 0, KREF_GATE_MILD, seed + 22201, 0, 0, {0}, 1};
+    kc_wy_case y = {2, 200, 2, 2, 100, 100, 1, 0, 0, KREF_GATE_MILD, seed + 22201, 0, 0, {0}, 1, 0};
     check_wy(&y);
 }
 END_TEST
@@ -1021,7 +1043,8 @@ START_TEST(small_for_sanitizers) {
         kdart_spec_at("wy_dqkg", s, spec, sizeof spec);
         kc_wy_case c = {1, 128, 1, 2, kc_spec_k(spec), 64, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 90 + (uint64_t)s, 0, 0, {0},
-                        strstr(spec, "dAqk=1") != NULL};
+                        strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
+        if (c.with_intra && !c.with_dAqk) continue; /* (a stub: intra needs dAqk) */
         if (kc_spec_tail(spec)) { /* the head dim or V below its tile, in turn */
             if (s & 2) c.V = 60;
             else c.K -= 4;
@@ -1257,7 +1280,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production, post_every_spec};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, wy_intra, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production, post_every_spec};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {

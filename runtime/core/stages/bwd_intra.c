@@ -10,17 +10,15 @@
 #include "kda_params.h"
 
 /* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh (its static_asserts pin the
- * same numbers): 256 threads; 64-column passes, so only the db partials
- * ([64][2 * K/64] fp32) grow with the K tile. */
+ * same numbers): 256 threads; the shared memory is KDART__INTRA_SMEM. */
 #define INTRA_THREADS 256
-#define INTRA_SMEM(K) (111872 + 64 * 4 * 2 * ((K) / 64))
 static const int k_tiles[] = {64, 128, 256};
 
 /* vals: io, fold, emit, K, varlen, tail, beta (every specialization of one K
  * tile launches with the same shape). */
 static void shape(const int *vals, int *threads, int *smem) {
     *threads = INTRA_THREADS;
-    *smem = INTRA_SMEM(k_tiles[vals[3]]);
+    *smem = KDART__INTRA_SMEM(k_tiles[vals[3]]);
 }
 
 /* The tail without varlen compiles to a trap: FixedParams has no Kr. */

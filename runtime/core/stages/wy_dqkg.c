@@ -2,7 +2,8 @@
  * wy_dqkg: the WY backward fused with the state-gradient products
  * (kernel_src/wy_dqkg.cuh; fla's chunk_kda_bwd_wy_dqkg_fused),
  * kdart_kda_wy_dqkg.  One CTA of 256 threads per (chunk, value head), the
- * K blocks of 64 columns walked in turn.  Everything kdart knows about the
+ * K blocks of 64 columns walked in turn; with intra, the same CTA then adds
+ * bwd_intra's terms (fold_dg) to its dq, dk, dg, db in place.  Everything kdart knows about the
  * stage is here: its registry row, launch shape, default prewarm rule, and
  * its operation's arguments, checks, specialization choice and launch.
  */
@@ -14,19 +15,29 @@
  * every K tile. */
 #define WY_THREADS 256
 #define WY_SMEM 108864
+static const int k_tiles[] = {64, 128, 256};
+
+/* vals: io, K, varlen, tail, beta, svf, dAqk, intra; intra's kernels run
+ * bwd_intra's body after their own, in bwd_intra's shared memory where it is
+ * the larger (same threads, same two CTAs per SM). */
 static void shape(const int *vals, int *threads, int *smem) {
-    (void)vals;
+    const int intra = KDART__INTRA_SMEM(k_tiles[vals[1]]);
     *threads = WY_THREADS;
-    *smem = WY_SMEM;
+    *smem = vals[7] && intra > WY_SMEM ? intra : WY_SMEM;
 }
+
+/* intra without dAqk compiles to a trap: the intra part reads dAqk. */
+static int stub(const int *vals) { return vals[7] == 1 && vals[6] == 0; }
 
 /* The default prewarm set: every native one with the K-first state; the
  * V-first state and the tail (head dims 60, 100, 192) in bf16 with fp32
  * beta, as the configuration most models train with hands them over; with
  * dAqk (fla's dAv fused, which kdart.fla asks for at K = 64 and 128 with V
  * a multiple of 64) the native K tiles 64 and 128 with fp32 beta and the
- * K-first state.  vals: io, K, varlen, tail, beta, svf, dAqk. */
+ * K-first state, alone and with intra (what kdart.torch.chunk_kda_bwd runs
+ * there).  vals: io, K, varlen, tail, beta, svf, dAqk, intra. */
 static int prewarmed(const int *vals) {
+    if (vals[7] == 1 && vals[6] == 0) return 0;
     if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
@@ -48,7 +59,12 @@ static int dims(kdart_rt *rt, kdart__call *c) {
     if ((rc = kdart__check_value_dim(rt, V)) != KDART_OK) return rc;
     if ((rc = kdart__check_heads(rt, B, T, H, HV, "v")) != KDART_OK) return rc;
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
-    if ((rc = kdart__chunk_grid(rt, c, B, T, HV, 0)) != KDART_OK) return rc;
+    /* intra: bwd_intra's terms need the dAqk output; its tail body (a head dim
+     * below the K tile) is the varlen one, which takes the batch as B rows */
+    const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0;
+    if (intra && !kdart__arg(c, offsetof(ARGS, dAqk)))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "intra needs the dAqk output (the intra-chunk terms read it)");
+    if ((rc = kdart__chunk_grid(rt, c, B, T, HV, intra && K != kdart__k_tile(K))) != KDART_OK) return rc;
     /* h's chunk rows: B * ceil(T/64) at fixed length (B rows of them), or,
      * packed, any NT >= 1 (>= chunk_indices's rows when given; the kernel
      * checks the total on the device) */
@@ -72,9 +88,9 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     (void)rt;
     const ARGS *a = c->args;
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
-    const int v[7] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
+    const int v[8] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
                       kdart__dtype_of(a->beta) == 32, a->state_v_first != 0,
-                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL};
+                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL, kdart__arg_int(c, offsetof(ARGS, intra)) != 0};
     memcpy(c->vals, v, sizeof v);
     return KDART_OK;
 }
@@ -91,11 +107,19 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
         (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))),
     };
-    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
+    if (!c->vals[7]) return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
+    /* intra: bwd_intra's parameter over wy_dqkg's outputs (read back and
+     * updated in place), on the same grid */
+    kdart_wy_intra_params pi = {
+        p,
+        {p.q, p.k, p.g, p.beta, p.dAqk, p.dA, p.dq, p.dk, p.dg, p.db, p.dq, p.dk, p.dg, p.db, p.B, p.T, p.H, p.HV,
+         p.cu_seqlens, status, p.N, (int)c->grid[0], p.cu_is64, p.Kr},
+    };
+    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &pi);
 }
 
 static const kdart__op op = {
-    sizeof(ARGS), offsetof(ARGS, dAqk), "kdart_wy_dqkg_args", 18, 2,
+    sizeof(ARGS), offsetof(ARGS, dAqk), "kdart_wy_dqkg_args", 18, 3,
     {
         KDART__TARG("q", ARGS, q, KDART__DT_IO, IN, B, T, H, K),
         KDART__TARG("k", ARGS, k, KDART__DT_IO, IN, B, T, H, K),
@@ -116,21 +140,24 @@ static const kdart__op op = {
         KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT, B, T, HV, 64),
         KDART__TARG("dAqk", ARGS, dAqk, KDART__DT_F32, OUT | KDART__A_OPTIONAL, B, T, HV, 64),
     },
-    {KDART__SARG("scale", ARGS, scale, 'f'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i')},
+    {KDART__SARG("scale", ARGS, scale, 'f'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i'),
+     KDART__SARG("intra", ARGS, intra, 'i')},
     offsetof(ARGS, cu_seqlens), offsetof(ARGS, chunk_indices), 0,
     dims, choose, launch,
 };
 
-_Static_assert(2 * 3 * 2 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 3 * 2 * 2 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__stage_wy_dqkg = {
-    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 7,
+    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 8,
     {KDART__IO_PARAM, KDART__K_PARAM, KDART__FLAG_PARAM("varlen"),
      /* tail: a head dim below the K tile or V not a multiple of 64 (element
       * loads and stores); svf: the V-first state layout of h and dh; dAqk:
       * the dAqk output (its accumulator's registers, in its own kernels) */
-     KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf"), KDART__FLAG_PARAM("dAqk")},
-    shape, prewarmed, NULL, &op,
+     KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf"), KDART__FLAG_PARAM("dAqk"),
+     /* intra: bwd_intra's terms (fold_dg) added in the same launch */
+     KDART__FLAG_PARAM("intra")},
+    shape, prewarmed, stub, &op,
 };
 
 int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *a, void *stream) {
