@@ -30,10 +30,12 @@
  *   partial sums of dA_log and ddt_bias and, after them, one counter per head that
  *   must be zero before the launch; the launch leaves it zero again.
  *
- * Structure: a warp takes every eighth token of the CTA's range, kTokens of them at
- * once (every load of those rows in flight before the first use: the kernel is
- * bound by memory), a lane four adjacent columns (two groups of four at K > 128;
- * one column in eight groups when TAIL, with half the tokens at once), so every row
+ * Structure: a warp takes every eighth token of the CTA's range, several at once
+ * (every load of those rows in flight before the first use: the kernel is bound by
+ * memory), a lane four adjacent columns: at K <= 128 one group of four and
+ * 2 kTokens tokens at once, at K > 128 two groups and kTokens tokens (the same
+ * registers: the kernel branches on K once, to the body of one layout or the other);
+ * TAIL: one column in eight groups, one token at a time.  So every row
  * is read in 16- (fp32) and 8-byte (16-bit) pieces, and the l2norm's row sum is a
  * warp butterfly.  The reductions are deterministic and take
  * no second launch: a CTA writes its partial sums (fixed order: lanes, then warps),
@@ -51,7 +53,7 @@ struct BwdPostTraits {
     static constexpr int kWarps = kThreads / 32;
     static constexpr int kMaxK = 256;
     static constexpr int kMaxBlocks = 256; /* grid.x at most: the workspace's partial rows */
-    static constexpr int kTokens = 2;      /* tokens a warp loads at once */
+    static constexpr int kTokens = 2;      /* tokens a warp loads at once per group of columns a lane holds */
     static constexpr int kMinBlocks = 3;   /* CTAs per SM (85 registers a thread) */
     static_assert(kMaxK == 2 * 4 * 32, "a lane holds at most two groups of four columns");
     static_assert(kWarps == 8, "the final sum splits the blocks into eight interleaved subsets");
@@ -60,10 +62,13 @@ struct BwdPostTraits {
 namespace kdart {
 namespace post {
 
-/* The columns a lane owns: NG groups of W adjacent ones. */
-template <bool TAIL> struct Cols {
-    static constexpr int NG = TAIL ? 8 : 2;
+/* The columns a lane owns: NG groups of W adjacent ones (TAIL: eight single columns; else groups of four,
+ * one for K up to 128, two up to 256), and U, the tokens a warp loads at once: the registers of U * NG
+ * groups of values, so that a row of 128 columns has twice the tokens in flight of a row of 256. */
+template <bool TAIL, int NG_> struct Cols {
+    static constexpr int NG = TAIL ? 8 : NG_;
     static constexpr int W = TAIL ? 1 : 4;
+    static constexpr int U = TAIL ? 1 : BwdPostTraits::kTokens * (2 / NG_);
     static __device__ __forceinline__ int col(int lane, int g) { return TAIL ? lane + 32 * g : 4 * lane + 128 * g; }
 };
 
@@ -125,15 +130,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 } /* namespace post */
 } /* namespace kdart */
 
-template <typename IO, bool G_IO, bool BETA_IO, bool TAIL>
-__global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBlocks) kdart_bwd_post(const kdart_bwd_post_params p) {
-    using namespace kdart::post;
+namespace kdart {
+namespace post {
+/* The kernel's body for one column layout C (Cols); s_part and s_last: the kernel's shared memory. */
+template <typename IO, bool G_IO, bool BETA_IO, typename C>
+__device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_part)[BwdPostTraits::kMaxK + 1],
+                                     int &s_last) {
     using GT = kdart::conditional_t<G_IO, IO, float>;
     using BT = kdart::conditional_t<BETA_IO, IO, float>;
-    using C = Cols<TAIL>;
     constexpr int NG = C::NG, W = C::W, NW = BwdPostTraits::kWarps;
-    __shared__ float s_part[NW][BwdPostTraits::kMaxK + 1];
-    __shared__ int s_last;
 
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int H = p.H, HV = p.HV, K = p.K, G = HV / H;
@@ -143,7 +148,7 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
     /* dq and dk: the value heads' sum, then the l2norm backward.  A warp takes U of its tokens at once:
      * every load of the U rows is issued before the first use (one token at a time left each warp with
      * two loads in flight, and the kernel far from the copy bandwidth). */
-    constexpr int U = TAIL ? 1 : BwdPostTraits::kTokens; /* (TAIL: eight columns a lane) */
+    constexpr int U = C::U;
     const int which = blockIdx.z; /* 0: dq, 1: dk, 2: dg and db */
     if (which < 2) {
         const float *din = which ? p.dk_in : p.dq_in;
@@ -347,6 +352,18 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
         __syncthreads();
     }
     if (threadIdx.x == 0) tickets[h] = 0u;
+}
+} /* namespace post */
+} /* namespace kdart */
+
+template <typename IO, bool G_IO, bool BETA_IO, bool TAIL>
+__global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBlocks) kdart_bwd_post(const kdart_bwd_post_params p) {
+    using namespace kdart::post;
+    __shared__ float s_part[BwdPostTraits::kWarps][BwdPostTraits::kMaxK + 1];
+    __shared__ int s_last;
+    if constexpr (TAIL) body<IO, G_IO, BETA_IO, Cols<true, 8>>(p, s_part, s_last);
+    else if (p.K <= 128) body<IO, G_IO, BETA_IO, Cols<false, 1>>(p, s_part, s_last);
+    else body<IO, G_IO, BETA_IO, Cols<false, 2>>(p, s_part, s_last);
 }
 
 #endif /* KDART_BWD_POST_CUH */

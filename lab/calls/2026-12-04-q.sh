@@ -9,7 +9,7 @@ set -u
 export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR
 gc_fla_site
 export KDART_LIBRARY=$R/build/libkdart.so
-timeout 100 build/kdart prewarm --kernel bwd_post --all --jobs 16 > $O/prewarm.txt 2>&1; tail -1 $O/prewarm.txt
+timeout 100 build/kdart prewarm --jobs 16 > $O/prewarm.txt 2>&1; timeout 60 build/kdart prewarm --kernel bwd_post --all --jobs 16 >> $O/prewarm.txt 2>&1; grep "^prewarm" $O/prewarm.txt; el
 gc_gpu_tests 300 post_every_spec post
 gc_sanitize 300 KDART_GPU_SMALL=bwd_post
 (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_whole PYTEST_TRITON=first PYTEST_TIMEOUT=300 \
