@@ -4,6 +4,9 @@
 # the background and leaves its pid (gc_test_gpu: all three in $pids; gc_sanitize and gc_warm: none, a
 # plain `wait` collects them); the gpu_* steps run in the foreground.
 O=$OUT; t0=$(date +%s); R=$PWD
+# a machine that was not warm has no build/ (a call that found none lost 455 s to fla's warm-up before
+# failing): stop at once
+[ -x build/kdart ] && [ -f build/libkdart.so ] || { echo "no build/ here: carry build-gpu (and mv it)"; exit 3; }
 export KDART_TORCH_EXT_DIR=/tmp/kext LD_LIBRARY_PATH=/usr/local/cuda/lib64
 export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
 # pytest ids of the 80 GB test, both as the repo root and as python/ (pytest's rootdir there) spell them
