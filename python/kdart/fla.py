@@ -339,16 +339,21 @@ def wy_refusal(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_fi
     return _io_reason(torch, q, (k, v, v_new, beta, A, h, do, dh, dv), (g,))
 
 
+def _dav_call_reason(A, scale, cu_seqlens, chunk_indices):
+    """What both dAv routes refuse of a chunk_kda_bwd_dAv call before looking at its tensors."""
+    if A is None or scale is None:
+        return "no A or no scale"
+    if cu_seqlens is None and chunk_indices is not None:
+        return "chunk_indices without cu_seqlens"
+    return None
+
+
 def dav_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chunk_size=64, chunk_indices=None,
                 use_graph=False):
     """None when kdart can fuse this chunk_kda_bwd_dAv call into bwd_dhu and wy_dqkg, else the reason it does
     not (fla's function then runs as it is).  The fused dv needs K (q's head dim) 64 or 128 and V a multiple
     of 64; bwd_dhu and wy_dqkg check their own calls again when they come."""
-    if A is None or scale is None:
-        return "no A or no scale"
-    if cu_seqlens is None and chunk_indices is not None:
-        return "chunk_indices without cu_seqlens"
-    r = _common_reason(chunk_size, q, do, cu_seqlens)
+    r = _dav_call_reason(A, scale, cu_seqlens, chunk_indices) or _common_reason(chunk_size, q, do, cu_seqlens)
     if r:
         return r
     K, V = q.shape[3], do.shape[3]
@@ -374,10 +379,9 @@ def dav_standalone_refusal(q, k, v, do, A=None, scale=None, cu_seqlens=None, chu
     """None when kdart's own dAv kernel (kdart.torch.bwd_dAv) takes this chunk_kda_bwd_dAv call, else the reason
     it does not (fla's function then runs).  q and k only size fla's call; any T, packed sequences (fla's
     use_graph mode too), V in 1..512, any HV, under torch.compile as eagerly (a custom op)."""
-    if A is None or scale is None:
-        return "no A or no scale"
-    if cu_seqlens is None and chunk_indices is not None:
-        return "chunk_indices without cu_seqlens"
+    r = _dav_call_reason(A, scale, cu_seqlens, chunk_indices)
+    if r:
+        return r
     if chunk_size != 64:
         return f"chunk_size={chunk_size}"
     if v.dim() != 4 or do.dim() != 4 or A.dim() != 4 or v.shape != do.shape or A.shape != do.shape[:3] + (64,):
