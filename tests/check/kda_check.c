@@ -2052,7 +2052,9 @@ static int bench_dhu(kdart_rt *rt, const kc_shape *s, int io, int reps, double c
 }
 
 /* wy_dqkg (fp32 beta, as chunk_kda's production configuration hands it over), without and with its
- * fused dAqk output ("wy_dqkg+dAqk": fla's dAv dA); one input set (the tensors are large). */
+ * fused dAqk output ("wy_dqkg+dAqk": fla's dAv dA), and with bwd_intra's terms in the same launch too
+ * ("wy+dAqk+intra": the bytes are the same, the intra part's reads come from L2); one input set (the
+ * tensors are large). */
 static int bench_wy(kdart_rt *rt, const kc_shape *s, int io, int reps, double ceiling, FILE *out) {
     const int B = s->B, T = s->T, H = s->H, HV = s->HV, K = s->K, V = s->V, NT = T / 64;
     int64_t sqk[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
@@ -2081,18 +2083,19 @@ static int bench_wy(kdart_rt *rt, const kc_shape *s, int io, int reps, double ce
         fprintf(out, "%-9s %-20s skipped: out of device memory or fill failed\n", "wy_dqkg", s->name);
         rc = -1;
     }
-    for (int with = 0; with <= 1 && ok; with++) {
+    for (int with = 0; with <= 2 && ok; with++) {
         kdart_wy_dqkg_args a = {sizeof a, &d[0].t,  &d[1].t,  &d[2].t,  &d[3].t,  &d[4].t,  &d[5].t,
                                 &d[6].t,  &d[7].t,  &d[8].t,  &d[9].t,  &d[10].t, &d[11].t, &d[12].t,
                                 &d[13].t, &d[14].t, &d[15].t, &d[16].t, (float)(1.0 / sqrt((double)K)), 0,
-                                NULL,     NULL,     with ? &d[17].t : NULL, 0};
+                                NULL,     NULL,     with ? &d[17].t : NULL, with == 2};
         /* what the stage must move: its inputs once, its outputs once */
         const double bytes = 2 * 2 * tq + 4 * 2 * tv + 4 * tk + 4 * tb + 2 * ta + 2 * 2 * th + 3 * 4 * tk + 2 * tv +
                              4 * tb + 4 * ta + (with ? 4 * ta : 0);
         bench_sets bs = {1, {&a}, launch_wy};
         int status;
         double ms = time_sets(rt, &bs, reps, &status);
-        bench_row(out, with ? "wy_dqkg+dAqk" : "wy_dqkg", s, ms, bytes, ceiling, status, rt);
+        bench_row(out, with == 2 ? "wy+dAqk+intra" : with ? "wy_dqkg+dAqk" : "wy_dqkg", s, ms, bytes, ceiling, status,
+                  rt);
     }
     for (int i = 0; i < 18; i++) dfree(&d[i]);
     return rc;
