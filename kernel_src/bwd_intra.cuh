@@ -290,7 +290,14 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
     return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 __device__ __forceinline__ float4 lds4(const float *s) { return *reinterpret_cast<const float4 *>(s); }
-__device__ __forceinline__ float4 ldg4(const float *g) { return __ldg(reinterpret_cast<const float4 *>(g)); }
+/* fp32 loads through the read-only path, or (CG) through L2 with ld.global.cg: the incoming gradients of
+ * the fused body (FUSED), written by this CTA earlier in the same launch, which the read-only path need not
+ * see and ld.global.cg does */
+template <bool CG = false> __device__ __forceinline__ float ldg1(const float *g) { return CG ? __ldcg(g) : __ldg(g); }
+template <bool CG = false> __device__ __forceinline__ float4 ldg4(const float *g) {
+    const float4 *v = reinterpret_cast<const float4 *>(g);
+    return CG ? __ldcg(v) : __ldg(v);
+}
 /* 16-byte global -> shared copy, L1 bypassed */
 __device__ __forceinline__ void cp16s(unsigned s, const void *gsrc) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
@@ -343,15 +350,13 @@ __device__ __forceinline__ T *opaque_ptr(T *g) {
     asm("" : "+l"(g));
     return g;
 }
-/* (CG: through L2, ld.global.cg; else the read-only path) */
 template <bool CG = false> __device__ __forceinline__ float4 ldg4m(const float *g, int n) {
     g = opaque_ptr(g);
-    auto ld = [](const float *a) { return CG ? __ldcg(a) : __ldg(a); };
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (n > 0) v.x = ld(g);
-    if (n > 1) v.y = ld(g + 1);
-    if (n > 2) v.z = ld(g + 2);
-    if (n > 3) v.w = ld(g + 3);
+    if (n > 0) v.x = ldg1<CG>(g);
+    if (n > 1) v.y = ldg1<CG>(g + 1);
+    if (n > 2) v.z = ldg1<CG>(g + 2);
+    if (n > 3) v.w = ldg1<CG>(g + 3);
     return v;
 }
 /* eight io values (raw bits) as one 16-byte shared-memory row chunk */
@@ -363,18 +368,6 @@ __device__ __forceinline__ uint4 ldg8m_io(const unsigned short *g, int n) {
         if (e < n) w[e >> 1] |= (unsigned)__ldg(g + e) << (16 * (e & 1));
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
-/* The incoming gradients dq_in, dk_in, dg_in: read-only inputs through the
- * non-coherent path, or (FUSED: written by this CTA earlier in the same launch)
- * through L2 with ld.global.cg, which is coherent with those stores. */
-template <bool FUSED> __device__ __forceinline__ float ldin1(const float *g) {
-    if constexpr (FUSED) return __ldcg(g);
-    else return __ldg(g);
-}
-template <bool FUSED> __device__ __forceinline__ float4 ldin4(const float *g) {
-    if constexpr (FUSED) return __ldcg(reinterpret_cast<const float4 *>(g));
-    else return ldg4(g);
-}
-template <bool FUSED> __device__ __forceinline__ float4 ldin4m(const float *g, int n) { return ldg4m<FUSED>(g, n); }
 __device__ __forceinline__ void st_out1(float *a, float v) {
     asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(a), "f"(v) : "memory");
 }

@@ -66,7 +66,8 @@ namespace post {
  * one for K up to 128, two up to 256), and U, the tokens a warp loads at once: the registers of U * NG
  * groups of values, so that a row of 128 columns has twice the tokens in flight of a row of 256. */
 template <bool TAIL, int NG_> struct Cols {
-    static constexpr int NG = TAIL ? 8 : NG_;
+    static_assert(TAIL ? NG_ == 8 : NG_ == 1 || NG_ == 2, "eight single columns, or one or two groups of four");
+    static constexpr int NG = NG_;
     static constexpr int W = TAIL ? 1 : 4;
     static constexpr int U = TAIL ? 1 : BwdPostTraits::kTokens * (2 / NG_);
     static __device__ __forceinline__ int col(int lane, int g) { return TAIL ? lane + 32 * g : 4 * lane + 128 * g; }

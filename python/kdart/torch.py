@@ -808,42 +808,32 @@ def _wy_dqkg_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v
     return tuple(q.new_empty(s, dtype=d) for s, d in outs)
 
 
-@torch.library.custom_op("kdart::wy_dqkg_dAqk", mutates_args=())
-def _wy_dqkg_daqk_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
-                     beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor,
-                     dv: torch.Tensor, scale: float | None = None, state_v_first: bool = False,
-                     cu_seqlens: torch.Tensor | None = None, chunk_indices: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                torch.Tensor]:
-    """wy_dqkg with dAqk=True: fla's six outputs, then dAqk (fla's chunk_kda_bwd_dAv dA)."""
-    return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
-                         chunk_indices, True)
+def _wy_dqkg_op7(name, intra, doc):
+    """The custom op of wy_dqkg's seven outputs (dAqk=True), with or without bwd_intra's terms (intra)."""
+    @torch.library.custom_op(f"kdart::{name}", mutates_args=())
+    def op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
+           beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor, dv: torch.Tensor,
+           scale: float | None = None, state_v_first: bool = False, cu_seqlens: torch.Tensor | None = None,
+           chunk_indices: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                      torch.Tensor]:
+        return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
+                             chunk_indices, True, intra)
+    op.__doc__ = doc
+
+    @op.register_fake
+    def _fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
+              chunk_indices=None):
+        outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, True,
+                       intra)
+        return tuple(q.new_empty(s, dtype=d) for s, d in outs)
+    return op
 
 
-@_wy_dqkg_daqk_op.register_fake
-def _wy_dqkg_daqk_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False, cu_seqlens=None,
-                       chunk_indices=None):
-    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, True)
-    return tuple(q.new_empty(s, dtype=d) for s, d in outs)
-
-
-@torch.library.custom_op("kdart::wy_dqkg_intra", mutates_args=())
-def _wy_dqkg_intra_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, v_new: torch.Tensor, g: torch.Tensor,
-                      beta: torch.Tensor, A: torch.Tensor, h: torch.Tensor, do: torch.Tensor, dh: torch.Tensor,
-                      dv: torch.Tensor, scale: float | None = None, state_v_first: bool = False,
-                      cu_seqlens: torch.Tensor | None = None, chunk_indices: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                 torch.Tensor]:
-    """wy_dqkg with dAqk=True, intra=True: dq, dk, db, dg are bwd_intra's (fold_dg) over wy_dqkg's."""
-    return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
-                         chunk_indices, True, True)
-
-
-@_wy_dqkg_intra_op.register_fake
-def _wy_dqkg_intra_fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first=False,
-                        cu_seqlens=None, chunk_indices=None):
-    outs = wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, True, True)
-    return tuple(q.new_empty(s, dtype=d) for s, d in outs)
+_wy_dqkg_daqk_op = _wy_dqkg_op7("wy_dqkg_dAqk", False,
+                                "wy_dqkg with dAqk=True: fla's six outputs, then dAqk (fla's chunk_kda_bwd_dAv dA).")
+_wy_dqkg_intra_op = _wy_dqkg_op7("wy_dqkg_intra", True, "wy_dqkg with dAqk=True, intra=True: dq, dk, db, dg are "
+                                 "bwd_intra's (fold_dg) over wy_dqkg's.")
 
 
 _Tensor = torch.Tensor
@@ -977,21 +967,15 @@ def wy_dqkg(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None, state_v_first
     bwd_intra(q, k, g, beta, dAqk, dA, dq, dk, db, dg, fold_dg=True) would return for the wy outputs (fp32,
     dg suffix-summed down each chunk); dA and dAqk come back as that call's inputs.  The intermediate fp32
     gradients never make a round trip through memory."""
-    if intra:
-        if not dAqk:
-            raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: intra=True needs dAqk=True (the intra-chunk "
-                                                   "terms read dAqk)")
-        if _eager(q):
-            return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
-                                 chunk_indices, True, True)
-        return torch.ops.kdart.wy_dqkg_intra(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
-                                             cu_seqlens, chunk_indices)
+    if intra and not dAqk:
+        raise _lib.value_error("EUNSUPPORTED", "EUNSUPPORTED: intra=True needs dAqk=True (the intra-chunk terms "
+                                               "read dAqk)")
     if dAqk:
         if _eager(q):
             return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
-                                 chunk_indices, True)
-        return torch.ops.kdart.wy_dqkg_dAqk(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first),
-                                            cu_seqlens, chunk_indices)
+                                 chunk_indices, True, intra)
+        op = torch.ops.kdart.wy_dqkg_intra if intra else torch.ops.kdart.wy_dqkg_dAqk
+        return op(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, bool(state_v_first), cu_seqlens, chunk_indices)
     if _eager(q):
         return _wy_dqkg_impl(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, state_v_first, cu_seqlens,
                              chunk_indices)

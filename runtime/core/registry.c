@@ -73,6 +73,7 @@ int kdart__stage_register(const kdart__kernel *k) {
 /* The K tiles of bwd_intra, wy_dqkg and chunk_rcumsum, in their K parameter's order. */
 int kdart__k_tile(int64_t K) { return K < 1 || K > 256 ? -1 : K <= 64 ? 64 : K <= 128 ? 128 : 256; }
 int kdart__k_index(int k_tile) { return k_tile == 64 ? 0 : k_tile == 128 ? 1 : 2; }
+int kdart__k_tile_at(int i) { return 64 << i; }
 
 /* The varlen specializations (those that take a device status word): the
  * varlen parameter, wherever the kernel lists it, is 1. */

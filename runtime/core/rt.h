@@ -88,6 +88,8 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
  * value index of a tile. */
 int kdart__k_tile(int64_t K);
 int kdart__k_index(int k_tile);
+/* The K tile of KDART__K_PARAM's value index i (0, 1, 2: 64, 128, 256): kdart__k_index's inverse. */
+int kdart__k_tile_at(int i);
 /* bwd_dhu's K tiles: those and 192 (head dims 129..192) */
 int kdart__dhu_k_tile(int64_t K);
 int kdart__dhu_k_index(int k_tile);

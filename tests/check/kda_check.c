@@ -773,6 +773,8 @@ int kc_spec_beta_f32(const char *spec) { return strstr(spec, "beta=f32") != NULL
 
 int kc_intra_spec_launchable(const char *spec) { return !(kc_spec_tail(spec) && strstr(spec, "varlen=0")); }
 
+int kc_wy_spec_launchable(const char *spec) { return !(strstr(spec, "intra=1") && strstr(spec, "dAqk=0")); }
+
 int kc_intra_spec_k(const char *spec) { return kc_spec_k(spec) - (kc_spec_tail(spec) ? 4 : 0); }
 
 void kc_dhu_spec_dims(const char *spec, int variant, int *K, int *V, int *svf) {
@@ -1731,7 +1733,7 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         kc_wy_case c = {2, 512, 2, 4, K, V, strstr(spec, "fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 300 + (uint64_t)s, 20, 0,
                         SELFTEST_SEQS(spec), strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
-        if (c.with_intra && !c.with_dAqk) continue; /* (a stub: intra needs dAqk) */
+        if (!kc_wy_spec_launchable(spec)) continue;
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], dims[48];

@@ -179,6 +179,8 @@ int kc_spec_beta_f32(const char *spec);
  * stub (the tail body reads Kr from the varlen params; kdart sends a head
  * dim below its tile to varlen=1 at fixed length too). */
 int kc_intra_spec_launchable(const char *spec);
+/* 0 for wy_dqkg's intra=1 specs without dAqk (stubs: the intra part reads dAqk). */
+int kc_wy_spec_launchable(const char *spec);
 /* The head dim K for which kdart launches a bwd_intra spec: the K tile, or
  * tile - 4 for a tail=1 spec (so that the tail body itself runs). */
 int kc_intra_spec_k(const char *spec);

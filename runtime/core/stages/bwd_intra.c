@@ -12,13 +12,12 @@
 /* BwdIntraTraits<K> in kernel_src/bwd_intra.cuh (its static_asserts pin the
  * same numbers): 256 threads; the shared memory is KDART__INTRA_SMEM. */
 #define INTRA_THREADS 256
-static const int k_tiles[] = {64, 128, 256};
 
 /* vals: io, fold, emit, K, varlen, tail, beta (every specialization of one K
  * tile launches with the same shape). */
 static void shape(const int *vals, int *threads, int *smem) {
     *threads = INTRA_THREADS;
-    *smem = KDART__INTRA_SMEM(k_tiles[vals[3]]);
+    *smem = KDART__INTRA_SMEM(kdart__k_tile_at(vals[3]));
 }
 
 /* The tail without varlen compiles to a trap: FixedParams has no Kr. */

@@ -27,12 +27,11 @@ _Static_assert(FWDH_SMEM(64, 32) == 82816 && FWDH_SMEM(128, 32) == 99456 && FWDH
 #define INT_(v) v,
 #define STR_(v) #v,
 static const int fwdh_bvs[] = {FWDH_BVS(INT_)};
-static const int fwdh_k_tiles[] = {64, 128, 256};
 #define NBV ((int)(sizeof fwdh_bvs / sizeof fwdh_bvs[0]))
 
 /* vals: io, K, BV, varlen, tail */
 static void shape(const int *vals, int *threads, int *smem) {
-    const int K = fwdh_k_tiles[vals[1]], bv = fwdh_bvs[vals[2]];
+    const int K = kdart__k_tile_at(vals[1]), bv = fwdh_bvs[vals[2]];
     *threads = FWDH_THREADS(K, bv);
     *smem = FWDH_SMEM(K, bv);
 }
@@ -40,7 +39,7 @@ static void shape(const int *vals, int *threads, int *smem) {
 /* The default prewarm set: bf16 (what the backward runs in), every native
  * specialization, and the masked ones at the K tile 128 (head dims below 128,
  * V not a multiple of the tile); the rest compile on first use. */
-static int prewarmed(const int *vals) { return vals[0] == 0 && (vals[4] == 0 || fwdh_k_tiles[vals[1]] == 128); }
+static int prewarmed(const int *vals) { return vals[0] == 0 && (vals[4] == 0 || kdart__k_tile_at(vals[1]) == 128); }
 
 /* The scan is serial over chunks, so only the grid runs in parallel: 64
  * columns a scan (each scan copies the K-side tiles, kg and w, once for its

@@ -15,13 +15,12 @@
  * every K tile. */
 #define WY_THREADS 256
 #define WY_SMEM 108864
-static const int k_tiles[] = {64, 128, 256};
 
 /* vals: io, K, varlen, tail, beta, svf, dAqk, intra; intra's kernels run
  * bwd_intra's body after their own, in bwd_intra's shared memory where it is
  * the larger (same threads, same two CTAs per SM). */
 static void shape(const int *vals, int *threads, int *smem) {
-    const int intra = KDART__INTRA_SMEM(k_tiles[vals[1]]);
+    const int intra = KDART__INTRA_SMEM(kdart__k_tile_at(vals[1]));
     *threads = WY_THREADS;
     *smem = vals[7] && intra > WY_SMEM ? intra : WY_SMEM;
 }
@@ -37,7 +36,6 @@ static int stub(const int *vals) { return vals[7] == 1 && vals[6] == 0; }
  * K-first state, alone and with intra (what kdart.torch.chunk_kda_bwd runs
  * there).  vals: io, K, varlen, tail, beta, svf, dAqk, intra. */
 static int prewarmed(const int *vals) {
-    if (vals[7] == 1 && vals[6] == 0) return 0;
     if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
