@@ -77,13 +77,13 @@ static void setup(void) {
 
 static void teardown(void) { kdart_close(rt); }
 
-static void expect(int rc, int status, const char *word, const char *call) {
-    ck_assert_msg(rc == status, "%s: got %s (%s)", call, kdart_errname(rc), kdart_last_error(rt));
+static void expect(int rc, int status, const char *word, const char *call, int line) {
+    ck_assert_msg(rc == status, "line %d: %s: got %s (%s)", line, call, kdart_errname(rc), kdart_last_error(rt));
     if (word)
         ck_assert_msg(strstr(kdart_last_error(rt), word) != NULL, "message '%s' lacks '%s'", kdart_last_error(rt),
                       word);
 }
-#define EXPECT(call, status, word) expect((call), (status), (word), #call)
+#define EXPECT(call, status, word) expect((call), (status), (word), #call, __LINE__)
 
 START_TEST(intra_valid_reaches_launch) {
     intra_set s;
@@ -1136,6 +1136,134 @@ static void fwdh_std(fwdh_set *s) { fwdh_make(s, B, T, K, V, T / 64); }
 
 /* each bad argument refused with its own status and a message naming it (so before anything is
  * launched or written: a valid call stops at ENOCUDA) */
+/* kdart_kda_chunk_bwd: the production configuration (raw gate with A_log and dt_bias, safe gate, l2norm,
+ * beta logits, initial and final state) reaches the first launch; its workspace is what its layout says;
+ * every refusal comes before any launch (a bad output of the last stage is caught by the checks that
+ * run before the first launch, not by a launch: without CUDA a launch would say ENOCUDA). */
+typedef struct whole_set {
+    fake q, k, v, g, gc, beta, Aqk, Akk, dout, dht, h0, qr, kr, braw, alog, dtb;
+    fake w, u, qg, kg, vn, h, dq, dk, dv, dg, dbeta, dalog, ddtb, dh0, ws;
+    kdart_chunk_bwd_args a;
+} whole_set;
+
+static void whole_make(whole_set *s, int64_t ws_bytes) {
+    mk(&s->q, kDLBfloat, 16, 4, B, T, H, K, 0);
+    mk(&s->k, kDLBfloat, 16, 4, B, T, H, K, 0);
+    mk(&s->v, kDLBfloat, 16, 4, B, T, HV, V, 0);
+    mk(&s->g, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    mk(&s->gc, kDLFloat, 32, 4, B, T, HV, K, 0);
+    mk(&s->beta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    mk(&s->Aqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    mk(&s->Akk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    mk(&s->dout, kDLBfloat, 16, 4, B, T, HV, V, 0);
+    mk(&s->dht, kDLFloat, 32, 4, B, HV, K, V, 0);
+    mk(&s->h0, kDLFloat, 32, 4, B, HV, K, V, 0);
+    mk(&s->qr, kDLFloat, 32, 3, B, T, H, 0, 0);
+    mk(&s->kr, kDLFloat, 32, 3, B, T, H, 0, 0);
+    mk(&s->braw, kDLBfloat, 16, 3, B, T, HV, 0, 0);
+    mk(&s->alog, kDLFloat, 32, 1, HV, 0, 0, 0, 0);
+    mk(&s->dtb, kDLFloat, 32, 2, HV, K, 0, 0, 0);
+    mk(&s->w, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    mk(&s->u, kDLBfloat, 16, 4, B, T, HV, V, 0);
+    mk(&s->qg, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    mk(&s->kg, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    mk(&s->vn, kDLBfloat, 16, 4, B, T, HV, V, 0);
+    mk(&s->h, kDLBfloat, 16, 5, B, T / 64, HV, K, V);
+    mk(&s->dq, kDLBfloat, 16, 4, B, T, H, K, 0);
+    mk(&s->dk, kDLBfloat, 16, 4, B, T, H, K, 0);
+    mk(&s->dv, kDLBfloat, 16, 4, B, T, HV, V, 0);
+    mk(&s->dg, kDLBfloat, 16, 4, B, T, HV, K, 0);
+    mk(&s->dbeta, kDLBfloat, 16, 3, B, T, HV, 0, 0);
+    mk(&s->dalog, kDLFloat, 32, 1, HV, 0, 0, 0, 0);
+    mk(&s->ddtb, kDLFloat, 32, 2, HV, K, 0, 0, 0);
+    mk(&s->dh0, kDLFloat, 32, 4, B, HV, K, V, 0);
+    mk(&s->ws, kDLUInt, 8, 1, ws_bytes, 0, 0, 0, 0);
+    memset(&s->a, 0, sizeof s->a);
+    kdart_chunk_bwd_args *a = &s->a;
+    a->struct_size = sizeof *a;
+    a->q = &s->q.t, a->k = &s->k.t, a->v = &s->v.t, a->g = &s->g.t, a->beta = &s->beta.t;
+    a->Aqk = &s->Aqk.t, a->Akk = &s->Akk.t, a->d_o = &s->dout.t, a->dht = &s->dht.t, a->h0 = &s->h0.t;
+    a->q_rstd = &s->qr.t, a->k_rstd = &s->kr.t, a->beta_raw = &s->braw.t, a->A_log = &s->alog.t;
+    a->dt_bias = &s->dtb.t, a->scale = 0.125f, a->lower_bound = -5.f, a->safe_gate = 1;
+    a->dq = &s->dq.t, a->dk = &s->dk.t, a->dv = &s->dv.t, a->dg = &s->dg.t, a->dbeta = &s->dbeta.t;
+    a->dA_log = &s->dalog.t, a->ddt_bias = &s->ddtb.t, a->dh0 = &s->dh0.t, a->workspace = &s->ws.t;
+}
+
+static int64_t al256(int64_t n) { return (n + 255) / 256 * 256; }
+
+START_TEST(chunk_bwd_validation) {
+    whole_set s;
+    whole_make(&s, 0);
+    /* the fused layout (K 64, V a multiple of 64): bwd_post's partials, the recompute (gk fp32; w, qg, kg,
+     * u io), h, v_new, dh, dv2 (io), dq, dk, dg (fp32), db, dA, dAqk */
+    const int64_t tk = (int64_t)B * T * HV * K, tv = (int64_t)B * T * HV * V, tb = (int64_t)B * T * HV,
+                  th = (int64_t)B * (T / 64) * HV * K * V;
+    const int64_t want = al256(4 * kdart_bwd_post_workspace(H, HV, K)) + 4 * tk + 2 * tk + 2 * tv + 2 * tk + 2 * tk +
+                         2 * th + 2 * tv + 2 * th + 2 * tv + 3 * 4 * tk + al256(4 * tb) + 4 * tb * 64 + 4 * tb * 64;
+    const int64_t n = kdart_chunk_bwd_workspace(rt, &s.a);
+    ck_assert_int_eq(n, want);
+    whole_make(&s, n);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* the workspace */
+    whole_make(&s, n - 1);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ESHAPE, "workspace");
+    whole_make(&s, n);
+    mk(&s.ws, kDLFloat, 32, 1, n, 0, 0, 0, 0);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_EDTYPE, "workspace");
+    whole_make(&s, n);
+    s.a.workspace = NULL;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENULL, "workspace");
+    whole_make(&s, n);
+    s.ws.t.byte_offset = 16;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_EALIGN, "workspace");
+    /* the call's own rules */
+    whole_make(&s, n);
+    s.a.struct_size -= 8;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
+    ck_assert_int_eq(kdart_chunk_bwd_workspace(rt, &s.a), KDART_EINVAL);
+    whole_make(&s, n);
+    s.a.g = NULL;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENULL, "raw gate");
+    whole_make(&s, n);
+    s.a.A_log = NULL;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENULL, "g_cumsum");
+    whole_make(&s, n);
+    mk(&s.q, kDLFloat, 32, 4, B, T, H, K, 0);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_EDTYPE, "q");
+    whole_make(&s, n);
+    s.a.cu_seqlens = &s.alog.t;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENULL, "chunk_indices");
+    /* a stage's refusal, before any launch: an output of the last stage, an input of the first */
+    whole_make(&s, n);
+    mk(&s.dq, kDLBfloat, 16, 4, B, T, HV, K, 0); /* (bwd_post reads the heads from dq: q is then blamed) */
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ESHAPE, "shape");
+    whole_make(&s, n);
+    mk(&s.dbeta, kDLFloat, 32, 3, B, T, HV, 0, 0); /* (the logits are bf16: dbeta must be too) */
+    ck_assert_int_lt(kdart_kda_chunk_bwd(rt, &s.a, NULL), 0);
+    ck_assert_int_ne(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENOCUDA);
+    whole_make(&s, n);
+    mk(&s.Akk, kDLBfloat, 16, 4, B, T, HV, 32, 0);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ESHAPE, "A");
+    /* without the recompute (fla's disable_recompute): the forward's w, u, qg, kg, v_new, h, g_cumsum */
+    whole_make(&s, n);
+    s.a.w = &s.w.t, s.a.u = &s.u.t, s.a.qg = &s.qg.t, s.a.kg = &s.kg.t, s.a.v_new = &s.vn.t, s.a.h = &s.h.t;
+    s.a.g_cumsum = &s.gc.t;
+    ck_assert_int_lt(kdart_chunk_bwd_workspace(rt, &s.a), n);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    s.a.h = NULL;
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENULL, "h");
+    /* the log gate given, no gate in the kernel, no l2norm, no sigmoid: fp32 dg and dbeta */
+    whole_make(&s, n);
+    s.a.g = NULL, s.a.A_log = s.a.dt_bias = s.a.dA_log = s.a.ddt_bias = NULL, s.a.g_cumsum = &s.gc.t;
+    s.a.q_rstd = s.a.k_rstd = s.a.beta_raw = NULL;
+    mk(&s.dg, kDLFloat, 32, 4, B, T, HV, K, 0);
+    mk(&s.dbeta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    mk(&s.dq, kDLBfloat, 16, 4, B, T, H, K, 0);
+    EXPECT(kdart_kda_chunk_bwd(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_lt(kdart_chunk_bwd_workspace(rt, &s.a), n); /* (no gk, no bwd_post partials) */
+}
+END_TEST
+
 START_TEST(fwdh_validation) {
     fwdh_set s;
     char buf[128];
@@ -1284,6 +1412,7 @@ int main(void) {
     tcase_add_test(tc, dav_validation);
     tcase_add_test(tc, fwdh_validation);
     tcase_add_test(tc, post_validation);
+    tcase_add_test(tc, chunk_bwd_validation);
     tcase_add_test(tc, intra_bad_arguments);
     tcase_add_test(tc, dhu_validation);
     tcase_add_test(tc, dhu_varlen_validation);

@@ -1436,12 +1436,11 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
         # bwd_intra's terms (with the reverse dg cumsum) in the same launch as wy_dqkg
         dq, dk, dv, db, dg, _, _ = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, dAqk=True, intra=True,
                                            **common)
-    else:
-        dAqk, dv = bwd_dAv(q, k, v_new, do, Aqk, scale=scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+    else:  # dAv's dv as a kernel of its own; its dA again inside wy_dqkg, which then takes bwd_intra's terms
+        _, dv = bwd_dAv(q, k, v_new, do, Aqk, scale=scale, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
         dh, dh0, dv = bwd_dhu(qg, kg, w, do, dv, gk, h0=initial_state, dht=dht, **common)
-        dq, dk, dv, db, dg, dAkk = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, **common)
-        dq, dk, db, dg = bwd_intra(q, k, gk, beta, dAqk, dAkk, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_seqlens,
-                                   chunk_indices=chunk_indices)
+        dq, dk, dv, db, dg, _, _ = wy_dqkg(q, k, v, v_new, gk, beta, Akk, h, do, dh, dv, dAqk=True, intra=True,
+                                           **common)
     sig = bool(use_beta_sigmoid_in_kernel)
     dq, dk, dg, db, dA, dbias = bwd_post(
         dq, dk, dg, db, q=q if q_rstd is not None else None, k=k if k_rstd is not None else None, q_rstd=q_rstd,

@@ -222,6 +222,137 @@ def test_whole_backward_matches_fla_pipeline(shape, safe):
     assert not bad, f"{', '.join(bad)}: kdart and fla's pipeline differ ({report})"
 
 
+_C_TENSORS1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd",
+               "beta_raw", "A_log", "dt_bias")
+_C_TENSORS2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv",
+               "dg", "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
+
+
+def _c_chunk_bwd(t, scale, lower_bound):
+    """kdart_kda_chunk_bwd through ctypes on the tensors of t (kdart_chunk_bwd_args's names; outputs
+    included), on torch's current stream; returns kdart's status."""
+    import ctypes
+    from kdart import _lib
+    P = ctypes.POINTER(_lib.DLTensor)
+    fields = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in _C_TENSORS1] + [
+        ("scale", ctypes.c_float), ("lower_bound", ctypes.c_float), ("safe_gate", ctypes.c_int),
+        ("allow_neg_eigval", ctypes.c_int), ("state_v_first", ctypes.c_int)] + [(n, P) for n in _C_TENSORS2]
+    Args = type("Args", (ctypes.Structure,), {"_fields_": fields})
+    a, keep = Args(), []
+    a.struct_size = ctypes.sizeof(Args)
+    for n, x in t.items():
+        if x is None:
+            continue
+        code, bits = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32),
+                      torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8)}[x.dtype]
+        shape = (ctypes.c_int64 * x.dim())(*x.shape)
+        dl = _lib.DLTensor(x.data_ptr(), _lib.DLDevice(2, x.get_device()), x.dim(), _lib.DLDataType(code, bits, 1),
+                           ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        keep += [shape, dl]
+        setattr(a, n, ctypes.pointer(dl))
+    a.scale, a.lower_bound, a.safe_gate = scale, lower_bound or 0.0, int(lower_bound is not None)
+    st = kt._fast()
+    f = st["rt"].lib["kdart_kda_chunk_bwd"]
+    fw = st["rt"].lib["kdart_chunk_bwd_workspace"]
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    fw.argtypes, fw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
+    n = fw(st["handle"], ctypes.byref(a))
+    assert n > 0, n
+    ws = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    shape = (ctypes.c_int64 * 1)(n)
+    dl = _lib.DLTensor(ws.data_ptr(), _lib.DLDevice(2, ws.get_device()), 1, _lib.DLDataType(1, 8, 1),
+                       ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+    a.workspace = ctypes.pointer(dl)
+    rc = f(st["handle"], ctypes.byref(a), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    torch.cuda.synchronize()
+    return rc
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 256, 2, 4, 128, 128), (1, 0, 2, 2, 64, 64)],
+                         ids=["k64", "k128-gva", "packed-small"])
+def test_c_chunk_bwd_random_saved_tensors(shape):
+    """The same comparison without fla: random saved tensors (Aqk, Akk drawn, not a forward's), so that only the
+    two doors to the same kernels are compared (NaN where both have it counts as equal).  packed-small: three
+    documents on a grid where dAv runs as its own kernel (the unfused path)."""
+    B, T, H, HV, K, V = shape
+    torch.manual_seed(7 + sum(shape))
+    dev, io = "cuda", torch.bfloat16
+    cu = ci = None
+    if T == 0:
+        cu = torch.tensor([0, 100, 101, 300], dtype=torch.int32, device=dev)
+        T = 300
+        from kda_ref import chunk_indices
+        ci = chunk_indices(cu)
+    N = B if cu is None else cu.shape[0] - 1
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    qr, kr = torch.rand(B, T, H, device=dev) + 0.5, torch.rand(B, T, H, device=dev) + 0.5
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io)
+    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+    beta = torch.sigmoid(beta_raw.float())
+    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
+    dt_bias = torch.randn(HV * K, device=dev)
+    h0 = torch.randn(N, HV, K, V, device=dev)
+    Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
+    lb, scale = -5.0, K ** -0.5
+    want = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+                            k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
+                            lower_bound=lb, use_beta_sigmoid_in_kernel=True, cu_seqlens=cu, chunk_indices=ci)
+    names = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
+    outs = {n: torch.full_like(w, float("nan")) for n, w in zip(names, want)}
+    outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
+    t = dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
+             beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias.view(HV, K), cu_seqlens=cu, chunk_indices=ci, **outs)
+    rc = _c_chunk_bwd(t, scale, lb)
+    assert rc == 0, rc
+    for name, w in zip(names, want):
+        x = outs[name].view(w.shape)
+        assert torch.equal(torch.nan_to_num(x, nan=7.0), torch.nan_to_num(w, nan=7.0)), name
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
+def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
+    """kdart_kda_chunk_bwd (the C call) gives kdart.torch.chunk_kda_bwd's gradients bit for bit, in the
+    production configuration (dAv fused into bwd_dhu at K 64 and 128, bwd_dav as a launch of its own at K 100;
+    wy_dqkg with bwd_intra's terms everywhere), outputs poisoned first."""
+    pytest.importorskip("fla")
+    from fla.modules.norm.l2norm import l2norm_fwd
+    from fla.ops.common.gate import fused_beta_sigmoid_fwd
+    from fla.ops.kda.chunk_fwd import chunk_kda_fwd
+    B, T, H, HV, K, V = shape
+    torch.manual_seed(sum(shape))
+    dev, io = "cuda", torch.bfloat16
+    q, qr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
+    k, kr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io)
+    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+    beta = fused_beta_sigmoid_fwd(beta_raw)
+    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
+    dt_bias = torch.randn(HV * K, device=dev)
+    h0 = torch.randn(B, HV, K, V, device=dev)
+    lb, scale = -5.0, K ** -0.5
+    fwd = chunk_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=h0, output_final_state=True,
+                        safe_gate=True, lower_bound=lb, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
+    Aqk, Akk = fwd[3], fwd[4]
+    do, dht = torch.randn_like(v), torch.randn(B, HV, K, V, device=dev)
+    want = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+                            k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
+                            lower_bound=lb, use_beta_sigmoid_in_kernel=True)
+    outs = {n: torch.full_like(w, float("nan")) for n, w in
+            zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"), want)}
+    outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
+    t = dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
+             beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias.view(HV, K), **outs)
+    rc = _c_chunk_bwd(t, scale, lb)
+    assert rc == 0, rc
+    for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"), want):
+        assert torch.equal(outs[n].view(w.shape), w), n
+
+
 def test_whole_backward_cuda_graph_replay():
     """kdart.torch.chunk_kda_bwd captured in a CUDA graph on a packed step at a fixed capacity (fla's
     use_graph contract: cu_seqlens padded with zero-length sequences, chunk_indices of nt_max rows), then

@@ -652,6 +652,58 @@ typedef struct kdart_bwd_post_args {
 /* The elements of bwd_post's workspace (0 for sizes below 1). */
 KDART_EXTERN int64_t kdart_bwd_post_workspace(int64_t H, int64_t HV, int64_t K);
 
+/* The whole backward of fla's chunk_kda (chunk 64) in one call: from what its forward saved to every
+ * gradient, every kernel kdart's, as kdart.torch.chunk_kda_bwd runs them (the same stages, order and
+ * results): the recompute (the gate's cumsum with w, u, qg, kg), fwd_h, bwd_dhu with fla's dAv fused
+ * (or bwd_dav first on grids where that is faster), wy_dqkg with bwd_intra's terms in its launch,
+ * bwd_post.  Launches only, on one stream; every stage's arguments are checked before
+ * the first launch, so a refused call launches nothing.  Packed sequences need chunk_indices (NT = its
+ * rows).  Outputs may not overlap inputs or each other; the intermediates live in workspace. */
+typedef struct kdart_chunk_bwd_args {
+    uint32_t struct_size;      /* sizeof(kdart_chunk_bwd_args) */
+    const DLTensor *q, *k;     /* [B,T,H,K]  io dtype (bf16 or fp16), l2-normalized with q_rstd/k_rstd */
+    const DLTensor *v;         /* [B,T,HV,V] io dtype; HV a multiple of H */
+    const DLTensor *g;         /* [B,T,HV,K] io dtype or fp32: the raw gate (use_gate_in_kernel: with
+                                  A_log), or NULL */
+    const DLTensor *g_cumsum;  /* [B,T,HV,K] fp32: the forward's chunk-local gate cumsum (log2 units),
+                                  needed without A_log (and with w below), else NULL */
+    const DLTensor *beta;      /* [B,T,HV]   io dtype or fp32: beta after the sigmoid */
+    const DLTensor *Aqk, *Akk; /* [B,T,HV,64] io dtype: the forward's */
+    const DLTensor *d_o;       /* [B,T,HV,V] io dtype ("do") */
+    const DLTensor *dht;       /* [N,HV,K,V] fp32 ([N,HV,V,K] with state_v_first), or NULL */
+    const DLTensor *h0;        /* [N,HV,K,V] fp32 the initial state, or NULL */
+    const DLTensor *q_rstd, *k_rstd; /* [B,T,H] fp32 (use_qk_l2norm_in_kernel), or NULL */
+    const DLTensor *beta_raw;  /* [B,T,HV] the logits (use_beta_sigmoid_in_kernel), or NULL */
+    const DLTensor *A_log;     /* [HV] fp32 (the gate in the kernel), or NULL */
+    const DLTensor *dt_bias;   /* [HV,K] fp32, or NULL */
+    float scale;               /* fla's scale (K^-0.5 by default: the caller's choice here) */
+    float lower_bound;         /* safe_gate's bound */
+    int safe_gate;             /* nonzero: lower_bound sigmoid(exp(A_log) x); else -exp(A_log) softplus(x) */
+    int allow_neg_eigval;      /* nonzero: beta = 2 sigmoid(logits) */
+    int state_v_first;         /* nonzero: fla's V-first state layout (h0, dht, dh0, h) */
+    const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device (B = 1), or NULL: fixed length */
+    const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens: needed with cu_seqlens */
+    const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
+    /* fla's disable_recompute: the forward's w, qg, kg [B,T,HV,K], u, v_new [B,T,HV,V] (io dtype) and
+     * h [B,NT,HV,K,V] (io dtype) with g_cumsum; all NULL: recomputed */
+    const DLTensor *w, *u, *qg, *kg, *v_new, *h;
+    const DLTensor *dq, *dk;   /* out [B,T,H,K]  io dtype */
+    const DLTensor *dv;        /* out [B,T,HV,V] io dtype */
+    const DLTensor *dg;        /* out [B,T,HV,K] g's dtype (fp32 or the io dtype; without g either) */
+    const DLTensor *dbeta;     /* out [B,T,HV]   beta_raw's dtype (without it: fp32 or the io dtype) */
+    const DLTensor *dA_log;    /* out [HV] fp32 (with A_log), else NULL */
+    const DLTensor *ddt_bias;  /* out [HV,K] fp32 (with dt_bias), else NULL */
+    const DLTensor *dh0;       /* out [N,HV,K,V] fp32, or NULL: not produced */
+    const DLTensor *workspace; /* [kdart_chunk_bwd_workspace(rt, args) or more] uint8 on the device,
+                                  256-byte aligned, zero-filled before its first use (each call leaves
+                                  the bytes bwd_post needs zero again; one workspace per stream) */
+} kdart_chunk_bwd_args;
+
+/* The workspace bytes kdart_kda_chunk_bwd needs for these args on the current device (its outputs and
+ * workspace are not read); a negative KDART_E* for args it cannot size. */
+KDART_EXTERN int64_t kdart_chunk_bwd_workspace(kdart_rt *rt, const kdart_chunk_bwd_args *args);
+KDART_EXTERN int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *stream);
+
 KDART_EXTERN int kdart_kda_bwd_intra(kdart_rt *rt, const kdart_bwd_intra_args *args, void *stream);
 KDART_EXTERN int kdart_kda_bwd_dhu(kdart_rt *rt, const kdart_bwd_dhu_args *args, void *stream);
 KDART_EXTERN int kdart_kda_wy_dqkg(kdart_rt *rt, const kdart_wy_dqkg_args *args, void *stream);

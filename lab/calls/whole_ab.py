@@ -1,0 +1,140 @@
+# lab/calls/whole_ab.py: the whole backward (production flags, random saved tensors, no fla) timed alone with
+# CUDA events: kdart.torch.chunk_kda_bwd (the whole route), the same kernels through the C call
+# kdart_kda_chunk_bwd (args and workspace built once), and each one's host time per call; on the packed row
+# also wy_dqkg without dAqk + bwd_intra (what the whole route ran there before wy_dqkg took the intra terms
+# on every grid) against wy_dqkg with dAqk and intra.  Runs on the lent GPU from the repository root
+# (PYTHONPATH=python:python/tests, KDART_LIBRARY set).  Usage: whole_ab.py [rows]
+import ctypes
+import sys
+import time
+import torch
+import kdart.torch as kt
+from kdart import _lib
+from kda_ref import chunk_indices, wy_inputs
+from wy_intra_bench import timed
+
+ROWS = {  # name: (B, T, H, HV, K, V, cu)
+    "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
+    "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
+}
+T1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd", "beta_raw",
+      "A_log", "dt_bias")
+T2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv", "dg",
+      "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
+
+
+def c_call(t, scale, lb):
+    """A function that runs kdart_kda_chunk_bwd on t's tensors (args built once)."""
+    P = ctypes.POINTER(_lib.DLTensor)
+    fields = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in T1] + [
+        ("scale", ctypes.c_float), ("lower_bound", ctypes.c_float), ("safe_gate", ctypes.c_int),
+        ("allow_neg_eigval", ctypes.c_int), ("state_v_first", ctypes.c_int)] + [(n, P) for n in T2]
+    Args = type("Args", (ctypes.Structure,), {"_fields_": fields})
+    a, keep = Args(), []
+    a.struct_size = ctypes.sizeof(Args)
+    st = kt._fast()
+    f, fw = st["rt"].lib["kdart_kda_chunk_bwd"], st["rt"].lib["kdart_chunk_bwd_workspace"]
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    fw.argtypes, fw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
+
+    def put(n, x):
+        code, bits = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32),
+                      torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8)}[x.dtype]
+        shape = (ctypes.c_int64 * x.dim())(*x.shape)
+        dl = _lib.DLTensor(x.data_ptr(), _lib.DLDevice(2, x.get_device()), x.dim(), _lib.DLDataType(code, bits, 1),
+                           ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        keep.extend([shape, dl, x])
+        setattr(a, n, ctypes.pointer(dl))
+    for n, x in t.items():
+        if x is not None:
+            put(n, x)
+    a.scale, a.lower_bound, a.safe_gate = scale, lb, 1
+    n = fw(st["handle"], ctypes.byref(a))
+    assert n > 0, n
+    put("workspace", torch.zeros(n, dtype=torch.uint8, device="cuda"))
+    h, s = st["handle"], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def run():
+        rc = f(h, ctypes.byref(a), s)
+        assert rc == 0, rc
+    return run, n
+
+
+def host_ms(f, n=30):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        f()
+    t = (time.perf_counter() - t) / n * 1e3
+    torch.cuda.synchronize()
+    return t
+
+
+def main():
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(ROWS)
+    for name in names:
+        B, T, H, HV, K, V, cu = ROWS[name]
+        torch.manual_seed(0)
+        dev, io = "cuda", torch.bfloat16
+        cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=dev)
+        ci = None if cu_t is None else chunk_indices(cu_t)
+        N = B if cu is None else len(cu) - 1
+        q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+        k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+        qr, kr = torch.rand(B, T, H, device=dev) + 0.5, torch.rand(B, T, H, device=dev) + 0.5
+        v = torch.randn(B, T, HV, V, device=dev).to(io)
+        g = torch.randn(B, T, HV, K, device=dev).to(io)
+        beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+        beta = torch.sigmoid(beta_raw.float())
+        A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
+        dt_bias = torch.randn(HV * K, device=dev)
+        h0 = torch.randn(N, HV, K, V, device=dev)
+        Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+        Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+        do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
+        lb, scale = -5.0, K ** -0.5
+
+        def whole():
+            return kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+                                    k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias,
+                                    use_gate_in_kernel=True, lower_bound=lb, use_beta_sigmoid_in_kernel=True,
+                                    cu_seqlens=cu_t, chunk_indices=ci)
+        want = whole()
+        outs = {n: torch.empty_like(w) for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"),
+                                                       want)}
+        outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
+        t = dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
+                 beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias.view(HV, K), cu_seqlens=cu_t, chunk_indices=ci,
+                 **outs)
+        cf, nbytes = c_call(t, scale, lb)
+        cf()
+        torch.cuda.synchronize()
+        same = all(torch.equal(torch.nan_to_num(outs[n].view(w.shape), nan=7.0), torch.nan_to_num(w, nan=7.0))
+                   for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"), want))
+        tw, tc = timed(whole), timed(cf)
+        hw, hc = host_ms(whole), host_ms(cf)
+        print(f"{name}: whole route {tw:.3f} ms (host {hw:.3f} ms/call); C call {tc:.3f} ms (host {hc:.3f} "
+              f"ms/call, workspace {nbytes / 2**20:.0f} MiB); bitwise equal: {same}", flush=True)
+        if cu is not None:  # the wy part alone, old and new
+            torch.manual_seed(0)
+            a = wy_inputs(B, T, H, HV, K, V, io, dev, cu=cu_t)
+            kw = dict(scale=scale, cu_seqlens=cu_t, chunk_indices=ci)
+            o = kt.wy_dqkg(*a, dAqk=True, **kw)
+            dAqk = o[6].clone()
+
+            def old():
+                dq, dk, dv, db, dg, dA = kt.wy_dqkg(*a, **kw)
+                return kt.bwd_intra(a[0], a[1], a[4], a[5], dAqk, dA, dq, dk, db, dg, fold_dg=True, cu_seqlens=cu_t,
+                                    chunk_indices=ci)
+
+            def new():
+                return kt.wy_dqkg(*a, dAqk=True, intra=True, **kw)
+            to, tn = timed(old), timed(new)
+            print(f"{name}: wy_dqkg + bwd_intra {to:.3f} ms, wy_dqkg(dAqk, intra) {tn:.3f} ms ({to / tn:.2f}x)",
+                  flush=True)
+        del t, outs, want
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
