@@ -70,6 +70,22 @@ def host_ms(f, n=30):
     return t
 
 
+def profile(f, n=5):
+    """Kernel name -> mean device ms per call of f (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    f()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            f()
+        torch.cuda.synchronize()
+    out = {}
+    for e in p.key_averages():
+        if e.device_type.name == "CUDA" and e.device_time_total > 0:
+            out[e.key[:60]] = e.device_time_total / 1e3 / n
+    return out
+
+
 def main():
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(ROWS)
     for name in names:
@@ -115,6 +131,10 @@ def main():
         hw, hc = host_ms(whole), host_ms(cf)
         print(f"{name}: whole route {tw:.3f} ms (host {hw:.3f} ms/call); C call {tc:.3f} ms (host {hc:.3f} "
               f"ms/call, workspace {nbytes / 2**20:.0f} MiB); bitwise equal: {same}", flush=True)
+        for label, f in (("whole route", whole), ("C call", cf)):
+            pr = profile(f)
+            print(f"{name} {label} profile: " + ", ".join(f"{k} {v:.3f}" for k, v in
+                                                         sorted(pr.items(), key=lambda kv: -kv[1])[:8]), flush=True)
         if cu is not None:  # the wy part alone, old and new
             torch.manual_seed(0)
             a = wy_inputs(B, T, H, HV, K, V, io, dev, cu=cu_t)

@@ -268,15 +268,17 @@ def _c_chunk_bwd(t, scale, lower_bound):
     return rc
 
 
-@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 256, 2, 4, 128, 128), (1, 0, 2, 2, 64, 64)],
-                         ids=["k64", "k128-gva", "packed-small"])
-def test_c_chunk_bwd_random_saved_tensors(shape):
+@pytest.mark.parametrize("shape,io", [((2, 256, 2, 2, 64, 64), torch.bfloat16), ((1, 256, 2, 4, 128, 128), torch.bfloat16),
+                                      ((1, 0, 2, 2, 64, 64), torch.bfloat16), ((1, 256, 2, 2, 128, 128), torch.float16),
+                                      ((1, 192, 2, 2, 256, 128), torch.bfloat16), ((1, 0, 2, 2, 128, 256), torch.bfloat16)],
+                         ids=["k64", "k128-gva", "packed-small", "k128-fp16", "k256", "packed-k128-v256"])
+def test_c_chunk_bwd_random_saved_tensors(shape, io):
     """The same comparison without fla: random saved tensors (Aqk, Akk drawn, not a forward's), so that only the
     two doors to the same kernels are compared (NaN where both have it counts as equal).  packed-small: three
     documents on a grid where dAv runs as its own kernel (the unfused path)."""
     B, T, H, HV, K, V = shape
     torch.manual_seed(7 + sum(shape))
-    dev, io = "cuda", torch.bfloat16
+    dev = "cuda"
     cu = ci = None
     if T == 0:
         cu = torch.tensor([0, 100, 101, 300], dtype=torch.int32, device=dev)
