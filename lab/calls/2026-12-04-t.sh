@@ -6,11 +6,7 @@
 # memcheck of the fla-free C-call test.  Then alone: lab/calls/whole_ab.py.
 set -u
 . lab/calls/common.sh
-export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR
-gc_fla_site
-export KDART_LIBRARY=$R/build/libkdart.so
-timeout 100 build/kdart prewarm --jobs 16 > $O/prewarm.txt 2>&1
-echo "prewarm rc=$?"; tail -1 $O/prewarm.txt; el
+gc_prologue
 (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_whole PYTEST_TRITON=first PYTEST_TIMEOUT=300 \
   PYTEST_ARGS="-rA -n 3 python/tests/test_whole_gpu.py python/tests/test_torch_gpu.py::test_wy_dqkg_intra_is_the_two_launches" \
   tools/gpu_check.sh build $O > $O/whole_rc.txt 2>&1) &

@@ -6,11 +6,7 @@
 # memcheck and racecheck of the fla-free C-call test; then alone lab/calls/whole_ab.py.
 set -u
 . lab/calls/common.sh
-export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR
-gc_fla_site
-export KDART_LIBRARY=$R/build/libkdart.so
-timeout 100 build/kdart prewarm --jobs 16 > $O/prewarm.txt 2>&1
-echo "prewarm rc=$?"; tail -1 $O/prewarm.txt; el
+gc_prologue
 (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_c PYTEST_TRITON=first PYTEST_TIMEOUT=300 \
   PYTEST_ARGS="-rA -n 2 python/tests/test_whole_gpu.py -k c_chunk" tools/gpu_check.sh build $O > $O/c_rc.txt 2>&1) &
 for tool in memcheck racecheck; do

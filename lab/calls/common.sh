@@ -107,3 +107,12 @@ gc_fla_prod() {
   (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=$1 \
     PYTEST_ARGS="-n 4 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1) &
 }
+# the start of the fifth session's calls: Triton's cache, fla's site, kdart's library for Python, and the
+# default cache prewarmed on 16 cores
+gc_prologue() {
+  export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR
+  gc_fla_site
+  export KDART_LIBRARY=$R/build/libkdart.so
+  timeout 100 build/kdart prewarm --jobs 16 > $O/prewarm.txt 2>&1
+  echo "prewarm rc=$?"; tail -1 $O/prewarm.txt; el
+}

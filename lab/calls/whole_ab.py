@@ -1,6 +1,7 @@
 # lab/calls/whole_ab.py: the whole backward (production flags, random saved tensors, no fla) timed alone with
-# CUDA events: kdart.torch.chunk_kda_bwd (the whole route), the same kernels through the C call
-# kdart_kda_chunk_bwd (args and workspace built once), and each one's host time per call; on the packed row
+# CUDA events: kdart.torch's stages one by one, kdart.torch.chunk_kda_bwd (one C call since it went through
+# kdart_kda_chunk_bwd), the bare C call (args and workspace built once), and each one's host time per call,
+# with per-kernel profiles and peak memory; on the packed row
 # also wy_dqkg without dAqk + bwd_intra (what the whole route ran there before wy_dqkg took the intra terms
 # on every grid) against wy_dqkg with dAqk and intra.  Runs on the lent GPU from the repository root
 # (PYTHONPATH=python:python/tests, KDART_LIBRARY set).  Usage: whole_ab.py [rows]
@@ -110,12 +111,14 @@ def main():
         do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
         lb, scale = -5.0, K ** -0.5
 
-        def whole():
-            return kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
-                                    k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias,
-                                    use_gate_in_kernel=True, lower_bound=lb, use_beta_sigmoid_in_kernel=True,
-                                    cu_seqlens=cu_t, chunk_indices=ci)
-        want = whole()
+        def whole(fn=kt.chunk_kda_bwd):
+            return fn(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr, k_rstd=kr,
+                      beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True, lower_bound=lb,
+                      use_beta_sigmoid_in_kernel=True, cu_seqlens=cu_t, chunk_indices=ci)
+
+        def stages():
+            return whole(kt._chunk_kda_bwd_stages)
+        want = stages()
         outs = {n: torch.empty_like(w) for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"),
                                                        want)}
         outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
@@ -127,11 +130,20 @@ def main():
         torch.cuda.synchronize()
         same = all(torch.equal(torch.nan_to_num(outs[n].view(w.shape), nan=7.0), torch.nan_to_num(w, nan=7.0))
                    for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"), want))
-        tw, tc = timed(whole), timed(cf)
-        hw, hc = host_ms(whole), host_ms(cf)
-        print(f"{name}: whole route {tw:.3f} ms (host {hw:.3f} ms/call); C call {tc:.3f} ms (host {hc:.3f} "
-              f"ms/call, workspace {nbytes / 2**20:.0f} MiB); bitwise equal: {same}", flush=True)
-        for label, f in (("whole route", whole), ("C call", cf)):
+        ts_, tw, tc = timed(stages), timed(whole), timed(cf)
+        hs, hw, hc = host_ms(stages), host_ms(whole), host_ms(cf)
+        print(f"{name}: stages {ts_:.3f} ms (host {hs:.3f} ms/call); kdart.torch.chunk_kda_bwd {tw:.3f} ms (host "
+              f"{hw:.3f}); bare C call {tc:.3f} ms (host {hc:.3f}, workspace {nbytes / 2**20:.0f} MiB); bitwise "
+              f"equal: {same}", flush=True)
+        for label, f in (("stages", stages), ("chunk_kda_bwd", whole)):
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            out = f()
+            torch.cuda.synchronize()
+            print(f"{name} {label} peak memory over its start: {(torch.cuda.max_memory_allocated() - base) / 2**20:.0f} MiB",
+                  flush=True)
+            del out
             pr = profile(f)
             print(f"{name} {label} profile: " + ", ".join(f"{k} {v:.3f}" for k, v in
                                                          sorted(pr.items(), key=lambda kv: -kv[1])[:8]), flush=True)

@@ -5,15 +5,17 @@
 
 The wheel installs kdart-autoload.pth beside the kdart package; Python runs its one line at start-up, which
 imports this module.  Without FLA_KDART=1 it only reads that variable.  With it, it waits (a meta-path
-finder, nothing imported early) for fla's chunk_kda backward module to be imported by the script, then calls
-kdart.fla.enable() right after: the first backward is served.  A failure there (another fla, no torch) is
+finder, nothing imported early) for fla's KDA package (fla.ops.kda, with chunk_kda and its backward) to be
+imported by the script, then calls kdart.fla.enable() right after: the first backward is served.  A failure there (another fla, no torch) is
 logged through the "kdart" logger and leaves fla as it is.  The switch is named as fla's own backend
 switches are (FLA_<BACKEND>=0 turns a backend off).
 """
 import os
 import sys
 
-TARGET = "fla.ops.kda.chunk_bwd"
+# fla's KDA package: importing any of its modules runs it first, and it imports chunk_kda (its backward
+# module and ChunkKDAFunction, which enable() patches) before it is done
+TARGET = "fla.ops.kda"
 _installed = False
 
 

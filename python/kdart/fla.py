@@ -77,7 +77,9 @@ fla's Triton scan is still the faster one (docs/kernels.md, "fwd_h"); the wrappe
 to fla uncounted.  fwdh_refusal says why a call still goes to fla: the scalar gate
 g (gated delta rule models), no gate, chunk size, dtypes, shapes.
 
-enable(whole=True) goes further: fla's ChunkKDAFunction.backward (FUNC_MODULE) is replaced whole by
+enable(whole=True) goes further (and so does enable(), whose whole="auto" does it in the configuration
+people train with: an l2norm, gate or beta sigmoid inside chunk_kda): fla's ChunkKDAFunction.backward
+(FUNC_MODULE) is replaced whole by
 kdart.torch.chunk_kda_bwd, every kernel of the backward kdart's (the gate cumsum and the recompute, the
 state scan fwd_h, bwd_dhu with the fused dAv, wy_dqkg, bwd_intra with the folded cumsum, and bwd_post: the
 l2norm, gate and beta-sigmoid backwards with the A_log / dt_bias reductions and the casts, which fla runs
@@ -172,7 +174,7 @@ EXPECTED = {
 
 _lock = threading.RLock()
 _state = {"module": None, "orig": None, "fold": False, "via": None, "bwd_code": None, "fwd_module": None,
-          "fwd_h": False, "whole": None}
+          "fwd_h": False, "whole": None, "whole_mode": False}
 _served = {"bwd_intra": 0, "bwd_dhu": 0, "dg_cumsum_folded": 0, "wy_dqkg": 0, "bwd_dAv": 0, "recompute_w_u": 0,
            "gate_cumsum": 0, "fwd_h": 0, "whole_backward": 0}
 _fallbacks = {}
@@ -825,6 +827,9 @@ def _whole_backward(ctx, do, dht):
     saved = dict(zip(_SAVED, ctx.saved_tensors))
     do = do.contiguous()
     dht = dht.contiguous() if dht is not None else None
+    if _state["whole_mode"] == "auto" and not (saved["q_rstd"] is not None or ctx.use_gate_in_kernel or
+                                               ctx.use_beta_sigmoid_in_kernel):
+        return _state["whole"][1](ctx, do, dht)  # no epilogue in the kernel: the stages inside fla's backward
     reason = whole_refusal(ctx, saved, do)
     if reason is None:
         from . import torch as kt
@@ -912,12 +917,16 @@ def _import_or_none(importlib, name):
         return None
 
 
-def enable(fold_dg=True, via=None, fwd_h=False, whole=False):
+def enable(fold_dg=True, via=None, fwd_h=False, whole="auto"):
     """Routes fla's chunk_kda backward stages through kdart (idempotent).  via: "names" (the default:
     the functions' names in fla's backward module replaced) or "registry" (kdart's backends registered in
     fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  fwd_h: serve
     fla's state scan (chunk_gated_delta_rule_fwd_h, in the backward's recompute and in the forward) too.  whole:
-    replace ChunkKDAFunction.backward whole by kdart.torch.chunk_kda_bwd (every kernel kdart's).  RuntimeError
+    True replaces ChunkKDAFunction.backward whole by kdart.torch.chunk_kda_bwd (every kernel kdart's); False
+    keeps fla's backward with kdart's stages inside; "auto" (the default) takes the whole backward where
+    chunk_kda runs an epilogue of its own in the kernel (use_qk_l2norm_in_kernel, use_gate_in_kernel or
+    use_beta_sigmoid_in_kernel: the configuration people train with), the stages elsewhere (there bwd_post
+    would only cast, and the stages are the faster).  RuntimeError
     when the installed fla is not the one this was written for, or the registry is asked for with fla's
     dispatch off; ImportError when fla or torch is missing."""
     import importlib
@@ -929,6 +938,8 @@ def enable(fold_dg=True, via=None, fwd_h=False, whole=False):
         if not said:
             _lib.log.getChild("fla").warning("FLA_KDART=0: kdart.fla.enable() leaves fla's functions in place")
         return
+    if whole not in (True, False, "auto"):
+        raise ValueError(f"kdart.fla.enable: whole must be True, False or 'auto', not {whole!r}")
     via = via or os.environ.get("KDART_FLA_VIA") or "names"
     if via not in ("names", "registry"):
         raise ValueError(f"kdart.fla.enable: via must be 'names' or 'registry', not {via!r}")
@@ -991,7 +1002,8 @@ def disable():
 
 
 def _set_whole(importlib, on):
-    """Puts kdart's whole backward on ChunkKDAFunction (on) or fla's own back."""
+    """Puts kdart's whole backward on ChunkKDAFunction (on: True or "auto") or fla's own back."""
+    _state["whole_mode"] = on
     if on and _state["whole"] is None:
         cls = importlib.import_module(FUNC_MODULE).ChunkKDAFunction
         _state["whole"] = (cls, cls.backward)
@@ -1008,10 +1020,10 @@ def is_enabled():
 
 
 @contextlib.contextmanager
-def enabled(fold_dg=True, fwd_h=False, whole=False):
+def enabled(fold_dg=True, fwd_h=False, whole="auto"):
     """with kdart.fla.enabled(): ... (restores the previous state on exit)."""
     was, was_fold, was_via, was_fwdh = is_enabled(), _state["fold"], _state["via"], _state["fwd_h"]
-    was_whole = _state["whole"] is not None
+    was_whole = _state["whole_mode"]
     enable(fold_dg, fwd_h=fwd_h, whole=whole)
     try:
         yield

@@ -389,12 +389,13 @@ def _fast():
         rt = _lib.runtime()
         fi, fd = rt.lib["kdart_kda_bwd_intra"], rt.lib["kdart_kda_bwd_dhu"]  # own objects: own argtypes
         fw, fr, fv = rt.lib["kdart_kda_wy_dqkg"], rt.lib["kdart_kda_recompute_wu"], rt.lib["kdart_kda_bwd_dav"]
-        fh, fp = rt.lib["kdart_kda_fwd_h"], rt.lib["kdart_kda_bwd_post"]
-        for f in (fi, fd, fw, fr, fv, fh, fp):
+        fh, fp, fc = rt.lib["kdart_kda_fwd_h"], rt.lib["kdart_kda_bwd_post"], rt.lib["kdart_kda_chunk_bwd"]
+        for f in (fi, fd, fw, fr, fv, fh, fp, fc):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
         fws = rt.lib["kdart_bwd_post_workspace"]
         fws.argtypes, fws.restype = [ctypes.c_int64] * 3, ctypes.c_int64
         st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh, post=fp, post_ws=fws,
+                  chunk_bwd=fc,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -1376,6 +1377,130 @@ def _dav_fusable(N, HV, K, V, packed, dev):
     return dav_grid_refusal(N, HV, K, V, packed, dev) is None
 
 
+# ------------------------------------------------------------------ the whole backward, one C call
+
+# kdart_chunk_bwd_args (kdart.h): its tensor fields before and after the scalars, in order
+_CB_T1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd", "beta_raw",
+          "A_log", "dt_bias")
+_CB_T2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv", "dg",
+          "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
+_CB_OUTS = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
+_DL_TYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32), torch.int32: (0, 32),
+            torch.int64: (0, 64), torch.uint8: (1, 8)}
+
+
+def _cb_struct():
+    P = ctypes.POINTER(_lib.DLTensor)
+    fields = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in _CB_T1] + [
+        ("scale", ctypes.c_float), ("lower_bound", ctypes.c_float), ("safe_gate", ctypes.c_int),
+        ("allow_neg_eigval", ctypes.c_int), ("state_v_first", ctypes.c_int)] + [(n, P) for n in _CB_T2]
+    return type("kdart_chunk_bwd_args", (ctypes.Structure,), {"_fields_": fields})
+
+
+_CBArgs = _cb_struct()
+
+
+class _CBPlan:
+    """kdart_chunk_bwd_args for one signature: every DLTensor laid out once (outputs and the workspace
+    included), so that a call only writes data pointers; outs: the outputs' (name, shape, dtype)."""
+
+    def __init__(self, t, outs, sc, dev):
+        self.args, self.keep, self.dl = _CBArgs(), [], {}
+        self.args.struct_size = ctypes.sizeof(_CBArgs)
+        for n, x in t.items():
+            if x is not None:
+                self._put(n, x.shape, x.dtype, dev)
+        for n, shp, dt in outs:
+            self._put(n, shp if n != "ddt_bias" else t["dt_bias"].shape, dt, dev)
+        for n, v in sc.items():
+            setattr(self.args, n, v)
+        self.outs, self.dev, self.warm = outs, dev, False
+        st = _fast()
+        f = st["rt"].lib["kdart_chunk_bwd_workspace"]
+        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
+        with torch.cuda.device(dev):
+            n = f(st["handle"], ctypes.byref(self.args))
+        if n < 0:
+            st["rt"].check(int(n), "chunk_kda_bwd")
+        self.ws_bytes = int(n)
+        self._put("workspace", (max(self.ws_bytes, 1),), torch.uint8, dev)
+        self.addr = ctypes.addressof(self.args)
+
+    def _put(self, n, shape, dtype, dev):
+        code, bits = _DL_TYPE.get(dtype, (255, 0))  # (another dtype: kdart says EDTYPE)
+        shp = (ctypes.c_int64 * len(shape))(*shape)
+        dl = _lib.DLTensor(None, _lib.DLDevice(2, dev.index), len(shape), _lib.DLDataType(code, bits, 1),
+                           ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        self.keep += [shp, dl]
+        self.dl[n] = dl
+        setattr(self.args, n, ctypes.pointer(dl))
+
+
+def _chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, h0, q_rstd, k_rstd, beta_raw, A_log, dt_bias, gate,
+                 lower_bound, sig, allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices, chunk_offsets,
+                 g_cumsum, w, u, qg, kg, v_new, h, g_dtype, beta_dtype):
+    """chunk_kda_bwd on CUDA tensors as one kdart_kda_chunk_bwd call: the outputs and the workspace from
+    torch's allocator, the args struct of this signature laid out once (per thread)."""
+    t = dict(q=q, k=k, v=v, g=g if gate else None, g_cumsum=g_cumsum if (w is not None or not gate) else None,
+             beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=q_rstd, k_rstd=k_rstd,
+             beta_raw=beta_raw if sig else None, A_log=A_log if gate else None,
+             dt_bias=_dt_bias_2d(dt_bias, g) if gate else None, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+             chunk_offsets=chunk_offsets, w=w, u=u, qg=qg, kg=kg, v_new=v_new, h=h)
+    ts = tuple(t.values())
+    key = ("chunk_bwd", tuple(map(_idx_key, ts)), float(scale), lower_bound, bool(allow_neg_eigval),
+           bool(state_v_first), g_dtype, beta_dtype)
+    plans = _thread_plans()
+    plan = plans.get(key)
+    if plan is None:
+        dev = _check_layout(ts)
+        gt = g if g is not None else (g_cumsum if g_cumsum is not None else w)
+        if gt is None or gt.dim() != 4 or q.dim() != 4 or v.dim() != 4:
+            raise _lib.value_error("ESHAPE", "ESHAPE: q, k must be [B,T,H,K], v [B,T,HV,V], g [B,T,HV,K]")
+        if sig:
+            db_dt = beta_raw.dtype
+        else:
+            db_dt = beta_dtype if beta_dtype is not None else (beta_raw if beta_raw is not None else beta).dtype
+        outs = [("dq", tuple(q.shape), q.dtype), ("dk", tuple(k.shape), q.dtype), ("dv", tuple(v.shape), v.dtype),
+                ("dg", tuple(gt.shape), g.dtype if g is not None else (g_dtype or _F32)),
+                ("dbeta", tuple(v.shape[:3]), db_dt)]
+        if gate:
+            outs.append(("dA_log", tuple(A_log.shape), _F32))
+            if dt_bias is not None:
+                outs.append(("ddt_bias", tuple(dt_bias.shape), _F32))
+        if h0 is not None:
+            outs.append(("dh0", tuple(h0.shape), _F32))
+        sc = dict(scale=float(scale), lower_bound=0.0 if lower_bound is None else float(lower_bound),
+                  safe_gate=int(lower_bound is not None), allow_neg_eigval=int(bool(allow_neg_eigval)),
+                  state_v_first=int(bool(state_v_first)))
+        plan = plans[key] = _CBPlan(t, outs, sc, dev)
+    elif not all(map(_CONTIG, (x for x in ts if x is not None))):
+        _check_layout(ts)
+    dev = plan.dev
+    if not plan.warm and _capturing(dev):
+        raise _lib.runtime_error("EMISUSE", "kdart: chunk_kda_bwd has not run for these shapes and the stream is "
+                                            "capturing a CUDA graph: call it once eagerly before capture")
+    o = {n: torch.empty(shp, dtype=dt, device=dev) for n, shp, dt in plan.outs}
+    ws = torch.empty(max(plan.ws_bytes, 1), dtype=torch.uint8, device=dev)
+    dl = plan.dl
+    for n, x in t.items():
+        if x is not None:
+            dl[n].data = x.data_ptr()
+    for n, x in o.items():
+        dl[n].data = x.data_ptr()
+    dl["workspace"].data = ws.data_ptr()
+    st = _rt_state if _rt_state else _fast()
+    idx = dev.index
+    if torch._C._cuda_getDevice() == idx:
+        rc = st["chunk_bwd"](st["handle"], plan.addr, _stream(idx))
+    else:
+        with torch.cuda.device(idx):
+            rc = st["chunk_bwd"](st["handle"], plan.addr, _stream(idx))
+    if rc:
+        st["rt"].check(rc, "chunk_kda_bwd")
+    plan.warm = True
+    return tuple(o.get(n) for n in _CB_OUTS)
+
+
 def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_state=None, q_rstd=None,
                   k_rstd=None, beta_raw=None, A_log=None, dt_bias=None, use_gate_in_kernel=False, lower_bound=None,
                   use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
@@ -1392,7 +1517,11 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
     g_cumsum: nothing is recomputed.  Launches only: no synchronization (packed calls need fla's
     chunk_indices, which chunk_kda's forward always makes).  dg comes back in g's dtype (g_dtype when g is not
     given), dbeta in beta_raw's (beta_dtype, else beta's), dA_log / ddt_bias as A_log / dt_bias (None without
-    the gate in the kernel), dh0 None without initial_state."""
+    the gate in the kernel), dh0 None without initial_state.
+
+    On CUDA tensors outside torch.compile this is one call of kdart's C function kdart_kda_chunk_bwd (every
+    stage's arguments checked before the first launch, a few microseconds of host time); under torch.compile
+    the stages' custom ops, the same kernels with the same results."""
     gate = bool(use_gate_in_kernel)
     if gate and (A_log is None or g is None):
         raise _lib.value_error("ENULL", "ENULL: use_gate_in_kernel needs the raw gate g and A_log")
@@ -1404,6 +1533,25 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
         raise _lib.value_error("ENULL", "ENULL: without the recompute, pass g_cumsum, w, u, qg, kg, v_new and h")
     if scale is None:
         scale = q.shape[-1] ** -0.5
+    if _eager(q):
+        return _chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd, k_rstd, beta_raw,
+                            A_log, dt_bias, gate, lower_bound, bool(use_beta_sigmoid_in_kernel), allow_neg_eigval,
+                            state_v_first, cu_seqlens, chunk_indices, chunk_offsets, g_cumsum, w, u, qg, kg, v_new, h,
+                            g_dtype, beta_dtype)
+    return _chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd, k_rstd, beta_raw,
+                                 A_log, dt_bias, use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
+                                 allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices, chunk_offsets, g_cumsum,
+                                 w, u, qg, kg, v_new, h, g_dtype, beta_dtype)
+
+def _chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_state=None, q_rstd=None,
+                  k_rstd=None, beta_raw=None, A_log=None, dt_bias=None, use_gate_in_kernel=False, lower_bound=None,
+                  use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
+                  chunk_indices=None, chunk_offsets=None, g_cumsum=None, w=None, u=None, qg=None, kg=None,
+                  v_new=None, h=None, g_dtype=None, beta_dtype=None):
+    """chunk_kda_bwd as the stages' calls (each a custom op under torch.compile); the arguments checked."""
+    gate = bool(use_gate_in_kernel)
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
     if _eager(q):  # every stage's checks first, on meta stand-ins (once per signature): a bad call launches nothing
         loc = locals()
         key = tuple((n, _idx_key(x)) if isinstance(x, torch.Tensor) else (n, x) for n, x in loc.items()
@@ -1412,7 +1560,7 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
         if ("whole", key) not in checked:
             meta = {n: torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for n, x in loc.items()
                     if n != "gate"}
-            chunk_kda_bwd(**meta)
+            _chunk_kda_bwd_stages(**meta)
             checked[("whole", key)] = True
     if w is None:  # the recompute: gate cumsum, w, u, qg, kg, then h and v_new
         if gate:

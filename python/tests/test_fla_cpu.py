@@ -831,3 +831,48 @@ def test_whole_backward_route(monkeypatch):
     assert chunk.ChunkKDAFunction.backward is orig
     assert st["served"]["whole_backward"] == 1
     assert st["fallbacks"] == {"whole_backward: context parallelism (cp_context)": 1}
+
+
+def test_whole_backward_auto(monkeypatch):
+    """enable()'s default whole="auto": kdart's whole backward where chunk_kda runs an epilogue in the kernel
+    (here the l2norm: q_rstd saved), fla's backward with kdart's stages inside where it runs none (nothing
+    counted there: the stage wrappers count their own calls); whole=False leaves fla's backward alone."""
+    import types
+    import kdart.torch as kt
+    chunk = pytest.importorskip("fla.ops.kda.chunk")
+    orig = chunk.ChunkKDAFunction.backward
+    with kf.enabled(whole=False):
+        assert chunk.ChunkKDAFunction.backward is orig
+    B, T, H, HV, K, V = 1, 128, 2, 2, 64, 64
+    m = lambda *s, dt=torch.bfloat16: _meta(*s, dt=dt)  # noqa: E731
+    saved = {n: None for n in kf._SAVED}
+    saved.update(q=m(B, T, H, K), k=m(B, T, H, K), v=m(B, T, HV, V), g_cumsum=m(B, T, HV, K, dt=torch.float32),
+                 g_input=m(B, T, HV, K, dt=torch.float32), beta=m(B, T, HV), Aqk=m(B, T, HV, 64),
+                 Akk=m(B, T, HV, 64))
+    flags = dict(chunk_size=64, scale=0.125, use_gate_in_kernel=False, lower_bound=None,
+                 use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
+                 disable_recompute=False, cp_context=None)
+    do = m(B, T, HV, V)
+    calls = []
+    monkeypatch.setattr(kf, "_is_cuda", lambda t: True)
+    monkeypatch.setattr(kt, "chunk_kda_bwd", lambda *a, **kw: calls.append((a, kw)) or tuple(range(8)))
+    kf.reset_stats()
+    with kf.enabled():
+        assert chunk.ChunkKDAFunction.backward is not orig
+        fla_calls = []
+        kf._state["whole"] = (kf._state["whole"][0], lambda *a: fla_calls.append(a) or "fla")
+        try:
+            ctx = types.SimpleNamespace(saved_tensors=tuple(saved[n] for n in kf._SAVED), **flags)
+            assert kf._whole_backward(ctx, do, None) == "fla" and len(fla_calls) == 1 and not calls
+            saved.update(q_rstd=m(B, T, H, dt=torch.float32), k_rstd=m(B, T, H, dt=torch.float32))
+            ctx = types.SimpleNamespace(saved_tensors=tuple(saved[n] for n in kf._SAVED), **flags)
+            out = kf._whole_backward(ctx, do, None)
+            assert out[:9] == (0, 1, 2, 3, 4, 5, 6, None, 7) and len(calls) == 1 and len(fla_calls) == 1
+        finally:
+            kf._state["whole"] = (kf._state["whole"][0], orig)
+        st = kf.stats()
+    assert chunk.ChunkKDAFunction.backward is orig
+    assert st["served"]["whole_backward"] == 1 and st["fallbacks"] == {}
+    with pytest.raises(ValueError, match="whole"):
+        kf.enable(whole="sometimes")
+    kf.disable()

@@ -102,11 +102,14 @@ def check(ref, ref_ht, ref_grads, tri, tri_ht, grads, fla_grads=None):
         assert_close(name, r, t, tol)
 
 
-def run_with_kdart_and_check(case):
-    """The recipe with kdart.fla enabled, checked within fla's tolerances (and against fla's own error on the
-    same inputs, run again without kdart); kdart.fla's stats of the kdart run."""
+ROUTES = ("whole", "stages")  # kdart.fla's routes: the whole backward (one C call), or kdart's stages inside fla's
+
+
+def run_with_kdart_and_check(case, route="stages"):
+    """The recipe with kdart.fla enabled on route, checked within fla's tolerances (and against fla's own error
+    on the same inputs, run again without kdart); kdart.fla's stats of the kdart run."""
     kf.reset_stats()
-    with kf.enabled(fwd_h=True):
+    with kf.enabled(fwd_h=True, whole=route == "whole"):
         out = run(*case)
         st = kf.stats()
     # each gradient's error ratio against the float64 recurrence, kdart's next to fla's own (printed for
@@ -122,32 +125,40 @@ def run_with_kdart_and_check(case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-s{}-n{}-{}-gate{}-safe{}-norec{}".format(
     *c[:7], str(c[7])[6:], *c[8:]))
-def test_chunk_kda_with_kdart(case):
-    st = run_with_kdart_and_check(case)
-    assert_served(st, recompute=not case[10])
+@pytest.mark.parametrize("route", ROUTES)
+def test_chunk_kda_with_kdart(case, route):
+    st = run_with_kdart_and_check(case, route)
+    assert_served(st, recompute=not case[10], route=route)
 
 
 def test_t1000_served():
     """T % 64 != 0 (a partial last chunk) is kdart's (bwd_intra's varlen body included)."""
     case = (2, 1000, 2, 2, 64, 0.1, 1, torch.float16, False, False, False)
     kf.reset_stats()
-    with kf.enabled(fwd_h=True):
+    with kf.enabled(fwd_h=True, whole=False):
         out = run(*case)
         st = kf.stats()
     check(*out)
     assert_served(st)
 
 
-def test_refused_input_falls_back(caplog):
-    """An io dtype kdart does not take (float32; kdart's kernels are bf16/fp16): fla's own result, within
-    fla's tolerances, and a counted fallback of each stage with its reason."""
+def _run_refused(caplog, whole):
+    """fla's recipe in float32 (an io dtype kdart does not take) with kdart.fla enabled on one route: fla's
+    results within its tolerances, a fallback logged; kdart.fla's stats."""
     case = (2, 256, 2, 2, 64, 0.1, 1, torch.float32, False, False, False)
     kf.reset_stats()
-    with caplog.at_level(logging.WARNING, logger="kdart"), kf.enabled(fwd_h=True):
+    with caplog.at_level(logging.WARNING, logger="kdart"), kf.enabled(fwd_h=True, whole=whole):
         out = run(*case)
         st = kf.stats()
     check(*out)
     assert any("falls back" in r.getMessage() for r in caplog.records if r.name == "kdart.fla")
+    return st
+
+
+def test_refused_input_falls_back(caplog):
+    """An io dtype kdart does not take (float32; kdart's kernels are bf16/fp16): fla's own result, within
+    fla's tolerances, and a counted fallback of each stage with its reason."""
+    st = _run_refused(caplog, whole=False)
     assert not st["served"]["bwd_intra"] and not st["served"]["bwd_dhu"], st
     assert sum(n for r, n in st["fallbacks"].items() if r.startswith("bwd_intra")) == 1, st
     assert sum(n for r, n in st["fallbacks"].items() if r.startswith("bwd_dhu")) == 1, st
@@ -157,13 +168,22 @@ def test_refused_input_falls_back(caplog):
     print(f"\nfallbacks: {st['fallbacks']}")
 
 
+def test_refused_input_falls_back_whole(caplog):
+    """The whole route on an io dtype kdart does not take: fla's own backward, within fla's tolerances, and
+    one counted fallback of the whole backward with its reason."""
+    st = _run_refused(caplog, whole=True)
+    assert not st["served"]["whole_backward"], st
+    assert sum(n for r, n in st["fallbacks"].items() if r.startswith("whole_backward")) == 1, st
+
+
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("cu", [[0, 15], [0, 256, 500, 1000], [0, 15, 100, 300, 1200, 2000]],
                          ids=lambda c: f"N{len(c) - 1}")
-def test_chunk_kda_varlen_with_kdart(cu, D):
+@pytest.mark.parametrize("route", ROUTES)
+def test_chunk_kda_varlen_with_kdart(cu, D, route):
     """fla's varlen recipe (tests/ops/test_kda.py::test_chunk_varlen): packed sequences against the naive
-    recurrence run per sequence; kdart serves both stages and the folded cumsum."""
-    _varlen_recipe(cu, D)
+    recurrence run per sequence; kdart serves both stages and the folded cumsum (or the whole backward)."""
+    _varlen_recipe(cu, D, route=route)
 
 
 HEAD_DIM_CASES = [  # fla's head dims beyond 64 / 128 (its tests' D = 60, 100, 256), fixed length
@@ -178,20 +198,22 @@ HEAD_DIM_CASES = [  # fla's head dims beyond 64 / 128 (its tests' D = 60, 100, 2
 
 @pytest.mark.parametrize("case", HEAD_DIM_CASES, ids=lambda c: "B{}-T{}-H{}-HV{}-D{}-{}-gate{}".format(
     *c[:5], str(c[7])[6:], c[8]))
-def test_head_dims_with_kdart(case):
+@pytest.mark.parametrize("route", ROUTES)
+def test_head_dims_with_kdart(case, route):
     """fla's test_chunk recipe at D = 60, 100, 256, 192 and 160 (HV = 2H at 60 and at 100 with the gate in fla's
     kernel): kdart serves both stages (K in the next tile up with masked tails, or the K tile 256 / 192), and every
     gradient is within fla's tolerances of the float64 recurrence (kdart's error ratio printed next to
     fla's)."""
-    st = run_with_kdart_and_check(case)
-    assert_served(st)
+    st = run_with_kdart_and_check(case, route)
+    assert_served(st, route=route)
 
 
 @pytest.mark.parametrize("D", [60, 100, 160, 192, 256])
-def test_head_dims_varlen_with_kdart(D):
+@pytest.mark.parametrize("route", ROUTES)
+def test_head_dims_varlen_with_kdart(D, route):
     """fla's varlen recipe at D = 60, 100, 256, 192 (bwd_dhu's K tile 192) and 160 (its masked
     path)."""
-    _varlen_recipe([0, 15, 100, 300, 1200, 2000], D)
+    _varlen_recipe([0, 15, 100, 300, 1200, 2000], D, route=route)
 
 
 def test_chunk_kda_use_graph_with_kdart():
@@ -200,14 +222,20 @@ def test_chunk_kda_use_graph_with_kdart():
     and the folded cumsum, and every gradient matches the naive recurrence per sequence (a padding
     sequence's final state is its initial state, so its dh0 is its dht)."""
     _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True)
+    _varlen_recipe([0, 15, 100, 300, 1200, 2000, 2000, 2000], 64, use_graph=True, route="whole")
 
 
-def assert_served(st, recompute=True):
+def assert_served(st, recompute=True, route="stages"):
     """Every stage (and the folded cumsum) served by kdart, at every head dim, fla's chunk_kda_bwd_dAv too:
     fused into bwd_dhu and wy_dqkg at D = K = V of 64 and 128 on grids where bwd_dhu picks its V tile 64
     (kdart.fla.dav_grid_refusal), run by kdart's own dAv kernel elsewhere; fla's state scan
     (chunk_gated_delta_rule_fwd_h) in chunk_kda's forward and, unless the forward saved its outputs
-    (disable_recompute), in the backward's recompute; no fallback."""
+    (disable_recompute), in the backward's recompute; no fallback.  route "whole": the backward is kdart's
+    whole, and only the forward's state scan is a stage call."""
+    if route == "whole":
+        assert st["served"]["whole_backward"] == 1 and st["served"]["fwd_h"] == 1, st
+        assert st["fallbacks"] == {}, st
+        return
     assert st["served"]["bwd_intra"] == 1 and st["served"]["dg_cumsum_folded"] == 1, st
     assert st["served"]["bwd_dhu"] == 1 and st["served"]["wy_dqkg"] == 1, st
     assert st["served"]["bwd_dAv"] == 1, st
@@ -215,7 +243,7 @@ def assert_served(st, recompute=True):
     assert st["fallbacks"] == {}, st
 
 
-def _varlen_recipe(cu, D, use_graph=False):
+def _varlen_recipe(cu, D, use_graph=False, route="stages"):
     torch.manual_seed(43)
     H, dtype = 2, torch.bfloat16
     T, N = cu[-1], len(cu) - 1
@@ -243,7 +271,7 @@ def _varlen_recipe(cu, D, use_graph=False):
     ((ref * do.double()).sum() + (ref_ht * dht.double()).sum()).backward()
     kf.reset_stats()
     extra = dict(use_graph=True, max_num_seqs=N) if use_graph else {}
-    with kf.enabled(fwd_h=True):
+    with kf.enabled(fwd_h=True, whole=route == "whole"):
         tri, tri_ht = chunk_kda(F.normalize(q, p=2, dim=-1), F.normalize(k, p=2, dim=-1), v, g, beta, scale=0.1,
                                 initial_state=h0, output_final_state=True, cu_seqlens=cu_t, **extra)
         ((tri * do).sum() + (tri_ht * dht).sum()).backward()
@@ -252,4 +280,4 @@ def _varlen_recipe(cu, D, use_graph=False):
     assert_close("ht", ref_ht, tri_ht, 0.005)
     for (name, tol), x, t in zip(GRAD_TOLS, d64, leaves):  # the six leaves: dq .. dh0
         assert_close(name, x.grad, t.grad, tol)
-    assert_served(st)
+    assert_served(st, route=route)

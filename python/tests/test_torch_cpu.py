@@ -802,3 +802,38 @@ def test_chunk_kda_bwd_refuses_on_meta():
         call(use_gate_in_kernel=True)
     with pytest.raises(ValueError, match="g_cumsum"):
         call(g_cumsum=None)
+
+
+def test_chunk_bwd_args_layout():
+    """kdart.torch's ctypes image of kdart_chunk_bwd_args is kdart.h's: the C library sizes a call laid out
+    through it (struct_size checked, q's and v's shapes read where kdart.h puts them: the workspace grows
+    with v's value heads and with the recompute), and refuses a wrong struct_size."""
+    import ctypes
+    from kdart import _lib
+    st = kt._fast()
+    f = st["rt"].lib["kdart_chunk_bwd_workspace"]
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
+    keep = []
+
+    def size(HV, recompute=True, struct_size=None):
+        B, T, H, K, V = 1, 256, 2, 64, 64
+        a = kt._CBArgs()
+        a.struct_size = struct_size or ctypes.sizeof(kt._CBArgs)
+        shapes = dict(q=(B, T, H, K), k=(B, T, H, K), v=(B, T, HV, V), g_cumsum=(B, T, HV, K), beta=(B, T, HV),
+                      Aqk=(B, T, HV, 64), Akk=(B, T, HV, 64), d_o=(B, T, HV, V))
+        if not recompute:
+            shapes.update(w=(B, T, HV, K), u=(B, T, HV, V), qg=(B, T, HV, K), kg=(B, T, HV, K),
+                          v_new=(B, T, HV, V), h=(B, T // 64, HV, K, V))
+        for n, shp in shapes.items():
+            code, bits = (2, 32) if n in ("g_cumsum", "beta") else (4, 16)
+            arr = (ctypes.c_int64 * len(shp))(*shp)
+            dl = _lib.DLTensor(None, _lib.DLDevice(2, 0), len(shp), _lib.DLDataType(code, bits, 1),
+                               ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
+            keep.extend([arr, dl])
+            setattr(a, n, ctypes.pointer(dl))
+        a.scale = 0.125
+        return f(st["handle"], ctypes.byref(a))
+    n2, n4 = size(2), size(4)
+    assert 0 < n2 < n4
+    assert 0 < size(2, recompute=False) < n2
+    assert size(2, struct_size=ctypes.sizeof(kt._CBArgs) - 8) == _lib.status_of("EINVAL")

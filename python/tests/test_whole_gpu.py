@@ -258,7 +258,7 @@ def _c_chunk_bwd(t, scale, lower_bound):
     fw.argtypes, fw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
     n = fw(st["handle"], ctypes.byref(a))
     assert n > 0, n
-    ws = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    ws = torch.full((n,), 255, dtype=torch.uint8, device="cuda")  # (any contents: the call clears what it needs)
     shape = (ctypes.c_int64 * 1)(n)
     dl = _lib.DLTensor(ws.data_ptr(), _lib.DLDevice(2, ws.get_device()), 1, _lib.DLDataType(1, 8, 1),
                        ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
@@ -300,7 +300,7 @@ def test_c_chunk_bwd_random_saved_tensors(shape, io):
     Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
     do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
     lb, scale = -5.0, K ** -0.5
-    want = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+    want = kt._chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
                             k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
                             lower_bound=lb, use_beta_sigmoid_in_kernel=True, cu_seqlens=cu, chunk_indices=ci)
     names = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
@@ -315,9 +315,78 @@ def test_c_chunk_bwd_random_saved_tensors(shape, io):
         assert torch.equal(torch.nan_to_num(x, nan=7.0), torch.nan_to_num(w, nan=7.0)), name
 
 
+@pytest.mark.parametrize("config", ["log-gate", "svf-neg-eig", "no-recompute", "fp32-beta-gva"])
+def test_whole_backward_is_the_stages(config):
+    """kdart.torch.chunk_kda_bwd (one C call on CUDA) returns what its stages' calls return, bit for bit and in
+    the same dtypes, across chunk_kda's other configurations: the log gate without the gate in the kernel (no
+    l2norm, no beta sigmoid), the V-first state with allow_neg_eigval, fla's disable_recompute (w, u, qg, kg,
+    v_new, h given), beta in fp32 without its sigmoid at GVA."""
+    B, T, H, HV, K, V = (1, 320, 2, 4, 64, 64) if config == "fp32-beta-gva" else (2, 200, 2, 2, 128, 64)
+    torch.manual_seed(hash(config) % 1000)
+    dev, io = "cuda", torch.bfloat16
+    gate = config != "log-gate"
+    svf = config == "svf-neg-eig"
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io) if gate else None
+    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+    beta = torch.sigmoid(beta_raw.float())
+    if config != "fp32-beta-gva":
+        beta = beta.to(io)
+    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16)) if gate else None
+    dt_bias = torch.randn(HV * K, device=dev) if gate else None
+    st = (B, HV, V, K) if svf else (B, HV, K, V)
+    h0, dht = torch.randn(*st, device=dev), torch.randn(*st, device=dev)
+    Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    do = torch.randn_like(v)
+    kw = dict(scale=K ** -0.5, initial_state=h0, state_v_first=svf, allow_neg_eigval=svf)
+    if gate:
+        kw.update(A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True, lower_bound=-5.0)
+    else:
+        gc = -torch.rand(B, T, HV, K, device=dev).cumsum(1) * 0.1  # (a log2 gate's chunk cumsum stand-in)
+        g = torch.randn(B, T, HV, K, device=dev)
+        kw.update(g_cumsum=gc)
+    if config in ("svf-neg-eig", "no-recompute"):
+        kw.update(q_rstd=torch.rand(B, T, H, device=dev) + 0.5, k_rstd=torch.rand(B, T, H, device=dev) + 0.5,
+                  beta_raw=beta_raw, use_beta_sigmoid_in_kernel=True)
+    if config == "no-recompute":
+        gk, w, u, qg, kg = kt.gate_recompute_w_u(g, A_log, k, v, beta, Akk, q=q, dt_bias=dt_bias, lower_bound=-5.0)
+        h, v_new, _ = kt.chunk_gated_delta_rule_fwd_h(kg, w, u, gk=gk, initial_state=h0)
+        kw.update(g_cumsum=gk, w=w, u=u, qg=qg, kg=kg, v_new=v_new, h=h)
+    want = kt._chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, **kw)
+    got = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, **kw)
+    names = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
+    for name, w_, g_ in zip(names, want, got):
+        assert (w_ is None) == (g_ is None), name
+        if w_ is None:
+            continue
+        assert (g_.shape, g_.dtype) == (w_.shape, w_.dtype), name
+        assert torch.equal(torch.nan_to_num(g_, nan=7.0), torch.nan_to_num(w_, nan=7.0)), name
+
+
+def test_whole_backward_refuses_before_launching():
+    """A bad call through the C door: kdart's checks refuse it (ValueError) before anything launches."""
+    dev, io = "cuda", torch.bfloat16
+    B, T, H, HV, K, V = 1, 128, 2, 2, 64, 64
+    q = torch.randn(B, T, H, K, device=dev).to(io)
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io)
+    beta = torch.rand(B, T, HV, device=dev)
+    A = torch.randn(B, T, HV, 64, device=dev).to(io)
+    kw = dict(A_log=torch.zeros(HV, device=dev), use_gate_in_kernel=True)
+    with pytest.raises(ValueError):
+        kt.chunk_kda_bwd(q, q, v, g, beta, A, A[:, :64], v, None, **kw)
+    with pytest.raises(ValueError, match="ESTRIDE"):
+        kt.chunk_kda_bwd(q.transpose(1, 2).contiguous().transpose(1, 2), q, v, g, beta, A, A, v, None, **kw)
+    with pytest.raises(ValueError):
+        kt.chunk_kda_bwd(q, q, v, g, beta.to(torch.float64), A, A, v, None, **kw)
+
+
 @pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
 def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
-    """kdart_kda_chunk_bwd (the C call) gives kdart.torch.chunk_kda_bwd's gradients bit for bit, in the
+    """kdart_kda_chunk_bwd (the C call) gives kdart.torch's stages' gradients bit for bit, in the
     production configuration (dAv fused into bwd_dhu at K 64 and 128, bwd_dav as a launch of its own at K 100;
     wy_dqkg with bwd_intra's terms everywhere), outputs poisoned first."""
     pytest.importorskip("fla")
@@ -341,7 +410,7 @@ def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
                         safe_gate=True, lower_bound=lb, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
     Aqk, Akk = fwd[3], fwd[4]
     do, dht = torch.randn_like(v), torch.randn(B, HV, K, V, device=dev)
-    want = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
+    want = kt._chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
                             k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
                             lower_bound=lb, use_beta_sigmoid_in_kernel=True)
     outs = {n: torch.full_like(w, float("nan")) for n, w in

@@ -114,26 +114,19 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     const int64_t B = p->B, T = p->T, H = p->H, HV = p->HV, K = p->K, V = p->V;
     const int64_t S1 = p->svf ? V : K, S2 = p->svf ? K : V;
     memset(s, 0, sizeof *s);
-    /* bwd_post's partial sums first: its per-head counters (the workspace's zero bytes before the first
-     * call) are never an intermediate's, and every call leaves them zero */
+    /* bwd_post's partial sums first (its per-head counters, cleared by each call, at their end) */
     const DLTensor *pws = p->gate ? carve(&cv, &s->pws, F, 32, 1, kdart_bwd_post_workspace(H, HV, K), 0, 0, 0, 0)
                                   : NULL;
+    /* what lives from the recompute to bwd_post: the gate's cumsum, h, v_new, dh, dv2, dA, dAqk (and
+     * bwd_dav's dv) */
     const DLTensor *gk = a->g_cumsum, *w = a->w, *u = a->u, *qg = a->qg, *kg = a->kg, *h = a->h, *vn = a->v_new;
     if (p->recompute) {
         if (p->gate) gk = carve(&cv, &s->gk, F, 32, 4, B, T, HV, K, 0);
-        w = carve(&cv, &s->w, io, 16, 4, B, T, HV, K, 0);
-        u = carve(&cv, &s->u, io, 16, 4, B, T, HV, V, 0);
-        qg = carve(&cv, &s->qg, io, 16, 4, B, T, HV, K, 0);
-        kg = carve(&cv, &s->kg, io, 16, 4, B, T, HV, K, 0);
         h = carve(&cv, &s->h, io, 16, 5, p->HB, p->NT, HV, S1, S2);
         vn = carve(&cv, &s->vn, io, 16, 4, B, T, HV, V, 0);
     }
     const DLTensor *dh = carve(&cv, &s->dh, io, 16, 5, p->HB, p->NT, HV, S1, S2);
     const DLTensor *dv2 = carve(&cv, &s->dv2, io, 16, 4, B, T, HV, V, 0); /* bwd_dhu's, wy_dqkg's dv */
-    const DLTensor *dq1 = carve(&cv, &s->dq1, F, 32, 4, B, T, HV, K, 0);
-    const DLTensor *dk1 = carve(&cv, &s->dk1, F, 32, 4, B, T, HV, K, 0);
-    const DLTensor *dg1 = carve(&cv, &s->dg1, F, 32, 4, B, T, HV, K, 0);
-    const DLTensor *db1 = carve(&cv, &s->db1, F, 32, 3, B, T, HV, 0, 0);
     const DLTensor *dA = carve(&cv, &s->dA, F, 32, 4, B, T, HV, 64, 0);
     const DLTensor *dAqk = carve(&cv, &s->dAqk, F, 32, 4, B, T, HV, 64, 0);
     const DLTensor *dvi = NULL;
@@ -143,6 +136,20 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
         s->dav = (kdart_bwd_dav_args){sizeof s->dav, vn, a->d_o, a->Aqk, dAqk, dvi, a->scale, a->cu_seqlens,
                                       a->chunk_indices};
     }
+    /* then one region for two sets that are never live together: w, u, qg, kg (read last by bwd_dhu) and
+     * wy_dqkg's fp32 dq, dk, dg, db (written after bwd_dhu, read by bwd_post) */
+    carver early = cv, late = cv;
+    if (p->recompute) {
+        w = carve(&early, &s->w, io, 16, 4, B, T, HV, K, 0);
+        u = carve(&early, &s->u, io, 16, 4, B, T, HV, V, 0);
+        qg = carve(&early, &s->qg, io, 16, 4, B, T, HV, K, 0);
+        kg = carve(&early, &s->kg, io, 16, 4, B, T, HV, K, 0);
+    }
+    const DLTensor *dq1 = carve(&late, &s->dq1, F, 32, 4, B, T, HV, K, 0);
+    const DLTensor *dk1 = carve(&late, &s->dk1, F, 32, 4, B, T, HV, K, 0);
+    const DLTensor *dg1 = carve(&late, &s->dg1, F, 32, 4, B, T, HV, K, 0);
+    const DLTensor *db1 = carve(&late, &s->db1, F, 32, 3, B, T, HV, 0, 0);
+    cv.off = early.off > late.off ? early.off : late.off;
     s->bytes = cv.off;
 
     s->rwu.struct_size = sizeof s->rwu; /* (s was zeroed: the fields not set are NULL) */
@@ -237,6 +244,13 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
         if (nodev == KDART_OK) nodev = rc;
     }
     if (nodev != KDART_OK) return kdart__err(rt, nodev, "no CUDA device to choose the stages' specializations");
+    /* bwd_post's per-head counters (the last H words of its partials) start at zero: the workspace's
+     * contents are never relied on */
+    if (p.gate) {
+        const int64_t nw = kdart_bwd_post_workspace(p.H, p.HV, p.K);
+        float *pw = (float *)((char *)ws->data + ws->byte_offset);
+        if ((rc = kdart__memset32_async(rt, pw + (nw - p.H), 0u, (size_t)p.H, stream))) return rc;
+    }
     if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))
         return rc;
     if (!p.fused && (rc = kdart_kda_bwd_dav(rt, &s.dav, stream))) return rc;

@@ -282,6 +282,16 @@ int kdart__unit_function(kdart_rt *rt, kdart__unit *u, void *ctx, void **fn) {
     return rc;
 }
 
+int kdart__memset32_async(kdart_rt *rt, void *dst, unsigned value, size_t n, void *stream) {
+    void *ctx;
+    char arch[16];
+    int rc = kdart__cuda_context(rt, &ctx, arch); /* (CUDA there, a context current: as for a launch) */
+    if (rc) return rc;
+    CUresult r = cuda_table.cuMemsetD32Async((CUdeviceptr)(uintptr_t)dst, value, n, (CUstream)stream);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuMemsetD32Async", r);
+    return KDART_OK;
+}
+
 int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads, int smem,
                   void *stream, void *params) {
     void *args[] = {params};

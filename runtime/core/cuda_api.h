@@ -39,6 +39,7 @@
     X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                                    \
     X(cuMemcpyDtoD_v2, CUresult, (CUdeviceptr, CUdeviceptr, size_t))                               \
     X(cuMemsetD32_v2, CUresult, (CUdeviceptr, unsigned, size_t))                                   \
+    X(cuMemsetD32Async, CUresult, (CUdeviceptr, unsigned, size_t, CUstream))                       \
     X(cuStreamCreate, CUresult, (CUstream *, unsigned))                                            \
     X(cuStreamDestroy_v2, CUresult, (CUstream))                                                    \
     X(cuStreamSynchronize, CUresult, (CUstream))                                                   \

@@ -369,6 +369,8 @@ int *kdart__status_word(kdart_rt *rt, void *ctx);
 void kdart__status_free(kdart_rt *rt);
 /* Copies n bytes of device memory to the host, synchronously (KDART_CHECK). */
 int kdart__copy_to_host(kdart_rt *rt, void *dst, const void *src, size_t n);
+/* Sets n 32-bit words at dst to value, on stream (a memset node under capture). */
+int kdart__memset32_async(kdart_rt *rt, void *dst, unsigned value, size_t n, void *stream);
 /* Launches through the driver (grid, block, dyn smem, stream, params). */
 int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads,
                   int smem, void *stream, void *params);

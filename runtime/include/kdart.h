@@ -695,8 +695,8 @@ typedef struct kdart_chunk_bwd_args {
     const DLTensor *ddt_bias;  /* out [HV,K] fp32 (with dt_bias), else NULL */
     const DLTensor *dh0;       /* out [N,HV,K,V] fp32, or NULL: not produced */
     const DLTensor *workspace; /* [kdart_chunk_bwd_workspace(rt, args) or more] uint8 on the device,
-                                  256-byte aligned, zero-filled before its first use (each call leaves
-                                  the bytes bwd_post needs zero again; one workspace per stream) */
+                                  256-byte aligned, any contents (the call clears what it needs zero,
+                                  on the stream); one call at a time per workspace */
 } kdart_chunk_bwd_args;
 
 /* The workspace bytes kdart_kda_chunk_bwd needs for these args on the current device (its outputs and
