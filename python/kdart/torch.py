@@ -1519,9 +1519,9 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
     given), dbeta in beta_raw's (beta_dtype, else beta's), dA_log / ddt_bias as A_log / dt_bias (None without
     the gate in the kernel), dh0 None without initial_state.
 
-    On CUDA tensors outside torch.compile this is one call of kdart's C function kdart_kda_chunk_bwd (every
-    stage's arguments checked before the first launch, a few microseconds of host time); under torch.compile
-    the stages' custom ops, the same kernels with the same results."""
+    On CUDA tensors this is one call of kdart's C function kdart_kda_chunk_bwd (every stage's arguments
+    checked before the first launch; about 0.1 ms of host time), recorded by torch.compile as one custom op,
+    torch.ops.kdart.chunk_kda_bwd, whose fake implementation runs the stages' own checks."""
     gate = bool(use_gate_in_kernel)
     if gate and (A_log is None or g is None):
         raise _lib.value_error("ENULL", "ENULL: use_gate_in_kernel needs the raw gate g and A_log")
@@ -1538,16 +1538,64 @@ def chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_
                             A_log, dt_bias, gate, lower_bound, bool(use_beta_sigmoid_in_kernel), allow_neg_eigval,
                             state_v_first, cu_seqlens, chunk_indices, chunk_offsets, g_cumsum, w, u, qg, kg, v_new, h,
                             g_dtype, beta_dtype)
-    return _chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd, k_rstd, beta_raw,
-                                 A_log, dt_bias, use_gate_in_kernel, lower_bound, use_beta_sigmoid_in_kernel,
-                                 allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices, chunk_offsets, g_cumsum,
-                                 w, u, qg, kg, v_new, h, g_dtype, beta_dtype)
+    out = torch.ops.kdart.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, float(scale), initial_state, q_rstd,
+                                        k_rstd, beta_raw, A_log, dt_bias, gate, lower_bound,
+                                        bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(state_v_first),
+                                        cu_seqlens, chunk_indices, chunk_offsets, g_cumsum, w, u, qg, kg, v_new, h,
+                                        g_dtype, beta_dtype)
+    return _cb_nones(out, gate, dt_bias, initial_state)
+
+
+def _cb_nones(out, gate, dt_bias, h0):
+    """The op's eight tensors with fla's Nones back: dA_log and ddt_bias without the gate (ddt_bias also
+    without dt_bias), dh0 without an initial state (the op returns empty tensors there)."""
+    dq, dk, dv, dg, db, dA, dbias, dh0 = out
+    return (dq, dk, dv, dg, db, dA if gate else None, dbias if gate and dt_bias is not None else None,
+            dh0 if h0 is not None else None)
+
+
+def _cb_empties(out, q):
+    return tuple(q.new_empty(0) if x is None else x for x in out)
+
+
+_OT = torch.Tensor | None
+
+
+@torch.library.custom_op("kdart::chunk_kda_bwd", mutates_args=())
+def _chunk_bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: _OT, beta: torch.Tensor, Aqk: torch.Tensor,
+                  Akk: torch.Tensor, do: torch.Tensor, dht: _OT, scale: float, initial_state: _OT, q_rstd: _OT,
+                  k_rstd: _OT, beta_raw: _OT, A_log: _OT, dt_bias: _OT, gate: bool, lower_bound: float | None,
+                  sig: bool, allow_neg_eigval: bool, state_v_first: bool, cu_seqlens: _OT, chunk_indices: _OT,
+                  chunk_offsets: _OT, g_cumsum: _OT, w: _OT, u: _OT, qg: _OT, kg: _OT, v_new: _OT, h: _OT,
+                  g_dtype: torch.dtype | None, beta_dtype: torch.dtype | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                             torch.Tensor, torch.Tensor]:
+    """kdart.torch.chunk_kda_bwd as one op (what torch.compile records): one kdart_kda_chunk_bwd call; the
+    outputs a configuration does not have come back empty."""
+    return _cb_empties(_chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd, k_rstd,
+                                    beta_raw, A_log, dt_bias, gate, lower_bound, sig, allow_neg_eigval,
+                                    state_v_first, cu_seqlens, chunk_indices, chunk_offsets, g_cumsum, w, u, qg, kg,
+                                    v_new, h, g_dtype, beta_dtype), q)
+
+
+@_chunk_bwd_op.register_fake
+def _chunk_bwd_fake(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd, k_rstd, beta_raw, A_log,
+                    dt_bias, gate, lower_bound, sig, allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices,
+                    chunk_offsets, g_cumsum, w, u, qg, kg, v_new, h, g_dtype, beta_dtype):
+    # the stages' own fakes: every stage's checks, and the outputs' shapes and dtypes as the C call makes them
+    return _cb_empties(_chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale, initial_state, q_rstd,
+                                             k_rstd, beta_raw, A_log, dt_bias, gate, lower_bound, sig,
+                                             allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices,
+                                             chunk_offsets, g_cumsum, w, u, qg, kg, v_new, h, g_dtype, beta_dtype),
+                       q)
+
 
 def _chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht=None, scale=None, initial_state=None, q_rstd=None,
-                  k_rstd=None, beta_raw=None, A_log=None, dt_bias=None, use_gate_in_kernel=False, lower_bound=None,
-                  use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
-                  chunk_indices=None, chunk_offsets=None, g_cumsum=None, w=None, u=None, qg=None, kg=None,
-                  v_new=None, h=None, g_dtype=None, beta_dtype=None):
+                          k_rstd=None, beta_raw=None, A_log=None, dt_bias=None, use_gate_in_kernel=False,
+                          lower_bound=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                          state_v_first=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None,
+                          g_cumsum=None, w=None, u=None, qg=None, kg=None, v_new=None, h=None, g_dtype=None,
+                          beta_dtype=None):
     """chunk_kda_bwd as the stages' calls (each a custom op under torch.compile); the arguments checked."""
     gate = bool(use_gate_in_kernel)
     if scale is None:

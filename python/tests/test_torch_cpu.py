@@ -837,3 +837,31 @@ def test_chunk_bwd_args_layout():
     assert 0 < n2 < n4
     assert 0 < size(2, recompute=False) < n2
     assert size(2, struct_size=ctypes.sizeof(kt._CBArgs) - 8) == _lib.status_of("EINVAL")
+
+
+def test_compile_records_the_whole_backward_as_one_op():
+    """torch.compile(fullgraph=True) through kdart.torch.chunk_kda_bwd records one op, kdart::chunk_kda_bwd
+    (the one C call at run time), whose fake runs the stages' checks and gives fla's output shapes, Nones
+    included (fake tensors; meta)."""
+    B, T, H, HV, K, V = 1, 192, 2, 2, 64, 64
+    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    args = (m(B, T, H, K), m(B, T, H, K), m(B, T, HV, V), m(B, T, HV, K), m(B, T, HV, dt=F32), m(B, T, HV, 64),
+            m(B, T, HV, 64), m(B, T, HV, V))
+    kw = dict(A_log=m(HV, dt=F32), dt_bias=m(HV * K, dt=F32), use_gate_in_kernel=True, lower_bound=-5.0,
+              q_rstd=m(B, T, H, dt=F32), k_rstd=m(B, T, H, dt=F32), beta_raw=m(B, T, HV),
+              use_beta_sigmoid_in_kernel=True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(*a):
+        dq, dk, dv, dg, db, dA, dbias, dh0 = kt.chunk_kda_bwd(*a, None, scale=0.125, **kw)
+        assert dh0 is None and dA is not None and dbias.shape == (HV * K,)
+        return dq.float().sum() + dk.float().sum() + dv.float().sum() + dg.float().sum() + db.float().sum() + dA.sum()
+    out = torch.compile(f, backend=backend, fullgraph=True)(*args)
+    assert out.device.type == "meta" and len(graphs) == 1
+    ops = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert sum("kdart.chunk_kda_bwd" in str(t) for t in ops) == 1, ops
+    assert not any("wy_dqkg" in str(t) or "bwd_post" in str(t) for t in ops), ops

@@ -366,6 +366,36 @@ def test_whole_backward_is_the_stages(config):
         assert torch.equal(torch.nan_to_num(g_, nan=7.0), torch.nan_to_num(w_, nan=7.0)), name
 
 
+def test_whole_backward_compiled_is_eager():
+    """torch.compile(fullgraph=True) of a function calling kdart.torch.chunk_kda_bwd (one op in the graph, the
+    one C call at run time) gives the eager call's gradients bit for bit, Nones included."""
+    B, T, H, HV, K, V = 1, 300, 2, 2, 128, 128
+    torch.manual_seed(11)
+    dev, io = "cuda", torch.bfloat16
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
+    v = torch.randn(B, T, HV, V, device=dev).to(io)
+    g = torch.randn(B, T, HV, K, device=dev).to(io)
+    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
+    beta = torch.sigmoid(beta_raw.float())
+    Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
+    do = torch.randn_like(v)
+    kw = dict(scale=K ** -0.5, q_rstd=torch.rand(B, T, H, device=dev) + 0.5,
+              k_rstd=torch.rand(B, T, H, device=dev) + 0.5, beta_raw=beta_raw, use_beta_sigmoid_in_kernel=True,
+              A_log=torch.log(torch.empty(HV, device=dev).uniform_(1, 16)), dt_bias=torch.randn(HV * K, device=dev),
+              use_gate_in_kernel=True, lower_bound=-5.0)
+
+    def f(q, k, v, g, beta, Aqk, Akk, do):
+        return kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, None, **kw)
+    want = f(q, k, v, g, beta, Aqk, Akk, do)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, g, beta, Aqk, Akk, do)
+    for i, (w_, g_) in enumerate(zip(want, got)):
+        assert (w_ is None) == (g_ is None), i
+        if w_ is not None:
+            assert g_.dtype == w_.dtype and torch.equal(torch.nan_to_num(g_, nan=7.0), torch.nan_to_num(w_, nan=7.0)), i
+
+
 def test_whole_backward_refuses_before_launching():
     """A bad call through the C door: kdart's checks refuse it (ValueError) before anything launches."""
     dev, io = "cuda", torch.bfloat16
