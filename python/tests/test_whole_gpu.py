@@ -174,15 +174,16 @@ def _fla_pipeline(s, do, dht, flags):
     return dq.to(s["q"]), dk.to(s["k"]), dv, dg.to(s["g"]), db.to(s["beta_raw"]), dA, dbias, dh0
 
 
-@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
-@pytest.mark.parametrize("safe", [True, False])
-def test_whole_backward_matches_fla_pipeline(shape, safe):
+def _fla_saved(shape, seed, safe):
+    """What fla's chunk_kda forward saves in the production configuration (l2norm, the gate with A_log and
+    dt_bias, safe or not, the beta sigmoid, an initial state) on drawn inputs, with do and dht: a dict, the
+    lower bound (None: the softplus gate) and the scale."""
     pytest.importorskip("fla")
     from fla.modules.norm.l2norm import l2norm_fwd
     from fla.ops.common.gate import fused_beta_sigmoid_fwd
     from fla.ops.kda.chunk_fwd import chunk_kda_fwd
     B, T, H, HV, K, V = shape
-    torch.manual_seed(sum(shape) + safe)
+    torch.manual_seed(seed)
     dev, io = "cuda", torch.bfloat16
     q, qr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
     k, kr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
@@ -197,10 +198,18 @@ def test_whole_backward_matches_fla_pipeline(shape, safe):
     scale = K ** -0.5
     fwd = chunk_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=h0, output_final_state=True,
                         safe_gate=safe, lower_bound=lb, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
-    g_cumsum, Aqk, Akk = fwd[2], fwd[3], fwd[4]
     do, dht = torch.randn_like(v), torch.randn(B, HV, K, V, device=dev)
-    s = dict(q=q, k=k, v=v, g=g, beta=beta, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, h0=h0, Aqk=Aqk,
-             Akk=Akk, g_cumsum=g_cumsum, q_rstd=qr, k_rstd=kr)
+    return (dict(q=q, k=k, v=v, g=g, beta=beta, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, h0=h0, Aqk=fwd[3],
+                 Akk=fwd[4], g_cumsum=fwd[2], q_rstd=qr, k_rstd=kr, do=do, dht=dht), lb, scale)
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
+@pytest.mark.parametrize("safe", [True, False])
+def test_whole_backward_matches_fla_pipeline(shape, safe):
+    s, lb, scale = _fla_saved(shape, sum(shape) + safe, safe)
+    q, k, v, g, beta, beta_raw, A_log, dt_bias, h0, Aqk, Akk, qr, kr, do, dht = (
+        s[n] for n in ("q", "k", "v", "g", "beta", "beta_raw", "A_log", "dt_bias", "h0", "Aqk", "Akk", "q_rstd",
+                       "k_rstd", "do", "dht"))
     want = _fla_pipeline(s, do, dht, dict(gate=True, scale=scale, lb=lb))
     _poison()
     got = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
@@ -419,27 +428,11 @@ def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
     """kdart_kda_chunk_bwd (the C call) gives kdart.torch's stages' gradients bit for bit, in the
     production configuration (dAv fused into bwd_dhu at K 64 and 128, bwd_dav as a launch of its own at K 100;
     wy_dqkg with bwd_intra's terms everywhere), outputs poisoned first."""
-    pytest.importorskip("fla")
-    from fla.modules.norm.l2norm import l2norm_fwd
-    from fla.ops.common.gate import fused_beta_sigmoid_fwd
-    from fla.ops.kda.chunk_fwd import chunk_kda_fwd
     B, T, H, HV, K, V = shape
-    torch.manual_seed(sum(shape))
-    dev, io = "cuda", torch.bfloat16
-    q, qr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
-    k, kr = l2norm_fwd(torch.randn(B, T, H, K, device=dev).to(io))
-    v = torch.randn(B, T, HV, V, device=dev).to(io)
-    g = torch.randn(B, T, HV, K, device=dev).to(io)
-    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
-    beta = fused_beta_sigmoid_fwd(beta_raw)
-    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
-    dt_bias = torch.randn(HV * K, device=dev)
-    h0 = torch.randn(B, HV, K, V, device=dev)
-    lb, scale = -5.0, K ** -0.5
-    fwd = chunk_kda_fwd(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=h0, output_final_state=True,
-                        safe_gate=True, lower_bound=lb, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias)
-    Aqk, Akk = fwd[3], fwd[4]
-    do, dht = torch.randn_like(v), torch.randn(B, HV, K, V, device=dev)
+    s, lb, scale = _fla_saved(shape, sum(shape), True)
+    q, k, v, g, beta, beta_raw, A_log, dt_bias, h0, Aqk, Akk, qr, kr, do, dht = (
+        s[n] for n in ("q", "k", "v", "g", "beta", "beta_raw", "A_log", "dt_bias", "h0", "Aqk", "Akk", "q_rstd",
+                       "k_rstd", "do", "dht"))
     want = kt._chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
                             k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
                             lower_bound=lb, use_beta_sigmoid_in_kernel=True)
