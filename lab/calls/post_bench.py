@@ -2,25 +2,10 @@
 raw gate, beta sigmoid) against fla's epilogue kernels on the same tensors (l2norm_bwd of q and k,
 kda_gate_bwd with its two torch reductions, fused_beta_sigmoid_bwd): CUDA events, median of 20, and the
 share of the bytes-once floor at 4.25 TB/s."""
-import statistics
-
 import torch
 
 import kdart.torch as kt
-
-
-def ms(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e))
-    return statistics.median(out)
+from labtime import timed as ms
 
 
 B, T, H, K = 2, 8192, 32, 128

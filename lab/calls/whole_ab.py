@@ -10,53 +10,33 @@ import sys
 import time
 import torch
 import kdart.torch as kt
-from kdart import _lib
 from kda_ref import chunk_indices, wy_inputs
-from wy_intra_bench import timed
+from labtime import timed
 
 ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
     "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
 }
-T1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd", "beta_raw",
-      "A_log", "dt_bias")
-T2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv", "dg",
-      "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
-
-
 def c_call(t, scale, lb):
-    """A function that runs kdart_kda_chunk_bwd on t's tensors (args built once)."""
-    P = ctypes.POINTER(_lib.DLTensor)
-    fields = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in T1] + [
-        ("scale", ctypes.c_float), ("lower_bound", ctypes.c_float), ("safe_gate", ctypes.c_int),
-        ("allow_neg_eigval", ctypes.c_int), ("state_v_first", ctypes.c_int)] + [(n, P) for n in T2]
-    Args = type("Args", (ctypes.Structure,), {"_fields_": fields})
-    a, keep = Args(), []
-    a.struct_size = ctypes.sizeof(Args)
+    """A function that runs kdart_kda_chunk_bwd on t's tensors (kdart.torch's args image, built once)."""
+    a, keep = kt._CBArgs(), []
     st = kt._fast()
-    f, fw = st["rt"].lib["kdart_kda_chunk_bwd"], st["rt"].lib["kdart_chunk_bwd_workspace"]
-    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    fw.argtypes, fw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
 
     def put(n, x):
-        code, bits = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32),
-                      torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8)}[x.dtype]
-        shape = (ctypes.c_int64 * x.dim())(*x.shape)
-        dl = _lib.DLTensor(x.data_ptr(), _lib.DLDevice(2, x.get_device()), x.dim(), _lib.DLDataType(code, bits, 1),
-                           ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
-        keep.extend([shape, dl, x])
-        setattr(a, n, ctypes.pointer(dl))
+        keep.append(x)
+        kt._cb_put(a, n, tuple(x.shape), x.dtype, x.get_device(), keep, x.data_ptr())
+    a.struct_size = ctypes.sizeof(kt._CBArgs)
     for n, x in t.items():
         if x is not None:
             put(n, x)
     a.scale, a.lower_bound, a.safe_gate = scale, lb, 1
-    n = fw(st["handle"], ctypes.byref(a))
+    n = st["chunk_bwd_ws"](st["handle"], ctypes.byref(a))
     assert n > 0, n
     put("workspace", torch.zeros(n, dtype=torch.uint8, device="cuda"))
-    h, s = st["handle"], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    h, s = st["handle"], torch.cuda.current_stream().cuda_stream
 
     def run():
-        rc = f(h, ctypes.byref(a), s)
+        rc = st["chunk_bwd"](h, ctypes.byref(a), s)
         assert rc == 0, rc
     return run, n
 

@@ -6,6 +6,7 @@ import sys
 import torch
 import kdart.torch as kt
 from kda_ref import wy_inputs, chunk_indices
+from labtime import timed
 
 ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
@@ -13,22 +14,6 @@ ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
     "b2_t8192_h32_k64": (2, 8192, 32, 32, 64, 64, None),
 }
-
-
-def timed(f, reps=20):
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():

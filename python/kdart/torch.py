@@ -96,7 +96,7 @@ CHUNK = 64
 _F32 = torch.float32
 _IO = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _DL_DTYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32), torch.int32: (0, 32),
-             torch.int64: (0, 64)}
+             torch.int64: (0, 64), torch.uint8: (1, 8)}
 _IDX = (torch.int32, torch.int64)
 assert ctypes.sizeof(_lib.DLTensor) == 48  # 6 words: DLTensor i's data pointer is word 6 i of a plan's array
 
@@ -392,10 +392,11 @@ def _fast():
         fh, fp, fc = rt.lib["kdart_kda_fwd_h"], rt.lib["kdart_kda_bwd_post"], rt.lib["kdart_kda_chunk_bwd"]
         for f in (fi, fd, fw, fr, fv, fh, fp, fc):
             f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        fws = rt.lib["kdart_bwd_post_workspace"]
+        fws, fcw = rt.lib["kdart_bwd_post_workspace"], rt.lib["kdart_chunk_bwd_workspace"]
         fws.argtypes, fws.restype = [ctypes.c_int64] * 3, ctypes.c_int64
+        fcw.argtypes, fcw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
         st.update(rt=rt, handle=rt.handle, intra=fi, dhu=fd, wy=fw, rwu=fr, dav=fv, fwdh=fh, post=fp, post_ws=fws,
-                  chunk_bwd=fc,
+                  chunk_bwd=fc, chunk_bwd_ws=fcw,
                   intra_addr=ctypes.cast(fi, ctypes.c_void_p).value, dhu_addr=ctypes.cast(fd, ctypes.c_void_p).value)
         _bind_direct(st)
     return st
@@ -1385,8 +1386,6 @@ _CB_T1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h
 _CB_T2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv", "dg",
           "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
 _CB_OUTS = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
-_DL_TYPE = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32), torch.int32: (0, 32),
-            torch.int64: (0, 64), torch.uint8: (1, 8)}
 
 
 def _cb_struct():
@@ -1398,6 +1397,17 @@ def _cb_struct():
 
 
 _CBArgs = _cb_struct()
+
+
+def _cb_put(args, name, shape, dtype, dev_index, keep, data=None):
+    """args.name = a contiguous CUDA DLTensor of this shape and dtype (another dtype: kdart says EDTYPE) at
+    data; the ctypes objects it needs go to keep.  Returns the DLTensor."""
+    shp = (ctypes.c_int64 * len(shape))(*shape)
+    dl = _lib.DLTensor(data, _lib.DLDevice(2, dev_index), len(shape), _lib.DLDataType(*_DL_DTYPE.get(dtype, (0, 0)), 1),
+                       ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64)), None, 0)
+    keep += [shp, dl]
+    setattr(args, name, ctypes.pointer(dl))
+    return dl
 
 
 class _CBPlan:
@@ -1415,25 +1425,18 @@ class _CBPlan:
         for n, v in sc.items():
             setattr(self.args, n, v)
         self.outs, self.dev, self.warm = outs, dev, False
+        self.addr = ctypes.addressof(self.args)
         st = _fast()
-        f = st["rt"].lib["kdart_chunk_bwd_workspace"]
-        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
         with torch.cuda.device(dev):
-            n = f(st["handle"], ctypes.byref(self.args))
+            n = st["chunk_bwd_ws"](st["handle"], self.addr)
         if n < 0:
             st["rt"].check(int(n), "chunk_kda_bwd")
         self.ws_bytes = int(n)
         self._put("workspace", (max(self.ws_bytes, 1),), torch.uint8, dev)
-        self.addr = ctypes.addressof(self.args)
 
     def _put(self, n, shape, dtype, dev):
-        code, bits = _DL_TYPE.get(dtype, (255, 0))  # (another dtype: kdart says EDTYPE)
-        shp = (ctypes.c_int64 * len(shape))(*shape)
-        dl = _lib.DLTensor(None, _lib.DLDevice(2, dev.index), len(shape), _lib.DLDataType(code, bits, 1),
-                           ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64)), None, 0)
-        self.keep += [shp, dl]
+        dl = _cb_put(self.args, n, shape, dtype, dev.index, self.keep)
         self.dl[n] = dl
-        setattr(self.args, n, ctypes.pointer(dl))
 
 
 def _chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, h0, q_rstd, k_rstd, beta_raw, A_log, dt_bias, gate,

@@ -811,8 +811,7 @@ def test_chunk_bwd_args_layout():
     import ctypes
     from kdart import _lib
     st = kt._fast()
-    f = st["rt"].lib["kdart_chunk_bwd_workspace"]
-    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
+    f = st["chunk_bwd_ws"]
     keep = []
 
     def size(HV, recompute=True, struct_size=None):
@@ -825,12 +824,7 @@ def test_chunk_bwd_args_layout():
             shapes.update(w=(B, T, HV, K), u=(B, T, HV, V), qg=(B, T, HV, K), kg=(B, T, HV, K),
                           v_new=(B, T, HV, V), h=(B, T // 64, HV, K, V))
         for n, shp in shapes.items():
-            code, bits = (2, 32) if n in ("g_cumsum", "beta") else (4, 16)
-            arr = (ctypes.c_int64 * len(shp))(*shp)
-            dl = _lib.DLTensor(None, _lib.DLDevice(2, 0), len(shp), _lib.DLDataType(code, bits, 1),
-                               ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64)), None, 0)
-            keep.extend([arr, dl])
-            setattr(a, n, ctypes.pointer(dl))
+            kt._cb_put(a, n, shp, F32 if n in ("g_cumsum", "beta") else BF, 0, keep)
         a.scale = 0.125
         return f(st["handle"], ctypes.byref(a))
     n2, n4 = size(2), size(4)

@@ -231,48 +231,26 @@ def test_whole_backward_matches_fla_pipeline(shape, safe):
     assert not bad, f"{', '.join(bad)}: kdart and fla's pipeline differ ({report})"
 
 
-_C_TENSORS1 = ("q", "k", "v", "g", "g_cumsum", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd",
-               "beta_raw", "A_log", "dt_bias")
-_C_TENSORS2 = ("cu_seqlens", "chunk_indices", "chunk_offsets", "w", "u", "qg", "kg", "v_new", "h", "dq", "dk", "dv",
-               "dg", "dbeta", "dA_log", "ddt_bias", "dh0", "workspace")
-
-
 def _c_chunk_bwd(t, scale, lower_bound):
-    """kdart_kda_chunk_bwd through ctypes on the tensors of t (kdart_chunk_bwd_args's names; outputs
-    included), on torch's current stream; returns kdart's status."""
+    """kdart_kda_chunk_bwd through ctypes (kdart.torch's image of kdart_chunk_bwd_args, whose layout
+    test_torch_cpu checks) on the tensors of t (the struct's names; outputs included) and a workspace of 0xff
+    bytes, on torch's current stream; returns kdart's status."""
     import ctypes
-    from kdart import _lib
-    P = ctypes.POINTER(_lib.DLTensor)
-    fields = [("struct_size", ctypes.c_uint32)] + [(n, P) for n in _C_TENSORS1] + [
-        ("scale", ctypes.c_float), ("lower_bound", ctypes.c_float), ("safe_gate", ctypes.c_int),
-        ("allow_neg_eigval", ctypes.c_int), ("state_v_first", ctypes.c_int)] + [(n, P) for n in _C_TENSORS2]
-    Args = type("Args", (ctypes.Structure,), {"_fields_": fields})
-    a, keep = Args(), []
-    a.struct_size = ctypes.sizeof(Args)
+    a, keep = kt._CBArgs(), []
+
+    def put(n, x):
+        keep.append(x)
+        kt._cb_put(a, n, tuple(x.shape), x.dtype, x.get_device(), keep, x.data_ptr())
+    a.struct_size = ctypes.sizeof(kt._CBArgs)
     for n, x in t.items():
-        if x is None:
-            continue
-        code, bits = {torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.float32: (2, 32),
-                      torch.int32: (0, 32), torch.int64: (0, 64), torch.uint8: (1, 8)}[x.dtype]
-        shape = (ctypes.c_int64 * x.dim())(*x.shape)
-        dl = _lib.DLTensor(x.data_ptr(), _lib.DLDevice(2, x.get_device()), x.dim(), _lib.DLDataType(code, bits, 1),
-                           ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
-        keep += [shape, dl]
-        setattr(a, n, ctypes.pointer(dl))
+        if x is not None:
+            put(n, x)
     a.scale, a.lower_bound, a.safe_gate = scale, lower_bound or 0.0, int(lower_bound is not None)
     st = kt._fast()
-    f = st["rt"].lib["kdart_kda_chunk_bwd"]
-    fw = st["rt"].lib["kdart_chunk_bwd_workspace"]
-    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    fw.argtypes, fw.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int64
-    n = fw(st["handle"], ctypes.byref(a))
+    n = st["chunk_bwd_ws"](st["handle"], ctypes.byref(a))
     assert n > 0, n
-    ws = torch.full((n,), 255, dtype=torch.uint8, device="cuda")  # (any contents: the call clears what it needs)
-    shape = (ctypes.c_int64 * 1)(n)
-    dl = _lib.DLTensor(ws.data_ptr(), _lib.DLDevice(2, ws.get_device()), 1, _lib.DLDataType(1, 8, 1),
-                       ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
-    a.workspace = ctypes.pointer(dl)
-    rc = f(st["handle"], ctypes.byref(a), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    put("workspace", torch.full((n,), 255, dtype=torch.uint8, device="cuda"))  # (any contents: the call clears
+    rc = st["chunk_bwd"](st["handle"], ctypes.byref(a), torch.cuda.current_stream().cuda_stream)  # what it needs)
     torch.cuda.synchronize()
     return rc
 

@@ -247,8 +247,8 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     /* bwd_post's per-head counters (the last H words of its partials) start at zero: the workspace's
      * contents are never relied on */
     if (p.gate) {
-        const int64_t nw = kdart_bwd_post_workspace(p.H, p.HV, p.K);
-        float *pw = (float *)((char *)ws->data + ws->byte_offset);
+        float *pw = (float *)kdart__ptr(s.post.workspace);
+        const int64_t nw = s.post.workspace->shape[0];
         if ((rc = kdart__memset32_async(rt, pw + (nw - p.H), 0u, (size_t)p.H, stream))) return rc;
     }
     if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))

@@ -1,6 +1,7 @@
 """Lab: kdart's recompute_wu against fla's kda_gate_chunk_cumsum + recompute_w_u_fwd in one process
 (the production gate: safe, lower_bound -5, raw gate bf16, beta fp32; and the plain recompute with the
 cumsummed gate), with the agreement of every output and the copy-floor share.  Not product."""
+import os
 import sys
 import torch
 
@@ -8,20 +9,10 @@ from fla.ops.kda.gate import kda_gate_chunk_cumsum
 from fla.ops.kda.wy_fast import recompute_w_u_fwd
 import kdart.torch as kt
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "calls"))
+from labtime import timed  # noqa: E402
+
 RCP_LN2 = 1.4426950216
-
-
-def timed(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def rel(a, b):
