@@ -22,6 +22,7 @@
  *   smem     BwdDavTraits::kSmemBytes of dynamic shared memory; four CTAs per SM.
  *   Requires T % 64 == 0 unless VARLEN; outputs never alias inputs; every tensor
  *   16-byte aligned.  Rows past a sequence's end are neither read nor written.
+ *   p.dA NULL: dv alone (v is not read, the do v^T product not computed).
  *
  * Structure: Aqk's 64 x 64 tile is copied once, and its upper triangle zeroed
  * in shared memory (the dv product's diagonal steps would read it); the V
@@ -119,6 +120,7 @@ __global__ __launch_bounds__(BwdDavTraits::kThreads, BwdDavTraits::kMinBlocks) v
     const int gran = TAIL ? granule(V, V) : 8;
     const long long strV = (long long)HV * V, strA = (long long)HV * 64;
     const long long oV = (t0 * HV + hv) * V, oA = (t0 * HV + hv) * 64;
+    const bool want_dA = p.dA != nullptr; /* (else dv alone: the v tiles are never copied) */
     auto io = [](const void *b) { return static_cast<const unsigned short *>(b); };
     auto stage = [&](int s) { return reinterpret_cast<unsigned short *>(smem + (s & 1) * Tr::kStage); };
 
@@ -127,7 +129,7 @@ __global__ __launch_bounds__(BwdDavTraits::kThreads, BwdDavTraits::kMinBlocks) v
         unsigned short *st = stage(s);
         const int nc = V - 64 * s;
         load_tile<TAIL, Tr::kThreads>(st, io(p.dout) + oV + 64 * s, strV, nv, nc, tid, gran);
-        load_tile<TAIL, Tr::kThreads>(st + 64 * 64, io(p.v) + oV + 64 * s, strV, nv, nc, tid, gran);
+        if (want_dA) load_tile<TAIL, Tr::kThreads>(st + 64 * 64, io(p.v) + oV + 64 * s, strV, nv, nc, tid, gran);
     };
 
     load_tile<false, Tr::kThreads>(sA, io(p.A) + oA, strA, nv, 64, tid);
@@ -151,17 +153,19 @@ __global__ __launch_bounds__(BwdDavTraits::kThreads, BwdDavTraits::kMinBlocks) v
         unsigned short *sV = stage(s) + 64 * 64;
         const unsigned uDo = smem_u32(stage(s)), uV = smem_u32(sV);
         /* dA += do v^T: rows t of this warp against columns s <= t, pairs of 8-column tiles up to the diagonal */
+        if (want_dA) {
 #pragma unroll
-        for (int k0 = 0; k0 < 64; k0 += 16) {
-            unsigned a[4];
-            ldsm4(a_n(uDo, m0, k0, lane), a);
+            for (int k0 = 0; k0 < 64; k0 += 16) {
+                unsigned a[4];
+                ldsm4(a_n(uDo, m0, k0, lane), a);
 #pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                if (np > warp) break;
-                unsigned b[4];
-                ldsm4(b_n(uV, 16 * np, k0, lane), b);
-                mma<IO>(acc[2 * np], a, b[0], b[1]);
-                mma<IO>(acc[2 * np + 1], a, b[2], b[3]);
+                for (int np = 0; np < 4; ++np) {
+                    if (np > warp) break;
+                    unsigned b[4];
+                    ldsm4(b_n(uV, 16 * np, k0, lane), b);
+                    mma<IO>(acc[2 * np], a, b[0], b[1]);
+                    mma<IO>(acc[2 * np + 1], a, b[2], b[3]);
+                }
             }
         }
         __syncthreads(); /* every warp has read the v tile: dv goes there */
@@ -203,6 +207,7 @@ __global__ __launch_bounds__(BwdDavTraits::kThreads, BwdDavTraits::kMinBlocks) v
         __syncthreads(); /* the stage is free for block s + 2's copies */
     }
 
+    if (!want_dA) return;
     /* dA out through shared memory (the stages are free after the loop's last barrier): scaled, zeros above
      * the diagonal, fp32 rows of 64 whose 16-byte chunks are XOR-swizzled by the row (the fragments' float2
      * writes without bank conflicts), then whole rows in 16-byte stores, the chunk's valid rows only */

@@ -21,10 +21,13 @@
  *   kernel   kdart_bwd_post<IO, G_IO, BETA_IO, TAIL>: IO in {kdart::bf16, kdart::fp16};
  *            G_IO: g_raw and dg in the io dtype (else fp32); BETA_IO: beta_raw and db
  *            in the io dtype (else fp32); TAIL: K not a multiple of 4 (scalar accesses).
- *   grid     (nblk, H, 3): CTA (b, h, z) takes tokens [b TB, min(N, (b+1) TB)) of head h:
+ *   grid     (H, nblk, 3): CTA (h, b, z) takes tokens [b TB, min(N, (b+1) TB)) of head h:
  *            z = 0 its dq, 1 its dk, 2 dg and db of its value heads (one stream of rows
  *            each: a CTA that walked the three in turn waited out three load latencies);
- *            nblk <= BwdPostTraits::kMaxBlocks.
+ *            nblk <= BwdPostTraits::kMaxBlocks.  The heads are the grid's fastest index, so
+ *            that the CTAs in flight together read every head of the same tokens: one
+ *            contiguous stretch of each tensor, where a head's rows alone are pieces of
+ *            K values a token apart.
  *   block    256 threads, three CTAs per SM; static shared memory only.
  *   Every tensor 16-byte aligned; K <= 256.  The workspace holds the per-CTA
  *   partial sums of dA_log and ddt_bias and, after them, one counter per head that
@@ -141,9 +144,9 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
     using BT = kdart::conditional_t<BETA_IO, IO, float>;
     constexpr int NG = C::NG, W = C::W, NW = BwdPostTraits::kWarps;
 
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int H = p.H, HV = p.HV, K = p.K, G = HV / H;
-    const long long t0 = (long long)blockIdx.x * p.TB;
+    const long long t0 = (long long)blockIdx.y * p.TB;
     const long long t1 = min((long long)p.N, t0 + p.TB);
 
     /* dq and dk: the value heads' sum, then the l2norm backward.  A warp takes U of its tokens at once:
@@ -306,7 +309,7 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
             }
             if (lane == 0) s_part[warp][BwdPostTraits::kMaxK] = acc_a;
             __syncthreads();
-            float *part = p.workspace + ((long long)blockIdx.x * HV + hv) * (K + 1);
+            float *part = p.workspace + ((long long)blockIdx.y * HV + hv) * (K + 1);
             for (int c = threadIdx.x; c <= K; c += BwdPostTraits::kThreads) {
                 const int sc = c < K ? c : BwdPostTraits::kMaxK;
                 float v = 0.f;
@@ -323,11 +326,11 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
     unsigned *tickets = reinterpret_cast<unsigned *>(p.workspace + (long long)BwdPostTraits::kMaxBlocks * HV * (K + 1));
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(tickets + h, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(tickets + h, 1u) == gridDim.y - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    const int nblk = gridDim.x, items = G * (K + 1);
+    const int nblk = gridDim.y, items = G * (K + 1);
 #pragma unroll 1
     for (int i0 = 0; i0 < items; i0 += 32) {
         const int item = i0 + lane, j = item / (K + 1), c = item - j * (K + 1);

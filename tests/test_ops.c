@@ -567,6 +567,11 @@ START_TEST(dav_validation) {
     EXPECT(kdart_op_run(rt, "bwd_dav", &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "bwd_dav", &s.a, buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "io=bf16,varlen=0,tail=0");
+    /* dv alone (dA NULL): the same specialization */
+    s.a.dA = NULL;
+    EXPECT(kdart_kda_bwd_dav(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "bwd_dav", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,varlen=0,tail=0");
     /* any T (the varlen body at fixed length), V not a multiple of 64, fp16 */
     dav_make(&s, B, 100, 100);
     mk(&s.v, kDLFloat, 16, 4, B, 100, HV, 100, 0);

@@ -730,7 +730,7 @@ def _dav_call(v, do, A, cu_seqlens, chunk_indices):
 
 def _dav_plan(v, do, A, cu_seqlens=None, chunk_indices=None):
     t, sc = _dav_call(v, do, A, cu_seqlens, chunk_indices)
-    plan = _build_plan(_DAV, t, sc, layout=(v, do, A, cu_seqlens, chunk_indices))
+    plan = _build_plan(_DAV, t, sc, want=("dA",), layout=(v, do, A, cu_seqlens, chunk_indices))
     plan.outs = [plan.outs[n] for n in _DAV.returns]  # dA, dv
     plan.slots = _DAV.slots(("v", "do", "A") + _DAV.returns)
     plan.seq_slots = _DAV.slots(("cu_seqlens", "chunk_indices"))
@@ -1035,7 +1035,7 @@ def gate_recompute_w_u(g, A_log, k, v, beta, A, q=None, dt_bias=None, lower_boun
 
 def dav_meta(v, do, A, cu_seqlens=None, chunk_indices=None):
     """Checks bwd_dav's arguments through kdart (ValueError); returns its outputs' (shape, dtype) list (dA, dv)."""
-    return _meta(_DAV, *_dav_call(v, do, A, cu_seqlens, chunk_indices))
+    return _meta(_DAV, *_dav_call(v, do, A, cu_seqlens, chunk_indices), want=("dA",))
 
 
 @torch.library.custom_op("kdart::bwd_dav", mutates_args=())

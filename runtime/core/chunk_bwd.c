@@ -130,10 +130,10 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     const DLTensor *dA = carve(&cv, &s->dA, F, 32, 4, B, T, HV, 64, 0);
     const DLTensor *dAqk = carve(&cv, &s->dAqk, F, 32, 4, B, T, HV, 64, 0);
     const DLTensor *dvi = NULL;
-    if (!p->fused) { /* bwd_dav's dv, bwd_dhu's input (its dA lands in dAqk's view and is computed again by
-                      * wy_dqkg, which then takes bwd_intra's terms on every grid) */
+    if (!p->fused) { /* bwd_dav's dv alone, bwd_dhu's input (wy_dqkg computes dAqk itself and takes bwd_intra's
+                      * terms on every grid) */
         dvi = carve(&cv, &s->dvi, io, 16, 4, B, T, HV, V, 0);
-        s->dav = (kdart_bwd_dav_args){sizeof s->dav, vn, a->d_o, a->Aqk, dAqk, dvi, a->scale, a->cu_seqlens,
+        s->dav = (kdart_bwd_dav_args){sizeof s->dav, vn, a->d_o, a->Aqk, NULL, dvi, a->scale, a->cu_seqlens,
                                       a->chunk_indices};
     }
     /* then one region for two sets that are never live together: w, u, qg, kg (read last by bwd_dhu) and

@@ -560,7 +560,7 @@ typedef struct kdart_bwd_dav_args {
     const DLTensor *v;         /* [B,T,HV,V]  io dtype (chunk_kda_bwd's v_new) */
     const DLTensor *d_o;       /* [B,T,HV,V]  io dtype ("do") */
     const DLTensor *A;         /* [B,T,HV,64] io dtype (Aqk) */
-    const DLTensor *dA;        /* out [B,T,HV,64] fp32 */
+    const DLTensor *dA;        /* out [B,T,HV,64] fp32, or NULL: dv alone (v is then not read) */
     const DLTensor *dv;        /* out [B,T,HV,V]  io dtype */
     float scale;               /* applied to dA, as fla does */
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */

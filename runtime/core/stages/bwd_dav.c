@@ -68,7 +68,7 @@ static const kdart__op op = {
         KDART__TARG("v", ARGS, v, KDART__DT_IO, IN, B, T, HV, V),
         KDART__TARG("do", ARGS, d_o, KDART__DT_IO, IN, B, T, HV, V),
         KDART__TARG("A", ARGS, A, KDART__DT_IO, IN, B, T, HV, 64),
-        KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT, B, T, HV, 64),
+        KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT | KDART__A_OPTIONAL, B, T, HV, 64),
         KDART__TARG("dv", ARGS, dv, KDART__DT_IO, OUT, B, T, HV, V),
     },
     {KDART__SARG("scale", ARGS, scale, 'f')},

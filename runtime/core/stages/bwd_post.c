@@ -16,6 +16,8 @@
  * only, at most 256 CTAs of tokens per head (the workspace's partial rows). */
 #define POST_THREADS 256
 #define POST_MAX_BLOCKS 256
+#define POST_TOKENS 512  /* tokens per CTA at most, unless the workspace's rows need more */
+#define POST_PAIRS 1024  /* (head, block) pairs the grid keeps before CTAs take more tokens */
 static void shape(const int *vals, int *threads, int *smem) {
     (void)vals;
     *threads = POST_THREADS;
@@ -77,12 +79,18 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const int64_t N = c->d[KDART__D_B] * c->d[KDART__D_T];
     const int v[4] = {c->io, a->g_io != 0, a->beta_io != 0, c->d[KDART__D_K] % 4 != 0};
     memcpy(c->vals, v, sizeof v);
-    /* tokens per CTA: a multiple of the eight warps, few enough CTAs for the workspace */
-    int64_t tb = (N + POST_MAX_BLOCKS - 1) / POST_MAX_BLOCKS;
+    /* tokens per CTA: a multiple of the eight warps, few enough CTAs for the workspace; and up to
+     * POST_TOKENS where the grid keeps at least POST_PAIRS (head, block) pairs: long-lived CTAs stream
+     * better than many short ones (on the H200, 512 against 64 tokens: 10-16% faster on 32768 and
+     * 131072 tokens), while small problems keep their CTAs */
+    int64_t tb = N * c->d[KDART__D_H] / POST_PAIRS;
+    tb = tb > POST_TOKENS ? POST_TOKENS : tb;
+    const int64_t least = (N + POST_MAX_BLOCKS - 1) / POST_MAX_BLOCKS;
+    tb = tb < least ? least : tb;
     tb = tb < 8 ? 8 : (tb + 7) / 8 * 8;
     c->aux[0] = (int)tb;
-    c->grid[0] = (unsigned)((N + tb - 1) / tb);
-    c->grid[1] = (unsigned)c->d[KDART__D_H];
+    c->grid[0] = (unsigned)c->d[KDART__D_H];
+    c->grid[1] = (unsigned)((N + tb - 1) / tb);
     return KDART_OK;
 }
 
@@ -100,7 +108,7 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         (float *)kdart__ptr(a->ddt_bias), a->lower_bound, a->safe_gate != 0, a->beta_scale,
         (int)(d[KDART__D_B] * d[KDART__D_T]), (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_K], c->aux[0],
     };
-    /* z: dq, dk, then dg and db (the launch contract in kernel_src/bwd_post.cuh) */
+    /* (heads, token blocks, z): dq, dk, then dg and db (the launch contract in kernel_src/bwd_post.cuh) */
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 3, u->threads, u->smem, stream, &p);
 }
 
