@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # lab/calls/next-s7a.sh (OUT set; carry build-gpu as build, .whl): the first call of the next session.  Two
 # kernel-only experiments, patched into the device's copy of the tree (main's sources kept in /tmp/old):
-# lab/experiments/da-swizzle (bwd_intra's dA chunks swizzled) and lab/experiments/post-flat (bwd_post's dq/dk
-# as row-wise runs without GVA).  Side by side: test_gpu's intra, wy and post tests, memcheck + racecheck of
+# lab/experiments/intra-diag-mma (bwd_intra's diagonal blocks on tensor cores, 3xTF32) and
+# lab/experiments/post-flat (bwd_post's dq/dk as row-wise runs without GVA).  (da-swizzle changes the same dA
+# reads as intra-diag-mma: it waits for that one's verdict.)  Side by side: test_gpu's intra, wy and post tests, memcheck + racecheck of
 # the small intra, wy and post cases, test_whole_gpu.py (all of it, fla in first-config mode: its
 # fla-forward tests did not run with bwd_post's new grid), the production float64 tests of the whole route;
 # then alone post_bench.py and wy_intra_bench.py with main's sources and the patched ones alternating, and
@@ -10,7 +11,7 @@
 set -u
 . lab/calls/common.sh
 rm -rf /tmp/old && cp -a kernel_src /tmp/old
-for d in da-swizzle post-flat; do patch -s -p1 < lab/experiments/$d/*.diff || { echo "$d: patch failed"; exit 3; }; done
+for d in intra-diag-mma post-flat; do patch -s -p1 < lab/experiments/$d/*.diff || { echo "$d: patch failed"; exit 3; }; done
 gc_prologue
 gc_gpu_tests 280 intra_every_spec,intra_every_spec_beta_f32,wy_intra,wy_every_spec,intra_varlen_lists,intra_varlen_short_sequences,varlen_thousand_sequences,intra_head_dims,intra_fixed_any_t,intra_gate_families,intra_k64_equal_heads,intra_graph_capture,post_every_spec kern
 gc_sanitize 280 KDART_GPU_SMALL=bwd_intra,wy_dqkg,bwd_post
