@@ -1139,8 +1139,6 @@ static void fwdh_make(fwdh_set *s, int64_t b, int64_t t, int64_t k, int64_t v, i
 }
 static void fwdh_std(fwdh_set *s) { fwdh_make(s, B, T, K, V, T / 64); }
 
-/* each bad argument refused with its own status and a message naming it (so before anything is
- * launched or written: a valid call stops at ENOCUDA) */
 /* kdart_kda_chunk_bwd: the production configuration (raw gate with A_log and dt_bias, safe gate, l2norm,
  * beta logits, initial and final state) reaches the first launch; its workspace is what its layout says;
  * every refusal comes before any launch (a bad output of the last stage is caught by the checks that

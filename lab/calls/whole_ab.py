@@ -5,12 +5,11 @@
 # also wy_dqkg without dAqk + bwd_intra (what the whole route ran there before wy_dqkg took the intra terms
 # on every grid) against wy_dqkg with dAqk and intra.  Runs on the lent GPU from the repository root
 # (PYTHONPATH=python:python/tests, KDART_LIBRARY set).  Usage: whole_ab.py [rows]
-import ctypes
 import sys
 import time
 import torch
 import kdart.torch as kt
-from kda_ref import chunk_indices, wy_inputs
+from kda_ref import chunk_indices, whole_inputs, wy_inputs
 from labtime import timed
 
 ROWS = {  # name: (B, T, H, HV, K, V, cu)
@@ -18,27 +17,21 @@ ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
 }
 def c_call(t, scale, lb):
-    """A function that runs kdart_kda_chunk_bwd on t's tensors (kdart.torch's args image, built once)."""
-    a, keep = kt._CBArgs(), []
+    """A function that runs kdart_kda_chunk_bwd on t's tensors (kdart.torch's plan of the args, laid out and
+    pointed at t once), and the workspace's bytes."""
+    outs = {n: t[n] for n in kt._CB_OUTS if t.get(n) is not None}
+    ins = {n: x for n, x in t.items() if n not in outs}
+    plan = kt._CBPlan(ins, [(n, tuple(x.shape), x.dtype) for n, x in outs.items()],
+                      dict(scale=scale, lower_bound=lb, safe_gate=1), t["q"].device)
+    ws = torch.zeros(plan.ws_bytes, dtype=torch.uint8, device="cuda")
+    assert plan.run(ins, outs, ws) == 0
     st = kt._fast()
-
-    def put(n, x):
-        keep.append(x)
-        kt._cb_put(a, n, tuple(x.shape), x.dtype, x.get_device(), keep, x.data_ptr())
-    a.struct_size = ctypes.sizeof(kt._CBArgs)
-    for n, x in t.items():
-        if x is not None:
-            put(n, x)
-    a.scale, a.lower_bound, a.safe_gate = scale, lb, 1
-    n = st["chunk_bwd_ws"](st["handle"], ctypes.byref(a))
-    assert n > 0, n
-    put("workspace", torch.zeros(n, dtype=torch.uint8, device="cuda"))
     h, s = st["handle"], torch.cuda.current_stream().cuda_stream
 
     def run():
-        rc = st["chunk_bwd"](h, ctypes.byref(a), s)
+        rc = st["chunk_bwd"](h, plan.addr, s)
         assert rc == 0, rc
-    return run, n
+    return run, plan.ws_bytes
 
 
 def host_ms(f, n=30):
@@ -76,19 +69,10 @@ def main():
         cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=dev)
         ci = None if cu_t is None else chunk_indices(cu_t)
         N = B if cu is None else len(cu) - 1
-        q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
-        k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
-        qr, kr = torch.rand(B, T, H, device=dev) + 0.5, torch.rand(B, T, H, device=dev) + 0.5
-        v = torch.randn(B, T, HV, V, device=dev).to(io)
-        g = torch.randn(B, T, HV, K, device=dev).to(io)
-        beta_raw = torch.randn(B, T, HV, device=dev).to(io)
-        beta = torch.sigmoid(beta_raw.float())
-        A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
-        dt_bias = torch.randn(HV * K, device=dev)
-        h0 = torch.randn(N, HV, K, V, device=dev)
-        Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
-        Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
-        do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
+        t = whole_inputs(B, T, H, HV, K, V, N, io, dev)
+        q, k, v, g, beta, Aqk, Akk, do, dht, h0, qr, kr, beta_raw, A_log, dt_bias = (t[n] for n in (
+            "q", "k", "v", "g", "beta", "Aqk", "Akk", "d_o", "dht", "h0", "q_rstd", "k_rstd", "beta_raw", "A_log",
+            "dt_bias"))
         lb, scale = -5.0, K ** -0.5
 
         def whole(fn=kt.chunk_kda_bwd):
@@ -102,9 +86,7 @@ def main():
         outs = {n: torch.empty_like(w) for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"),
                                                        want)}
         outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
-        t = dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
-                 beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias.view(HV, K), cu_seqlens=cu_t, chunk_indices=ci,
-                 **outs)
+        t.update(dt_bias=dt_bias.view(HV, K), cu_seqlens=cu_t, chunk_indices=ci, **outs)
         cf, nbytes = c_call(t, scale, lb)
         cf()
         torch.cuda.synchronize()

@@ -1438,6 +1438,22 @@ class _CBPlan:
         dl = _cb_put(self.args, n, shape, dtype, dev.index, self.keep)
         self.dl[n] = dl
 
+    def run(self, t, o, ws):
+        """One kdart_kda_chunk_bwd call on the tensors of t and o (names as laid out; None: not given) and
+        the workspace ws, on the device's current torch stream; returns kdart's status."""
+        dl = self.dl
+        for d in (t, o):
+            for n, x in d.items():
+                if x is not None:
+                    dl[n].data = x.data_ptr()
+        dl["workspace"].data = ws.data_ptr()
+        st = _rt_state if _rt_state else _fast()
+        idx = self.dev.index
+        if torch._C._cuda_getDevice() == idx:
+            return st["chunk_bwd"](st["handle"], self.addr, _stream(idx))
+        with torch.cuda.device(idx):
+            return st["chunk_bwd"](st["handle"], self.addr, _stream(idx))
+
 
 def _chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, h0, q_rstd, k_rstd, beta_raw, A_log, dt_bias, gate,
                  lower_bound, sig, allow_neg_eigval, state_v_first, cu_seqlens, chunk_indices, chunk_offsets,
@@ -1483,23 +1499,9 @@ def _chunk_bwd_c(q, k, v, g, beta, Aqk, Akk, do, dht, scale, h0, q_rstd, k_rstd,
         raise _lib.runtime_error("EMISUSE", "kdart: chunk_kda_bwd has not run for these shapes and the stream is "
                                             "capturing a CUDA graph: call it once eagerly before capture")
     o = {n: torch.empty(shp, dtype=dt, device=dev) for n, shp, dt in plan.outs}
-    ws = torch.empty(max(plan.ws_bytes, 1), dtype=torch.uint8, device=dev)
-    dl = plan.dl
-    for n, x in t.items():
-        if x is not None:
-            dl[n].data = x.data_ptr()
-    for n, x in o.items():
-        dl[n].data = x.data_ptr()
-    dl["workspace"].data = ws.data_ptr()
-    st = _rt_state if _rt_state else _fast()
-    idx = dev.index
-    if torch._C._cuda_getDevice() == idx:
-        rc = st["chunk_bwd"](st["handle"], plan.addr, _stream(idx))
-    else:
-        with torch.cuda.device(idx):
-            rc = st["chunk_bwd"](st["handle"], plan.addr, _stream(idx))
+    rc = plan.run(t, o, torch.empty(max(plan.ws_bytes, 1), dtype=torch.uint8, device=dev))
     if rc:
-        st["rt"].check(rc, "chunk_kda_bwd")
+        _fast()["rt"].check(rc, "chunk_kda_bwd")
     plan.warm = True
     return tuple(o.get(n) for n in _CB_OUTS)
 

@@ -299,6 +299,27 @@ def wy_inputs(B, T, H, HV, K, V, io, device, beta_f32=True, state_v_first=False,
     return [q, k, v, v_new, g, beta, A, h, do, dh, dv]
 
 
+def whole_inputs(B, T, H, HV, K, V, N, io, device):
+    """What chunk_kda's forward saves in the production configuration, drawn at random (not a forward's: Aqk,
+    Akk are noise), with do and dht: the keys of kdart_chunk_bwd_args (q, k, v, g, beta, Aqk, Akk, d_o, dht,
+    h0, q_rstd, k_rstd, beta_raw, A_log, dt_bias; dt_bias flat [HV K]); N: the initial states (sequences)."""
+    q = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(io)
+    k = F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(io)
+    qr, kr = torch.rand(B, T, H, device=device) + 0.5, torch.rand(B, T, H, device=device) + 0.5
+    v = torch.randn(B, T, HV, V, device=device).to(io)
+    g = torch.randn(B, T, HV, K, device=device).to(io)
+    beta_raw = torch.randn(B, T, HV, device=device).to(io)
+    beta = torch.sigmoid(beta_raw.float())
+    A_log = torch.log(torch.empty(HV, device=device).uniform_(1, 16))
+    dt_bias = torch.randn(HV * K, device=device)
+    h0 = torch.randn(N, HV, K, V, device=device)
+    Aqk = (torch.randn(B, T, HV, 64, device=device) * 0.1).to(io)
+    Akk = (torch.randn(B, T, HV, 64, device=device) * 0.1).to(io)
+    do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=device)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
+                beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias)
+
+
 # ------------------------------------------------------------------- chunk_kda_bwd_dAv
 
 def _chunk_spans(B, T, cu=None):

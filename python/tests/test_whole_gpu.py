@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 import kdart.torch as kt  # noqa: E402
+from kda_ref import chunk_indices, whole_inputs  # noqa: E402
 
 
 def _poison():
@@ -232,25 +233,16 @@ def test_whole_backward_matches_fla_pipeline(shape, safe):
 
 
 def _c_chunk_bwd(t, scale, lower_bound):
-    """kdart_kda_chunk_bwd through ctypes (kdart.torch's image of kdart_chunk_bwd_args, whose layout
-    test_torch_cpu checks) on the tensors of t (the struct's names; outputs included) and a workspace of 0xff
-    bytes, on torch's current stream; returns kdart's status."""
-    import ctypes
-    a, keep = kt._CBArgs(), []
-
-    def put(n, x):
-        keep.append(x)
-        kt._cb_put(a, n, tuple(x.shape), x.dtype, x.get_device(), keep, x.data_ptr())
-    a.struct_size = ctypes.sizeof(kt._CBArgs)
-    for n, x in t.items():
-        if x is not None:
-            put(n, x)
-    a.scale, a.lower_bound, a.safe_gate = scale, lower_bound or 0.0, int(lower_bound is not None)
-    st = kt._fast()
-    n = st["chunk_bwd_ws"](st["handle"], ctypes.byref(a))
-    assert n > 0, n
-    put("workspace", torch.full((n,), 255, dtype=torch.uint8, device="cuda"))  # (any contents: the call clears
-    rc = st["chunk_bwd"](st["handle"], ctypes.byref(a), torch.cuda.current_stream().cuda_stream)  # what it needs)
+    """kdart_kda_chunk_bwd through kdart.torch's plan of its args (the ctypes image of kdart_chunk_bwd_args,
+    whose layout test_torch_cpu checks) on the tensors of t (the struct's names; outputs included) and a
+    workspace of 0xff bytes, on torch's current stream; returns kdart's status."""
+    outs = {n: t[n] for n in kt._CB_OUTS if t.get(n) is not None}
+    ins = {n: x for n, x in t.items() if n not in outs}
+    sc = dict(scale=scale, lower_bound=lower_bound or 0.0, safe_gate=int(lower_bound is not None))
+    plan = kt._CBPlan(ins, [(n, tuple(x.shape), x.dtype) for n, x in outs.items()], sc, t["q"].device)
+    assert plan.ws_bytes > 0, plan.ws_bytes
+    # (any contents: the call clears what it needs)
+    rc = plan.run(ins, outs, torch.full((plan.ws_bytes,), 255, dtype=torch.uint8, device=t["q"].device))
     torch.cuda.synchronize()
     return rc
 
@@ -270,31 +262,19 @@ def test_c_chunk_bwd_random_saved_tensors(shape, io):
     if T == 0:
         cu = torch.tensor([0, 100, 101, 300], dtype=torch.int32, device=dev)
         T = 300
-        from kda_ref import chunk_indices
         ci = chunk_indices(cu)
     N = B if cu is None else cu.shape[0] - 1
-    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=dev), dim=-1).to(io)
-    qr, kr = torch.rand(B, T, H, device=dev) + 0.5, torch.rand(B, T, H, device=dev) + 0.5
-    v = torch.randn(B, T, HV, V, device=dev).to(io)
-    g = torch.randn(B, T, HV, K, device=dev).to(io)
-    beta_raw = torch.randn(B, T, HV, device=dev).to(io)
-    beta = torch.sigmoid(beta_raw.float())
-    A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16))
-    dt_bias = torch.randn(HV * K, device=dev)
-    h0 = torch.randn(N, HV, K, V, device=dev)
-    Aqk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
-    Akk = (torch.randn(B, T, HV, 64, device=dev) * 0.1).to(io)
-    do, dht = torch.randn_like(v), torch.randn(N, HV, K, V, device=dev)
+    t = whole_inputs(B, T, H, HV, K, V, N, io, dev)
     lb, scale = -5.0, K ** -0.5
-    want = kt._chunk_kda_bwd_stages(q, k, v, g, beta, Aqk, Akk, do, dht, scale=scale, initial_state=h0, q_rstd=qr,
-                            k_rstd=kr, beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True,
-                            lower_bound=lb, use_beta_sigmoid_in_kernel=True, cu_seqlens=cu, chunk_indices=ci)
+    want = kt._chunk_kda_bwd_stages(t["q"], t["k"], t["v"], t["g"], t["beta"], t["Aqk"], t["Akk"], t["d_o"], t["dht"],
+                                    scale=scale, initial_state=t["h0"], q_rstd=t["q_rstd"], k_rstd=t["k_rstd"],
+                                    beta_raw=t["beta_raw"], A_log=t["A_log"], dt_bias=t["dt_bias"],
+                                    use_gate_in_kernel=True, lower_bound=lb, use_beta_sigmoid_in_kernel=True,
+                                    cu_seqlens=cu, chunk_indices=ci)
     names = ("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
     outs = {n: torch.full_like(w, float("nan")) for n, w in zip(names, want)}
     outs["ddt_bias"] = outs["ddt_bias"].view(HV, K)
-    t = dict(q=q, k=k, v=v, g=g, beta=beta, Aqk=Aqk, Akk=Akk, d_o=do, dht=dht, h0=h0, q_rstd=qr, k_rstd=kr,
-             beta_raw=beta_raw, A_log=A_log, dt_bias=dt_bias.view(HV, K), cu_seqlens=cu, chunk_indices=ci, **outs)
+    t.update(dt_bias=t["dt_bias"].view(HV, K), cu_seqlens=cu, chunk_indices=ci, **outs)
     rc = _c_chunk_bwd(t, scale, lb)
     assert rc == 0, rc
     for name, w in zip(names, want):
