@@ -17,9 +17,10 @@
  *            (VARLEN = false: its fixed-length prefix, see FixedParams).  TAIL = true
  *            needs VARLEN (<.., false, true> is a trap stub that is never launched);
  *            see "HEAD DIM" below.
- *   grid     (T/64, B*HV, 1): blockIdx.x = chunk, blockIdx.y = b*HV + hv.
- *            VARLEN: (NT, HV, 1): blockIdx.x = global chunk i of all sequences
- *            (p.NT >= the total), blockIdx.y = hv; see "VARLEN" below.
+ *   grid     (T/64, B*HV, 1): the (chunk, b*HV + hv) pair of kdart::chunk_cta (the
+ *            heads fastest in launch order, kdart_varlen.cuh).
+ *            VARLEN: (NT, HV, 1): the pair (global chunk i of all sequences, hv)
+ *            (p.NT >= the total); see "VARLEN" below.
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for every K tile.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory:
  *            111872 + 512 per 64-column pass (only the db partials grow), so
@@ -172,6 +173,7 @@
 #define KDART_BWD_INTRA_CUH
 
 #include "kdart_common.cuh"
+#include "kdart_varlen.cuh"
 
 template <int K>
 struct BwdIntraTraits {

@@ -93,11 +93,30 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
     return nv;
 }
 
+/* The (chunk, head) a CTA of a chunk grid (X chunks by Y rows: T/64 by B*HV at fixed
+ * length, NT by HV packed) stands for.  The CTAs start in launch order, x fastest,
+ * and that order is read with the value heads fastest: CTA L = x + X y takes head
+ * L % HV of chunk slot L / HV.  The CTAs in flight then read every head of a few
+ * consecutive chunks, one contiguous stretch of each [.., T, HV, ..] tensor, where
+ * walking one head's chunks would read 64-row pieces HV rows apart.  Returns *cx,
+ * the chunk (of its batch row at fixed length), and *cy = b * HV + hv (hv packed).
+ * The reads are volatile, so callers may recompute rather than hold the pair.  The
+ * host keeps X Y below 2^32 (kdart__chunk_grid). */
+__device__ __forceinline__ void chunk_cta(int HV, int *cx, int *cy) {
+    unsigned bx, by, nx;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
+    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+    const unsigned L = bx + nx * by, r = L / (unsigned)HV, hv = L - r * (unsigned)HV, b = r / nx;
+    *cx = (int)(r - b * nx);
+    *cy = (int)(b * (unsigned)HV + hv);
+}
+
 /* The chunk of a CTA in the kernels of one CTA per (chunk, value head): grid
- * (T/64, B*HV) at fixed length, blockIdx.y = b * HV + hv; VARLEN (NT, HV),
- * blockIdx.x the chunk's index among all chunks (which is also its row of a
- * per-chunk state), over cu_seqlens's sequences or, cu NULL, over N rows of T
- * tokens.  Returns the chunk's valid rows (1..64) with *t0 its first token,
+ * (T/64, B*HV) at fixed length, chunk_cta's pair (chunk, b * HV + hv); VARLEN
+ * (NT, HV), the pair (the chunk's index among all chunks, which is also its row
+ * of a per-chunk state, hv), over cu_seqlens's sequences or, cu NULL, over N
+ * rows of T tokens.  Returns the chunk's valid rows (1..64) with *t0 its first token,
  * *hrow its state row, *hv its value head; or <= 0 when the CTA has nothing to
  * do (past the last chunk, or bad cu_seqlens, which CTA (0, 0) reports: every
  * CTA then returns before its first store).  Every thread calls it; scratch
@@ -105,15 +124,17 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
 template <int NTH, bool VARLEN>
 __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64, int N, int NT, int *status,
                                         int *scratch, long long *t0, long long *hrow, int *hv) {
+    int cx, cy;
+    chunk_cta(HV, &cx, &cy);
     if constexpr (!VARLEN) {
-        const int bb = blockIdx.y / HV;
-        *hv = blockIdx.y - bb * HV;
-        *t0 = (long long)bb * T + 64ll * blockIdx.x;
-        *hrow = (long long)bb * (T / 64) + blockIdx.x;
+        const int bb = cy / HV;
+        *hv = cy - bb * HV;
+        *t0 = (long long)bb * T + 64ll * cx;
+        *hrow = (long long)bb * (T / 64) + cx;
         return 64;
     } else {
-        const int ci = blockIdx.x;
-        *hv = blockIdx.y;
+        const int ci = cx;
+        *hv = cy;
         *hrow = ci;
         if (cu == nullptr) {
             const int nct = (T + 63) >> 6;
@@ -122,7 +143,7 @@ __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64,
             *t0 = (long long)n * T + 64ll * c;
             return min(64, T - 64 * c);
         }
-        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && blockIdx.y == 0, status, scratch, t0);
+        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && cy == 0, status, scratch, t0);
     }
 }
 

@@ -31,8 +31,9 @@
  *            beta in fp32 rather than the io dtype; SVF: h, dh are [.., V, K];
  *            DAQK: p.dAqk is written (its accumulator costs registers: a
  *            specialization of its own keeps the others' allocation).
- *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra: blockIdx.x is the
- *            chunk's index among all chunks, which is also its row of h and dh.
+ *   grid     (T/64, B*HV, 1), or VARLEN (NT, HV, 1) as bwd_intra (kdart_varlen.cuh,
+ *            chunk_of): VARLEN's chunk is its index among all chunks, which is also its
+ *            row of h and dh.
  *   block    256 threads (8 warps: 4 row blocks of 16 x 2 column halves of 32).
  *   smem     WyDqkgTraits<K>::kSmemBytes (108864) of dynamic shared memory, for every
  *            K tile; __launch_bounds__(256, 2).

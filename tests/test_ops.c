@@ -422,6 +422,8 @@ START_TEST(rwu_validation) {
     EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_ESHAPE, "tensor A");
     rwu_make(&s, B, T, 300, V, 0);
     EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "K=300");
+    rwu_make(&s, 64, 2147483584, K, V, 0); /* 2^25 - 1 chunks of 64 * HV rows: 2^32 CTAs or more */
+    EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EUNSUPPORTED, "too large");
     rwu_make(&s, B, T, K, V, 0);
     s.a.w = &s.kg.t;
     EXPECT(kdart_kda_recompute_wu(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
