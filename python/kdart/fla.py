@@ -6,6 +6,8 @@
     kdart.fla.stats()             # calls served per stage, fallbacks per reason
     kdart.fla.disable()
 
+    kdart.fla.chunk_kda(...)      # fla's chunk_kda, forward and backward one custom op each (torch.compile)
+
 enable() replaces, in the fla module whose chunk_kda_bwd calls them
 (fla.ops.kda.chunk_bwd in fla-core 0.6.0), the names chunk_kda_bwd_intra,
 chunk_gated_delta_rule_bwd_dhu and chunk_kda_bwd_wy_dqkg_fused (and chunk_kda_bwd_dAv, fused into the two
@@ -853,6 +855,28 @@ def _whole_backward(ctx, do, dht):
             return (dq, dk, dv, dg, db, dA, dbias, None, dh0) + (None,) * 16
     _count_fallback("whole_backward", reason)
     return _state["whole"][1](ctx, do, dht)
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, state_v_first=False, cu_seqlens=None,
+              A_log=None, dt_bias=None):
+    """fla's chunk_kda (fla-core 0.6.0, chunk size 64) for torch.compile(fullgraph=True): -> (o, final_state).
+
+    The same arguments and results as fla.ops.kda.chunk_kda (A_log, dt_bias as keywords; not its
+    disable_recompute, context parallelism or intermediate states).  The forward runs fla's kernels as one
+    custom op (torch.ops.kdart.fla_chunk_kda_fwd), the backward is kdart's whole backward
+    (torch.ops.kdart.chunk_kda_bwd): torch.compile records a KDA layer's forward and backward without a graph
+    break, where fla's own chunk_kda is excluded from compilation.  Eager calls run the same two ops.  Packed
+    sequences (cu_seqlens, B == 1) go through fla's fixed-capacity chunk index (its use_graph mode), whose
+    shape follows from T and the number of sequences: CUDA-graph safe, no host synchronization.  Bad
+    arguments raise ValueError (from kdart's checks, before anything launches, for the backward)."""
+    from ._fla_op import chunk_kda as op
+    return op(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+              use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+              use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+              safe_gate=safe_gate, lower_bound=lower_bound, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+              A_log=A_log, dt_bias=dt_bias)
 
 
 def _device_of(t):

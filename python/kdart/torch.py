@@ -1375,6 +1375,8 @@ def _dav_fusable(N, HV, K, V, packed, dev):
     64, eagerly, on grids dav_grid_refusal accepts."""
     if K not in (64, 128) or V % 64 or V > 512 or _is_compiling():
         return False
+    if not all(type(x) is int for x in (N, HV, V)):  # (symbolic sizes: tracing, whose shapes do not depend on it)
+        return False
     return dav_grid_refusal(N, HV, K, V, packed, dev) is None
 
 

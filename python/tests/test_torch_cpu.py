@@ -859,3 +859,87 @@ def test_compile_records_the_whole_backward_as_one_op():
     ops = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert sum("kdart.chunk_kda_bwd" in str(t) for t in ops) == 1, ops
     assert not any("wy_dqkg" in str(t) or "bwd_post" in str(t) for t in ops), ops
+
+
+@pytest.mark.parametrize("packed,dynamic", [(False, False), (True, False), (False, True)])
+def test_compile_records_a_kda_layer_forward_and_backward(packed, dynamic):
+    """torch.compile(fullgraph=True) of a KDA layer through kdart.fla.chunk_kda (projections, the production
+    flags, a loss) and its backward: no graph break; the forward graph holds fla's forward as one op
+    (kdart::fla_chunk_kda_fwd), the backward graph kdart's whole backward as one op (kdart::chunk_kda_bwd);
+    every input of the layer gets a gradient of its own shape and dtype (fake tensors; meta).  dynamic: the
+    sizes symbolic, as torch.compile makes them once a second shape comes."""
+    import kdart.fla
+    from torch._dynamo.backends.common import aot_autograd
+    B, T, H, K, V, D = (1, 300, 2, 64, 64, 32) if packed else (2, 192, 2, 64, 64, 32)
+    dev = "meta"
+    x = torch.empty(B, T, D, device=dev, dtype=BF, requires_grad=True)
+    W = {n: torch.empty(D, H * s, device=dev, dtype=BF, requires_grad=True)
+         for n, s in (("q", K), ("k", K), ("v", V), ("g", K), ("b", 1))}
+    A_log = torch.empty(H, device=dev, requires_grad=True)
+    dt_bias = torch.empty(H * K, device=dev, requires_grad=True)
+    h0 = torch.empty(3 if packed else B, H, K, V, device=dev, requires_grad=True)
+    cu = torch.tensor([0, 100, 250, 300]).to(dev) if packed else None
+    graphs = []
+
+    def rec(gm, example_inputs):
+        from functorch.compile import make_boxed_func
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def layer(x, W, A_log, dt_bias, h0):
+        p = {n: (x @ w).view(B, T, H, -1) for n, w in W.items()}
+        o, ht = kdart.fla.chunk_kda(p["q"], p["k"], p["v"], p["g"], p["b"].squeeze(-1), initial_state=h0,
+                                    output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                    use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, safe_gate=True,
+                                    lower_bound=-5.0, A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu)
+        return o.float().sum() + ht.sum()
+    f = torch.compile(layer, backend=aot_autograd(fw_compiler=rec, bw_compiler=rec), fullgraph=True,
+                      dynamic=dynamic)
+    loss = f(x, W, A_log, dt_bias, h0)
+    loss.backward()
+    assert len(graphs) == 2
+    fw, bw = ([str(n.target) for n in g.graph.nodes if n.op == "call_function"] for g in graphs)
+    assert sum("kdart.fla_chunk_kda_fwd" in t for t in fw) == 1, fw
+    assert sum("kdart.chunk_kda_bwd" in t for t in bw) == 1, bw
+    for t in [x, A_log, dt_bias, h0, *W.values()]:
+        assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == t.dtype
+
+
+def test_kda_layer_op_refuses():
+    """kdart.fla.chunk_kda's own checks: packed sequences with B > 1, the gate in the kernel without A_log
+    or lower_bound."""
+    import kdart.fla
+    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    a = (m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, dt=F32))
+    with pytest.raises(ValueError, match="ESHAPE"):
+        kdart.fla.chunk_kda(*a, cu_seqlens=torch.zeros(3, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match="ENULL"):
+        kdart.fla.chunk_kda(*a, use_gate_in_kernel=True)
+
+
+def test_whole_backward_traces_with_symbolic_sizes():
+    """kdart::chunk_kda_bwd's fake under symbolic sizes outside torch.compile (make_fx, as AOTAutograd's
+    dynamic-shape tracing and torch.library.opcheck run it): no size is hashed or compared as an int."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    B, T, H, HV, K, V = 1, 192, 2, 2, 64, 64
+    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
+    args = (m(B, T, H, K), m(B, T, H, K), m(B, T, HV, V), m(B, T, HV, K), m(B, T, HV, dt=F32), m(B, T, HV, 64),
+            m(B, T, HV, 64), m(B, T, HV, V), m(HV, dt=F32), m(HV * K, dt=F32))
+
+    def f(q, k, v, g, beta, Aqk, Akk, do, A_log, dt_bias):
+        out = kt.chunk_kda_bwd(q, k, v, g, beta, Aqk, Akk, do, None, scale=0.125, A_log=A_log, dt_bias=dt_bias,
+                               use_gate_in_kernel=True, lower_bound=-5.0)
+        return tuple(x for x in out if x is not None)
+    gm = make_fx(f, tracing_mode="symbolic")(*args)
+    assert any("kdart.chunk_kda_bwd" in str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def test_dav_fusion_choice_under_symbolic_sizes():
+    """The whole backward's fake on CUDA tensors asks whether fla's dAv fuses into bwd_dhu (a grid question):
+    with symbolic sizes the answer is no (the fake's shapes do not depend on it), never a hash of a SymInt."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        assert kt._dav_fusable(x.shape[0], x.shape[1], 64, 64, False, torch.device("cuda", 0)) is False
+        return x + 1
+    make_fx(f, tracing_mode="symbolic")(torch.empty(4, 2, device="meta"))

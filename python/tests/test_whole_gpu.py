@@ -478,3 +478,83 @@ def test_whole_backward_cuda_graph_replay():
             a, w = a[:, :end], w[:, :end]
         assert torch.isfinite(a).all(), n
         assert torch.equal(a, w), f"{n}: the graph's replay differs from an eager call on the same inputs"
+
+
+class _Layer(torch.nn.Module):
+    """A KDA layer as models use it: projections of x to q, k, v, the raw gate and the beta logits, fla's
+    chunk_kda in the production configuration (l2norm, the safe gate and the beta sigmoid in the kernel), and
+    the output projection.  fn: kdart.fla.chunk_kda, or fla's chunk_kda."""
+
+    def __init__(self, fn, D=96, H=2, K=64, V=64, cu=None):
+        super().__init__()
+        self.fn, self.H, self.K, self.V, self.cu = fn, H, K, V, cu
+        def p(*s, a=0.1, dt=torch.float32):
+            return torch.nn.Parameter((torch.randn(*s, device="cuda") * a).to(dt))
+        self.W = torch.nn.ParameterDict({n: p(D, H * s, dt=torch.bfloat16) for n, s in
+                                         (("q", K), ("k", K), ("v", V), ("g", K), ("b", 1))})
+        self.Wo = p(H * V, D, dt=torch.bfloat16)
+        self.A_log = torch.nn.Parameter(torch.log(torch.empty(H, device="cuda").uniform_(1, 16)))
+        self.dt_bias = p(H * K, a=1.0)
+
+    def forward(self, x, h0):
+        B, T, _ = x.shape
+        p = {n: (x @ w).view(B, T, self.H, -1) for n, w in self.W.items()}
+        o, ht = self.fn(p["q"], p["k"], p["v"], p["g"], p["b"].squeeze(-1), initial_state=h0,
+                        output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                        use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0, A_log=self.A_log,
+                        dt_bias=self.dt_bias, cu_seqlens=self.cu)
+        return (o.reshape(B, T, -1) @ self.Wo).float().square().mean() + ht.square().mean()
+
+
+def _layer_grads(layer, x, h0):
+    for t in (x, h0, *layer.parameters()):
+        t.grad = None
+    loss = layer(x, h0)
+    loss.backward()
+    return [loss.detach()] + [t.grad.clone() for t in (x, h0, *layer.parameters())]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_kda_layer_compiled_is_eager_is_fla_with_kdart(packed):
+    """A KDA layer through kdart.fla.chunk_kda, three ways, bit for bit: eager; torch.compile(fullgraph=True)
+    of its forward and backward (aot_eager: the two custom ops and torch's own around them); and fla's own
+    chunk_kda with kdart.fla's whole backward (kdart.fla.enabled, same forward kernels, same saved tensors).
+    Fresh random weights and inputs; packed: three documents of a 300-token row (fla's fixed-capacity index
+    against its dynamic one), an initial state per document."""
+    pytest.importorskip("fla")
+    import kdart.fla
+    from fla.ops.kda import chunk_kda as fla_chunk_kda
+    torch.manual_seed(23 + packed)
+    B, T, D = (1, 300, 96) if packed else (2, 200, 96)
+    cu = torch.tensor([0, 77, 230, 300], device="cuda") if packed else None
+    layer = _Layer(kdart.fla.chunk_kda, D=D, cu=cu)
+    x = torch.randn(B, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    h0 = torch.randn(3 if packed else B, 2, 64, 64, device="cuda", requires_grad=True)
+    eager = _layer_grads(layer, x, h0)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    got = _layer_grads(compiled, x, h0)
+    for i, (a, b) in enumerate(zip(eager, got)):
+        assert torch.equal(a, b), f"compiled: tensor {i}"
+    layer.fn = fla_chunk_kda
+    with kdart.fla.enabled(whole=True):
+        kdart.fla.reset_stats()
+        ref = _layer_grads(layer, x, h0)
+        served = kdart.fla.stats()
+    assert served["served"].get("whole_backward", 0) == 1 and not served["fallbacks"], served
+    for i, (a, b) in enumerate(zip(eager, ref)):
+        assert torch.equal(a, b), f"fla with kdart's backward: tensor {i}"
+
+
+def test_kda_layer_op_check():
+    """torch.library.opcheck of kdart::fla_chunk_kda_fwd (schema, fake against real, autograd registration,
+    AOT dispatch) on a small production-flag call."""
+    pytest.importorskip("fla")
+    import kdart._fla_op  # noqa: F401 (registers the op)
+    torch.manual_seed(5)
+    B, T, H, K, V = 1, 130, 2, 64, 64
+    r = lambda *s, dt=torch.bfloat16: torch.randn(*s, device="cuda").to(dt).requires_grad_()  # noqa: E731
+    args = (r(B, T, H, K), r(B, T, H, K), r(B, T, H, V), r(B, T, H, K), r(B, T, H),
+            torch.log(torch.empty(H, device="cuda").uniform_(1, 16)).requires_grad_(), r(H * K, dt=torch.float32),
+            K ** -0.5, r(B, H, K, V, dt=torch.float32), True, True, True, True, False, True, -5.0, False, None)
+    torch.library.opcheck(torch.ops.kdart.fla_chunk_kda_fwd.default, args)
