@@ -6,7 +6,8 @@ minutes on a new shape), then times the backward (CUDA events around .backward()
 without kdart and with kdart.fla enabled, and prints both and the ratio: first from an idle GPU (the
 events then also hold the host's gaps between launches), then with the launches queued behind a spin
 kernel (device time alone, as in a training step whose host runs ahead), with the host's own time per
-backward call, and the backward's peak memory (allocations over what its start held); with --profile, also each
+backward call, the backward's peak memory (allocations over what its start held), and the share of the byte
+floors (byte_floor: the backward's own inputs and gradients; kdart's whole-route layout); with --profile, also each
 kernel's CUDA time per backward (torch.profiler, --profile-iters steps) of fla alone and with kdart,
 grouped by stage, so that the share of what is left is visible.  Then the Python call overhead of each
 op: kdart.torch.bwd_intra / bwd_dhu against the raw C call through ctypes with a prebuilt argument
@@ -99,6 +100,45 @@ def inputs(B, T, H, HV, K, V, docs=None, config="recipe"):
                   safe_gate=True, lower_bound=LOWER, use_beta_sigmoid_in_kernel=True)
     kw["initial_state"] = h0
     return leaves, do, dht, kw
+
+
+COPY_TBS = 4.25  # the H200's copy bandwidth, TB/s (the floors' unit of time)
+
+
+def byte_floor(B, T, H, HV, K, V, docs=None, config="prod"):
+    """The backward's bytes, each tensor read or written once (analytic, in GB), as (io, layout):
+    io: what any backward must read and write: q, k, v, the gate, beta, Aqk, Akk, do, dht, h0 (and the rstd's
+    with l2norm in the kernel) in; dq, dk, dv, dg, dbeta, dh0 out.
+    layout: what kdart's whole route moves, kernel by kernel (recompute_wu with the gate, fwd_h, bwd_dhu with
+    the dAv fused, wy_dqkg with bwd_intra's terms, bwd_post), each of its tensors once per kernel: the floor
+    of kdart's own stage layout (the intermediates w, u, qg, kg, h, v_new, dh, dv2 and the fp32 gradients
+    included; the dA tiles that stay in L2 not)."""
+    io = 2
+    prod = config == "prod"
+    N = len(docs) if docs else B
+    n = B * T
+    chunks = sum((d + 63) // 64 for d in docs) if docs else B * ((T + 63) // 64)
+    qk, gk, vv, bb, aa = n * H * K, n * HV * K, n * HV * V, n * HV, n * HV * 64
+    st, s0 = chunks * HV * K * V, N * HV * K * V
+    g_in = io if prod else 4           # the raw gate (bf16) or the log gate / its cumsum (fp32)
+    b_in = io if config != "cudnn" else 4  # beta as the user passes it
+    b_k = 4 if config != "recipe" else io  # beta as the kernels read it (after the sigmoid: fp32)
+    rstd = 2 * n * H * 4 if prod else 0
+    io_bytes = (2 * qk + vv) * io + gk * g_in + bb * b_in + 2 * aa * io + vv * io + 2 * s0 * 4 + rstd \
+        + (2 * qk + vv) * io + gk * g_in + bb * b_in + s0 * 4
+    last = chunks * HV * K * 4  # the g row at each chunk's end (fwd_h, bwd_dhu)
+    rwu = 2 * qk * io + vv * io + gk * g_in + bb * b_k + aa * io + (gk * 4 if prod else 0) + 3 * gk * io + vv * io
+    fwdh = 2 * gk * io + vv * io + s0 * 4 + last + st * io + vv * io
+    dhu = 3 * gk * io + vv * io + aa * io + s0 * 4 + last + st * io + vv * io + s0 * 4
+    wy = 2 * qk * io + 4 * vv * io + gk * 4 + bb * b_k + aa * io + 2 * st * io + 3 * gk * 4 + vv * io + bb * 4
+    post = 3 * gk * 4 + bb * 4 + 2 * qk * io + gk * g_in + bb * b_in  # the fp32 sums in, the gradients out
+    if prod:  # the l2norm, gate and sigmoid backwards read q, k, the rstd's, the raw gate and beta's logits
+        post += 2 * qk * io + rstd + gk * g_in + bb * b_in
+    return io_bytes / 1e9, (rwu + fwdh + dhu + wy + post) / 1e9
+
+
+def floor_ms(gb):
+    return gb / COPY_TBS
 
 
 def step(leaves, do, dht, kw):
@@ -374,6 +414,7 @@ def main():
                   f"{time.time() - t1:.1f} s)", flush=True)
             base, _ = backward_ms(leaves, do, dht, kw, args.iters)
             qb, hb = backward_ms(leaves, do, dht, kw, args.iters, queued=True)
+            fio, flay = byte_floor(B, T, H, HV, K, V, docs, config)
             mb = backward_peak_mb(leaves, do, dht, kw)
             pb = profile_backward(leaves, do, dht, kw, args.profile_iters) if args.profile else None
             qos = []
@@ -392,6 +433,11 @@ def main():
                 qos.append(qo)
                 print(f"{'':7s} {'  launches queued ahead':22s} {qb:11.3f} {qo:13.3f} {qb / qo:6.2f}  "
                       f"(host ms per backward call: fla {hb:.3f}, with kdart {ho:.3f})", flush=True)
+                sb, so = 100 * floor_ms(fio) / qb, 100 * floor_ms(fio) / qo
+                print(f"{'':7s} {'  share of byte floors':22s} {sb:10.1f}% {so:12.1f}%"
+                      f"         (queued times against the backward's own inputs and gradients, {fio:.2f} GB = "
+                      f"{floor_ms(fio):.3f} ms at {COPY_TBS} TB/s; kdart's whole-route layout moves {flay:.2f} GB = "
+                      f"{floor_ms(flay):.3f} ms: {100 * floor_ms(flay) / qo:.0f}% of kdart's time)", flush=True)
                 with kf.enabled(**kopts):
                     mo = backward_peak_mb(leaves, do, dht, kw)
                 print(f"{'':7s} {'  peak memory, MB':22s} {mb:11.1f} {mo:13.1f} {mb / max(mo, 1e-9):6.2f}  "
