@@ -112,17 +112,66 @@ def _backward(ctx, do, dht, *_):
 _fwd.register_autograd(_backward, setup_context=_setup)
 
 
+def _bad(code, msg):
+    return _lib.value_error(code, f"{code}: {msg}")
+
+
+def _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, gate):
+    """What both directions need, refused before the forward launches anything (the backward's own checks, in
+    kdart's C library, come after the forward has run)."""
+    named = dict(q=q, k=k, v=v, g=g, beta=beta)
+    for n, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise _bad("ENULL", f"{n} must be a tensor, got {type(t).__name__}")
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise _bad("ESHAPE", f"q, k must be [B,T,H,K] and v [B,T,HV,V]; got q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                             f"v {tuple(v.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if HV % H:
+        raise _bad("ESHAPE", f"HV={HV} is not a multiple of H={H}")
+    if not (1 <= K <= 256 and 1 <= V <= 512):
+        raise _bad("EUNSUPPORTED", f"K={K}, V={V}: kdart's backward takes K up to 256 and V up to 512")
+    if tuple(g.shape) != (B, T, HV, K) or tuple(beta.shape) != (B, T, HV):
+        raise _bad("ESHAPE", f"g must be [B,T,HV,K] = {(B, T, HV, K)} and beta [B,T,HV]; got g {tuple(g.shape)}, "
+                             f"beta {tuple(beta.shape)}")
+    if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise _bad("EDTYPE", f"q, k, v must share one io dtype, bfloat16 or float16; got {q.dtype}, {k.dtype}, "
+                             f"{v.dtype}")
+    if g.dtype not in (q.dtype, torch.float32) or beta.dtype not in (q.dtype, torch.float32):
+        raise _bad("EDTYPE", f"g and beta must be in the io dtype or float32; got {g.dtype}, {beta.dtype}")
+    if any(t.device != q.device for t in named.values()) or q.device.type not in ("cuda", "meta"):
+        raise _bad("EDEVICE", "q, k, v, g and beta must be on one CUDA device")
+    N = B
+    if cu_seqlens is not None:
+        if B != 1:
+            raise _bad("ESHAPE", f"packed sequences (cu_seqlens) need B == 1, got B={B}")
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2 or cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise _bad("ESHAPE", "cu_seqlens must be a 1-D int32 or int64 tensor of N + 1 >= 2 offsets")
+        if cu_seqlens.device != q.device:
+            raise _bad("EDEVICE", "cu_seqlens must be on q's device")
+        N = cu_seqlens.shape[0] - 1
+    if initial_state is not None:
+        want = (N, HV, V, K) if state_v_first else (N, HV, K, V)
+        if tuple(initial_state.shape) != want or initial_state.dtype != torch.float32:
+            raise _bad("ESHAPE", f"initial_state must be float32 {want}; got {initial_state.dtype} "
+                                 f"{tuple(initial_state.shape)}")
+    if gate:
+        if A_log is not None and (tuple(A_log.shape) != (HV,) or A_log.dtype != torch.float32):
+            raise _bad("ESHAPE", f"A_log must be float32 [HV] = [{HV}]")
+        if dt_bias is not None and (dt_bias.numel() != HV * K or dt_bias.dtype != torch.float32):
+            raise _bad("ESHAPE", f"dt_bias must be float32 [HV*K] = [{HV * K}]")
+
+
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
               allow_neg_eigval=False, safe_gate=False, lower_bound=None, state_v_first=False, cu_seqlens=None,
               A_log=None, dt_bias=None):
+    if use_gate_in_kernel and A_log is None and lower_bound is None:
+        raise _bad("ENULL", "use_gate_in_kernel needs A_log (or lower_bound: fla's gate without A_log)")
+    _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, use_gate_in_kernel)
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    if cu_seqlens is not None and q.shape[0] != 1:
-        raise _lib.value_error("ESHAPE", f"ESHAPE: packed sequences (cu_seqlens) need B == 1, got B={q.shape[0]}")
-    if use_gate_in_kernel and A_log is None and lower_bound is None:
-        raise _lib.value_error("ENULL",
-                               "ENULL: use_gate_in_kernel needs A_log (or lower_bound: fla's gate without A_log)")
     out = torch.ops.kdart.fla_chunk_kda_fwd(
         q, k, v, g, beta, A_log, dt_bias, float(scale), initial_state, bool(output_final_state),
         bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel), bool(use_beta_sigmoid_in_kernel),

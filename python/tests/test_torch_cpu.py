@@ -905,16 +905,46 @@ def test_compile_records_a_kda_layer_forward_and_backward(packed, dynamic):
         assert t.grad is not None and t.grad.shape == t.shape and t.grad.dtype == t.dtype
 
 
-def test_kda_layer_op_refuses():
-    """kdart.fla.chunk_kda's own checks: packed sequences with B > 1, the gate in the kernel without A_log
-    or lower_bound."""
+@pytest.mark.parametrize("bad,code", [
+    (dict(cu_seqlens=("i64", 3)), "ESHAPE"),                 # packed with B = 2
+    (dict(use_gate_in_kernel=True), "ENULL"),                # the gate without A_log or lower_bound
+    (dict(k=(2, 64, 2, 32)), "ESHAPE"),                      # k not q's shape
+    (dict(v=(2, 64, 3, 64)), "ESHAPE"),                      # HV not a multiple of H
+    (dict(q=(2, 64, 2, 300), k=(2, 64, 2, 300), g=(2, 64, 2, 300)), "EUNSUPPORTED"),  # K > 256
+    (dict(g=(2, 64, 2, 32)), "ESHAPE"),                      # g not [B,T,HV,K]
+    (dict(beta=(2, 64)), "ESHAPE"),
+    (dict(q=("f32", (2, 64, 2, 64))), "EDTYPE"),             # fp32 io
+    (dict(v=("f16", (2, 64, 2, 64))), "EDTYPE"),             # mixed io
+    (dict(g=("f64", (2, 64, 2, 64))), "EDTYPE"),
+    (dict(initial_state=("f32", (3, 2, 64, 64))), "ESHAPE"),  # h0 not [N,HV,K,V]
+    (dict(initial_state=("bf", (2, 2, 64, 64))), "ESHAPE"),   # h0 not fp32
+    (dict(use_gate_in_kernel=True, A_log=("f32", (3,))), "ESHAPE"),
+    (dict(use_gate_in_kernel=True, A_log=("f32", (2,)), dt_bias=("f32", (100,))), "ESHAPE"),
+    (dict(q=None), "ENULL"),
+])
+def test_kda_layer_op_refuses(bad, code):
+    """kdart.fla.chunk_kda refuses a bad call with kdart's status in a ValueError before the forward launches
+    anything (meta tensors: nothing could run)."""
     import kdart.fla
-    m = lambda *s, dt=BF: torch.empty(*s, dtype=dt, device="meta")  # noqa: E731
-    a = (m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, 64), m(2, 64, 2, dt=F32))
-    with pytest.raises(ValueError, match="ESHAPE"):
-        kdart.fla.chunk_kda(*a, cu_seqlens=torch.zeros(3, dtype=torch.int64, device="meta"))
-    with pytest.raises(ValueError, match="ENULL"):
-        kdart.fla.chunk_kda(*a, use_gate_in_kernel=True)
+    dts = dict(bf=BF, f16=torch.float16, f32=F32, f64=torch.float64, i64=torch.int64)
+
+    def t(spec, dt=BF):
+        if spec is None:
+            return None
+        if isinstance(spec[0], str):
+            dt, spec = dts[spec[0]], spec[1]
+        return torch.empty(*((spec,) if isinstance(spec, int) else spec), dtype=dt, device="meta")
+    a = dict(q=(2, 64, 2, 64), k=(2, 64, 2, 64), v=(2, 64, 2, 64), g=(2, 64, 2, 64), beta=("f32", (2, 64, 2)))
+    kw = {}
+    for n, spec in bad.items():
+        if n in a:
+            a[n] = spec
+        elif isinstance(spec, tuple):
+            kw[n] = t(spec)
+        else:
+            kw[n] = spec
+    with pytest.raises(ValueError, match=code):
+        kdart.fla.chunk_kda(*(t(a[n]) for n in ("q", "k", "v", "g", "beta")), **kw)
 
 
 def test_whole_backward_traces_with_symbolic_sizes():
