@@ -17,9 +17,9 @@
  *            (VARLEN = false: its fixed-length prefix, see FixedParams).  TAIL = true
  *            needs VARLEN (<.., false, true> is a trap stub that is never launched);
  *            see "HEAD DIM" below.
- *   grid     (T/64, B*HV, 1): the (chunk, b*HV + hv) pair of kdart::chunk_cta (the
- *            heads fastest in launch order, kdart_varlen.cuh).
- *            VARLEN: (NT, HV, 1): the pair (global chunk i of all sequences, hv)
+ *   grid     (T/64, B*HV, 1): the (chunk, b, hv) of kdart::chunk_cta (the heads
+ *            fastest in launch order, kdart_varlen.cuh).
+ *            VARLEN: (NT, HV, 1): the chunk is global chunk i of all sequences
  *            (p.NT >= the total); see "VARLEN" below.
  *   block    (BwdIntraTraits<K>::kThreads, 1, 1) = 256 threads for every K tile.
  *   smem     BwdIntraTraits<K>::kSmemBytes bytes of DYNAMIC shared memory:

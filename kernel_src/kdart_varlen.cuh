@@ -93,48 +93,46 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
     return nv;
 }
 
-/* The (chunk, head) a CTA of a chunk grid (X chunks by Y rows: T/64 by B*HV at fixed
- * length, NT by HV packed) stands for.  The CTAs start in launch order, x fastest,
- * and that order is read with the value heads fastest: CTA L = x + X y takes head
- * L % HV of chunk slot L / HV.  The CTAs in flight then read every head of a few
- * consecutive chunks, one contiguous stretch of each [.., T, HV, ..] tensor, where
- * walking one head's chunks would read 64-row pieces HV rows apart.  Returns *cx,
- * the chunk (of its batch row at fixed length), and *cy = b * HV + hv (hv packed).
- * The reads are volatile, so callers may recompute rather than hold the pair.  The
- * host keeps X Y below 2^32 (kdart__chunk_grid). */
-__device__ __forceinline__ void chunk_cta(int HV, int *cx, int *cy) {
+/* The (chunk, batch row, head) a CTA of a chunk grid (X chunks by Y rows: T/64 by
+ * B*HV at fixed length, NT by HV packed) stands for.  The CTAs start in launch
+ * order, x fastest, and that order is read with the value heads fastest: CTA
+ * L = x + X y takes head L % HV of chunk slot L / HV.  The CTAs in flight then read
+ * every head of a few consecutive chunks, one contiguous stretch of each
+ * [.., T, HV, ..] tensor, where walking one head's chunks would read 64-row pieces
+ * HV rows apart.  Returns *c, the chunk (of its batch row at fixed length; among all
+ * chunks packed), *b, the batch row (0 packed), and *hv.  The reads are volatile,
+ * so callers may recompute rather than hold them.  The host keeps X Y below 2^32
+ * (kdart__chunk_grid). */
+__device__ __forceinline__ void chunk_cta(int HV, int *c, int *b, int *hv) {
     unsigned bx, by, nx;
     asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
     asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(by));
     asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
-    const unsigned L = bx + nx * by, r = L / (unsigned)HV, hv = L - r * (unsigned)HV, b = r / nx;
-    *cx = (int)(r - b * nx);
-    *cy = (int)(b * (unsigned)HV + hv);
+    const unsigned L = bx + nx * by, r = L / (unsigned)HV, rb = r / nx;
+    *c = (int)(r - rb * nx);
+    *b = (int)rb;
+    *hv = (int)(L - r * (unsigned)HV);
 }
 
 /* The chunk of a CTA in the kernels of one CTA per (chunk, value head): grid
- * (T/64, B*HV) at fixed length, chunk_cta's pair (chunk, b * HV + hv); VARLEN
- * (NT, HV), the pair (the chunk's index among all chunks, which is also its row
- * of a per-chunk state, hv), over cu_seqlens's sequences or, cu NULL, over N
- * rows of T tokens.  Returns the chunk's valid rows (1..64) with *t0 its first token,
- * *hrow its state row, *hv its value head; or <= 0 when the CTA has nothing to
- * do (past the last chunk, or bad cu_seqlens, which CTA (0, 0) reports: every
+ * (T/64, B*HV) at fixed length; VARLEN (NT, HV), the chunk its index among all
+ * chunks (which is also its row of a per-chunk state), over cu_seqlens's
+ * sequences or, cu NULL, over N rows of T tokens (chunk_cta's order either
+ * way).  Returns the chunk's valid rows (1..64) with *t0 its first token, *hrow
+ * its state row, *hv its value head; or <= 0 when the CTA has nothing to do
+ * (past the last chunk, or bad cu_seqlens, which CTA (0, 0) reports: every
  * CTA then returns before its first store).  Every thread calls it; scratch
  * as locate_chunk's. */
 template <int NTH, bool VARLEN>
 __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64, int N, int NT, int *status,
                                         int *scratch, long long *t0, long long *hrow, int *hv) {
-    int cx, cy;
-    chunk_cta(HV, &cx, &cy);
+    int ci, bb;
+    chunk_cta(HV, &ci, &bb, hv);
     if constexpr (!VARLEN) {
-        const int bb = cy / HV;
-        *hv = cy - bb * HV;
-        *t0 = (long long)bb * T + 64ll * cx;
-        *hrow = (long long)bb * (T / 64) + cx;
+        *t0 = (long long)bb * T + 64ll * ci;
+        *hrow = (long long)bb * (T / 64) + ci;
         return 64;
     } else {
-        const int ci = cx;
-        *hv = cy;
         *hrow = ci;
         if (cu == nullptr) {
             const int nct = (T + 63) >> 6;
@@ -143,7 +141,7 @@ __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64,
             *t0 = (long long)n * T + 64ll * c;
             return min(64, T - 64 * c);
         }
-        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && cy == 0, status, scratch, t0);
+        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && *hv == 0, status, scratch, t0);
     }
 }
 

@@ -116,7 +116,7 @@ def _bad(code, msg):
     return _lib.value_error(code, f"{code}: {msg}")
 
 
-def _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, gate):
+def _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, gate, lower_bound):
     """What both directions need, refused before the forward launches anything (the backward's own checks, in
     kdart's C library, come after the forward has run)."""
     named = dict(q=q, k=k, v=v, g=g, beta=beta)
@@ -157,6 +157,8 @@ def _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt
             raise _bad("ESHAPE", f"initial_state must be float32 {want}; got {initial_state.dtype} "
                                  f"{tuple(initial_state.shape)}")
     if gate:
+        if A_log is None and lower_bound is None:
+            raise _bad("ENULL", "use_gate_in_kernel needs A_log (or lower_bound: fla's gate without A_log)")
         if A_log is not None and (tuple(A_log.shape) != (HV,) or A_log.dtype != torch.float32):
             raise _bad("ESHAPE", f"A_log must be float32 [HV] = [{HV}]")
         if dt_bias is not None and (dt_bias.numel() != HV * K or dt_bias.dtype != torch.float32):
@@ -167,9 +169,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
               allow_neg_eigval=False, safe_gate=False, lower_bound=None, state_v_first=False, cu_seqlens=None,
               A_log=None, dt_bias=None):
-    if use_gate_in_kernel and A_log is None and lower_bound is None:
-        raise _bad("ENULL", "use_gate_in_kernel needs A_log (or lower_bound: fla's gate without A_log)")
-    _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, use_gate_in_kernel)
+    _check(q, k, v, g, beta, initial_state, state_v_first, cu_seqlens, A_log, dt_bias, use_gate_in_kernel,
+           lower_bound)
     if scale is None:
         scale = q.shape[-1] ** -0.5
     out = torch.ops.kdart.fla_chunk_kda_fwd(

@@ -279,13 +279,14 @@ int kdart__chunk_grid(kdart_rt *rt, kdart__call *c, int64_t B, int64_t T, int64_
     if (varlen || B * HV > 65535) sq->varlen = 1;
     const int64_t NTC = (T + KDART_CHUNK - 1) / KDART_CHUNK;
     const int64_t grid_x = !sq->varlen ? T / KDART_CHUNK : sq->cu ? T / KDART_CHUNK + sq->N : B * NTC;
+    const int64_t grid_y = sq->varlen ? HV : B * HV;
     /* (the kernels number their CTAs x + X y in 32 bits: kernel_src/kdart_varlen.cuh, chunk_cta) */
-    if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX || grid_x * (sq->varlen ? HV : B * HV) > UINT32_MAX)
+    if (T > INT32_MAX || HV > 65535 || grid_x > INT32_MAX || grid_x * grid_y > UINT32_MAX)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (T=%lld, HV=%lld, %lld chunks)", (long long)T,
                           (long long)HV, (long long)grid_x);
     c->max_chunks = grid_x;
     c->grid[0] = (unsigned)grid_x;
-    c->grid[1] = (unsigned)(sq->varlen ? HV : B * HV);
+    c->grid[1] = (unsigned)grid_y;
     return KDART_OK;
 }
 
