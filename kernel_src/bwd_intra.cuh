@@ -192,7 +192,9 @@ struct BwdIntraTraits {
     static constexpr int kDbSlots = kWPB * kPasses; /* db partials per row */
     /* dAqk/dAkk are stored compactly in [48][kDAP]: row r of block 1..3 (columns
      * 0..16*blk+15 used) at (r-16)*kDAP; row r of block 0 (columns 0..15) at
-     * (r+16)*kDAP + 48, i.e. in the unused columns 48..63 of block 2's rows */
+     * (r+16)*kDAP + 48, i.e. in the unused columns 48..63 of block 2's rows; the
+     * 16-byte chunks of rows with bit 2 of their index in the block set are swapped
+     * in pairs (dasw in bwd_intra_body.inc: no bank conflicts in phase B) */
     static constexpr int kDAP = 72;
     static constexpr int kDAFloats = 48 * kDAP;
     /* byte offsets inside dynamic shared memory */

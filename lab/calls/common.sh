@@ -116,3 +116,15 @@ gc_prologue() {
   timeout 100 build/kdart prewarm --jobs 16 > $O/prewarm.txt 2>&1
   echo "prewarm rc=$?"; tail -1 $O/prewarm.txt; el
 }
+# ncu source counters of the fused wy_dqkg + intra launch at B2 T8192 H32 (lab/calls/fused_ncu.py), exported as
+# CSV per SASS instruction ($O/src.csv, gzipped beside it) with the details page; $1: extra ncu sections
+gpu_ncu_fused() {
+  PYTHONPATH=$R/python:$R/python/tests timeout 200 ncu --kernel-name regex:kdart_wy_dqkg --launch-skip 2 \
+    --launch-count 1 --section SourceCounters --section WarpStateStats ${1:-} -o /tmp/fused \
+    python3 lab/calls/fused_ncu.py > $O/ncu_run.txt 2>&1
+  echo "ncu rc=$?"; el; tail -3 $O/ncu_run.txt
+  ncu -i /tmp/fused.ncu-rep --page source --csv --print-source sass > $O/src.csv 2> $O/src_err.txt
+  echo "export rc=$? $(wc -l < $O/src.csv) lines"
+  ncu -i /tmp/fused.ncu-rep --page details --print-details all > $O/details.txt 2>&1
+  gzip -k $O/src.csv; gc_pack; el
+}
