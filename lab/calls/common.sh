@@ -128,3 +128,39 @@ gpu_ncu_fused() {
   ncu -i /tmp/fused.ncu-rep --page details --print-details all > $O/details.txt 2>&1
   gzip -k $O/src.csv; gc_pack; el
 }
+# memcheck and racecheck side by side on the kernels of directory $1 (own caches); $2: each one's time
+# limit, $3: KDART_GPU_SMALL's list (results in $O/san.txt)
+gc_sanitize_dir() {
+  for tool in memcheck racecheck; do
+    (KDART_KERNEL_DIR=$1 KDART_CACHE_DIR=/tmp/csan_$tool KDART_GPU_SMALL=$3 CK_FORK=no timeout "$2" \
+       compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
+     echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+  done
+}
+# kernel sources timed against each other: two rounds alternating the directories "$@" (each a kdart
+# kernel dir /tmp/NAME/k, labelled NAME), wy_intra_bench's rows $AB_ROWS and whole_ab's bare C call
+gpu_ab_dirs() {
+  for i in 1 2; do for d in "$@"; do
+    v=$(basename $(dirname $d))
+    KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
+      timeout 100 python3 lab/calls/wy_intra_bench.py ${AB_ROWS:-b2_t8192_h32,packed32768,prod8192} 2>&1 \
+      | grep -vE "Warning|warn|^row" | sed "s|^|$v |"
+    KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
+      timeout 80 python3 lab/calls/whole_ab.py 2>&1 | grep -E "bare" | sed "s|^|$v |"
+  done; done | tee $O/ab.txt; el
+}
+# the whole-backward Python tests side by side in the background (production -k whole: three workers;
+# test_whole_gpu.py: four), fla's Triton in first-config mode; $1: each one's time limit.  gpu_whole_report
+# prints their results after a `wait`.
+gc_whole_tests() {
+  (KDART_ERR_LOG=$O/prod_errors.txt GPU_CHECK_PARTS=python PYTEST_LOG=pytest_prod PYTEST_TRITON=first \
+    PYTEST_TIMEOUT=$1 PYTEST_ARGS="-n 3 python/tests/test_production_gpu.py -k whole" tools/gpu_check.sh build $O \
+    > $O/prod_rc.txt 2>&1) &
+  (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_whole PYTEST_TRITON=first PYTEST_TIMEOUT=$1 \
+    PYTEST_ARGS="-n 4 python/tests/test_whole_gpu.py" tools/gpu_check.sh build $O > $O/whole_rc.txt 2>&1) &
+}
+gpu_whole_report() {
+  grep -hE "passed|failed" $O/pytest_whole.txt $O/pytest_prod.txt | tail -2
+  grep -hE "^FAILED|^E  " $O/pytest_whole.txt $O/pytest_prod.txt | head -8
+}
+
