@@ -2,8 +2,8 @@
 # lab/calls/next-s10b.sh (OUT set; carry build-gpu as build, .whl): experiments/fwdh-lpt tested and timed.
 # Before: `git apply` both of its diffs (kernels, and test_gpu's case of 300 documents) and build build-gpu
 # with them.  Here: its kernels (/tmp/lpt/k, own cache): test_gpu's fwd_h and varlen lists on it, then whole_ab's
-# packed row alternating main (/tmp/old/k) and fwdh-lpt (/tmp/lpt/k), two rounds (fwd_h's line of the
-# profile), then the C-call tests of test_whole_gpu.py (kernel_src has it).
+# packed rows (7 and 25 documents) alternating main (/tmp/old/k) and fwdh-lpt (/tmp/lpt/k), two rounds
+# (the fwd_h and bwd_dhu lines of the profile), then the C-call tests of test_whole_gpu.py (kernel_src has it).
 set -u
 . lab/calls/common.sh
 rm -rf /tmp/old /tmp/lpt && mkdir -p /tmp/old /tmp/lpt && cp -a kernel_src /tmp/old/k && cp -a kernel_src /tmp/lpt/k \
@@ -17,7 +17,7 @@ tail -1 $O/test_gpu_lpt.txt; grep -hE "^[0-9]+%|Checks|Failures|FAIL" $O/test_gp
 gc_pack
 for i in 1 2; do for v in old lpt; do
   KDART_KERNEL_DIR=/tmp/$v/k KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
-    timeout 80 python3 lab/calls/whole_ab.py packed32768 2>&1 | grep -E "bare|chunk_kda_bwd profile" \
+    timeout 100 python3 lab/calls/whole_ab.py packed32768,packed65536_n25 2>&1 | grep -E "bare|chunk_kda_bwd profile" \
     | sed -E "s/void kdart_//g; s/<kdart::bf16[^ ]*//g; s/\(kdart[^ ]*//g" | cut -c1-300 | sed "s|^|$v |"
 done; done | tee $O/ab.txt; el
 gc_pack
