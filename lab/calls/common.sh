@@ -27,12 +27,15 @@ gc_test_gpu() {
 }
 gc_selftest() { (timeout 240 build/kdart selftest > $O/selftest.txt 2>&1; echo "selftest rc=$?" >> $O/selftest.txt) & sp=$!; }
 gc_ext_build() { (cd python && timeout 150 python3 -m kdart.torch_ext > $O/ext_build.txt 2>&1; echo "ext build rc=$?" >> $O/ext_build.txt) & ep=$!; }
-# fla's recipes in first-config mode, five workers
-gc_fla_recipes() {
-  GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=250 \
-    PYTEST_ARGS="-n 5 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1 &
-  fp=$!
+# one pytest run through gpu_check, fla's Triton in first-config mode, in the background: $1 its log name
+# (pytest_$1.txt; "prod" also keeps the production tests' error lines), $2 its time limit, $3 pytest's
+# arguments
+gc_pytest() {
+  (KDART_ERR_LOG=$O/$1_errors.txt GPU_CHECK_PARTS=python PYTEST_LOG=pytest_$1 PYTEST_TRITON=first \
+    PYTEST_TIMEOUT=$2 PYTEST_ARGS="$3" tools/gpu_check.sh build $O > $O/$1_rc.txt 2>&1) &
 }
+# fla's recipes in first-config mode, five workers
+gc_fla_recipes() { gc_pytest fla 250 "-n 5 python/tests/test_fla_gpu.py"; fp=$!; }
 # memcheck and racecheck over test_gpu side by side; $1: each one's time limit, the rest: environment
 # assignments that pick the tests (KDART_GPU_SMALL=1 or KDART_GPU_TESTS=...)
 gc_sanitize() {
@@ -101,11 +104,8 @@ gc_gpu_tests() {
 # kdart.fla's GPU tests (fla's recipes) and the production whole-function float64 tests side by side, four
 # workers each, in the background (a plain `wait` collects them); $1: each one's time limit
 gc_fla_prod() {
-  (KDART_ERR_LOG=$O/prod_errors.txt GPU_CHECK_PARTS=python PYTEST_LOG=pytest_prod PYTEST_TRITON=first \
-    PYTEST_TIMEOUT=$1 PYTEST_ARGS="-n 4 python/tests/test_production_gpu.py" tools/gpu_check.sh build $O \
-    > $O/prod_rc.txt 2>&1) &
-  (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_fla PYTEST_TRITON=first PYTEST_TIMEOUT=$1 \
-    PYTEST_ARGS="-n 4 python/tests/test_fla_gpu.py" tools/gpu_check.sh build $O > $O/fla_rc.txt 2>&1) &
+  gc_pytest prod "$1" "-n 4 python/tests/test_production_gpu.py"
+  gc_pytest fla "$1" "-n 4 python/tests/test_fla_gpu.py"
 }
 # the start of the fifth session's calls: Triton's cache, fla's site, kdart's library for Python, and the
 # default cache prewarmed on 16 cores
@@ -153,11 +153,8 @@ gpu_ab_dirs() {
 # test_whole_gpu.py: four), fla's Triton in first-config mode; $1: each one's time limit.  gpu_whole_report
 # prints their results after a `wait`.
 gc_whole_tests() {
-  (KDART_ERR_LOG=$O/prod_errors.txt GPU_CHECK_PARTS=python PYTEST_LOG=pytest_prod PYTEST_TRITON=first \
-    PYTEST_TIMEOUT=$1 PYTEST_ARGS="-n 3 python/tests/test_production_gpu.py -k whole" tools/gpu_check.sh build $O \
-    > $O/prod_rc.txt 2>&1) &
-  (GPU_CHECK_PARTS=python PYTEST_LOG=pytest_whole PYTEST_TRITON=first PYTEST_TIMEOUT=$1 \
-    PYTEST_ARGS="-n 4 python/tests/test_whole_gpu.py" tools/gpu_check.sh build $O > $O/whole_rc.txt 2>&1) &
+  gc_pytest prod "$1" "-n 3 python/tests/test_production_gpu.py -k whole"
+  gc_pytest whole "$1" "-n 4 python/tests/test_whole_gpu.py"
 }
 gpu_whole_report() {
   grep -hE "passed|failed" $O/pytest_whole.txt $O/pytest_prod.txt | tail -2

@@ -21,7 +21,6 @@ for i in 1 2; do for v in old lpt; do
     | sed -E "s/void kdart_//g; s/<kdart::bf16[^ ]*//g; s/\(kdart[^ ]*//g" | cut -c1-300 | sed "s|^|$v |"
 done; done | tee $O/ab.txt; el
 gc_pack
-GPU_CHECK_PARTS=python PYTEST_LOG=pytest_whole PYTEST_TRITON=first PYTEST_TIMEOUT=200 \
-  PYTEST_ARGS="-n 4 python/tests/test_whole_gpu.py -k c_chunk" tools/gpu_check.sh build $O > $O/whole_rc.txt 2>&1
+gc_pytest whole 200 "-n 4 python/tests/test_whole_gpu.py -k c_chunk"; wait
 grep -hE "passed|failed" $O/pytest_whole.txt | tail -1; grep -hE "^FAILED|^E  " $O/pytest_whole.txt | head -8; el
 gc_pack

@@ -1372,10 +1372,11 @@ def dav_grid_refusal(N, HV, K, V, packed, device=None):
 
 def _dav_fusable(N, HV, K, V, packed, dev):
     """Whether the whole backward computes fla's dAv inside bwd_dhu and wy_dqkg: K 64 or 128, V a multiple of
-    64, eagerly, on grids dav_grid_refusal accepts."""
-    if K not in (64, 128) or V % 64 or V > 512 or _is_compiling():
-        return False
-    if not all(type(x) is int for x in (N, HV, V)):  # (symbolic sizes: tracing, whose shapes do not depend on it)
+    64, eagerly, on grids dav_grid_refusal accepts.  While tracing (torch.compile, or symbolic sizes outside
+    it: AOTAutograd's dynamic tracing) it answers False without asking the device: no traced shape depends on
+    it."""
+    tracing = _is_compiling() or not all(type(x) is int for x in (N, HV, V))
+    if K not in (64, 128) or V % 64 or V > 512 or tracing:
         return False
     return dav_grid_refusal(N, HV, K, V, packed, dev) is None
 
