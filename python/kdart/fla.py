@@ -871,9 +871,13 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     sequences (cu_seqlens, B == 1) go through fla's fixed-capacity chunk index (its use_graph mode), whose
     shape follows from T and the number of sequences: CUDA-graph safe, no host synchronization.  Bad
     arguments raise ValueError (from kdart's checks, before anything launches, for the backward)."""
-    args = locals()  # (every argument, by name: the op takes the same signature)
     from ._fla_op import chunk_kda as op
-    return op(**args)
+    # (the arguments are listed, not taken from locals(): torch.compile cannot trace locals())
+    return op(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+              use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+              use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+              safe_gate=safe_gate, lower_bound=lower_bound, state_v_first=state_v_first, cu_seqlens=cu_seqlens,
+              A_log=A_log, dt_bias=dt_bias)
 
 
 def _device_of(t):
