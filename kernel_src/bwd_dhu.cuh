@@ -124,6 +124,7 @@
 #define KDART_BWD_DHU_CUH
 
 #include "kdart_common.cuh"
+#include "kdart_varlen.cuh"
 
 /* The sm_90a build can run the three GEMMs as warpgroup MMAs (wgmma) with both
  * operands in shared memory (BwdDhuTraits::kWG: at K = 128); other targets use
@@ -701,6 +702,10 @@ __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
         }
         if (bx & 1) return;
         bx >>= 1;
+    } else if (p.cu_seqlens != nullptr) { /* larger grids: longest sequence first (kdart_varlen.cuh) */
+        extern __shared__ __align__(1024) unsigned char smem[];
+        by = lpt_row<BwdDhuTraits<K, 64>::kThreads>(p.cu_seqlens, p.cu_is64, p.N, (int)(blockIdx.y / p.HV),
+                                                    reinterpret_cast<int *>(smem)) * p.HV + (int)(blockIdx.y % p.HV);
     }
     scan<IO, K, 64, true, TAIL>(p, bx, by);   /* one call site: the 64-column scan inlined once */
 }

@@ -21,7 +21,8 @@
  *            V not a multiple of BV (copies and stores in the granule Kr and V allow,
  *            kdart_tile.cuh).  The state layout (p.state_v_first) is a runtime flag of every
  *            specialization: it changes only where h, h0 and ht are addressed.
- *   grid     (ceil(V / BV), N * HV, 1); blockIdx.y = n * HV + hv.
+ *   grid     (ceil(V / BV), N * HV, 1); blockIdx.y = r * HV + hv, r the row rank: sequence r, or with
+ *            cu_seqlens the r-th longest (kdart_varlen.cuh, lpt_row), so long scans start first.
  *   block    FwdHTraits<K, BV>::kThreads: 128 threads (4 warps); 256 (two warpgroups, each scanning
  *            32 of the columns with its own state registers) at <256, 64>.
  *   smem     FwdHTraits<K, BV>::kSmemBytes of dynamic shared memory (the asserts list them).
@@ -147,7 +148,14 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
     /* the warp's 16 rows (of the chunk, and of each K block of S) and its warpgroup's first column */
     const int m0 = 16 * (warp & 3), c0 = (warp >> 2) * Tr::kCB, gid = lane >> 2, tq = lane & 3;
     const int HV = p.HV, V = p.V, Kr = TAIL ? p.Kr : K, svf = p.state_v_first;
-    const int v0 = blockIdx.x * BV, n = blockIdx.y / HV, hv = blockIdx.y - n * HV;
+    int n = blockIdx.y / HV;
+    const int v0 = blockIdx.x * BV, hv = blockIdx.y - n * HV;
+    /* packed sequences: the grid rows longest sequence first (kdart_varlen.cuh, lpt_row; the stages'
+     * shared memory is free until the first copies).  Everything below indexes by (n, hv), never by
+     * blockIdx.y: h0 and ht rows are the sequence's. */
+    if constexpr (VARLEN)
+        if (p.cu_seqlens != nullptr) n = lpt_row<Tr::kThreads>(p.cu_seqlens, p.cu_is64, p.N, n, reinterpret_cast<int *>(smem));
+    const long long srow = (long long)n * HV + hv; /* this scan's row of h0 and ht */
 
     long long bos, co;
     const int len = seq_of<Tr::kThreads, VARLEN>(p.T, p.cu_seqlens, p.cu_is64, p.N, p.NT, n, p.status,
@@ -229,7 +237,7 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
     };
     /* S from h0, zeros past Kr and V */
     float st[KB][NJ][4];
-    const float *h0 = p.h0 ? p.h0 + (long long)blockIdx.y * KV : nullptr;
+    const float *h0 = p.h0 ? p.h0 + srow * KV : nullptr;
 #pragma unroll
     for (int mt = 0; mt < KB; ++mt)
 #pragma unroll
@@ -368,7 +376,7 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
 
     /* the final state, fp32 */
     if (p.ht) {
-        float *ht = p.ht + (long long)blockIdx.y * KV;
+        float *ht = p.ht + srow * KV;
         each_state(st, [=](float &x, int mt, int j, int e) {
             const long long at = state_at(mt, j, e);
             if (at >= 0) ht[at] = x;

@@ -200,6 +200,41 @@ __device__ __forceinline__ int seq_of(int T, const void *cu, int is64, int N, in
     return (int)(ld_cu(cu, is64, n + 1) - *bos);
 }
 
+/* The grid row order of a variable-length scan kernel (one CTA per (sequence, value head, V tile),
+ * grid rows n * HV + hv): a scan is serial over its sequence's chunks, and the hardware starts CTAs in
+ * grid order, so a long sequence whose rows come late in cu_seqlens starts when the first short ones
+ * end and finishes after everything else.  Row rank r (blockIdx.y / HV) takes the sequence of rank r by
+ * length, longest first, ties by index: every CTA computes the same permutation of 0 .. N - 1 from the
+ * same cu_seqlens (each thread counts the sequences ahead of its own), so each row is scanned once.
+ * Beyond NTH sequences the rows keep index order: every CTA would read all of cu_seqlens, and with that
+ * many sequences the scans are short and their order matters little.  Garbage cu_seqlens only permute
+ * the rows (seq_of validates it afterwards and the scans write nothing).  Every thread calls it; it uses
+ * NTH + 1 words of shared memory at s and ends with a barrier. */
+template <int NTH>
+__device__ __forceinline__ int lpt_row(const void *cu, int is64, int N, int r, int *s) {
+    static_assert(NTH % 32 == 0 && NTH <= 1024, "whole warps");
+    if (N > NTH) return r; /* (uniform over the CTA: no barrier is skipped by part of it) */
+    const int tid = threadIdx.x;
+    if (tid < N) { /* (garbage: any length in 0 .. 2^31 - 1) */
+        const long long lo = ld_cu(cu, is64, tid), hi = ld_cu(cu, is64, tid + 1);
+        s[tid] = lo <= hi ? (int)min(hi - lo, 0x7fffffffll) : 0;
+    }
+    __syncthreads();
+    if (tid < N) {
+        const int li = s[tid];
+        int rank = 0;
+        for (int m = 0; m < N; ++m) {
+            const int lm = s[m];
+            rank += lm > li || (lm == li && m < tid);
+        }
+        if (rank == r) s[NTH] = tid;
+    }
+    __syncthreads();
+    const int n = s[NTH];
+    __syncthreads(); /* the scratch may be written again */
+    return n;
+}
+
 } /* namespace kdart */
 
 #endif /* KDART_VARLEN_CUH */

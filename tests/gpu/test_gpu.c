@@ -798,6 +798,13 @@ START_TEST(fwdh_production) {
     check_fwdh(&d, &r2);
     for (int i = 0; i < r1.nout; i++)
         ck_assert_msg(r1.digest[i] == r2.digest[i], "fwdh: %s differs between two runs of one case", r1.names[i]);
+    /* more packed documents than a CTA has threads (the grid rows keep index order there), one long
+     * document late among short ones */
+    static long long cu_many[301];
+    for (int i = 0; i < 300; i++) cu_many[i + 1] = cu_many[i] + (i == 250 ? 1500 : 1 + (i * 37) % 97);
+    kc_fwdh_case m = {1, (int)cu_many[300], 4, 4, 128, 128, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81300, 0, 0,
+                      {300, cu_many, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}};
+    check_fwdh(&m, NULL);
     clear_device_status();
     for (int gk = 1; gk <= 4; gk++) { /* (4: h one row short of the chunk count) */
         kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 0, gk, 0.0, 0};
