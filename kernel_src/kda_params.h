@@ -23,6 +23,17 @@
 #define KDART_DEVERR_CU_RANGE 2  /* cu[N] > T (the tensors' token count) */
 #define KDART_DEVERR_CHUNKS 4    /* more chunks than NT (grid or dh rows) */
 
+/* A TMA tensor map (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the
+ * host by cuTensorMapEncodeTiled and read by the kernel from its parameter. */
+#ifdef __cplusplus
+#define KDART_ALIGN64 alignas(64)
+#else
+#define KDART_ALIGN64 _Alignas(64)
+#endif
+typedef struct kdart_tmap {
+    KDART_ALIGN64 unsigned long long opaque[16];
+} kdart_tmap;
+
 /* bwd_intra: grid (T/64, B*HV), one CTA per (chunk, batch x value head). */
 typedef struct kdart_bwd_intra_params {
     const void *q;      /* [B,T,H,K]   io dtype (bf16 or fp16) */
@@ -133,6 +144,10 @@ typedef struct kdart_wy_dqkg_params {
      * zeros above (fla's chunk_kda_bwd_dAv dA, fused); rows past a sequence's
      * end are not written */
     float *dAqk;
+    /* The step's tiles by TMA (sm_90a, native fixed-length specializations: T % 64 == 0, Kr == K, V % 64
+     * == 0, h and dh [.., K, V]): do, dv, v_new, v as (V, HV, B*T) with 64 x 1 x 64 boxes, h and dh as
+     * (V, rows) with 64 x 64 boxes, both in the 128-byte swizzle; zero (unused) elsewhere */
+    kdart_tmap tm[6];
 } kdart_wy_dqkg_params;
 
 /* wy_dqkg's intra = 1 kernels: wy_dqkg's parameter, then bwd_intra's for the

@@ -90,7 +90,7 @@ struct WyDqkgTraits {
     static constexpr int kOffCol = kOffHdh + 256;    /* f32 [4][64]: sum_t k dk0 per row block */
     static constexpr int kOffLast = kOffCol + 1024;  /* f32 [64]: the last row's dg before dgk */
     static constexpr int kOffDb = kOffLast + 256;    /* f32 [2][64]: db per column half */
-    static constexpr int kOffLoc = kOffDb + 512;     /* [1..3]: the row offsets of q, v and the state */
+    static constexpr int kOffLoc = kOffDb + 512;     /* [0..3], [6]: the chunk's rows; [4], [5]: TMA barriers */
     static constexpr int kSmemBytes = kOffLoc + 64;
     static_assert(kSmemBytes == 108864, "WY_SMEM of runtime/core/stages/wy_dqkg.c");
     static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs per SM");
@@ -159,6 +159,37 @@ __device__ __forceinline__ void wg_issue(float (&c)[2 * NP][4], unsigned sa, uns
         if constexpr (io_traits<IO>::is_bf16) Wg<AT, BT, NP>::wgmma_bf16(c, da, db);
         else Wg<AT, BT, NP>::wgmma_f16(c, da, db);
     }
+}
+/* The step's tiles by TMA (the native fixed-length specializations): one thread arms a stage's
+ * mbarrier with the bytes it expects and issues the tile copies; every thread waits on the barrier's
+ * phase.  The maps (kdart_tmap, encoded by the host) are read from the kernel's parameter. */
+__device__ __forceinline__ void mbar_init(unsigned bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred P1;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra DONE;\nbra WAIT;\nDONE:\n}" ::"r"(bar), "r"(parity)
+                 : "memory");
+}
+/* box (x, y, z) of a rank-3 map (rank 2: z unused) into shared memory at dst, completing on bar; hint as
+ * cp16z's (1 evict first, 2 evict last) */
+template <int RANK>
+__device__ __forceinline__ void tma_tile(unsigned dst, const kdart_tmap *m, int x, int y, int z, unsigned bar,
+                                         int hint) {
+    const unsigned long long pol = hint == 2 ? kdart::tile::pol_last() : kdart::tile::pol_first();
+    if constexpr (RANK == 3)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                     " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst), "l"(m), "r"(x), "r"(y), "r"(z), "r"(bar),
+                     "l"(pol)
+                     : "memory");
+    else
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                     " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst), "l"(m), "r"(x), "r"(y), "r"(bar), "l"(pol)
+                     : "memory");
 }
 #else
 #define KDART_WY_WG 0
@@ -256,7 +287,7 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
  * combinations are never launched and trap. */
 template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
-    const typename kdart::wy::ParamsOf<INTRA>::type p) {
+    const __grid_constant__ typename kdart::wy::ParamsOf<INTRA>::type p) {
     if constexpr (INTRA && !DAQK) {
         __trap(); /* never launched */
         return;
@@ -299,10 +330,23 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
      * no 64-bit pointer is held in registers across the steps (with ten of them
      * the kernel spilled). */
     volatile long long *vLoc = sLoc;
+    /* TMA: the step's tiles by the tensor maps of p.tm, on the mbarriers at sLoc[4], sLoc[5] (one a
+     * stage; stage s & 1's use s >> 1 completes phase (s >> 1) & 1) */
+    constexpr bool kTma = KDART_WY_WG && !TAIL && !VARLEN && !SVF;
+    const unsigned sBar = smem_u32(sLoc + 4);
     if (tid == 0) {
+        sLoc[0] = t0;                           /* (TMA: the token row of the boxes) */
         sLoc[1] = t0 * H + hq;                  /* q, k row of token t0 */
         sLoc[2] = t0 * HV + hv;                 /* v, g, ... row of token t0 */
         sLoc[3] = (hrow * HV + hv) * Kr * V;    /* h, dh of the chunk */
+        sLoc[6] = (hrow * HV + hv) * Kr;        /* (TMA: its first row of the (V, rows) maps) */
+#if KDART_WY_WG
+        if constexpr (kTma) {
+            mbar_init(sBar);
+            mbar_init(sBar + 8);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+#endif
     }
     __syncthreads();
     auto rowQ = [&]() { return vLoc[1]; };
@@ -313,6 +357,23 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     auto issue = [&](int s) {
         const int kb = s / nvt, vt = s - kb * nvt;
         unsigned short *st = sStage + (s & 1) * (Tr::kStage / 2);
+#if KDART_WY_WG
+        if constexpr (kTma) {
+            if (tid == 0) {
+                const unsigned bar = sBar + 8 * (s & 1), d0 = smem_u32(st);
+                const int again = kb + 1 < nkb ? 2 : 1, x = 64 * vt, y = hv, z = (int)vLoc[0];
+                const int hr = (int)vLoc[6] + 64 * kb;
+                mbar_expect(bar, (kb == 0 ? 6u : 5u) * Tr::kTile);
+                tma_tile<3>(d0 + 0 * Tr::kTile, &p.tm[0], x, y, z, bar, again);
+                tma_tile<3>(d0 + 1 * Tr::kTile, &p.tm[1], x, y, z, bar, again);
+                tma_tile<3>(d0 + 2 * Tr::kTile, &p.tm[2], x, y, z, bar, again);
+                if (kb == 0) tma_tile<3>(d0 + 3 * Tr::kTile, &p.tm[3], x, y, z, bar, 1);
+                tma_tile<2>(d0 + 4 * Tr::kTile, &p.tm[4], x, hr, 0, bar, 1);
+                tma_tile<2>(d0 + 5 * Tr::kTile, &p.tm[5], x, hr, 0, bar, 1);
+            }
+            return;
+        }
+#endif
         const int vc = V - 64 * vt, kc = Kr - 64 * kb;
         const long long ov = rowV() * V + 64 * vt, oh = vLoc[3];
         const int once = 1, again = kb + 1 < nkb ? 2 : 1;
@@ -357,6 +418,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
      * dAqk accumulator (DAQK) */
     auto step = [&](const int kb, const int vt, float (&aqk)[4][4]) {
         const int s = kb * nvt + vt;
+#if KDART_WY_WG
+        if constexpr (kTma) mbar_wait(sBar + 8 * (s & 1), (s >> 1) & 1);
+#endif
         cp_wait_all();
         fence_async_smem();
         __syncthreads(); /* step s's tiles are in; every warp is done with step s - 1 */
@@ -710,6 +774,13 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                        r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
     }
     if constexpr (INTRA && DAQK) {
+#if KDART_WY_WG
+        if constexpr (kTma) /* (the barriers' words become the intra part's shared memory) */
+            if (tid == 0) {
+                asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(sBar) : "memory");
+                asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(sBar + 8) : "memory");
+            }
+#endif
         /* every thread's stores of dq, dk, dg, db, dA, dAqk before any thread's loads of them; the
          * shared memory is free (the last products are done) */
         __syncthreads();

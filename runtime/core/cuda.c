@@ -301,6 +301,21 @@ int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz,
     return KDART_OK;
 }
 
+/* A TMA tensor map of a bf16 or fp16 tensor of rank 2 or 3 (dims innermost first, strides of dims 1..
+ * in bytes), boxes of box[] elements, the 128-byte swizzle (a box's inner extent is 128 bytes), zeros
+ * outside the tensor.  Encoding reads no device memory: a host call of about a microsecond. */
+int kdart__tmap(kdart_rt *rt, void *map, int fp16, const void *base, int rank, const uint64_t *dims,
+                const uint64_t *strides, const uint32_t *box) {
+    const cuuint32_t one[3] = {1, 1, 1};
+    CUresult r = cuda_table.cuTensorMapEncodeTiled(
+        (CUtensorMap *)map, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        (cuuint32_t)rank, (void *)base, (const cuuint64_t *)dims, (const cuuint64_t *)strides, (const cuuint32_t *)box,
+        one, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return cuda_fail(rt, "cuTensorMapEncodeTiled", r);
+    return KDART_OK;
+}
+
 /* Releases the unit's library.  Called from kdart_close. */
 void kdart__unit_unload(kdart_rt *rt, kdart__unit *u) {
     if (u->library && cuda_status == KDART_OK) cuda_table.cuLibraryUnload((CUlibrary)u->library);

@@ -53,7 +53,11 @@
     X(cuEventRecord, CUresult, (CUevent, CUstream))                                                \
     X(cuEventSynchronize, CUresult, (CUevent))                                                     \
     X(cuEventElapsedTime_v2, CUresult, (float *, CUevent, CUevent))                                \
-    X(cuEventDestroy_v2, CUresult, (CUevent))
+    X(cuEventDestroy_v2, CUresult, (CUevent))                                                      \
+    X(cuTensorMapEncodeTiled, CUresult,                                                            \
+      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *, \
+       const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,           \
+       CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
 
 struct kdart__cuda {
 #define KDART__CUDA_FIELD(name, ret, args) ret(*name) args;

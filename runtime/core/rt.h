@@ -374,5 +374,8 @@ int kdart__memset32_async(kdart_rt *rt, void *dst, unsigned value, size_t n, voi
 /* Launches through the driver (grid, block, dyn smem, stream, params). */
 int kdart__launch(kdart_rt *rt, void *fn, unsigned gx, unsigned gy, unsigned gz, int threads,
                   int smem, void *stream, void *params);
+/* Encodes a TMA tensor map (bf16 or fp16, rank 2 or 3, 128-byte swizzle). */
+int kdart__tmap(kdart_rt *rt, void *map, int fp16, const void *base, int rank, const uint64_t *dims,
+                const uint64_t *strides, const uint32_t *box);
 
 #endif /* KDART_RT_H */

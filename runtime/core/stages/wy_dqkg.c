@@ -75,6 +75,11 @@ static int dims(kdart_rt *rt, kdart__call *c) {
         HB = 1;
         c->max_chunks = NT;
     }
+    /* sm_90a reads fixed-length tiles by TMA, whose coordinates are 32-bit: token rows and state rows
+     * stay below 2^31 (a bound no device memory reaches: h alone would hold 256 GiB) */
+    if (!c->sq.cu && (B * T > INT32_MAX || B * NT * HV * K > INT32_MAX))
+        return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (%lld token rows, %lld state rows)",
+                          (long long)(B * T), (long long)(B * NT * HV * K));
     int64_t *d = c->d;
     d[KDART__D_B] = B, d[KDART__D_T] = T, d[KDART__D_H] = H, d[KDART__D_HV] = HV, d[KDART__D_K] = K;
     d[KDART__D_V] = V, d[KDART__D_NT] = NT, d[KDART__D_HB] = HB;
@@ -103,8 +108,23 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         (float *)kdart__ptr(a->dg), (float *)kdart__ptr(a->db), (float *)kdart__ptr(a->dA), a->scale,
         (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_V],
         kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
-        (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))),
+        (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))), {{{0}}},
     };
+    /* the native fixed-length specializations read the step's tiles by TMA on sm_90a (the others ignore
+     * the maps): do, dv, v_new, v as (V, HV, B*T), h and dh as (V, B*NT*HV*K), 64 x 64 boxes */
+    if (!c->vals[2] && !c->vals[3] && !c->vals[5]) {
+        const uint64_t V = (uint64_t)d[KDART__D_V], HV = (uint64_t)d[KDART__D_HV], K = (uint64_t)d[KDART__D_K];
+        const uint64_t BT = (uint64_t)d[KDART__D_B] * (uint64_t)d[KDART__D_T];
+        const uint64_t dv3[3] = {V, HV, BT}, sv3[2] = {2 * V, 2 * V * HV};
+        const uint64_t dh2[2] = {V, BT / KDART_CHUNK * HV * K}, sh2[1] = {2 * V};
+        const uint32_t bv3[3] = {64, 1, 64}, bh2[2] = {64, 64};
+        const void *vt[4] = {p.dout, p.dv, p.v_new, p.v};
+        int rc = KDART_OK;
+        for (int i = 0; i < 4 && rc == KDART_OK; i++) rc = kdart__tmap(rt, &p.tm[i], c->io, vt[i], 3, dv3, sv3, bv3);
+        if (rc == KDART_OK) rc = kdart__tmap(rt, &p.tm[4], c->io, p.h, 2, dh2, sh2, bh2);
+        if (rc == KDART_OK) rc = kdart__tmap(rt, &p.tm[5], c->io, p.dh, 2, dh2, sh2, bh2);
+        if (rc != KDART_OK) return rc;
+    }
     if (!c->vals[7]) return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
     /* intra: bwd_intra's parameter over wy_dqkg's outputs (read back and
      * updated in place), on the same grid */
