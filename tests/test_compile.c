@@ -105,14 +105,12 @@ START_TEST(every_spec_compiles) {
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);
         int clean = strstr(ent->report, "spill_store_bytes=0\n") && strstr(ent->report, "spill_load_bytes=0\n");
         /* wy_dqkg holds S_q, S_k, S_w and dA' (64 fp32 accumulators per thread) in the 128 registers of
-         * two CTAs per SM, and ptxas spills a few words in some specializations (at most 16 bytes on
-         * sm_90a and 28 on sm_100a when last measured): bounded at 32 bytes; with dAqk, whose
-         * accumulator is live over the last K block's V tiles, at most 48 / 40: 64 (with intra, the same kernel
-         * followed by bwd_intra's body: 4 bytes on sm_90a when last measured) */
-        if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0) {
+         * two CTAs per SM.  On sm_100a it spills nowhere; on sm_90a ptxas spills two words in three
+         * specializations (the wgmma build's K128 with dAqk but not intra, and K64 with the [V][K]
+         * state: 8 bytes when last measured), bounded at 16 bytes */
+        if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0) {
             const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
-            const int bound = strstr(j.spec[i], "dAqk=1") ? 64 : 32;
-            clean = st && ld && atoi(st + 18) <= bound && atoi(ld + 17) <= bound;
+            clean = st && ld && atoi(st + 18) <= 16 && atoi(ld + 17) <= 16;
         }
         if (!clean && strcmp(j.arch[i], "sm_100a") == 0 && strstr(j.spec[i], "K=256,BV=64")) {
             const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
