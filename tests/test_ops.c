@@ -342,6 +342,9 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     s.q.t.data = (void *)((uintptr_t)s.q.t.data + 2);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EALIGN, "q");
+    /* 2^31 token rows at fixed length: past the 32-bit coordinates of sm_90a's tensor maps */
+    wy_make(&s, 2, (int64_t)1 << 30, K, V, ((int64_t)1 << 30) / 64);
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EUNSUPPORTED, "token rows");
 }
 END_TEST
 
