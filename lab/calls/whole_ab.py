@@ -102,7 +102,7 @@ def main():
         print(f"{name}: stages {ts_:.3f} ms (host {hs:.3f} ms/call); kdart.torch.chunk_kda_bwd {tw:.3f} ms (host "
               f"{hw:.3f}); bare C call {tc:.3f} ms (host {hc:.3f}, workspace {nbytes / 2**20:.0f} MiB); bitwise "
               f"equal: {same}", flush=True)
-        for label, f in (("stages", stages), ("chunk_kda_bwd", whole)):
+        for label, f in (("stages", stages), ("chunk_kda_bwd", whole), ("bare", cf)):
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -110,7 +110,7 @@ def main():
             torch.cuda.synchronize()
             print(f"{name} {label} peak memory over its start: {(torch.cuda.max_memory_allocated() - base) / 2**20:.0f} MiB",
                   flush=True)
-            del out
+            del out  # (the bare call returns None: its outputs are outs, allocated above)
             pr = profile(f)
             print(f"{name} {label} profile: " + ", ".join(f"{k} {v:.3f}" for k, v in
                                                          sorted(pr.items(), key=lambda kv: -kv[1])[:8]), flush=True)
