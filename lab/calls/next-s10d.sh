@@ -24,7 +24,7 @@ gc_pack
 for i in 1 2; do for v in old new; do
   if [ $v = old ]; then L=$R/build-main-gpu/libkdart.so; d=/tmp/old/k; else L=$R/build/libkdart.so; d=$R/kernel_src; fi
   KDART_LIBRARY=$L KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/c$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
-    timeout 90 python3 lab/calls/whole_ab.py b2_t8192_h32,packed32768,packed65536_n25 2>&1 | grep -E "bare|profile|Error" \
+    timeout 90 python3 lab/calls/whole_ab.py b2_t8192_h32,packed32768,packed65536_n25 2>&1 | grep -E "bare|chunk_kda_bwd profile|Error" \
     | sed -E "s/void kdart_//g; s/<kdart::bf16[^ ]*//g; s/\(kdart[^ ]*//g" | cut -c1-300 | sed "s|^|$v |"
 done; done | tee $O/ab.txt; el
 gc_pack
