@@ -10,14 +10,14 @@ rm -rf /tmp/old /tmp/eq && mkdir -p /tmp/old /tmp/eq && cp -a kernel_src /tmp/ol
   && (cd /tmp/eq/k && patch -s -p2 < $E) || { echo "variant failed"; exit 3; }
 grep -c early_qkg /tmp/eq/k/wy_dqkg.cuh kernel_src/wy_dqkg.cuh
 export KDART_LIBRARY=$R/build/libkdart.so TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR; gc_fla_site
-(KDART_KERNEL_DIR=/tmp/eq/k KDART_CACHE_DIR=/tmp/ceq KDART_GPU_TESTS=wy_intra,wy_production,intra_fixed_any_t,intra_head_dims \
+(KDART_KERNEL_DIR=/tmp/eq/k KDART_CACHE_DIR=/tmp/ceq KDART_GPU_TESTS=wy_intra,wy_production,intra_fixed_any_t,intra_head_dims,intra_varlen_lists,varlen_garbage_writes_nothing \
   CK_FORK=no timeout 200 build/tests/test_gpu > $O/test_gpu_eq.txt 2>&1; echo "rc=$?" >> $O/test_gpu_eq.txt) &
 gc_sanitize_dir /tmp/eq/k 200 wy_dqkg
 wait; el
 tail -1 $O/test_gpu_eq.txt; grep -hE "^[0-9]+%|:[EF]:" $O/test_gpu_eq.txt | head -6; cat $O/san.txt
 grep -ciE "invalid|hazard" $O/memcheck.txt $O/racecheck.txt
 gc_pack
-AB_ROWS=b2_t8192_h32,prod8192 gpu_ab_dirs /tmp/old/k /tmp/eq/k
+gpu_ab_dirs /tmp/old/k /tmp/eq/k   # wy_intra_bench: B2, packed, prod8192; whole_ab: B2, packed
 gc_pack
 (cd kernel_src && patch -s -p2 < $E)
 gc_whole_tests 150
