@@ -72,6 +72,19 @@ gpu_bench_dhu() {
     timeout 60 build/kdart bench --shape 2,8192,16,16,$s --reps 30 2>&1 | grep -E "bwd_dhu|ERROR|error"
   done | tee $O/bench_masked.txt; el
 }
+# fla's autotuning results (fla-core 0.6.0 caches them: FLA_CACHE_RESULTS=1, *.autotune.json in Triton's
+# cache): restored from the carried .triton-carry/*.tgz and lab/triton-autotune/*.tgz before a run that
+# autotunes, saved as $OUT/triton-autotune-$1.tgz after it (a file of its own: gc_pack's archive leaves
+# .tgz files out).  A shape whose results are there skips the benchmarking, the 300-330 s of an e2e row.
+gc_triton_restore() {
+  mkdir -p "$TRITON_CACHE_DIR"
+  for f in .triton-carry/*.tgz lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done
+  echo "autotune results restored: $(find "$TRITON_CACHE_DIR" -name '*.autotune.json' | wc -l)"
+}
+gc_triton_save() {
+  (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$O/triton-autotune-$1.tgz" -T -) 2>/dev/null
+  echo "autotune results saved: $(find "$TRITON_CACHE_DIR" -name '*.autotune.json' | wc -l)"
+}
 # every log under $OUT in one archive (only a few files come back from a call; rewritten at each phase)
 gc_pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 # the end of every call: failed tests, then every log in one archive
