@@ -67,6 +67,15 @@ __device__ __forceinline__ unsigned smem_u32(const void *p) {
     return r;
 }
 
+/* threadIdx.x through a volatile read: every use reads it again, so nothing derived from it (a thread's
+ * shared or global offsets) is computed once and held in registers across a long stretch of the kernel,
+ * where it costs a register or a spill (bwd_intra's passes, wy_dqkg's steps) */
+__device__ __forceinline__ int fresh_tid() {
+    unsigned t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return (int)t;
+}
+
 /* std::enable_if (NVRTC has no <type_traits>): a kernel template whose
  * specializations split into real and stub bodies declares both with it, so
  * that the real body is the __global__ function itself (as a __forceinline__

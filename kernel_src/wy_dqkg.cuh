@@ -224,14 +224,6 @@ __device__ __forceinline__ float dot2(unsigned a, unsigned b) {
     }
 }
 
-/* threadIdx.x read again where it is used: the mma.sync build's step copies recompute their shared offsets
- * rather than keep them live across the whole kernel (at 128 registers they spilled on sm_100a; the wgmma
- * build allocates differently and keeps tid) */
-__device__ __forceinline__ int fresh_tid() {
-    int t;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-    return t;
-}
 /* element offset of (row, col) in a swizzled 64 x 64 fp32 tile (256-byte rows, 16-byte chunks XOR-ed
  * with the row: a warp's pair loads of 8 rows x 4 column pairs hit 32 distinct banks) */
 __device__ __forceinline__ int swz32(int row, int col) {
@@ -384,7 +376,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
 #endif
         const int vc = V - 64 * vt, kc = Kr - 64 * kb;
         const long long ov = rowV() * V + 64 * vt, oh = vLoc[3];
-#if !KDART_WY_WG
+#if !KDART_WY_WG /* (the shared offsets kept from the first copy to the last spilled on sm_100a; the wgmma
+                  * build allocates differently and keeps tid) */
         const int tid = fresh_tid();
 #endif
         const int once = 1, again = kb + 1 < nkb ? 2 : 1;

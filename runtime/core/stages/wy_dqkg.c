@@ -110,9 +110,10 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
         (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))), {{{0}}},
     };
-    /* the native fixed-length specializations read the step's tiles by TMA on sm_90a (the others ignore
-     * the maps): do, dv, v_new, v as (V, HV, B*T), h and dh as (V, B*NT*HV*K), 64 x 64 boxes */
-    if (!c->vals[2] && !c->vals[3] && !c->vals[5]) {
+    /* the native fixed-length specializations of the sm_90a build read the step's tiles by TMA (the
+     * kernel's kTma: varlen, tail and svf 0; the maps are encoded for those alone, every launch): do, dv,
+     * v_new, v as (V, HV, B*T), h and dh as (V, B*NT*HV*K), 64 x 64 boxes */
+    if (!c->vals[2] && !c->vals[3] && !c->vals[5] && strcmp(u->arch, "sm_90a") == 0) {
         const uint64_t V = (uint64_t)d[KDART__D_V], HV = (uint64_t)d[KDART__D_HV], K = (uint64_t)d[KDART__D_K];
         const uint64_t BT = (uint64_t)d[KDART__D_B] * (uint64_t)d[KDART__D_T];
         const uint64_t dv3[3] = {V, HV, BT}, sv3[2] = {2 * V, 2 * V * HV};
