@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# lab/calls/next-s12a.sh (OUT set; carry build-gpu as build: the fused-post experiment's build; build-main-gpu:
+# main's build; .whl): experiments/fused-post tested and timed against main.  The working copy is patched
+# with fused_post.diff at the start (kernels, runtime's tests, python/tests), main's kernels kept in /tmp/main_k.
+# Tests on the experiment: test_whole_gpu.py and test_production_gpu.py -k whole (the whole call with the post
+# kernels where HV == H, against the stages and the float64 recurrence), test_gpu's wy and bwd_post lists, the
+# whole call on small shapes under memcheck and racecheck.  Then whole_ab (B2, packed 32768) alternating main,
+# the experiment, and the experiment with KDART_FUSE_POST=0 (the separate bwd_post launch: the fast sigmoid and
+# the wide final sum alone), two rounds, profiles of the bare C call included.
+set -u
+. lab/calls/common.sh
+D=$R/lab/experiments/fused-post/fused_post.diff
+rm -rf /tmp/main_k && cp -a kernel_src /tmp/main_k
+git apply "$D" || { echo "fused_post.diff does not apply"; exit 3; }
+grep -c post_step kernel_src/wy_dqkg.cuh
+export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR; gc_fla_site
+export KDART_LIBRARY=$R/build/libkdart.so
+gc_whole_tests 200
+gc_gpu_tests 200 wy_intra,wy_production,post_every_spec wypost
+for tool in memcheck racecheck; do
+  (PYTHONPATH=$R/python:$R/python/tests KDART_CACHE_DIR=/tmp/csan_$tool timeout 200 compute-sanitizer --tool $tool \
+     python3 lab/experiments/fused-post/post_fused_sanitize.py > $O/$tool.txt 2>&1
+   echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+done
+wait; el
+gpu_whole_report
+tail -1 $O/test_gpu_wypost.txt; grep -hE "^[0-9]+%|:[EF]:" $O/test_gpu_wypost.txt | head -6
+cat $O/san.txt; grep -h "^[12] " $O/memcheck.txt | head -4
+gc_pack
+for i in 1 2; do
+  for v in main exp exp-unfused; do
+    case $v in
+      main) lib=$R/build-main-gpu/libkdart.so kd=/tmp/main_k fp=1 ;;
+      exp) lib=$R/build/libkdart.so kd=$R/kernel_src fp=1 ;;
+      exp-unfused) lib=$R/build/libkdart.so kd=$R/kernel_src fp=0 ;;
+    esac
+    KDART_LIBRARY=$lib KDART_KERNEL_DIR=$kd KDART_FUSE_POST=$fp KDART_CACHE_DIR=/tmp/cab_$v \
+      PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout 100 python3 lab/calls/whole_ab.py 2>&1 \
+      | grep -E "bare|chunk_kda_bwd [0-9]|profile" | grep -v "stages profile" | sed "s|^|$v |"
+  done
+done | tee $O/ab.txt; el
+gc_pack
