@@ -6,7 +6,10 @@
 # kernels where HV == H, against the stages and the float64 recurrence), test_gpu's wy and bwd_post lists, the
 # whole call on small shapes under memcheck and racecheck.  Then whole_ab (B2, packed 32768) alternating main,
 # the experiment, and the experiment with KDART_FUSE_POST=0 (the separate bwd_post launch: the fast sigmoid and
-# the wide final sum alone), two rounds, profiles of the bare C call included.
+# the wide final sum alone), two rounds, profiles of the bare C call included; round 1 also the post kernels
+# with evict-first stores (exp-cs) and without the discard (exp-nodisc).  Before the call: main's build in
+# build-main-gpu (tools/build.sh on main), the experiment's in build-gpu (a worktree with the diff applied,
+# tools/build.sh there); both as the summary's GPU folders (kdart, libkdart.so*, libuv, libsqlite3, tests/test_gpu).
 set -u
 . lab/calls/common.sh
 D=$R/lab/experiments/fused-post/fused_post.diff
@@ -27,12 +30,21 @@ gpu_whole_report
 tail -1 $O/test_gpu_wypost.txt; grep -hE "^[0-9]+%|:[EF]:" $O/test_gpu_wypost.txt | head -6
 cat $O/san.txt; grep -h "^[12] " $O/memcheck.txt | head -4
 gc_pack
+# two variants of the post kernels' L2 handling, for round 1: the intra part's fp32 stores evict-first (as
+# qk-in-wy had them) and no discard
+rm -rf /tmp/cs_k /tmp/nd_k && cp -a kernel_src /tmp/cs_k && cp -a kernel_src /tmp/nd_k
+sed -i 's/BETA_F32, POST>(p.in);/BETA_F32, false>(p.in);/' /tmp/cs_k/wy_dqkg.cuh
+sed -i 's/        if (p.discard) {/        if (false \&\& p.discard) {/' /tmp/nd_k/wy_dqkg.cuh
+grep -c "BETA_F32, false>(p.in)" /tmp/cs_k/wy_dqkg.cuh; grep -c "false && p.discard" /tmp/nd_k/wy_dqkg.cuh
 for i in 1 2; do
-  for v in main exp exp-unfused; do
+  vs="main exp exp-unfused"; [ $i = 1 ] && vs="main exp exp-unfused exp-cs exp-nodisc"
+  for v in $vs; do
     case $v in
       main) lib=$R/build-main-gpu/libkdart.so kd=/tmp/main_k fp=1 ;;
       exp) lib=$R/build/libkdart.so kd=$R/kernel_src fp=1 ;;
       exp-unfused) lib=$R/build/libkdart.so kd=$R/kernel_src fp=0 ;;
+      exp-cs) lib=$R/build/libkdart.so kd=/tmp/cs_k fp=1 ;;
+      exp-nodisc) lib=$R/build/libkdart.so kd=/tmp/nd_k fp=1 ;;
     esac
     KDART_LIBRARY=$lib KDART_KERNEL_DIR=$kd KDART_FUSE_POST=$fp KDART_CACHE_DIR=/tmp/cab_$v \
       PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout 100 python3 lab/calls/whole_ab.py 2>&1 \
