@@ -14,7 +14,7 @@ set -u
 . lab/calls/common.sh
 D=$R/lab/experiments/fused-post/fused_post.diff
 rm -rf /tmp/main_k && cp -a kernel_src /tmp/main_k
-git apply "$D" || { echo "fused_post.diff does not apply"; exit 3; }
+patch -s -p1 < "$D" || { echo "fused_post.diff does not apply"; exit 3; }
 grep -c post_step kernel_src/wy_dqkg.cuh
 export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR; gc_fla_site
 export KDART_LIBRARY=$R/build/libkdart.so
