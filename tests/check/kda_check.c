@@ -1644,6 +1644,168 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------ the whole backward */
+
+/* One kdart_kda_chunk_bwd call on h with every output poisoned first; raw[i] gets output i's bytes. */
+static int chunk_call(kdart_rt *h, const kdart_chunk_bwd_args *a, dbuf *const *outs, void **raw, kc_report *r) {
+    for (int i = 0; i < 8; i++)
+        if (dpoison(outs[i])) return fail(r, "poisoning outputs");
+    r->status = kdart_kda_chunk_bwd(h, a, NULL);
+    if (r->status != KDART_OK) {
+        snprintf(r->message, sizeof r->message, "%s", kdart_last_error(h));
+        return 0;
+    }
+    if (kc_sync()) return fail(r, "synchronizing");
+    for (int i = 0; i < 8; i++)
+        if (dget(outs[i], raw[i], NULL)) return fail(r, "downloading outputs");
+    return 0;
+}
+
+/* x's elements as doubles (fp32 or the io dtype of out) */
+static void as_doubles(const dbuf *out, const void *raw, size_t n, double *x) {
+    for (size_t j = 0; j < n; j++)
+        x[j] = out->t.dtype.bits == 32 ? ((const float *)raw)[j]
+             : out->t.dtype.code == kDLBfloat ? kref_from_bf16(((const uint16_t *)raw)[j])
+                                               : kref_from_fp16(((const uint16_t *)raw)[j]);
+}
+
+int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_report *r) {
+    kref_rng rng;
+    layout L;
+    if (case_begin(c->B, c->T, &c->seqs, c->seed, &rng, &L, r)) return -1;
+    const int H = c->H, HV = c->HV, K = c->K, V = c->V, io = c->io, N = L.N;
+    const int64_t B = L.B, T = L.T;
+    const size_t P = (size_t)L.rows, nqk = P * H * K, ng = P * HV * K, nv = P * HV * V, nb = P * HV,
+                 nA = P * HV * 64, ns = (size_t)N * HV * K * V;
+    /* d[0..14] in: q k q_rstd k_rstd v g beta beta_raw A_log dt_bias Aqk Akk do dht h0;
+     * d[15..22] out: dq dk dv dg dbeta dA_log ddt_bias dh0 */
+    enum { NIN = 15, NB = 23 };
+    dbuf d[NB];
+    memset(d, 0, sizeof d);
+    double *h[NIN] = {0}, *x = NULL, *y = NULL;
+    void *raw[3][8];
+    memset(raw, 0, sizeof raw);
+    int rc = -1;
+    CUdeviceptr ws = 0;
+    int64_t sqk[4] = {B, T, H, K}, sr[3] = {B, T, H}, sg[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
+            sA[4] = {B, T, HV, 64}, sst[4] = {N, HV, K, V}, s1[1] = {HV}, s2[2] = {HV, K};
+    const int dts[NB] = {io, io, DT_F32, DT_F32, io, io, DT_F32, io, DT_F32, DT_F32, io, io, io, DT_F32, DT_F32,
+                         io, io, io, io, io, DT_F32, DT_F32, DT_F32};
+    const int64_t *shp[NB] = {sqk, sqk, sr, sr, sv, sg, sb, sb, s1, s2, sA, sA, sv, sst, sst,
+                              sqk, sqk, sv, sg, sb, s1, s2, sst};
+    const int nd[NB] = {4, 4, 3, 3, 4, 4, 3, 3, 1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 1, 2, 4};
+    const size_t n_in[NIN] = {nqk, nqk, P * H, P * H, nv, ng, nb, nb, (size_t)HV, (size_t)HV * K, nA, nA, nv, ns, ns};
+    const size_t big = nv > ng ? (nv > ns ? nv : ns) : (ng > ns ? ng : ns);
+    int okh = (x = dmalloc(big)) && (y = dmalloc(big));
+    for (int i = 0; i < NIN; i++) okh = okh && (h[i] = dmalloc(n_in[i]));
+    if (!okh) {
+        fail(r, "out of host memory");
+        goto out;
+    }
+    if (layout_upload(&L, &c->seqs, r)) goto out;
+    for (int i = 0; i < NB; i++)
+        if (dalloc(&d[i], dts[i], nd[i], shp[i])) {
+            fail(r, "out of device memory");
+            goto out;
+        }
+    /* unit rows of q and k with rstd in [0.5, 1.5); raw gates and beta's logits N(0, 1), beta their sigmoid
+     * (times 2 with allow_neg_eigval); decays exp(A_log) in [1, 16); Aqk and Akk N(0, 0.01) */
+    kref_gen_unit_rows(&rng, P * H, K, h[0]), kref_gen_unit_rows(&rng, P * H, K, h[1]);
+    for (size_t j = 0; j < P * H; j++) h[2][j] = 0.5 + kref_rng_uniform(&rng), h[3][j] = 0.5 + kref_rng_uniform(&rng);
+    kref_gen_normal(&rng, nv, 1.0, h[4]), kref_gen_normal(&rng, ng, 1.0, h[5]);
+    kref_gen_normal(&rng, nb, 1.0, h[7]);
+    round_to(h[7], nb, io);
+    for (size_t j = 0; j < nb; j++) h[6][j] = (c->neg ? 2.0 : 1.0) / (1.0 + exp(-h[7][j]));
+    for (int j = 0; j < HV; j++) h[8][j] = log(1.0 + 15.0 * kref_rng_uniform(&rng));
+    kref_gen_normal(&rng, (size_t)HV * K, 1.0, h[9]);
+    kref_gen_normal(&rng, nA, 0.1, h[10]), kref_gen_normal(&rng, nA, 0.1, h[11]);
+    kref_gen_normal(&rng, nv, 1.0, h[12]), kref_gen_normal(&rng, ns, 1.0, h[13]), kref_gen_normal(&rng, ns, 1.0, h[14]);
+    for (int i = 0; i < NIN; i++)
+        if (dput(&d[i], h[i])) {
+            fail(r, "uploading inputs");
+            goto out;
+        }
+    kdart_chunk_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.q = &d[0].t, a.k = &d[1].t, a.q_rstd = &d[2].t, a.k_rstd = &d[3].t, a.v = &d[4].t, a.g = &d[5].t;
+    a.beta = &d[6].t, a.beta_raw = &d[7].t, a.A_log = &d[8].t, a.dt_bias = &d[9].t, a.Aqk = &d[10].t;
+    a.Akk = &d[11].t, a.d_o = &d[12].t, a.dht = &d[13].t, a.h0 = &d[14].t;
+    a.scale = (float)(1.0 / sqrt((double)K)), a.lower_bound = -5.0f, a.safe_gate = c->safe, a.allow_neg_eigval = c->neg;
+    if (L.packed) a.cu_seqlens = &L.dcu.t, a.chunk_indices = &L.dci.t;
+    a.dq = &d[15].t, a.dk = &d[16].t, a.dv = &d[17].t, a.dg = &d[18].t, a.dbeta = &d[19].t, a.dA_log = &d[20].t;
+    a.ddt_bias = &d[21].t, a.dh0 = &d[22].t;
+    const int64_t wsn = kdart_chunk_bwd_workspace(rt, &a), wsn2 = rt2 ? kdart_chunk_bwd_workspace(rt2, &a) : 0;
+    if (wsn < 0 || wsn2 < 0) {
+        r->status = (int)(wsn < 0 ? wsn : wsn2);
+        snprintf(r->message, sizeof r->message, "%s", kdart_last_error(wsn < 0 ? rt : rt2));
+        rc = 0;
+        goto out;
+    }
+    int64_t wshape[1] = {wsn > wsn2 ? wsn : wsn2};
+    DLTensor wt;
+    memset(&wt, 0, sizeof wt);
+    if (cu.cuMemAlloc_v2(&ws, (size_t)wshape[0] + 256) != CUDA_SUCCESS) {
+        ws = 0;
+        fail(r, "out of device memory (workspace)");
+        goto out;
+    }
+    wt.data = (void *)ws, wt.device.device_type = kDLCUDA, wt.ndim = 1, wt.shape = wshape;
+    wt.dtype.code = kDLUInt, wt.dtype.bits = 8, wt.dtype.lanes = 1;
+    a.workspace = &wt;
+    dbuf *outs[8] = {&d[15], &d[16], &d[17], &d[18], &d[19], &d[20], &d[21], &d[22]};
+    for (int k2 = 0; k2 < 3; k2++)
+        for (int i = 0; i < 8; i++)
+            if (!(raw[k2][i] = malloc(outs[i]->bytes + 4))) {
+                fail(r, "out of host memory");
+                goto out;
+            }
+    /* rt, rt again, then rt2; a refusal ends the case (r->status, r->message) */
+    if (chunk_call(rt, &a, outs, raw[0], r) || r->status != KDART_OK) goto settled;
+    if (chunk_call(rt, &a, outs, raw[1], r) || r->status != KDART_OK) goto settled;
+    r->deterministic = 1;
+    for (int i = 0; i < 8; i++) r->deterministic &= memcmp(raw[0][i], raw[1][i], outs[i]->bytes) == 0;
+    if (rt2 && (chunk_call(rt2, &a, outs, raw[2], r) || r->status != KDART_OK)) goto settled;
+    static const char *const names[8] = {"dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+    const size_t rowlen[8] = {(size_t)H * K, (size_t)H * K, (size_t)HV * V, (size_t)HV * K, (size_t)HV, 0, 0, 0};
+    r->nout = 8;
+    r->untouched = 1; /* here: every element of a live token written, on both handles */
+    for (int i = 0; i < 8; i++) {
+        const size_t n = nelem(outs[i]), live = rowlen[i] ? (size_t)L.tokens * rowlen[i] : n;
+        r->names[i] = names[i];
+        r->digest[i] = fnv1a(raw[0][i], outs[i]->bytes);
+        as_doubles(outs[i], raw[0][i], n, x);
+        as_doubles(outs[i], rt2 ? raw[2][i] : raw[0][i], n, y);
+        for (size_t j = 0; j < live; j++) r->untouched &= isfinite(x[j]) && isfinite(y[j]);
+        double num = 0, den = 0, mx = 0;
+        int nan_mismatch = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (isnan(x[j]) || isnan(y[j])) {
+                nan_mismatch |= isnan(x[j]) != isnan(y[j]);
+                continue;
+            }
+            const double e = x[j] - y[j];
+            num += e * e, den += y[j] * y[j];
+            if (fabs(e) > mx) mx = fabs(e);
+        }
+        r->rel_rms[i] = nan_mismatch ? INFINITY : num == 0 ? 0 : sqrt(num / (den > 0 ? den : 1e-300));
+        r->rel_rms_alt[i] = NAN;
+        r->max_abs[i] = mx;
+    }
+settled:
+    rc = r->message[0] && strncmp(r->message, "harness:", 8) == 0 ? -1 : 0;
+out:
+    for (int i = 0; i < NB; i++) dfree(&d[i]);
+    if (ws) cu.cuMemFree_v2(ws);
+    for (int k2 = 0; k2 < 3; k2++)
+        for (int i = 0; i < 8; i++) free(raw[k2][i]);
+    for (int i = 0; i < NIN; i++) free(h[i]);
+    free(x), free(y);
+    layout_free(&L);
+    return rc;
+}
+
+
 /* ------------------------------------------------------------ selftest */
 
 /* The varlen=1 specializations run 5 packed sequences of 1..700 tokens

@@ -197,12 +197,12 @@ typedef struct kc_report {
     int status;            /* kdart status of the launch (KDART_OK expected) */
     char message[512];     /* kdart_last_error on failure, or a harness error */
     int nout;
-    const char *names[7];
-    double rel_rms[7];     /* ||out-ref|| / ||ref|| in float64 */
-    double rel_rms_alt[7]; /* dhu: against the exact float64 scan (rel_rms is
+    const char *names[8];
+    double rel_rms[8];     /* ||out-ref|| / ||ref|| in float64 */
+    double rel_rms_alt[8]; /* dhu: against the exact float64 scan (rel_rms is
                               teacher-forced: the reference takes the kernel's
                               own rounded dH and dv2 as its matrix operands) */
-    double max_abs[7];
+    double max_abs[8];
     int deterministic;     /* a second launch gave bitwise-equal outputs */
     int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
     double ms;             /* median time per call over reps (0 if reps == 0) */
@@ -211,7 +211,7 @@ typedef struct kc_report {
                               every output element) */
     int devstatus;         /* kdart_device_status bits read (and cleared) after the launch */
     int nseq, tokens;      /* the sequences and cu[N] the case ran */
-    unsigned long long digest[7]; /* FNV-1a 64 of each output's bytes after the checked launch:
+    unsigned long long digest[8]; /* FNV-1a 64 of each output's bytes after the checked launch:
                                      equal digests of two runs of one case (same seed) mean
                                      bitwise-equal outputs, up to a 2^-64 collision */
 } kc_report;
@@ -236,6 +236,23 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r);
  * against the float64 composition of the value heads' sum, kref_l2norm_bwd, kref_gate_act_bwd and
  * kref_beta_sigmoid_bwd; every token is written (no sequences) */
 int kc_run_post(kdart_rt *rt, const kc_post_case *c, kc_report *r);
+
+/* The whole backward (kdart_kda_chunk_bwd) in the production configuration (l2norm, the gate with A_log
+ * and dt_bias, beta's sigmoid) on random saved tensors: chunk_kda's forward is not run, so Aqk and Akk are
+ * noise and there is no float64 reference.  The call runs on rt twice (report.deterministic: the same bits)
+ * and on rt2, a handle whose environment made other choices (KDART_FUSE_POST=0, say): rel_rms[i] is rt's
+ * output i against rt2's (0 when bitwise equal; infinite where one holds NaN the other does not), and
+ * untouched says every output element of a live token was written (no poison left) on both.  Outputs dq,
+ * dk, dv, dg, dbeta, dA_log, ddt_bias, dh0. */
+typedef struct kc_chunk_case {
+    int B, T, H, HV, K, V;
+    int io;
+    int safe;          /* the safe gate (lower bound -5), else the plain one */
+    int neg;           /* allow_neg_eigval */
+    unsigned long long seed;
+    kc_seqs seqs;      /* zero: fixed length */
+} kc_chunk_case;
+int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_report *r);
 
 /* A second CUDA context on device 0 (cuCtxCreate, not the primary one): a
  * stand-in for a second device on a one-GPU machine.  kc_ctx_create makes

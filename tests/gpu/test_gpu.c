@@ -1010,6 +1010,52 @@ START_TEST(post_every_spec) {
 }
 END_TEST
 
+/* The whole backward (kdart_kda_chunk_bwd) in the production configuration, against the same call on a
+ * handle opened with KDART_FUSE_POST=0 (the gradients' last step as bwd_post's own launch rather than inside
+ * wy_dqkg's, where a build fuses it): bitwise equal but for dA_log and ddt_bias (sums over every token whose
+ * order differs, within 1e-5); every gradient of a live token written, two calls bitwise equal.  Production
+ * flags, both gate forms, allow_neg_eigval, fp16, T not a multiple of 64, packed sequences, grouped value
+ * heads (never fused) and a head dim below its tile. */
+static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
+    kc_report r;
+    char what[256];
+    snprintf(what, sizeof what, "chunk_bwd %s %s%s B%d T%d H%d HV%d K%d V%d%s", c->io ? "fp16" : "bf16",
+             c->safe ? "safe gate" : "gate", c->neg ? " neg" : "", c->B, c->T, c->H, c->HV, c->K, c->V,
+             c->seqs.nseq ? " packed" : "");
+    ck_assert_msg(kc_run_chunk_bwd(rt, rt2, c, &r) == 0, "%s: harness: %s", what, r.message);
+    ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
+    printf("%-44s", what);
+    for (int i = 0; i < r.nout; i++) printf(" %s %.2e", r.names[i], r.rel_rms[i]);
+    printf(" det=%s\n", r.deterministic ? "yes" : "NO");
+    for (int i = 0; i < r.nout; i++) {
+        const double tol = i == 5 || i == 6 ? 1e-5 : 0.0;
+        ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s differs between the handles: rel RMS %.3e > %.0e", what,
+                      r.names[i], r.rel_rms[i], tol);
+    }
+    ck_assert_msg(r.untouched, "%s: an output element of a live token was not written", what);
+    ck_assert_msg(r.deterministic, "%s: two calls differ", what);
+}
+
+START_TEST(chunk_bwd_whole) {
+    setenv("KDART_FUSE_POST", "0", 1);
+    kdart_rt *rt2 = NULL;
+    const int orc = kdart_open(&rt2, NULL);
+    unsetenv("KDART_FUSE_POST");
+    ck_assert_int_eq(orc, KDART_OK);
+    static const long long cu[5] = {0, 1, 65, 200, 300};
+    const kc_chunk_case cases[] = {
+        {2, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95000, {0}},
+        {1, 200, 2, 2, 128, 128, 0, 0, 1, seed + 95001, {0}},
+        {1, 128, 2, 2, 128, 64, 1, 1, 0, seed + 95002, {0}},
+        {1, 300, 2, 2, 64, 64, 0, 1, 0, seed + 95003, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
+        {1, 128, 1, 2, 64, 64, 0, 1, 0, seed + 95004, {0}},
+        {1, 130, 2, 2, 100, 64, 0, 1, 1, seed + 95005, {0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chunk(rt2, &cases[i]);
+    kdart_close(rt2);
+}
+END_TEST
+
 /* Small shapes for compute-sanitizer (KDART_GPU_SMALL=1, or a list of
  * kernels: KDART_GPU_SMALL=wy_dqkg): every specialization once, B=1, two
  * chunks. */
@@ -1094,6 +1140,16 @@ START_TEST(small_for_sanitizers) {
                           1 + (s & 1), 1, strstr(spec, "g_io=0") != NULL, 1, strstr(spec, "beta_io=0") != NULL, 0,
                           seed + 98 + (uint64_t)s, 0, 0};
         check_post(&c);
+    }
+    if (small_wants("chunk_bwd")) {
+        kdart_rt *rt2 = NULL;
+        setenv("KDART_FUSE_POST", "0", 1);
+        const int orc = kdart_open(&rt2, NULL);
+        unsetenv("KDART_FUSE_POST");
+        ck_assert_int_eq(orc, KDART_OK);
+        const kc_chunk_case c = {1, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95100, {0}};
+        check_chunk(rt2, &c);
+        kdart_close(rt2);
     }
 }
 END_TEST
@@ -1287,7 +1343,7 @@ int main(void) {
     {
         /* KDART_GPU_TESTS=name,name,...: only those tests; KDART_GPU_PART=i/n: the tests whose index
          * is i mod n (a lent GPU's time split over n processes, every test in exactly one) */
-        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, wy_intra, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production, post_every_spec};
+        const TTest *all[] = {warm_load_times, intra_every_spec, intra_every_spec_beta_f32, intra_beta_f32_production, intra_gate_families, intra_k64_equal_heads, intra_graph_capture, dhu_every_spec, dhu_every_spec_fp16, dhu_graph_capture_and_mixed, bad_arguments_write_nothing, intra_fixed_any_t, dhu_fixed_any_t, intra_varlen_lists, dhu_varlen_lists, varlen_thousand_sequences, dhu_varlen_v_split, dhu_varlen_head_pairs, intra_varlen_short_sequences, varlen_garbage_writes_nothing, second_context, intra_head_dims, dhu_head_dims, spec_choice, wy_every_spec, wy_production, wy_intra, dav_fused, rwu_every_spec, rwu_production, dav_standalone, fwdh_every_spec, fwdh_production, post_every_spec, chunk_bwd_whole};
         const char *only = getenv("KDART_GPU_TESTS"), *part = getenv("KDART_GPU_PART");
         unsigned pi = 0, pn = 1;
         if (part && (sscanf(part, "%u/%u", &pi, &pn) != 2 || pn == 0 || pi >= pn)) {
