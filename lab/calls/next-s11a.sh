@@ -3,7 +3,9 @@
 # kdart compiles for sm_90 (no "a") with the mma.sync paths that sm_100a also compiles (KDART_WY_WG 0 in
 # wy_dqkg, no wgmma in bwd_dhu), so KDART_ARCH=sm_90 runs on the H200 the code that the sm_100a cubins
 # run and no H200 test has run so far (wy_dqkg's sm_100a spill fix among it).  test_gpu's lists in three
-# processes on one cache, then memcheck of the small wy_dqkg cases; nothing is timed.
+# processes on one cache, then memcheck of the small wy_dqkg cases; nothing of kdart's is timed.  Then, alone on
+# the GPU and where .whl-cudnn was carried too, next-s12c.sh's profile of cuDNN frontend's backward (about a
+# minute; lab/peers/cudnn-hopper-bwd.md).
 set -u
 . lab/calls/common.sh
 export KDART_ARCH=sm_90 KDART_CACHE_DIR=/tmp/c90
@@ -16,3 +18,4 @@ gc_gpu_tests 240 wy_every_spec every
 wait; el
 for f in wy rest every; do tail -1 $O/test_gpu_$f.txt; grep -hE "^[0-9]+%|:[EF]:" $O/test_gpu_$f.txt | head -6; done
 cat $O/san.txt; gc_pack
+[ -d .whl-cudnn ] && [ $(( $(date +%s) - t0 )) -lt 450 ] && bash lab/calls/next-s12c.sh; gc_pack
