@@ -19,7 +19,7 @@ grep -c post_step kernel_src/wy_dqkg.cuh
 export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR; gc_fla_site
 export KDART_LIBRARY=$R/build/libkdart.so
 gc_whole_tests 180
-gc_gpu_tests 180 wy_intra,wy_production,post_every_spec wypost
+gc_gpu_tests 180 wy_intra,wy_production,post_every_spec,chunk_bwd_whole wypost
 for tool in memcheck racecheck; do
   (PYTHONPATH=$R/python:$R/python/tests KDART_CACHE_DIR=/tmp/csan_$tool timeout 180 compute-sanitizer --tool $tool \
      python3 lab/experiments/fused-post/post_fused_sanitize.py > $O/$tool.txt 2>&1
