@@ -4,7 +4,8 @@
 # /usr/local/cuda (or CUDA_HOME); it is not an apt package here.
 set -euo pipefail
 need=()
-for p in cmake make gcc pkg-config libsqlite3-dev check libsubunit-dev libuv1-dev libdlpack-dev; do
+# (g++ and python3: the emulated device of tests/emu, which runs the GPU suite on the CPU)
+for p in cmake make gcc g++ python3 pkg-config libsqlite3-dev check libsubunit-dev libuv1-dev libdlpack-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -1015,7 +1015,7 @@ END_TEST
  * wy_dqkg's, where a build fuses it): bitwise equal but for dA_log and ddt_bias (sums over every token whose
  * order differs, within 1e-5); every gradient of a live token written, two calls bitwise equal.  Production
  * flags, both gate forms, allow_neg_eigval, fp16, T not a multiple of 64, packed sequences, grouped value
- * heads (never fused) and a head dim below its tile. */
+ * heads (never fused), a head dim below its tile and the K tile 256. */
 static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
     kc_report r;
     char what[256];
@@ -1050,6 +1050,7 @@ START_TEST(chunk_bwd_whole) {
         {1, 300, 2, 2, 64, 64, 0, 1, 0, seed + 95003, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
         {1, 128, 1, 2, 64, 64, 0, 1, 0, seed + 95004, {0}},
         {1, 130, 2, 2, 100, 64, 0, 1, 1, seed + 95005, {0}},
+        {1, 128, 2, 2, 256, 128, 0, 1, 0, seed + 95006, {0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chunk(rt2, &cases[i]);
     kdart_close(rt2);
