@@ -180,8 +180,9 @@ inline void warp_bar() {
         while (w.gen == g) yield();
     }
 }
-/* A warp collective: each lane puts `in` in its slot; after every lane has, f(slots, lane) gives this lane's
- * result; a second barrier keeps the slots until every lane has read them. */
+/* A warp collective: each lane puts `in` in its slot; once every lane has, f((const In *)nullptr, warp) gives
+ * this lane's result from the warp's slots (the null pointer only names the slot type); a second barrier
+ * keeps the slots until every lane has read them. */
 template <typename In, typename F> inline auto collective(const In &in, F f) {
     static_assert(sizeof(In) <= 64, "slot size");
     Warp &w = my_warp();

@@ -1011,9 +1011,10 @@ START_TEST(post_every_spec) {
 END_TEST
 
 /* The whole backward (kdart_kda_chunk_bwd) in the production configuration, against the same call on a
- * handle opened with KDART_FUSE_POST=0 (the gradients' last step as bwd_post's own launch rather than inside
- * wy_dqkg's, where a build fuses it): bitwise equal but for dA_log and ddt_bias (sums over every token whose
- * order differs, within 1e-5); every gradient of a live token written, two calls bitwise equal.  Production
+ * second handle opened with KDART_FUSE_POST=0: the switch that keeps bwd_post a launch of its own in a build
+ * that can run its work inside wy_dqkg's launch.  There the two may differ only in dA_log and ddt_bias (sums
+ * over every token in another order, within 1e-5); a build without the switch gives bitwise equal results.
+ * Also: every gradient of a live token written, two calls bitwise equal.  Production
  * flags, both gate forms, allow_neg_eigval, fp16, T not a multiple of 64, packed sequences, grouped value
  * heads (never fused), a head dim below its tile and the K tile 256. */
 static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
