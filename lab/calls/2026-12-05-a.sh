@@ -12,7 +12,7 @@ sed -i 's/    finish(q, hv, p.rows, tickets, s_part, s_last, rows);/    (void)ti
 sed -i 's/        dqk_rows<IO, C, true>(q, [01], hv, rows);//' /tmp/v_nodqk/wy_dqkg.cuh
 grep -c "p.T >= 0) return" /tmp/v_noop/wy_dqkg.cuh; grep -c "(void)tickets" /tmp/v_nofinish/wy_dqkg.cuh; grep -c "dqk_rows<IO, C, true>(q" /tmp/v_nodqk/wy_dqkg.cuh
 export KDART_LIBRARY=$R/build/libkdart.so
-for i in 1; do
+for i in 1 2; do
   for v in full noop nofinish nodqk; do
     KDART_KERNEL_DIR=/tmp/v_$v KDART_CACHE_DIR=/tmp/cv_$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
       timeout 100 python3 lab/calls/whole_ab.py b2_t8192_h32 2>&1 | grep -E "bare C call|bare profile" | sed "s|^|$v |"
