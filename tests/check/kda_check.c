@@ -194,17 +194,18 @@ static int dput(dbuf *b, const double *x) {
     return rc;
 }
 
+/* raw's first n elements (b's dtype: fp32 or an io one) as doubles */
+static void as_doubles(const dbuf *b, const void *raw, size_t n, double *x) {
+    for (size_t j = 0; j < n; j++)
+        x[j] = b->t.dtype.bits == 32 ? ((const float *)raw)[j]
+             : b->t.dtype.code == kDLBfloat ? kref_from_bf16(((const uint16_t *)raw)[j])
+                                             : kref_from_fp16(((const uint16_t *)raw)[j]);
+}
+
 /* Downloads raw bytes into raw (b->bytes) and, if x, converts to double. */
 static int dget(const dbuf *b, void *raw, double *x) {
     if (cu.cuMemcpyDtoH_v2(raw, b->p, b->bytes) != CUDA_SUCCESS) return -1;
-    size_t n = nelem(b);
-    if (!x) return 0;
-    if (b->t.dtype.bits == 32)
-        for (size_t i = 0; i < n; i++) x[i] = ((float *)raw)[i];
-    else if (b->t.dtype.code == kDLBfloat)
-        for (size_t i = 0; i < n; i++) x[i] = kref_from_bf16(((uint16_t *)raw)[i]);
-    else
-        for (size_t i = 0; i < n; i++) x[i] = kref_from_fp16(((uint16_t *)raw)[i]);
+    if (x) as_doubles(b, raw, nelem(b), x);
     return 0;
 }
 
@@ -1659,14 +1660,6 @@ static int chunk_call(kdart_rt *h, const kdart_chunk_bwd_args *a, dbuf *const *o
     for (int i = 0; i < 8; i++)
         if (dget(outs[i], raw[i], NULL)) return fail(r, "downloading outputs");
     return 0;
-}
-
-/* x's elements as doubles (fp32 or the io dtype of out) */
-static void as_doubles(const dbuf *out, const void *raw, size_t n, double *x) {
-    for (size_t j = 0; j < n; j++)
-        x[j] = out->t.dtype.bits == 32 ? ((const float *)raw)[j]
-             : out->t.dtype.code == kDLBfloat ? kref_from_bf16(((const uint16_t *)raw)[j])
-                                               : kref_from_fp16(((const uint16_t *)raw)[j]);
 }
 
 int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_report *r) {

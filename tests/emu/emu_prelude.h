@@ -133,6 +133,16 @@ inline Warp &my_warp() { return g_cta.warp[cur()->linear >> 5]; }
     abort();
 }
 
+inline void bar_release(Barrier &b) {
+    b.arrived = 0;
+    b.red_res = b.red_or;
+    b.red_or = 0;
+    b.gen++;
+}
+inline void warp_release(Warp &w) {
+    w.arrived = 0;
+    w.gen++;
+}
 /* barrier id: all live threads (id 0, expect 0) or `expect` of them (named barriers) */
 inline int bar_wait(int id, int expect, int pred) {
     Barrier &b = g_cta.bar[id];
@@ -141,10 +151,7 @@ inline int bar_wait(int id, int expect, int pred) {
     const int need = expect ? expect : g_cta.live;
     g_progress++;
     if (++b.arrived >= need) {
-        b.arrived = 0;
-        b.red_res = b.red_or;
-        b.red_or = 0;
-        b.gen++;
+        bar_release(b);
     } else {
         g_cta.cur->wbar = id, g_cta.cur->wgen = g;
         while (b.gen == g) yield();
@@ -156,26 +163,17 @@ inline int bar_wait(int id, int expect, int pred) {
 inline void on_exit() {
     g_cta.live--;
     Barrier &b = g_cta.bar[0];
-    if (b.arrived && b.arrived >= g_cta.live) {
-        b.arrived = 0;
-        b.red_res = b.red_or;
-        b.red_or = 0;
-        b.gen++;
-    }
+    if (b.arrived && b.arrived >= g_cta.live) bar_release(b);
     Warp &w = my_warp();
     w.live--;
-    if (w.arrived && w.arrived >= w.live) {
-        w.arrived = 0;
-        w.gen++;
-    }
+    if (w.arrived && w.arrived >= w.live) warp_release(w);
 }
 inline void warp_bar() {
     Warp &w = my_warp();
     const unsigned g = w.gen;
     g_progress++;
     if (++w.arrived >= w.live) {
-        w.arrived = 0;
-        w.gen++;
+        warp_release(w);
     } else {
         while (w.gen == g) yield();
     }

@@ -48,7 +48,6 @@ struct Kernel {
     void *so = nullptr;
     size_t (*param_size)() = nullptr;
     void (*launch)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void **) = nullptr;
-    std::string name;
 };
 struct Op { /* a captured launch (k set) or memset */
     Kernel *k = nullptr;
@@ -258,7 +257,6 @@ Kernel *build(const char *mangled, std::string &why) {
     }
     Kernel *k = new Kernel;
     k->so = h;
-    k->name = d;
     *(void **)&k->param_size = dlsym(h, "emu_param_size");
     *(void **)&k->launch = dlsym(h, "emu_launch");
     if (!k->param_size || !k->launch) {

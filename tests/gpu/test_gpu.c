@@ -1037,12 +1037,18 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
     ck_assert_msg(r.deterministic, "%s: two calls differ", what);
 }
 
-START_TEST(chunk_bwd_whole) {
-    setenv("KDART_FUSE_POST", "0", 1);
+/* the second handle of check_chunk: opened with KDART_FUSE_POST=0 */
+static kdart_rt *open_unfused_post(void) {
     kdart_rt *rt2 = NULL;
+    setenv("KDART_FUSE_POST", "0", 1);
     const int orc = kdart_open(&rt2, NULL);
     unsetenv("KDART_FUSE_POST");
     ck_assert_int_eq(orc, KDART_OK);
+    return rt2;
+}
+
+START_TEST(chunk_bwd_whole) {
+    kdart_rt *rt2 = open_unfused_post();
     static const long long cu[5] = {0, 1, 65, 200, 300};
     const kc_chunk_case cases[] = {
         {2, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95000, {0}},
@@ -1144,11 +1150,7 @@ START_TEST(small_for_sanitizers) {
         check_post(&c);
     }
     if (small_wants("chunk_bwd")) {
-        kdart_rt *rt2 = NULL;
-        setenv("KDART_FUSE_POST", "0", 1);
-        const int orc = kdart_open(&rt2, NULL);
-        unsetenv("KDART_FUSE_POST");
-        ck_assert_int_eq(orc, KDART_OK);
+        kdart_rt *rt2 = open_unfused_post();
         const kc_chunk_case c = {1, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95100, {0}};
         check_chunk(rt2, &c);
         kdart_close(rt2);
