@@ -407,7 +407,7 @@ template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL
 __global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<K>::kThreads,
                                                                 BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
-    constexpr bool FUSED = false;
+    constexpr bool FUSED = false, EARLY = false;
 #include "bwd_intra_body.inc"
 }
 
@@ -424,11 +424,55 @@ namespace intra {
  * db the same tensors), dAqk and dAkk its dAqk and dA.  The caller's dynamic
  * shared memory is at least BwdIntraTraits<K>::kSmemBytes and its launch bounds
  * are this kernel's. */
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32>
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool EARLY>
 __device__ __forceinline__ void fused(const kdart_bwd_intra_params &p) {
     static_assert(VARLEN || !TAIL, "the tail body takes the varlen parameters");
+    static_assert(!EARLY || !TAIL, "early copies: the native (16-byte) maps only");
     constexpr bool FUSED = true;
 #include "bwd_intra_body.inc"
+}
+/* The fused body's first-pass copies of q, k and g (its columns 0 .. kKH - 1), issued by the caller before
+ * its own last phase so that they land while it runs (fused with EARLY): the body's phase A maps, native
+ * (16-byte) copies, into its sQ, sK and sG (bytes 0 .. kOffAqk of the shared memory, which the caller
+ * leaves alone from here on); rowQ0, rowV0: the [B,T,H] and [B,T,HV] rows of the chunk's first token, nv
+ * its valid rows (VARLEN: q, k rows past them zeros, g rows the last valid one's, as the body's).  The
+ * body's phase A then only waits for them (cp.async.wait_all).  Every thread calls it. */
+template <int K, bool VARLEN>
+__device__ __forceinline__ void early_qkg(const kdart_bwd_intra_params &p, long long rowQ0, long long rowV0, int nv) {
+    using Tr = BwdIntraTraits<K>;
+    constexpr int KH = Tr::kKH, KP = Tr::kKP, NTH = Tr::kThreads, VPR = KH / 8, FPR = KH / 4;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x;
+    const long long strideQ = (long long)p.H * K, strideV = (long long)p.HV * K;
+    {   /* q, k: 16-byte chunk t % VPR of rows t / VPR + j NTH / VPR (the body's copy_qk) */
+        const int r0 = tid / VPR, c = (tid % VPR) * 8;
+        const long long go = rowQ0 * K + r0 * strideQ + c;
+        const unsigned so = kdart::smem_u32(smem + Tr::kOffQ + 2 * (r0 * KP + c));
+        const unsigned sko = kdart::smem_u32(smem + Tr::kOffK + 2 * (r0 * KP + c));
+        const unsigned short *gq = static_cast<const unsigned short *>(p.q);
+        const unsigned short *gk = static_cast<const unsigned short *>(p.k);
+#pragma unroll
+        for (int j = 0; j < 64 * VPR / NTH; ++j) {
+            if constexpr (VARLEN) {
+                const bool ok = r0 + j * (NTH / VPR) < nv;
+                const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * K + c;
+                cp16z(so + j * (NTH / VPR) * KP * 2, gq + o, ok);
+                cp16z(sko + j * (NTH / VPR) * KP * 2, gk + o, ok);
+            } else {
+                cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
+                cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
+            }
+        }
+    }
+    {   /* g: 16-byte piece tid % FPR of rows tid / FPR + 16 j, swizzled as the body's sG (fsw) */
+        const int r0 = tid / FPR, c = (tid % FPR) * 4;
+        const unsigned so = kdart::smem_u32(smem + Tr::kOffG + 4 * (r0 * KP + (c ^ ((r0 & 4) << 1))));
+#pragma unroll
+        for (int j = 0; j < 64 * FPR / NTH; ++j) {
+            const int r = VARLEN ? min(r0 + j * (NTH / FPR), nv - 1) : r0 + j * (NTH / FPR);
+            cp16s(so + j * (NTH / FPR) * KP * 4, p.g + rowV0 * K + r * strideV + c);
+        }
+    }
 }
 } /* namespace intra */
 } /* namespace kdart */

@@ -726,7 +726,13 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
 
     /* ---------------- dA = -tril1(A^T (tril1(dA') beta_s) A^T) ---------------- */
     __syncthreads(); /* every warp is done with the last K phase's tiles */
-    unsigned short *sX = sStage, *sY = sStage + 4096;
+    /* INTRA (native tiles, the K tiles 128 and 256): the intra part's first q, k, g copies go out now, into
+     * its sQ, sK, sG (the first 36 KB), and land while the dA products run; those use the second stage's
+     * first two tiles then.  (At the K tile 64 it made the kernel spill.) */
+    constexpr bool kEarly = INTRA && DAQK && !TAIL && K >= 128;
+    if constexpr (kEarly) kdart::intra::early_qkg<K, VARLEN>(p.in, vLoc[1], vLoc[2], nv);
+    unsigned short *sX = sStage + (kEarly ? Tr::kStage / 2 : 0), *sY = sX + 4096;
+    static_assert(Tr::kStage >= BwdIntraTraits<K>::kOffAqk, "sX, sY clear of the intra part's sQ, sK, sG");
     const unsigned sXu = smem_u32(sX), sYu = smem_u32(sY), sAu = smem_u32(sA);
     const int r0 = m0 + gid, r1 = r0 + 8;
 #pragma unroll
@@ -788,7 +794,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         /* every thread's stores of dq, dk, dg, db, dA, dAqk before any thread's loads of them; the
          * shared memory is free (the last products are done) */
         __syncthreads();
-        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32>(p.in);
+        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32, kEarly>(p.in);
     }
 }
 

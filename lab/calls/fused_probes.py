@@ -1,0 +1,53 @@
+# lab/calls/fused_probes.py: timing probes of the fused wy_dqkg + bwd_intra kernel (results WRONG on purpose;
+# never tests, only wy_intra_bench's fused column).  Usage: fused_probes.py SRC OUTROOT: copies kernel SRC to
+# OUTROOT/{p1,p2,p3}/k and edits them.
+#   p1: the value tiles (do, dv, v_new) copied only in the first K block (the others compute on stale
+#       tiles): what reading them once per chunk could save (the 512-thread K-block-pair structure).
+#   p2: no fp32 round trip of dq, dk, dg between the wy part and the intra part (the wy part does not store
+#       them, the intra part reads zeros and prefetches nothing): what keeping them on chip could save.
+#   p3: both.
+import shutil
+import sys
+
+
+def edit(path, pairs):
+    s = open(path).read()
+    for a, b in pairs:
+        assert a in s, (path, a)
+        s = s.replace(a, b)
+    open(path, "w").write(s)
+
+
+def p1(d):
+    pairs = [("mbar_expect(bar, (kb == 0 ? 6u : 5u) * Tr::kTile);", "mbar_expect(bar, (kb == 0 ? 6u : 2u) * Tr::kTile);")]
+    for i in range(3):
+        a = "tma_tile<3>(d0 + %d * Tr::kTile, &p.tm[%d], x, y, z, bar, again);" % (i, i)
+        pairs.append((a, "if (kb == 0) " + a))
+    for i, n in enumerate(["dout", "dv", "v_new"]):
+        a = "load_tile<TAIL>(st + %d * 4096, io(p.%s) + ov" % (i, n)
+        pairs.append((a, "if (kb == 0) " + a))
+    edit(d + "/wy_dqkg.cuh", pairs)
+
+
+def p2(d):
+    edit(d + "/bwd_intra.cuh", [
+        ("{ return CG ? __ldcg(g) : __ldg(g); }", "{ return CG ? 0.f : __ldg(g); }"),
+        ("    return CG ? __ldcg(v) : __ldg(v);", "    return CG ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldg(v);")])
+    edit(d + "/bwd_intra_body.inc", [
+        ("the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            {",
+         "the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            if constexpr (!FUSED) {")])
+    edit(d + "/wy_dqkg.cuh", [
+        ("st2<TAIL, !INTRA>(p.dq + oK", "if (!INTRA) st2<TAIL, !INTRA>(p.dq + oK"),
+        ("st2<TAIL, !INTRA>(p.dk + oK", "if (!INTRA) st2<TAIL, !INTRA>(p.dk + oK"),
+        ("if (r != last) st2<TAIL, !INTRA>(p.dg", "if (r != last && !INTRA) st2<TAIL, !INTRA>(p.dg"),
+        ("p.dg[oK + last * strG + cg] = sLast[tid] + dgk;", "if (!INTRA) p.dg[oK + last * strG + cg] = sLast[tid] + dgk;")])
+
+
+if __name__ == "__main__":
+    src, root = sys.argv[1], sys.argv[2]
+    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2])):
+        d = "%s/%s/k" % (root, name)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        for f in fs:
+            f(d)
