@@ -11,17 +11,21 @@
  * that switch only at barriers and warp collectives, so a kernel's results
  * are deterministic and its data races invisible (compute-sanitizer's job on
  * a GPU).  What it checks is the arithmetic and the indexing: every kernel's
- * portable path (mma.sync, ldmatrix, cp.async; never wgmma or TMA) against
- * the float64 references, on a machine without a GPU.
+ * portable path (mma.sync, ldmatrix, cp.async) and, on a device of compute
+ * capability 9.0, sm_90a's (wgmma, TMA, mbarriers) against the float64
+ * references, on a machine without a GPU.
  *
  * Semantics kept: fragment layouts of mma.sync m16n8k16 (bf16, f16) and
  * m16n8k8 (tf32), ldmatrix / stmatrix x4 (and .trans), cp.async with its
  * zero fill and its groups, shuffles, votes, named and CTA barriers (exited
  * threads count as arrived), round-to-nearest-even conversions, the tf32
- * roundings.  Approximate instructions (ex2, lg2, rcp) are computed exactly;
+ * roundings; wgmma's shared-memory operand layouts (matrix descriptors, the
+ * 128-, 64- and 32-byte swizzles) and accumulator fragments, TMA boxes with
+ * the 128-byte swizzle and zero fill, mbarrier phases and transaction bytes.  Approximate instructions (ex2, lg2, rcp) are computed exactly;
  * cache hints, prefetches and fences do nothing.  Reads of what is not
  * there yet show as NaN: shared memory starts each CTA filled with 0xff
- * bytes, a cp.async destination holds them until the copy's wait, a
+ * bytes, a cp.async destination holds them until the copy's wait, a TMA
+ * destination until a thread sees its mbarrier phase complete, a
  * discarded L2 line after the discard.  A CTA runs warp by warp, each as
  * far as the CTA barriers let it, the warps in reverse order every other
  * launch: a result that depends on the order (a missing barrier) reads
@@ -37,8 +41,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <map>
 #include <type_traits>
 #include <ucontext.h>
+#include <vector>
+
+#include "emu_tma.h"
 
 /* ------------------------------------------------------------ keywords */
 #define __global__
@@ -194,6 +202,7 @@ template <typename In> inline const In &slot(const Warp &w, int l) {
     return *reinterpret_cast<const In *>(w.slot[l]);
 }
 
+inline void mbar_reset();
 inline void (*g_body)(void *) = nullptr;
 inline void *g_body_arg = nullptr;
 inline void land_copies(Fiber &f, unsigned upto);
@@ -229,6 +238,7 @@ inline void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg) {
                 for (auto &b : c.bar) b = Barrier();
                 for (int w = 0; w < n / 32; ++w) c.warp[w].arrived = 0, c.warp[w].live = 32;
                 memset(g_smem, 0xff, sizeof g_smem);
+                mbar_reset();
                 for (int t = 0; t < n; ++t) {
                     Fiber &f = fibers[t];
                     f.linear = t;
@@ -627,6 +637,185 @@ template <typename P, typename... V> inline void st_global_hint(P p, V... v) {
     (put(v), ...);
 }
 template <typename A> inline void named_bar(A id, int n) { bar_wait(1 + ((int)id & 7), n, 0); }
+
+/* ---- sm_90a: wgmma, mbarriers, TMA (KDART_EMU_CC 90) ---- */
+
+/* Element (mn, k) of a wgmma operand in shared memory, by its matrix descriptor d (start address, leading
+ * and stride byte offsets, swizzle mode: 1 128-byte, 2 64-byte, 3 32-byte) and its major-ness: the
+ * canonical layouts of 16-bit elements, rows of W bytes (the swizzle's width), 8-row atoms; K-major: row
+ * mn, k along the row, atoms SBO apart along mn; MN-major: row k, mn along the row, atoms SBO apart along
+ * k and LBO apart along mn.  The swizzle XORs address bits 4.. with bits 7.. of the absolute address. */
+inline unsigned short wg_elem(unsigned long long d, bool mn_major, int mn, int k) {
+    const unsigned start = (unsigned)(d & 0x3FFFu) << 4, lbo = (unsigned)((d >> 16) & 0x3FFFu) << 4,
+                   sbo = (unsigned)((d >> 32) & 0x3FFFu) << 4, mode = (unsigned)(d >> 62);
+    if (mode == 0) fail("wgmma descriptor without a swizzle: not emulated");
+    const unsigned W = mode == 1 ? 128u : mode == 2 ? 64u : 32u, per = W / 2, mask = W / 16 - 1;
+    unsigned a;
+    if (!mn_major) {
+        if (2u * (unsigned)k >= W) fail("wgmma K-major operand wider than its swizzle row");
+        a = start + (unsigned)(mn / 8) * sbo + (unsigned)(mn % 8) * W + 2u * (unsigned)k;
+    } else {
+        a = start + (unsigned)(k / 8) * sbo + (unsigned)(k % 8) * W + (unsigned)(mn / (int)per) * lbo +
+            2u * (unsigned)(mn % (int)per);
+    }
+    a ^= ((a >> 7) & mask) << 4;
+    unsigned short e;
+    memcpy(&e, sh(a), 2);
+    return e;
+}
+/* One warpgroup collective: each thread arrives at its warpgroup's barrier; the last to arrive runs f
+ * (for all 128), then releases them. */
+template <typename F> inline void wg_collective(F f) {
+    const int wg = cur()->linear >> 7, id = 12 + (wg & 3);
+    Barrier &b = g_cta.bar[id];
+    const unsigned g = b.gen;
+    g_progress++;
+    if (++b.arrived >= 128) {
+        f(wg);
+        bar_release(b);
+    } else {
+        cur()->wbar = id, cur()->wgen = g;
+        while (b.gen == g) yield();
+        cur()->wbar = -1;
+    }
+}
+struct WgSlot {
+    float *acc;
+    int n;
+    unsigned long long da, db;
+    int scale_d, scale_a, ta, tb;
+};
+inline WgSlot g_wgslot[kMaxThreads];
+/* wgmma.mma_async m64nNk16, f32 accumulators, 16-bit operands both from shared memory: D = (scale_d ? D : 0)
+ * + (scale_a A) B over the warpgroup's 64 rows; thread t's registers are the mma.sync C fragments of rows
+ * 16 (t / 32 % 4).., as the hardware lays them out (register 4 i + e: row g + 8 (e / 2), column 8 i + 2 t4 +
+ * (e & 1)).  The product is done when the last thread of the warpgroup issues it (wgmma.wait_group then
+ * has nothing to wait for); operands and flags must agree across the warpgroup. */
+inline void wgmma_op(int N, const char *ty, float *acc, unsigned long long da, unsigned long long db, int scale_d,
+                     int scale_a, int ta, int tb) {
+    g_wgslot[cur()->linear] = WgSlot{acc, N / 2, da, db, scale_d != 0, scale_a, ta, tb};
+    const bool bf = ty[0] == 'b';
+    wg_collective([&](int wg) {
+        const WgSlot &s0 = g_wgslot[128 * wg];
+        for (int t = 1; t < 128; ++t) {
+            const WgSlot &s = g_wgslot[128 * wg + t];
+            if (s.da != s0.da || s.db != s0.db || s.scale_d != s0.scale_d || s.scale_a != s0.scale_a ||
+                s.ta != s0.ta || s.tb != s0.tb || s.n != s0.n)
+                fail("wgmma operands differ across the warpgroup");
+        }
+        static double A[64][16], B[16][256];
+        auto val = [&](unsigned short e) { return (double)(bf ? bf2f(e) : half_to_float(e)); };
+        for (int m = 0; m < 64; ++m)
+            for (int k = 0; k < 16; ++k) A[m][k] = s0.scale_a * val(wg_elem(s0.da, s0.ta != 0, m, k));
+        for (int k = 0; k < 16; ++k)
+            for (int n = 0; n < N; ++n) B[k][n] = val(wg_elem(s0.db, s0.tb != 0, n, k));
+        for (int t = 0; t < 128; ++t) {
+            const WgSlot &s = g_wgslot[128 * wg + t];
+            const int w = t / 32, l = t % 32;
+            for (int r = 0; r < s.n; ++r) {
+                const int i = r / 4, e = r % 4, row = 16 * w + l / 4 + 8 * (e / 2), col = 8 * i + 2 * (l % 4) + (e & 1);
+                double d = 0;
+                for (int k = 0; k < 16; ++k) d += A[row][k] * B[k][col];
+                s.acc[r] = (s.scale_d ? s.acc[r] : 0.f) + (float)d;
+            }
+        }
+    });
+}
+
+/* mbarriers: the state lives beside shared memory, keyed by the barrier's address (reset with every CTA);
+ * a TMA copy's bytes land when a thread first sees the phase they complete: until then the destination
+ * holds 0xff bytes (NaN), so a read of a TMA tile before its barrier's wait shows. */
+struct Mbar {
+    int count = 0, pending = 0;
+    long long tx = 0;
+    unsigned phase = 0; /* completed phases */
+    struct Pend { unsigned dst; std::vector<unsigned char> bytes; unsigned phase; };
+    std::vector<Pend> copies;
+};
+inline std::map<unsigned, Mbar> g_mbar;
+inline void mbar_reset() { g_mbar.clear(); }
+inline Mbar &mbar_at(unsigned a) {
+    auto it = g_mbar.find(a);
+    if (it == g_mbar.end()) fail("mbarrier used before mbarrier.init");
+    return it->second;
+}
+inline void mbar_check(Mbar &b) {
+    if (b.pending == 0 && b.tx == 0) b.phase++, b.pending = b.count;
+}
+template <typename A> inline void mbar_init(A a) {
+    Mbar b;
+    b.count = b.pending = 1;
+    g_mbar[(unsigned)a] = b;
+}
+template <typename A, typename N> inline void mbar_expect(A a, N bytes) {
+    Mbar &b = mbar_at((unsigned)a);
+    b.tx += (long long)bytes;
+    b.pending--;
+    g_progress++;
+    mbar_check(b);
+}
+template <typename A> inline void mbar_inval(A a) { g_mbar.erase((unsigned)a); }
+inline void mbar_land(Mbar &b) { /* the copies of completed phases */
+    size_t keep = 0;
+    for (size_t i = 0; i < b.copies.size(); ++i) {
+        if (b.copies[i].phase < b.phase) memcpy(sh(b.copies[i].dst), b.copies[i].bytes.data(), b.copies[i].bytes.size());
+        else b.copies[keep++] = std::move(b.copies[i]);
+    }
+    b.copies.resize(keep);
+}
+/* mbarrier.try_wait.parity in a loop: until the phase of parity p has completed (the barrier's current phase
+ * has the other parity) */
+template <typename A, typename P> inline void mbar_wait(A a, P p) {
+    for (;;) {
+        Mbar &b = mbar_at((unsigned)a);
+        if ((b.phase & 1u) != ((unsigned)p & 1u)) {
+            mbar_land(b);
+            return;
+        }
+        yield();
+    }
+}
+/* cp.async.bulk.tensor.{2,3}d with the 128-byte swizzle: the box at coordinates c of map m (zeros outside
+ * the tensor) into shared memory at dst, rows of 128 bytes, 16-byte chunks XOR-ed with address bits 7..9;
+ * its bytes count against barrier bar's transaction */
+inline void tma_box(unsigned dst, const TmaMap *m, const long long *c, unsigned bar) {
+    Mbar &b = mbar_at(bar);
+    const uint32_t bx = m->box[0], by = m->box[1], bz = m->rank == 3 ? m->box[2] : 1;
+    const size_t bytes = (size_t)bx * by * bz * 2;
+    Mbar::Pend pd;
+    pd.dst = dst;
+    pd.bytes.assign(bytes, 0);
+    pd.phase = b.phase;
+    if (dst % 1024) fail("TMA destination not 1024-byte aligned (the 128-byte swizzle)");
+    for (uint32_t z = 0; z < bz; ++z)
+        for (uint32_t y = 0; y < by; ++y)
+            for (uint32_t x = 0; x < bx; ++x) {
+                const long long cx = c[0] + x, cy = c[1] + y, cz = m->rank == 3 ? c[2] + z : 0;
+                unsigned short e = 0;
+                if (cx >= 0 && cy >= 0 && cz >= 0 && (uint64_t)cx < m->dim[0] && (uint64_t)cy < m->dim[1] &&
+                    (m->rank < 3 || (uint64_t)cz < m->dim[2]))
+                    memcpy(&e, (const void *)(m->base + cx * 2 + cy * m->stride[1] + (m->rank == 3 ? cz * m->stride[2] : 0)), 2);
+                unsigned o = (unsigned)(((size_t)z * by + y) * bx + x) * 2u;
+                const unsigned a = dst + o;
+                o ^= ((a >> 7) & 7u) << 4;
+                memcpy(&pd.bytes[o], &e, 2);
+            }
+    memset(sh(dst), 0xff, bytes);
+    b.copies.push_back(std::move(pd));
+    b.tx -= (long long)bytes;
+    g_progress++;
+    mbar_check(b);
+}
+template <typename D, typename M, typename X, typename Y, typename Z, typename B, typename H>
+inline void tma3(D dst, M m, X x, Y y, Z z, B bar, H) {
+    const long long c[3] = {(long long)(int)x, (long long)(int)y, (long long)(int)z};
+    tma_box((unsigned)dst, (const TmaMap *)addr(m), c, (unsigned)bar);
+}
+template <typename D, typename M, typename X, typename Y, typename B, typename H>
+inline void tma2(D dst, M m, X x, Y y, B bar, H) {
+    const long long c[3] = {(long long)(int)x, (long long)(int)y, 0};
+    tma_box((unsigned)dst, (const TmaMap *)addr(m), c, (unsigned)bar);
+}
 [[noreturn]] inline void unsupported(const char *what) {
     fprintf(stderr, "emu: inline PTX not emulated: %s\n", what);
     abort();

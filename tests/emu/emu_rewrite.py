@@ -4,7 +4,7 @@
 Every inline-asm statement becomes a call of the emu_prelude.h function that does what its PTX does, with
 the operands in PTX order (outputs as typed pointers, inputs as values of their constraint's type); a
 template this table does not know becomes emu::unsupported(...), which compiles and aborts only if reached
-(the wgmma, TMA and mbarrier paths, which the portable specializations never take).  The dynamic
+(none in today's kernels).  The dynamic
 shared-memory declaration becomes a reference to the emulator's arena.  Nothing else changes, so the
 emulated kernels are the sources the GPU runs.  Prints one line per unknown template (stderr)."""
 import os
@@ -61,6 +61,29 @@ TABLE = [
     (r"mov\.u32 %0, %%ctaid\.y;", "ctaid_y"),
     (r"mov\.u32 %0, %%nctaid\.x;", "nctaid_x"),
     (r"bar\.sync %0, (\d+);", "named_bar"),
+    # sm_90a (KDART_EMU_CC 90)
+    (r"wgmma\.fence\.sync\.aligned;", "nop"),
+    (r"wgmma\.commit_group\.sync\.aligned;", "nop"),
+    (r"wgmma\.wait_group\.sync\.aligned (%0|\d+);", "nop"),
+    (r"fence\.mbarrier_init\.release\.cluster;", "nop"),
+    (r"mbarrier\.init\.shared::cta\.b64 \[%0\], 1;", "mbar_init"),
+    (r"mbarrier\.inval\.shared::cta\.b64 \[%0\];", "mbar_inval"),
+    (r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64 _, \[%0\], %1;", "mbar_expect"),
+    (r"\{ \.reg \.pred (\w+); (\w+): mbarrier\.try_wait\.parity\.shared::cta\.b64 \1, \[%0\], %1; @\1 bra (\w+); "
+     r"bra \2; \3: \}", "mbar_wait"),
+    (r"cp\.async\.bulk\.tensor\.3d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.L2::cache_hint "
+     r"\[%0\], \[%1, \{%2, %3, %4\}\], \[%5\], %6;", "tma3"),
+    (r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.L2::cache_hint "
+     r"\[%0\], \[%1, \{%2, %3\}\], \[%4\], %5;", "tma2"),
+]
+# wgmma.mma_async statements are written inside macros (their shape and types pasted in), so their templates
+# are not literals: recognized by their operand lists, each becomes emu::wgmma_op(N, type, accumulators, da,
+# db, scale-d, scale-a, tnspA, tnspB) in the macro's own names
+WGMMA = [
+    # wy_dqkg's KDART_WY_WGMMA(NP, N, TY, ...): "{..}, da, db, 1, 1, 1, AT, BT", accumulators c[2 NP][4]
+    (r'"l"\(da\), "l"\(db\), "n"\(AT\), "n"\(BT\)', "::emu::wgmma_op(N, #TY, &c[0][0], da, db, 1, 1, AT, BT)"),
+    # bwd_dhu's KDART_WG_DEF(IOT, TY, N, R, ...): "{..}, da, db, p (acc != 0), SA_, 1, TA_, 1", accumulators d[R]
+    (r'"l"\(da\), "l"\(db\), "r"\(acc\), "n"\(SA_\), "n"\(TA_\)', "::emu::wgmma_op(N, TY, &d[0], da, db, acc, SA_, TA_, 1)"),
 ]
 OUT_T = {"r": "unsigned", "h": "unsigned short", "f": "float", "l": "unsigned long long", "d": "double"}
 IN_T = {"r": "(unsigned)", "h": "(unsigned short)", "f": "(float)", "l": "", "n": "(int)", "d": "(double)"}
@@ -145,6 +168,10 @@ def rewrite_asm(body, where, unknown):
         ins = operands(parts[2]) if len(parts) > 2 else []
     except ValueError:
         tpl = None
+    if tpl is None and "wgmma.mma_async" in body:
+        for pat, call in WGMMA:
+            if re.search(pat, re.sub(r"\\\n", " ", body)):
+                return call
     if tpl is None:
         unknown.append(where + ": (not a literal template)")
         return '::emu::unsupported("%s")' % where

@@ -12,8 +12,8 @@
  * streams and events are stand-ins; stream capture records launches and
  * memsets for graph replay.  The device is one GPU of compute capability
  * KDART_EMU_CC (default 100: sm_100a, whose kernels take the portable
- * mma.sync paths; 90 makes the runtime pick sm_90a's wgmma and TMA paths,
- * which are not emulated) with KDART_EMU_SMS multiprocessors (default 132).
+ * mma.sync paths; 90: sm_90a, whose kernels take the wgmma, TMA and
+ * mbarrier paths) with KDART_EMU_SMS multiprocessors (default 132).
  * Built objects are kept under KDART_EMU_CACHE (default
  * /tmp/kdart-emu-UID), keyed by the sources and the name.
  */
@@ -35,6 +35,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "emu_tma.h"
 
 #ifndef KDART_EMU_DIR
 #error "KDART_EMU_DIR: the directory of emu_prelude.h and emu_rewrite.py"
@@ -222,7 +224,9 @@ Kernel *build(const char *mangled, std::string &why) {
         why = "no source in " + std::string(kd) + " defines " + base;
         return nullptr;
     }
-    std::string key = hex(fnv(d, fnv(sh)));
+    /* KDART_EMU_CC 90: the sm_90a paths (wgmma, TMA), as the runtime's sm_90a cubins take them */
+    const bool sm90 = env_int("KDART_EMU_CC", 100) == 90;
+    std::string key = hex(fnv(d + (sm90 ? " sm_90a" : ""), fnv(sh)));
     std::string so = cache_dir() + "/k-" + key + ".so";
     if (!exists(so)) {
         std::string cpp = cache_dir() + "/k-" + key + ".cpp", tmp = so + ".tmp" + std::to_string((long)getpid());
@@ -243,7 +247,8 @@ Kernel *build(const char *mangled, std::string &why) {
         fclose(f);
         const char *cxx = getenv("KDART_EMU_CXX");
         std::string cmd = std::string(cxx && *cxx ? cxx : "g++") +
-                          " -std=c++17 -O1 -fno-strict-aliasing -fPIC -shared -w -include '" KDART_EMU_DIR
+                          " -std=c++17 -O1 -fno-strict-aliasing -fPIC -shared -w" +
+                          (sm90 ? " -D__CUDA_ARCH_FEAT_SM90_ALL" : "") + " -include '" KDART_EMU_DIR
                           "/emu_prelude.h' -I'" + dir + "' '" + cpp + "' -o '" + tmp + "' > '" + cpp + ".log' 2>&1";
         if (run(cmd) != 0 || rename(tmp.c_str(), so.c_str()) != 0) {
             why = "building the emulated kernel failed: " + cmd;
@@ -468,10 +473,27 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
     return CUDA_SUCCESS;
 }
 CUresult cuEventDestroy_v2(CUevent e) { delete (double *)e; return CUDA_SUCCESS; }
-CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
-    memset(m, 0, sizeof *m); /* (TMA paths are sm_90a's: not emulated; a kernel that reads this aborts) */
+/* The map in the emulator's own form (emu_prelude.h's TmaMap: what its TMA copies need), in the 128 bytes
+ * of the driver's opaque one.  Only what kdart encodes is taken: 16-bit elements, rank 2 or 3, unit
+ * element strides, no interleave, the 128-byte swizzle (a box's inner extent is 128 bytes). */
+CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *base,
+                                const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                const cuuint32_t *estr, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+    if ((t != CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 && t != CU_TENSOR_MAP_DATA_TYPE_FLOAT16) || rank < 2 || rank > 3 ||
+        il != CU_TENSOR_MAP_INTERLEAVE_NONE || sw != CU_TENSOR_MAP_SWIZZLE_128B || box[0] * 2 != 128)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < rank; ++i)
+        if (estr[i] != 1 || box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
+    static_assert(sizeof(emu::TmaMap) <= sizeof(CUtensorMap), "the emulator's map fits the driver's");
+    emu::TmaMap e = {};
+    e.base = (uintptr_t)base;
+    e.rank = (int)rank;
+    for (cuuint32_t i = 0; i < rank; ++i) e.dim[i] = dims[i], e.box[i] = box[i];
+    for (cuuint32_t i = 0; i + 1 < rank; ++i) e.stride[i + 1] = strides[i];
+    e.stride[0] = 2;
+    memset(m, 0, sizeof *m);
+    memcpy(m, &e, sizeof e);
     return CUDA_SUCCESS;
 }
 
