@@ -6,6 +6,14 @@
 #   p2: no fp32 round trip of dq, dk, dg between the wy part and the intra part (the wy part does not store
 #       them, the intra part reads zeros and prefetches nothing): what keeping them on chip could save.
 #   p3: both.
+#   p4: the intra part's phase B (cross-block terms, tf32 mma) skipped (behind a test the compiler cannot
+#       fold: p.T == -7): what phase B costs.
+#   p5: the intra part's phase C (the diagonal blocks, SIMT) skipped the same way.
+#   p7: p2's first half: the wy part does not store dq, dk, dg (the intra part reads what is there).
+#   p8: p2's second half: the intra part reads zeros for dq_in, dk_in, dg_in and prefetches nothing (the wy
+#       part stores them).
+#   p6: (a candidate, results right) the fused body's phase B prefetch of dq_in, dk_in, dg_in left out: the
+#       wy part has just written those lines, so they are in L2 already.
 import shutil
 import sys
 
@@ -29,13 +37,7 @@ def p1(d):
     edit(d + "/wy_dqkg.cuh", pairs)
 
 
-def p2(d):
-    edit(d + "/bwd_intra.cuh", [
-        ("{ return CG ? __ldcg(g) : __ldg(g); }", "{ return CG ? 0.f : __ldg(g); }"),
-        ("    return CG ? __ldcg(v) : __ldg(v);", "    return CG ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldg(v);")])
-    edit(d + "/bwd_intra_body.inc", [
-        ("the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            {",
-         "the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            if constexpr (!FUSED) {")])
+def p7(d):
     edit(d + "/wy_dqkg.cuh", [
         ("st2<TAIL, !INTRA>(p.dq + oK", "if (!INTRA) st2<TAIL, !INTRA>(p.dq + oK"),
         ("st2<TAIL, !INTRA>(p.dk + oK", "if (!INTRA) st2<TAIL, !INTRA>(p.dk + oK"),
@@ -43,9 +45,42 @@ def p2(d):
         ("p.dg[oK + last * strG + cg] = sLast[tid] + dgk;", "if (!INTRA) p.dg[oK + last * strG + cg] = sLast[tid] + dgk;")])
 
 
+def p8(d):
+    edit(d + "/bwd_intra.cuh", [
+        ("{ return CG ? __ldcg(g) : __ldg(g); }", "{ return CG ? 0.f : __ldg(g); }"),
+        ("    return CG ? __ldcg(v) : __ldg(v);", "    return CG ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldg(v);")])
+    edit(d + "/bwd_intra_body.inc", [
+        ("the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            {",
+         "the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            if constexpr (!FUSED) {")])
+
+
+def p2(d):
+    p7(d)
+    p8(d)
+
+
+def skip_phase(d, title):
+    edit(d + "/bwd_intra_body.inc", [("/* ---------------- %s ---------------- */\n        {" % title,
+                                      "/* ---------------- %s ---------------- */\n        if (p.T == -7) {" % title)])
+
+
+def p6(d):
+    edit(d + "/bwd_intra_body.inc", [
+        ("the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            {",
+         "the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            if constexpr (!FUSED) {")])
+
+
+def p4(d):
+    skip_phase(d, "phase B: cross-block terms, tf32 mma.sync")
+
+
+def p5(d):
+    skip_phase(d, "phase C: diagonal blocks + per-row outputs")
+
+
 if __name__ == "__main__":
     src, root = sys.argv[1], sys.argv[2]
-    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2])):
+    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8])):
         d = "%s/%s/k" % (root, name)
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
