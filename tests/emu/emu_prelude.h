@@ -122,7 +122,7 @@ struct Cta {
     int nthreads, live;
     Fiber *cur;
     ucontext_t sched;
-    Barrier bar[16];
+    Barrier bar[24]; /* 0: the CTA's; 1..8: named (bar.sync id); 16..23: the warpgroups' (wgmma) */
     Warp warp[kMaxThreads / 32];
 };
 inline Cta g_cta;
@@ -666,7 +666,7 @@ inline unsigned short wg_elem(unsigned long long d, bool mn_major, int mn, int k
 /* One warpgroup collective: each thread arrives at its warpgroup's barrier; the last to arrive runs f
  * (for all 128), then releases them. */
 template <typename F> inline void wg_collective(F f) {
-    const int wg = cur()->linear >> 7, id = 12 + (wg & 3);
+    const int wg = cur()->linear >> 7, id = 16 + wg; /* (at most 8 warpgroups: kMaxThreads) */
     Barrier &b = g_cta.bar[id];
     const unsigned g = b.gen;
     g_progress++;
