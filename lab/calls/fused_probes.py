@@ -49,9 +49,7 @@ def p8(d):
     edit(d + "/bwd_intra.cuh", [
         ("{ return CG ? __ldcg(g) : __ldg(g); }", "{ return CG ? 0.f : __ldg(g); }"),
         ("    return CG ? __ldcg(v) : __ldg(v);", "    return CG ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldg(v);")])
-    edit(d + "/bwd_intra_body.inc", [
-        ("the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            {",
-         "the loads phase A waits for: 2.5% at K = 128, 1% at K = 64. */\n            if constexpr (!FUSED) {")])
+    p6(d)
 
 
 def p2(d):

@@ -21,8 +21,9 @@
  * threads count as arrived), round-to-nearest-even conversions, the tf32
  * roundings; wgmma's shared-memory operand layouts (matrix descriptors, the
  * 128-, 64- and 32-byte swizzles) and accumulator fragments, TMA boxes with
- * the 128-byte swizzle and zero fill, mbarrier phases and transaction bytes.  Approximate instructions (ex2, lg2, rcp) are computed exactly;
- * cache hints, prefetches and fences do nothing.  Reads of what is not
+ * the 128-byte swizzle and zero fill, mbarrier phases and transaction bytes.
+ * Approximate instructions (ex2, lg2, rcp) are computed exactly; cache
+ * hints, prefetches and fences do nothing.  Reads of what is not
  * there yet show as NaN: shared memory starts each CTA filled with 0xff
  * bytes, a cp.async destination holds them until the copy's wait, a TMA
  * destination until a thread sees its mbarrier phase complete, a
@@ -151,14 +152,16 @@ inline void warp_release(Warp &w) {
     w.arrived = 0;
     w.gen++;
 }
-/* barrier id: all live threads (id 0, expect 0) or `expect` of them (named barriers) */
-inline int bar_wait(int id, int expect, int pred) {
+/* barrier id: all live threads (id 0, expect 0) or `expect` of them (named barriers, warpgroups); the last
+ * thread to arrive runs last() before it releases the others */
+template <typename F> inline int bar_wait(int id, int expect, int pred, F last) {
     Barrier &b = g_cta.bar[id];
     const unsigned g = b.gen;
     b.red_or |= pred;
     const int need = expect ? expect : g_cta.live;
     g_progress++;
     if (++b.arrived >= need) {
+        last();
         bar_release(b);
     } else {
         g_cta.cur->wbar = id, g_cta.cur->wgen = g;
@@ -167,6 +170,7 @@ inline int bar_wait(int id, int expect, int pred) {
     }
     return b.red_res;
 }
+inline int bar_wait(int id, int expect, int pred) { return bar_wait(id, expect, pred, [] {}); }
 /* a thread that exits counts as arrived at the CTA barrier it no longer reaches */
 inline void on_exit() {
     g_cta.live--;
@@ -640,6 +644,9 @@ template <typename A> inline void named_bar(A id, int n) { bar_wait(1 + ((int)id
 
 /* ---- sm_90a: wgmma, mbarriers, TMA (KDART_EMU_CC 90) ---- */
 
+/* The 128-, 64- or 32-byte swizzle of shared address a (mask 7, 3, 1): its 16-byte chunk index XOR-ed with
+ * address bits 7.. (the hardware's, on the absolute address) */
+inline unsigned swizzled(unsigned a, unsigned mask) { return a ^ (((a >> 7) & mask) << 4); }
 /* Element (mn, k) of a wgmma operand in shared memory, by its matrix descriptor d (start address, leading
  * and stride byte offsets, swizzle mode: 1 128-byte, 2 64-byte, 3 32-byte) and its major-ness: the
  * canonical layouts of 16-bit elements, rows of W bytes (the swizzle's width), 8-row atoms; K-major: row
@@ -658,26 +665,9 @@ inline unsigned short wg_elem(unsigned long long d, bool mn_major, int mn, int k
         a = start + (unsigned)(k / 8) * sbo + (unsigned)(k % 8) * W + (unsigned)(mn / (int)per) * lbo +
             2u * (unsigned)(mn % (int)per);
     }
-    a ^= ((a >> 7) & mask) << 4;
     unsigned short e;
-    memcpy(&e, sh(a), 2);
+    memcpy(&e, sh(swizzled(a, mask)), 2);
     return e;
-}
-/* One warpgroup collective: each thread arrives at its warpgroup's barrier; the last to arrive runs f
- * (for all 128), then releases them. */
-template <typename F> inline void wg_collective(F f) {
-    const int wg = cur()->linear >> 7, id = 16 + wg; /* (at most 8 warpgroups: kMaxThreads) */
-    Barrier &b = g_cta.bar[id];
-    const unsigned g = b.gen;
-    g_progress++;
-    if (++b.arrived >= 128) {
-        f(wg);
-        bar_release(b);
-    } else {
-        cur()->wbar = id, cur()->wgen = g;
-        while (b.gen == g) yield();
-        cur()->wbar = -1;
-    }
 }
 struct WgSlot {
     float *acc;
@@ -695,7 +685,8 @@ inline void wgmma_op(int N, const char *ty, float *acc, unsigned long long da, u
                      int scale_a, int ta, int tb) {
     g_wgslot[cur()->linear] = WgSlot{acc, N / 2, da, db, scale_d != 0, scale_a, ta, tb};
     const bool bf = ty[0] == 'b';
-    wg_collective([&](int wg) {
+    const int wg = cur()->linear >> 7; /* (its own barrier, 16 + wg: at most 8 warpgroups, kMaxThreads) */
+    bar_wait(16 + wg, 128, 0, [&] {
         const WgSlot &s0 = g_wgslot[128 * wg];
         for (int t = 1; t < 128; ++t) {
             const WgSlot &s = g_wgslot[128 * wg + t];
@@ -794,11 +785,9 @@ inline void tma_box(unsigned dst, const TmaMap *m, const long long *c, unsigned 
                 unsigned short e = 0;
                 if (cx >= 0 && cy >= 0 && cz >= 0 && (uint64_t)cx < m->dim[0] && (uint64_t)cy < m->dim[1] &&
                     (m->rank < 3 || (uint64_t)cz < m->dim[2]))
-                    memcpy(&e, (const void *)(m->base + cx * 2 + cy * m->stride[1] + (m->rank == 3 ? cz * m->stride[2] : 0)), 2);
-                unsigned o = (unsigned)(((size_t)z * by + y) * bx + x) * 2u;
-                const unsigned a = dst + o;
-                o ^= ((a >> 7) & 7u) << 4;
-                memcpy(&pd.bytes[o], &e, 2);
+                    memcpy(&e, (const void *)(m->base + cx * m->stride[0] + cy * m->stride[1] + cz * m->stride[2]), 2);
+                const unsigned o = (unsigned)(((size_t)z * by + y) * bx + x) * 2u; /* (dst: 1024-byte aligned) */
+                memcpy(&pd.bytes[swizzled(o, 7)], &e, 2);
             }
     memset(sh(dst), 0xff, bytes);
     b.copies.push_back(std::move(pd));

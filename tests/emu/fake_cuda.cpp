@@ -74,6 +74,8 @@ int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
     return v && *v ? atoi(v) : dflt;
 }
+/* the emulated device's compute capability (KDART_EMU_CC, 100 unless set): 90 builds sm_90a's paths */
+int device_cc() { return env_int("KDART_EMU_CC", 100); }
 std::string cache_dir() {
     const char *v = getenv("KDART_EMU_CACHE");
     std::string d = v && *v ? v : "/tmp/kdart-emu-" + std::to_string((long)getuid());
@@ -225,7 +227,7 @@ Kernel *build(const char *mangled, std::string &why) {
         return nullptr;
     }
     /* KDART_EMU_CC 90: the sm_90a paths (wgmma, TMA), as the runtime's sm_90a cubins take them */
-    const bool sm90 = env_int("KDART_EMU_CC", 100) == 90;
+    const bool sm90 = device_cc() == 90;
     std::string key = hex(fnv(d + (sm90 ? " sm_90a" : ""), fnv(sh)));
     std::string so = cache_dir() + "/k-" + key + ".so";
     if (!exists(so)) {
@@ -318,7 +320,7 @@ CUresult cuDeviceGet(CUdevice *d, int i) {
     return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
-    const int cc = env_int("KDART_EMU_CC", 100);
+    const int cc = device_cc();
     switch (a) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc / 10; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc % 10; break;
