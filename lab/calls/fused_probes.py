@@ -12,6 +12,10 @@
 #   p7: p2's first half: the wy part does not store dq, dk, dg (the intra part reads what is there).
 #   p8: p2's second half: the intra part reads zeros for dq_in, dk_in, dg_in and prefetches nothing (the wy
 #       part stores them).
+#   p9: (a candidate, results right) the wy part's first stores of dq, dk, dg, dA, dAqk with an L2 evict_last
+#       policy (they are read back within microseconds; up to 264 CTAs x 96 KB = 25 MB in flight, half the
+#       L2): whether the round trip's lines reach DRAM today.
+#   p10: (a candidate, results right) p9, and the intra part reads them back with an evict_first policy.
 #   p6: (a candidate, results right) the fused body's phase B prefetch of dq_in, dk_in, dg_in left out: the
 #       wy part has just written those lines, so they are in L2 already.
 import shutil
@@ -52,6 +56,25 @@ def p8(d):
     p6(d)
 
 
+def p9(d):
+    edit(d + "/wy_dqkg.cuh", [
+        ('else asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");',
+         'else asm volatile("{ .reg .b64 pl; createpolicy.fractional.L2::evict_last.b64 pl, 1.0; '
+         'st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pl; }" ::"l"(a), "f"(x), "f"(y) : "memory");')])
+
+
+def p10(d):
+    p9(d)
+    edit(d + "/bwd_intra.cuh", [
+        ("template <bool CG = false> __device__ __forceinline__ float ldg1(const float *g) { return CG ? __ldcg(g) : __ldg(g); }",
+         "template <bool CG = false> __device__ __forceinline__ float ldg1(const float *g) { if (!CG) return __ldg(g); float x; asm volatile(\"{ .reg .b64 pl; "
+         "createpolicy.fractional.L2::evict_first.b64 pl, 1.0; ld.global.cg.L2::cache_hint.f32 %0, [%1], pl; }\" "
+         ": \"=f\"(x) : \"l\"(g)); return x; }"),
+        ("    return CG ? __ldcg(v) : __ldg(v);",
+         "    if (!CG) return __ldg(v); float4 x; asm volatile(\"{ .reg .b64 pl; createpolicy.fractional.L2::evict_first.b64 pl, 1.0; ld.global.cg.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, "
+         "[%4], pl; }\" : \"=f\"(x.x), \"=f\"(x.y), \"=f\"(x.z), \"=f\"(x.w) : \"l\"(g)); return x;")])
+
+
 def p2(d):
     p7(d)
     p8(d)
@@ -78,7 +101,7 @@ def p5(d):
 
 if __name__ == "__main__":
     src, root = sys.argv[1], sys.argv[2]
-    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8])):
+    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8]), ("p9", [p9]), ("p10", [p10])):
         d = "%s/%s/k" % (root, name)
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
