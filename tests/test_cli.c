@@ -910,6 +910,7 @@ START_TEST(test_sass) {
         EXPECT_STATUS(&r, 3);
         EXPECT_IN(r.err, "nvdisasm");
         EXPECT_IN(r.err, "/usr/local/cuda/bin");
+        EXPECT_IN(r.err, "pip install nvidia-cuda-nvdisasm"); /* where to get one without the toolkit */
     }
     run_free(&r);
 

@@ -433,7 +433,8 @@ static int run_sass(cli *c, const void *opts, int nargs, char **args) {
         tool_argv[1] = "-sass";
     } else {
         cli_error(c,
-                  "neither nvdisasm nor cuobjdump was found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin; "
+                  "neither nvdisasm nor cuobjdump was found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin "
+                  "(without the CUDA toolkit, 'pip install nvidia-cuda-nvdisasm' has one, in nvidia/cu13/bin); "
                   "'kdart export %.12s -o FILE' writes the cubin for disassembly elsewhere",
                   e->key);
         kdart_entry_free(e);
