@@ -10,10 +10,16 @@ set -u
 grep -q da_stash kernel_src/wy_dqkg.cuh && { echo "run it from main's tree (kernel_src without the experiment)"; exit 3; }
 rm -rf build && mv build-exp build
 . lab/calls/common.sh
-P=$R/lab/experiments/da-onchip
+D=$R/lab/experiments/da-onchip/da_onchip.diff
+# the diff's files under the given folders
+part() { python3 -c 'import re, sys; t = open(sys.argv[1]).read(); print("".join(c for c in re.split(r"(?m)^(?=diff --git )", t)
+  if c.startswith(tuple("diff --git a/" + p for p in sys.argv[2:]))), end="")' $D "$@"; }
+# each tree with its own library and Python package (gpu_ab_dirs: the branch's asks kdart for dA by name,
+# which its registry made optional)
 rm -rf /tmp/old /tmp/new && mkdir -p /tmp/old /tmp/new && cp -a kernel_src /tmp/old/k && cp -a kernel_src /tmp/new/k \
-  && cp -a python /tmp/new/py && (cd /tmp/new/k && patch -s -p2 < $P/kernels.diff) \
-  && (cd /tmp/new/py && patch -s -p2 < $P/python.diff) || { echo "the diffs do not apply"; exit 3; }
+  && cp -a python /tmp/new/py && (part kernel_src/ | (cd /tmp/new/k && patch -s -p2)) \
+  && (part python/ | (cd /tmp/new/py && patch -s -p2)) || { echo "the diff does not apply"; exit 3; }
+ln -s $R/build-main-gpu/libkdart.so /tmp/old/libkdart.so; ln -s $R/build/libkdart.so /tmp/new/libkdart.so
 grep -c da_stash /tmp/new/k/wy_dqkg.cuh
 export TRITON_CACHE_DIR=$R/.triton-cache; mkdir -p $TRITON_CACHE_DIR; gc_fla_site
 (KDART_KERNEL_DIR=/tmp/new/k KDART_CACHE_DIR=/tmp/cnew KDART_GPU_TESTS=wy_intra,wy_production,wy_every_spec,intra_fixed_any_t,intra_head_dims,intra_varlen_lists,varlen_garbage_writes_nothing,chunk_bwd_whole \
@@ -23,17 +29,9 @@ wait; el
 tail -1 $O/test_gpu_new.txt; grep -hE "^[0-9]+%|:[EF]:" $O/test_gpu_new.txt | head -6; cat $O/san.txt
 grep -ciE "invalid|hazard" $O/memcheck.txt $O/racecheck.txt
 gc_pack
-# (each tree with its own library and Python package: the branch's asks kdart for dA by name, which its
-# registry made optional)
-for i in 1 2; do for v in old new; do
-  lib=$R/build/libkdart.so py=/tmp/new/py; [ $v = old ] && lib=$R/build-main-gpu/libkdart.so py=$R/python
-  KDART_LIBRARY=$lib KDART_KERNEL_DIR=/tmp/$v/k KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$py:$py/tests:$R/lab/calls \
-    timeout 100 python3 lab/calls/wy_intra_bench.py b2_t8192_h32,packed32768,prod8192 2>&1 | grep -vE "Warning|warn|^row" | sed "s|^|$v |"
-  KDART_LIBRARY=$lib KDART_KERNEL_DIR=/tmp/$v/k KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$py:$py/tests:$R/lab/calls \
-    timeout 80 python3 lab/calls/whole_ab.py 2>&1 | grep -E "bare|peak" | sed "s|^|$v |"
-done; done | tee $O/ab.txt; el
+gpu_ab_dirs /tmp/old/k /tmp/new/k
 gc_pack
-cp -a /tmp/new/k/. kernel_src/ && patch -s -p1 < $P/python.diff
+part kernel_src/ python/ | patch -s -p1
 export KDART_LIBRARY=$R/build/libkdart.so
 gc_whole_tests 150
 wait; el

@@ -151,16 +151,21 @@ gc_sanitize_dir() {
   done
 }
 # kernel sources timed against each other: two rounds alternating the directories "$@" (each a kdart
-# kernel dir /tmp/NAME/k, labelled NAME), wy_intra_bench's rows $AB_ROWS and whole_ab's bare C call
+# kernel dir /tmp/NAME/k, labelled NAME), wy_intra_bench's rows $AB_ROWS and (unless AB_WHOLE=0)
+# whole_ab's bare C call and peak memory, into $O/${AB_OUT:-ab}.txt.  A tree that needs a library or a
+# Python package of its own has them beside its k: /tmp/NAME/libkdart.so, /tmp/NAME/py.
 gpu_ab_dirs() {
   for i in 1 2; do for d in "$@"; do
-    v=$(basename $(dirname $d))
-    KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
+    t=$(dirname $d) v=$(basename $(dirname $d)) lib=${KDART_LIBRARY:-} py=$R/python
+    [ -e $t/libkdart.so ] && lib=$t/libkdart.so
+    [ -d $t/py ] && py=$t/py
+    KDART_LIBRARY=$lib KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$py:$py/tests:$R/lab/calls \
       timeout 100 python3 lab/calls/wy_intra_bench.py ${AB_ROWS:-b2_t8192_h32,packed32768,prod8192} 2>&1 \
-      | grep -vE "Warning|warn|^row" | sed "s|^|$v |"
-    KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
-      timeout 80 python3 lab/calls/whole_ab.py 2>&1 | grep -E "bare" | sed "s|^|$v |"
-  done; done | tee $O/ab.txt; el
+      | grep -vE "Warning|warn|^row" | sed "s|^|$i $v |"
+    [ "${AB_WHOLE:-1}" = 0 ] && continue
+    KDART_LIBRARY=$lib KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$py:$py/tests:$R/lab/calls \
+      timeout 80 python3 lab/calls/whole_ab.py 2>&1 | grep -E "bare|peak" | sed "s|^|$i $v |"
+  done; done | tee $O/${AB_OUT:-ab}.txt; el
 }
 # the whole-backward Python tests side by side in the background (production -k whole: three workers;
 # test_whole_gpu.py: four), fla's Triton in first-config mode; $1: each one's time limit.  gpu_whole_report
