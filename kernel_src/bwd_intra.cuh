@@ -393,6 +393,71 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
         if (e < n) asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a + e), "h"(h[e]) : "memory");
 }
 
+/* The fp32 tiles of KP floats a row (sG, sXq, sXk, sDk, sXc) are swizzled too: row R's columns c are
+ * stored at c ^ fsw(R), 8 floats (two 16-byte chunks) over where bit 2 of R is set.  KP = 72 puts
+ * rows 8 banks apart, so phase B's column side (rows 16i + 2 gid and + 1, pairs of columns) met the same
+ * 8 banks in rows r and r + 4: 2-way on each of its 12 accesses a pass; swizzled, a half warp's four
+ * rows take four distinct 8-bank windows.  Every other access keeps its banks: the row side's rows are
+ * consecutive (offsets 0, 8, 16, 24 either way), phases C and D read whole row segments.  Rows 16 apart
+ * swizzle alike, so sXq's row R - 16 and sDk's row R are one cell. */
+__device__ __forceinline__ int fsw(int R) { return (R & 4) << 1; }
+
+/* The native (16-byte cp.async) copies of a pass's q, k columns cn .. cn + 63 into the body's sQ, sK: thread t
+ * copies 16-byte chunk t % VPR of rows t / VPR + j NTH / VPR, compile-time steps from one base address each
+ * (as the dA loader).  VARLEN: rows from nv on are zeros (src-size 0, the address the chunk's row 0).  Used
+ * by the body's phase A and phase D and by early_qkg, so that the early copies land where the body reads. */
+template <int K, bool VARLEN>
+__device__ __forceinline__ void copy_qk16(const void *q, const void *k, unsigned short *sQ, unsigned short *sK, int t,
+                                          long long rowQ0, long long strideQ, int cn, int nv) {
+    using Tr = BwdIntraTraits<K>;
+    constexpr int KP = Tr::kKP, NTH = Tr::kThreads, VPR = Tr::kKH / 8; /* 8 io elements per 16 bytes */
+    static_assert(NTH % VPR == 0 && (64 * VPR) % NTH == 0, "q/k copy map");
+    const unsigned short *gq = static_cast<const unsigned short *>(q);
+    const unsigned short *gk = static_cast<const unsigned short *>(k);
+    const int r0 = t / VPR, c = (t % VPR) * 8;
+    const long long go = rowQ0 * K + r0 * strideQ + cn + c;
+    const unsigned so = kdart::smem_u32(sQ + r0 * KP + c);
+    const unsigned sko = kdart::smem_u32(sK + r0 * KP + c);
+    if constexpr (VARLEN) {
+#pragma unroll
+        for (int j = 0; j < 64 * VPR / NTH; ++j) {
+            const bool ok = r0 + j * (NTH / VPR) < nv;
+            const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * K + cn + c;
+            cp16z(so + j * (NTH / VPR) * KP * 2, gq + o, ok);
+            cp16z(sko + j * (NTH / VPR) * KP * 2, gk + o, ok);
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 64 * VPR / NTH; ++j) {
+        cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
+        cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
+    }
+}
+/* The native copies of a pass's g columns c0 .. c0 + 63 into the body's sG (swizzled, fsw): 16-byte piece
+ * t % FPR of rows t / FPR + j NTH / FPR (all of the same fsw).  VARLEN: rows from nv on get a copy of the last
+ * valid row's gates, so g stays non-increasing down the chunk and every exp2 argument of the kernel stays
+ * <= 0 (zeros there would give exp2(0 - g_s) = inf for a valid s, and 0 * inf = NaN in a sum over valid
+ * rows). */
+template <int K, bool VARLEN>
+__device__ __forceinline__ void copy_g16(const float *g, float *sG, int t, long long rowV0, long long strideV, int c0,
+                                         int nv) {
+    using Tr = BwdIntraTraits<K>;
+    constexpr int KP = Tr::kKP, NTH = Tr::kThreads, FPR = Tr::kKH / 4; /* 4 floats per 16 bytes */
+    static_assert(NTH % FPR == 0 && (64 * FPR) % NTH == 0, "g copy map");
+    const int r0 = t / FPR, c = (t % FPR) * 4;
+    const float *ag = g + rowV0 * K + r0 * strideV + c0 + c;
+    const unsigned so = kdart::smem_u32(sG + r0 * KP + (c ^ fsw(r0)));
+    if constexpr (VARLEN) {
+#pragma unroll
+        for (int j = 0; j < 64 * FPR / NTH; ++j)
+            cp16s(so + j * (NTH / FPR) * KP * 4, g + rowV0 * K + min(r0 + j * (NTH / FPR), nv - 1) * strideV + c0 + c);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 64 * FPR / NTH; ++j) cp16s(so + j * (NTH / FPR) * KP * 4, ag + j * (NTH / FPR) * strideV);
+}
+
 } /* namespace intra */
 } /* namespace kdart */
 
@@ -432,47 +497,19 @@ __device__ __forceinline__ void fused(const kdart_bwd_intra_params &p) {
 #include "bwd_intra_body.inc"
 }
 /* The fused body's first-pass copies of q, k and g (its columns 0 .. kKH - 1), issued by the caller before
- * its own last phase so that they land while it runs (fused with EARLY): the body's phase A maps, native
- * (16-byte) copies, into its sQ, sK and sG (bytes 0 .. kOffAqk of the shared memory, which the caller
+ * its own last phase so that they land while it runs (fused with EARLY): the body's phase A copies
+ * (copy_qk16, copy_g16) into its sQ, sK and sG (bytes 0 .. kOffAqk of the shared memory, which the caller
  * leaves alone from here on); rowQ0, rowV0: the [B,T,H] and [B,T,HV] rows of the chunk's first token, nv
  * its valid rows (VARLEN: q, k rows past them zeros, g rows the last valid one's, as the body's).  The
  * body's phase A then only waits for them (cp.async.wait_all).  Every thread calls it. */
 template <int K, bool VARLEN>
 __device__ __forceinline__ void early_qkg(const kdart_bwd_intra_params &p, long long rowQ0, long long rowV0, int nv) {
     using Tr = BwdIntraTraits<K>;
-    constexpr int KH = Tr::kKH, KP = Tr::kKP, NTH = Tr::kThreads, VPR = KH / 8, FPR = KH / 4;
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x;
-    const long long strideQ = (long long)p.H * K, strideV = (long long)p.HV * K;
-    {   /* q, k: 16-byte chunk t % VPR of rows t / VPR + j NTH / VPR (the body's copy_qk) */
-        const int r0 = tid / VPR, c = (tid % VPR) * 8;
-        const long long go = rowQ0 * K + r0 * strideQ + c;
-        const unsigned so = kdart::smem_u32(smem + Tr::kOffQ + 2 * (r0 * KP + c));
-        const unsigned sko = kdart::smem_u32(smem + Tr::kOffK + 2 * (r0 * KP + c));
-        const unsigned short *gq = static_cast<const unsigned short *>(p.q);
-        const unsigned short *gk = static_cast<const unsigned short *>(p.k);
-#pragma unroll
-        for (int j = 0; j < 64 * VPR / NTH; ++j) {
-            if constexpr (VARLEN) {
-                const bool ok = r0 + j * (NTH / VPR) < nv;
-                const long long o = ok ? go + j * (NTH / VPR) * strideQ : rowQ0 * K + c;
-                cp16z(so + j * (NTH / VPR) * KP * 2, gq + o, ok);
-                cp16z(sko + j * (NTH / VPR) * KP * 2, gk + o, ok);
-            } else {
-                cp16s(so + j * (NTH / VPR) * KP * 2, gq + go + j * (NTH / VPR) * strideQ);
-                cp16s(sko + j * (NTH / VPR) * KP * 2, gk + go + j * (NTH / VPR) * strideQ);
-            }
-        }
-    }
-    {   /* g: 16-byte piece tid % FPR of rows tid / FPR + 16 j, swizzled as the body's sG (fsw) */
-        const int r0 = tid / FPR, c = (tid % FPR) * 4;
-        const unsigned so = kdart::smem_u32(smem + Tr::kOffG + 4 * (r0 * KP + (c ^ ((r0 & 4) << 1))));
-#pragma unroll
-        for (int j = 0; j < 64 * FPR / NTH; ++j) {
-            const int r = VARLEN ? min(r0 + j * (NTH / FPR), nv - 1) : r0 + j * (NTH / FPR);
-            cp16s(so + j * (NTH / FPR) * KP * 4, p.g + rowV0 * K + r * strideV + c);
-        }
-    }
+    copy_qk16<K, VARLEN>(p.q, p.k, reinterpret_cast<unsigned short *>(smem + Tr::kOffQ),
+                         reinterpret_cast<unsigned short *>(smem + Tr::kOffK), tid, rowQ0, (long long)p.H * K, 0, nv);
+    copy_g16<K, VARLEN>(p.g, reinterpret_cast<float *>(smem + Tr::kOffG), tid, rowV0, (long long)p.HV * K, 0, nv);
 }
 } /* namespace intra */
 } /* namespace kdart */
