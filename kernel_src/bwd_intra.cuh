@@ -393,6 +393,18 @@ __device__ __forceinline__ void st_out4io_m(unsigned short *a, float4 v, int n) 
         if (e < n) asm volatile("st.global.cs.b16 [%0], %1;" ::"l"(a + e), "h"(h[e]) : "memory");
 }
 
+/* float offset of row 16*blk + rr in the compact dAqk/dAkk layout */
+__device__ __forceinline__ int daoff(int blk, int rr) {
+    constexpr int DAP = BwdIntraTraits<64>::kDAP;
+    return blk == 0 ? (16 + rr) * DAP + 48 : (16 * (blk - 1) + rr) * DAP;
+}
+/* The compact rows' 16-byte chunks are swizzled: chunk c of a row whose index within its block
+ * has bit 2 set is stored at c ^ 1 (dasw: the float column's XOR).  With DAP = 72 (8 banks a row),
+ * the 8 rows of an ldmatrix tile fell on 4 bank groups (rows r and r + 4 together: 2-way, a quarter of
+ * phase B's shared wavefronts); swizzled they fall on 8.  The column side's 8-byte reads (rows rr and
+ * rr + 4, of opposite swizzle) and phase C's broadcasts stay conflict-free; the row index is a
+ * compile-time constant wherever a thread's own row is not (phase C, the column side). */
+__device__ __forceinline__ int dasw(int rr) { return ((rr >> 2) & 1) << 2; }
 /* The fp32 tiles of KP floats a row (sG, sXq, sXk, sDk, sXc) are swizzled too: row R's columns c are
  * stored at c ^ fsw(R), 8 floats (two 16-byte chunks) over where bit 2 of R is set.  KP = 72 puts
  * rows 8 banks apart, so phase B's column side (rows 16i + 2 gid and + 1, pairs of columns) met the same
@@ -486,7 +498,8 @@ namespace intra {
 /* The same body as a device function, for wy_dqkg's intra = 1 kernels: run by a
  * CTA of the same grid (one per chunk and value head) after wy_dqkg's body, with
  * dq_in, dk_in, dg_in, db_in the wy outputs it has just written (and dq, dk, dg,
- * db the same tensors), dAqk and dAkk its dAqk and dA.  The caller's dynamic
+ * db the same tensors), dAqk and dAkk its dAqk and dA, which the caller has already written
+ * into this body's shared memory (wy_dqkg.cuh, da_stash: the body does not load them).  The caller's dynamic
  * shared memory is at least BwdIntraTraits<K>::kSmemBytes and its launch bounds
  * are this kernel's. */
 template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool EARLY>

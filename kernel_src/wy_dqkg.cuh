@@ -90,7 +90,8 @@ struct WyDqkgTraits {
     static constexpr int kOffCol = kOffHdh + 256;    /* f32 [4][64]: sum_t k dk0 per row block */
     static constexpr int kOffLast = kOffCol + 1024;  /* f32 [64]: the last row's dg before dgk */
     static constexpr int kOffDb = kOffLast + 256;    /* f32 [2][64]: db per column half */
-    static constexpr int kOffLoc = kOffDb + 512;     /* [0..3], [6]: the chunk's rows; [4], [5]: TMA barriers */
+    static constexpr int kOffLoc = kOffDb + 512;     /* [0..3], [6]: the chunk's rows; [4], [5]: TMA barriers;
+                                                      * [7]: the dAqk stash's offset (INTRA) */
     static constexpr int kSmemBytes = kOffLoc + 64;
     static_assert(kSmemBytes == 108864, "WY_SMEM of runtime/core/stages/wy_dqkg.c");
     static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two CTAs per SM");
@@ -282,7 +283,8 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
 /* INTRA: after the body, the same CTA adds the intra-chunk terms (bwd_intra with fold_dg, fp32 outputs) to
  * the dq, dk, dg, db it has just written, in place (their first writes are plain stores, which stay in L2
  * for the few microseconds until the intra part reads them back: the fp32 round trip of the two-launch
- * path never reaches DRAM).  It needs DAQK (the intra part reads dAqk); a tail tile (a head dim below the
+ * path never reaches DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs DAQK (the
+ * intra part reads dAqk); a tail tile (a head dim below the
  * K tile) needs VARLEN, whose parameters carry Kr (the host picks varlen = 1 then).  Other INTRA
  * combinations are never launched and trap. */
 template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA>
@@ -340,6 +342,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         sLoc[2] = t0 * HV + hv;                 /* v, g, ... row of token t0 */
         sLoc[3] = (hrow * HV + hv) * Kr * V;    /* h, dh of the chunk */
         sLoc[6] = (hrow * HV + hv) * Kr;        /* (TMA: its first row of the (V, rows) maps) */
+        /* (INTRA: the dAqk stash, in the stage the last step does not use; see da_stash) */
+        sLoc[7] = ((nsteps - 1) & 1) ? BwdIntraTraits<K>::kOffAqk : Tr::kStage + 2 * Tr::kTile;
 #if KDART_WY_WG
         if constexpr (kTma) {
             mbar_init(sBar);
@@ -687,6 +691,34 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             }
         }
     };
+    /* INTRA: dAqk and dA reach the intra part through shared memory, in its compact layout (the lower 16 x 16
+     * blocks at BwdIntraTraits' kOffAqk, kOffAkk; daoff, dasw), the blocks off the diagonal rounded to tf32 as
+     * its own loader rounds them; rows past the chunk's end zeros.  The global tensors are outputs only.
+     * dAqk is final before the last K phase, which needs every register: it waits there in a stash, its ten
+     * lower blocks dense (10 KB), in the stage the last K phase does not use (the first's bytes kOffAqk..
+     * when the last step's is the second; else the second's from 16 KB on, clear of the dA products' sX,
+     * sY).  da_onchip moves it to its place once the last products are done. */
+    using Ti = BwdIntraTraits<K>;
+    /* (read back from sLoc[7] at each use: an offset held in a register from the stash to its reader spilled
+     * at K 64) */
+    auto stash_off = [&]() { return (int)vLoc[7]; };
+    static_assert(Ti::kOffAqk + 10 * 1024 <= Tr::kStage && Tr::kStage + 2 * Tr::kTile + 10 * 1024 <= 2 * Tr::kStage,
+                  "the dAqk stash inside the free stage, clear of the early copies and sX, sY");
+    static_assert(Ti::kOffAkk + Ti::kDAFloats * 4 <= Tr::kOffA, "the compact dA regions clear of A");
+    auto da_stash = [&](const float (&aqk)[4][4], int nv) {
+        float *stash = reinterpret_cast<float *>(smem + stash_off());
+        const int r0 = m0 + gid, r1 = r0 + 8, bi = m0 >> 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = n0 + 8 * j + 2 * tq, bj = c >> 4;
+            if (bj > bi) continue; /* (above the diagonal blocks) */
+            float *o = stash + (bi * (bi + 1) / 2 + bj) * 256 + (c & 15);
+            *reinterpret_cast<float2 *>(o + (r0 & 15) * 16) =
+                make_float2(r0 < nv && r0 >= c ? aqk[j][0] * p.scale : 0.f, r0 < nv && r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f);
+            *reinterpret_cast<float2 *>(o + (r1 & 15) * 16) =
+                make_float2(r1 < nv && r1 >= c ? aqk[j][2] * p.scale : 0.f, r1 < nv && r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f);
+        }
+    };
     if constexpr (!DAQK) {
         float aqk[4][4]; /* (not used without dAqk) */
 #pragma unroll 1
@@ -714,11 +746,12 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const int c = n0 + 8 * j + 2 * tq;
-                    if (r0 < nv) st2<false, !INTRA>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
+                    if (r0 < nv) st2<false>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
                                             r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f, c, 64);
-                    if (r1 < nv) st2<false, !INTRA>(gq + r1 * strA + c, r1 >= c ? aqk[j][2] * p.scale : 0.f,
+                    if (r1 < nv) st2<false>(gq + r1 * strA + c, r1 >= c ? aqk[j][2] * p.scale : 0.f,
                                             r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f, c, 64);
                 }
+                if constexpr (INTRA) da_stash(aqk, nv);
             }
             kphase(kb);
         }
@@ -772,16 +805,56 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
     __syncthreads();
     gemm_any<IO, true, true>(xy, sAu, sYu, m0, n0, lane); /* A^T Y */
+    /* INTRA: dA and dAqk (from its stash) into the intra part's compact layout (see da_stash) */
+    float *const cAqk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAqk);
+    float *const cAkk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAkk);
+    if constexpr (INTRA && DAQK) {
+        using kdart::intra::daoff;
+        using kdart::intra::dasw;
+        using kdart::intra::to_tf32;
+        __syncthreads(); /* every warp's products are done: sX, sY lie under cAkk */
+        const int bi = m0 >> 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = n0 + 8 * j + 2 * tq, bj = c >> 4;
+            if (bj > bi) continue;
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2) {
+                const int r = h2 ? r1 : r0, rl = r & 15;
+                float x = r < nv && r > c && c < nv ? -xy[j][2 * h2] : 0.f;
+                float y = r < nv && r > c + 1 && c + 1 < nv ? -xy[j][2 * h2 + 1] : 0.f;
+                if (bj < bi) x = __uint_as_float(to_tf32(x)), y = __uint_as_float(to_tf32(y));
+                *reinterpret_cast<float2 *>(cAkk + daoff(bi, rl) + (c ^ dasw(rl))) = make_float2(x, y);
+            }
+        }
+    }
     float *gdA = p.dA + rowV() * 64;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int c = n0 + 8 * j + 2 * tq;
         if (r0 < nv)
-            st2<false, !INTRA>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
+            st2<false>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
                        r0 > c + 1 && c + 1 < nv ? -xy[j][1] : 0.f, c, 64);
         if (r1 < nv)
-            st2<false, !INTRA>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
+            st2<false>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
                        r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
+    }
+    if constexpr (INTRA && DAQK) { /* the stash (which may lie under cAqk) into registers, then to cAqk */
+        using kdart::intra::daoff;
+        using kdart::intra::dasw;
+        using kdart::intra::to_tf32;
+        const float *stash = reinterpret_cast<const float *>(smem + stash_off());
+        float sv[10];
+#pragma unroll
+        for (int b = 0; b < 10; ++b) sv[b] = stash[b * 256 + tid];
+        __syncthreads();
+        const int rr = tid >> 4, cc = tid & 15;
+#pragma unroll
+        for (int b = 0; b < 10; ++b) { /* lower block b = bi (bi + 1) / 2 + bj */
+            const int bi = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3, bj = b - bi * (bi + 1) / 2;
+            const int c = 16 * bj + cc;
+            cAqk[daoff(bi, rr) + (c ^ dasw(rr))] = bj < bi ? __uint_as_float(to_tf32(sv[b])) : sv[b];
+        }
     }
     if constexpr (INTRA && DAQK) {
 #if KDART_WY_WG
