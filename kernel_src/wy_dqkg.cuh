@@ -343,7 +343,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         sLoc[3] = (hrow * HV + hv) * Kr * V;    /* h, dh of the chunk */
         sLoc[6] = (hrow * HV + hv) * Kr;        /* (TMA: its first row of the (V, rows) maps) */
         /* (INTRA: the dAqk stash, in the stage the last step does not use; see da_stash) */
-        sLoc[7] = ((nsteps - 1) & 1) ? BwdIntraTraits<K>::kOffAqk : Tr::kStage + 2 * Tr::kTile;
+        if constexpr (INTRA) sLoc[7] = ((nsteps - 1) & 1) ? BwdIntraTraits<K>::kOffAqk : Tr::kStage + 2 * Tr::kTile;
 #if KDART_WY_WG
         if constexpr (kTma) {
             mbar_init(sBar);
@@ -697,7 +697,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
      * dAqk is final before the last K phase, which needs every register: it waits there in a stash, its ten
      * lower blocks dense (10 KB), in the stage the last K phase does not use (the first's bytes kOffAqk..
      * when the last step's is the second; else the second's from 16 KB on, clear of the dA products' sX,
-     * sY).  da_onchip moves it to its place once the last products are done. */
+     * sY); the end of the kernel's wy part moves it to its place once the last products are done. */
     using Ti = BwdIntraTraits<K>;
     /* (read back from sLoc[7] at each use: an offset held in a register from the stash to its reader spilled
      * at K 64) */
@@ -713,10 +713,10 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             const int c = n0 + 8 * j + 2 * tq, bj = c >> 4;
             if (bj > bi) continue; /* (above the diagonal blocks) */
             float *o = stash + (bi * (bi + 1) / 2 + bj) * 256 + (c & 15);
-            *reinterpret_cast<float2 *>(o + (r0 & 15) * 16) =
-                make_float2(r0 < nv && r0 >= c ? aqk[j][0] * p.scale : 0.f, r0 < nv && r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f);
-            *reinterpret_cast<float2 *>(o + (r1 & 15) * 16) =
-                make_float2(r1 < nv && r1 >= c ? aqk[j][2] * p.scale : 0.f, r1 < nv && r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f);
+            *reinterpret_cast<float2 *>(o + (r0 & 15) * 16) = make_float2(
+                r0 < nv && r0 >= c ? aqk[j][0] * p.scale : 0.f, r0 < nv && r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f);
+            *reinterpret_cast<float2 *>(o + (r1 & 15) * 16) = make_float2(
+                r1 < nv && r1 >= c ? aqk[j][2] * p.scale : 0.f, r1 < nv && r1 >= c + 1 ? aqk[j][3] * p.scale : 0.f);
         }
     };
     if constexpr (!DAQK) {
@@ -744,7 +744,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 float *gq = p.dAqk + rowV() * 64;
                 const int r0 = m0 + gid, r1 = r0 + 8;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
+                for (int j = 0; j < 4 && (!INTRA || p.dAqk != nullptr); ++j) { /* (INTRA: an optional output) */
                     const int c = n0 + 8 * j + 2 * tq;
                     if (r0 < nv) st2<false>(gq + r0 * strA + c, r0 >= c ? aqk[j][0] * p.scale : 0.f,
                                             r0 >= c + 1 ? aqk[j][1] * p.scale : 0.f, c, 64);
@@ -805,41 +805,45 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     fence_async_smem(); /* (the shared tiles just written are read by wgmma) */
     __syncthreads();
     gemm_any<IO, true, true>(xy, sAu, sYu, m0, n0, lane); /* A^T Y */
-    /* INTRA: dA and dAqk (from its stash) into the intra part's compact layout (see da_stash) */
-    float *const cAqk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAqk);
-    float *const cAkk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAkk);
-    if constexpr (INTRA && DAQK) {
-        using kdart::intra::daoff;
-        using kdart::intra::dasw;
-        using kdart::intra::to_tf32;
-        __syncthreads(); /* every warp's products are done: sX, sY lie under cAkk */
-        const int bi = m0 >> 4;
+    /* dA out (INTRA: an optional output), and INTRA: into the intra part's compact layout (see da_stash),
+     * then dAqk from its stash */
+    float *gdA = p.dA + rowV() * 64;
+    if constexpr (!(INTRA && DAQK)) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int c = n0 + 8 * j + 2 * tq, bj = c >> 4;
-            if (bj > bi) continue;
+            const int c = n0 + 8 * j + 2 * tq;
+            if (r0 < nv)
+                st2<false>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
+                           r0 > c + 1 && c + 1 < nv ? -xy[j][1] : 0.f, c, 64);
+            if (r1 < nv)
+                st2<false>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
+                           r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
+        }
+    } else {
+        __syncthreads(); /* every warp's products are done: sX, sY lie under cAkk */
+        float *const cAkk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAkk);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = n0 + 8 * j + 2 * tq;
 #pragma unroll
             for (int h2 = 0; h2 < 2; ++h2) {
-                const int r = h2 ? r1 : r0, rl = r & 15;
-                float x = r < nv && r > c && c < nv ? -xy[j][2 * h2] : 0.f;
-                float y = r < nv && r > c + 1 && c + 1 < nv ? -xy[j][2 * h2 + 1] : 0.f;
-                if (bj < bi) x = __uint_as_float(to_tf32(x)), y = __uint_as_float(to_tf32(y));
-                *reinterpret_cast<float2 *>(cAkk + daoff(bi, rl) + (c ^ dasw(rl))) = make_float2(x, y);
+                const int r = h2 ? r1 : r0;
+                float x = r > c && c < nv ? -xy[j][2 * h2] : 0.f;
+                float y = r > c + 1 && c + 1 < nv ? -xy[j][2 * h2 + 1] : 0.f;
+                if (r < nv && p.dA != nullptr) st2<false>(gdA + r * strA + c, x, y, c, 64);
+                /* (one loop for both: the dA fragments held across a second one spilled in the tail bodies) */
+                const int bi = m0 >> 4, bj = c >> 4, rl = r & 15;
+                if (bj > bi) continue;
+                if (r >= nv) x = y = 0.f;
+                if (bj < bi) /* (off the diagonal: phase B's tf32 operands) */
+                    x = __uint_as_float(kdart::intra::to_tf32(x)), y = __uint_as_float(kdart::intra::to_tf32(y));
+                *reinterpret_cast<float2 *>(cAkk + kdart::intra::daoff(bi, rl) + (c ^ kdart::intra::dasw(rl))) =
+                    make_float2(x, y);
             }
         }
     }
-    float *gdA = p.dA + rowV() * 64;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int c = n0 + 8 * j + 2 * tq;
-        if (r0 < nv)
-            st2<false>(gdA + r0 * strA + c, r0 > c && c < nv ? -xy[j][0] : 0.f,
-                       r0 > c + 1 && c + 1 < nv ? -xy[j][1] : 0.f, c, 64);
-        if (r1 < nv)
-            st2<false>(gdA + r1 * strA + c, r1 > c && c < nv ? -xy[j][2] : 0.f,
-                       r1 > c + 1 && c + 1 < nv ? -xy[j][3] : 0.f, c, 64);
-    }
     if constexpr (INTRA && DAQK) { /* the stash (which may lie under cAqk) into registers, then to cAqk */
+        float *const cAqk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAqk);
         using kdart::intra::daoff;
         using kdart::intra::dasw;
         using kdart::intra::to_tf32;

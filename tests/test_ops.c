@@ -293,11 +293,18 @@ START_TEST(wy_validation) {
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "overlaps");
     s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
-    /* intra (bwd_intra's terms in the same launch): needs the dAqk output; a head dim below its K tile takes
-     * the varlen body; an older caller's struct without the field means intra = 0 */
+    /* intra (bwd_intra's terms in the same launch): dA and dAqk become optional outputs (the kernel hands them
+     * to the intra part in shared memory), and the specialization computes dAqk either way; without intra dA
+     * is required; a head dim below its K tile takes the varlen body; an older caller's struct without the
+     * field means intra = 0 */
     wy_make(&s, B, T, K, V, T / 64);
+    s.a.dA = NULL;
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENULL, "dA");
     s.a.intra = 1;
-    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EUNSUPPORTED, "dAqk");
+    EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1");
+    s.a.dA = &s.dA.t;
     mk(&daqk, kDLFloat, 32, 4, B, T, HV, 64, 0);
     s.a.dAqk = &daqk.t;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
@@ -1203,12 +1210,13 @@ START_TEST(chunk_bwd_validation) {
     whole_set s;
     whole_make(&s, 0);
     /* the fused layout (K 64, V a multiple of 64): bwd_post's partials, gk (fp32), h, v_new, dh, dv2 (io),
-     * dA, dAqk (fp32), then one region for w, u, qg, kg (io) or, later, dq, dk, dg (fp32) and db */
+     * then one region for w, u, qg, kg (io) or, later, dq, dk, dg (fp32) and db (dA and dAqk stay in the
+     * fused kernel's shared memory) */
     const int64_t tk = (int64_t)B * T * HV * K, tv = (int64_t)B * T * HV * V, tb = (int64_t)B * T * HV,
                   th = (int64_t)B * (T / 64) * HV * K * V;
     const int64_t early = 2 * tk + 2 * tv + 2 * tk + 2 * tk, late = 3 * 4 * tk + al256(4 * tb);
     const int64_t want = al256(4 * kdart_bwd_post_workspace(H, HV, K)) + 4 * tk + 2 * th + 2 * tv + 2 * th + 2 * tv +
-                         4 * tb * 64 + 4 * tb * 64 + (early > late ? early : late);
+                         (early > late ? early : late);
     const int64_t n = kdart_chunk_bwd_workspace(rt, &s.a);
     ck_assert_int_eq(n, want);
     whole_make(&s, n);

@@ -306,8 +306,8 @@ def wy_meta(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_s
     order (dq, dk, dv2, db, dg, dA), then dAqk's when dAqk is true."""
     t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, intra)
     if not dAqk:
-        return _meta(_WY, t, sc)
-    return _meta(_WY_DAQK, t, sc, want=("dAqk",))
+        return _meta(_WY, t, sc, want=("dA",))
+    return _meta(_WY_DAQK, t, sc, want=("dA", "dAqk"))
 
 
 # ------------------------------------------------------------------ plans
@@ -644,7 +644,7 @@ def _wy_plan(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first=False, cu_
              chunk_indices=None, dAqk=False, intra=False):
     st = _WY_DAQK if dAqk else _WY
     t, sc = _wy_call(q, k, v, v_new, g, beta, A, h, do, dh, dv, state_v_first, cu_seqlens, chunk_indices, intra)
-    plan = _build_plan(st, t, sc, want=("dAqk",) if dAqk else (),
+    plan = _build_plan(st, t, sc, want=("dA", "dAqk") if dAqk else ("dA",),
                        layout=(q, k, v, v_new, g, beta, A, h, dh, do, dv, cu_seqlens, chunk_indices))
     plan.outs = [plan.outs[n] for n in st.returns]  # dq, dk, dv2, db, dg, dA (, dAqk)
     plan.slots = st.slots(("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv") + st.returns)

@@ -98,7 +98,7 @@ static int sizes(kdart_rt *rt, const kdart_chunk_bwd_args *a, plan *p) {
 
 /* The stages' args of one call, over the workspace views. */
 typedef struct stages {
-    view gk, w, u, qg, kg, h, vn, dh, dv2, dq1, dk1, dg1, db1, dA, dAqk, dvi, pws;
+    view gk, w, u, qg, kg, h, vn, dh, dv2, dq1, dk1, dg1, db1, dvi, pws;
     kdart_recompute_wu_args rwu;
     kdart_fwd_h_args fwdh;
     kdart_bwd_dav_args dav;
@@ -117,8 +117,8 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     /* bwd_post's partial sums first (its per-head counters, cleared by each call, at their end) */
     const DLTensor *pws = p->gate ? carve(&cv, &s->pws, F, 32, 1, kdart_bwd_post_workspace(H, HV, K), 0, 0, 0, 0)
                                   : NULL;
-    /* what lives from the recompute to bwd_post: the gate's cumsum, h, v_new, dh, dv2, dA, dAqk (and
-     * bwd_dav's dv) */
+    /* what lives from the recompute to bwd_post: the gate's cumsum, h, v_new, dh, dv2 (and bwd_dav's dv;
+     * wy_dqkg hands dA and dAqk to bwd_intra's terms in shared memory, so they take no room here) */
     const DLTensor *gk = a->g_cumsum, *w = a->w, *u = a->u, *qg = a->qg, *kg = a->kg, *h = a->h, *vn = a->v_new;
     if (p->recompute) {
         if (p->gate) gk = carve(&cv, &s->gk, F, 32, 4, B, T, HV, K, 0);
@@ -127,8 +127,6 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     }
     const DLTensor *dh = carve(&cv, &s->dh, io, 16, 5, p->HB, p->NT, HV, S1, S2);
     const DLTensor *dv2 = carve(&cv, &s->dv2, io, 16, 4, B, T, HV, V, 0); /* bwd_dhu's, wy_dqkg's dv */
-    const DLTensor *dA = carve(&cv, &s->dA, F, 32, 4, B, T, HV, 64, 0);
-    const DLTensor *dAqk = carve(&cv, &s->dAqk, F, 32, 4, B, T, HV, 64, 0);
     const DLTensor *dvi = NULL;
     if (!p->fused) { /* bwd_dav's dv alone, bwd_dhu's input (wy_dqkg computes dAqk itself and takes bwd_intra's
                       * terms on every grid) */
@@ -175,8 +173,8 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     else s->dhu.dv = dvi;
 
     s->wy = (kdart_wy_dqkg_args){sizeof s->wy, a->q, a->k, a->v, vn, gk, a->beta, a->Akk, h, dh, a->d_o,
-                                 dv2, dq1, dk1, a->dv, dg1, db1, dA, a->scale, p->svf,
-                                 a->cu_seqlens, a->chunk_indices, dAqk, 1};
+                                 dv2, dq1, dk1, a->dv, dg1, db1, NULL, a->scale, p->svf,
+                                 a->cu_seqlens, a->chunk_indices, NULL, 1};
 
     s->post.struct_size = sizeof s->post;
     s->post.dq_in = dq1, s->post.dk_in = dk1, s->post.dg_in = dg1, s->post.db_in = db1;

@@ -498,7 +498,7 @@ typedef struct kdart_wy_dqkg_args {
     const DLTensor *dv2;       /* out [B,T,HV,V] io dtype */
     const DLTensor *dg;        /* out [B,T,HV,K] fp32 */
     const DLTensor *db;        /* out [B,T,HV]   fp32 */
-    const DLTensor *dA;        /* out [B,T,HV,64] fp32 (strictly lower; zeros above) */
+    const DLTensor *dA;        /* out [B,T,HV,64] fp32 (strictly lower; zeros above); with intra, or NULL */
     float scale;
     int state_v_first;
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
@@ -510,8 +510,9 @@ typedef struct kdart_wy_dqkg_args {
     /* Added in 0.2 (bwd_intra fused), read only when struct_size covers it (smaller: 0): nonzero adds bwd_intra's
      * intra-chunk terms in the same launch (kdart_kda_bwd_intra with fold_dg, fp32 outputs, dAqk
      * and dA its dAqk and dAkk): dq, dk, dg, db are then what bwd_intra would return for them
-     * (dg suffix-summed down each chunk), and dAqk and dA are left as scratch.  Needs the dAqk
-     * output; the intermediate gradients stay in L2 instead of a round trip through memory. */
+     * (dg suffix-summed down each chunk).  The intra part takes dA and dAqk from shared memory:
+     * both outputs are optional then (NULL: not written; given, they hold this stage's dA and
+     * dAqk).  The intermediate gradients stay in L2 instead of a round trip through memory. */
     int intra;
 } kdart_wy_dqkg_args;
 

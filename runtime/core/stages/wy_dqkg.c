@@ -25,7 +25,8 @@ static void shape(const int *vals, int *threads, int *smem) {
     *smem = vals[7] && intra > WY_SMEM ? intra : WY_SMEM;
 }
 
-/* intra without dAqk compiles to a trap: the intra part reads dAqk. */
+/* intra without dAqk compiles to a trap: the intra part needs the dAqk product (the runtime picks dAqk = 1
+ * with intra, whether or not the caller wants the dAqk output). */
 static int stub(const int *vals) { return vals[7] == 1 && vals[6] == 0; }
 
 /* The default prewarm set: every native one with the K-first state; the
@@ -57,11 +58,12 @@ static int dims(kdart_rt *rt, kdart__call *c) {
     if ((rc = kdart__check_value_dim(rt, V)) != KDART_OK) return rc;
     if ((rc = kdart__check_heads(rt, B, T, H, HV, "v")) != KDART_OK) return rc;
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
-    /* intra: bwd_intra's terms need the dAqk output; its tail body (a head dim
-     * below the K tile) is the varlen one, which takes the batch as B rows */
+    /* intra: the kernel hands dA and dAqk to bwd_intra's terms through shared
+     * memory, so both are optional outputs then (without intra, dA is the
+     * output the caller's bwd_intra reads); its tail body (a head dim below the
+     * K tile) is the varlen one, which takes the batch as B rows */
     const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0;
-    if (intra && !kdart__arg(c, offsetof(ARGS, dAqk)))
-        return kdart__err(rt, KDART_EUNSUPPORTED, "intra needs the dAqk output (the intra-chunk terms read it)");
+    if (!intra && !a->dA) return kdart__err(rt, KDART_ENULL, "tensor dA is NULL (it may be left out only with intra)");
     if ((rc = kdart__chunk_grid(rt, c, B, T, HV, intra && K != kdart__k_tile(K))) != KDART_OK) return rc;
     /* h's chunk rows: B * ceil(T/64) at fixed length (B rows of them), or,
      * packed, any NT >= 1 (>= chunk_indices's rows when given; the kernel
@@ -93,7 +95,8 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
     const int v[8] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
                       kdart__dtype_of(a->beta) == 32, a->state_v_first != 0,
-                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL, kdart__arg_int(c, offsetof(ARGS, intra)) != 0};
+                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL || kdart__arg_int(c, offsetof(ARGS, intra)) != 0,
+                      kdart__arg_int(c, offsetof(ARGS, intra)) != 0};
     memcpy(c->vals, v, sizeof v);
     return KDART_OK;
 }
@@ -156,7 +159,7 @@ static const kdart__op op = {
         KDART__TARG("dv2", ARGS, dv2, KDART__DT_IO, OUT, B, T, HV, V),
         KDART__TARG("dg", ARGS, dg, KDART__DT_F32, OUT, B, T, HV, K),
         KDART__TARG("db", ARGS, db, KDART__DT_F32, OUT, B, T, HV),
-        KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT, B, T, HV, 64),
+        KDART__TARG("dA", ARGS, dA, KDART__DT_F32, OUT | KDART__A_OPTIONAL, B, T, HV, 64),
         KDART__TARG("dAqk", ARGS, dAqk, KDART__DT_F32, OUT | KDART__A_OPTIONAL, B, T, HV, 64),
     },
     {KDART__SARG("scale", ARGS, scale, 'f'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i'),
