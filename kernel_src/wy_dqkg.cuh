@@ -808,7 +808,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     /* dA out (INTRA: an optional output), and INTRA: into the intra part's compact layout (see da_stash),
      * then dAqk from its stash */
     float *gdA = p.dA + rowV() * 64;
-    if constexpr (!(INTRA && DAQK)) {
+    if constexpr (!(INTRA && DAQK)) { /* (the loop as it was, so that these specializations keep their cubins) */
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int c = n0 + 8 * j + 2 * tq;
@@ -821,7 +821,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         }
     } else {
         __syncthreads(); /* every warp's products are done: sX, sY lie under cAkk */
-        float *const cAkk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAkk);
+        float *const cAkk = reinterpret_cast<float *>(smem + Ti::kOffAkk);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int c = n0 + 8 * j + 2 * tq;
@@ -836,17 +836,13 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
                 if (bj > bi) continue;
                 if (r >= nv) x = y = 0.f;
                 if (bj < bi) /* (off the diagonal: phase B's tf32 operands) */
-                    x = __uint_as_float(kdart::intra::to_tf32(x)), y = __uint_as_float(kdart::intra::to_tf32(y));
-                *reinterpret_cast<float2 *>(cAkk + kdart::intra::daoff(bi, rl) + (c ^ kdart::intra::dasw(rl))) =
-                    make_float2(x, y);
+                    x = __uint_as_float(intra::to_tf32(x)), y = __uint_as_float(intra::to_tf32(y));
+                *reinterpret_cast<float2 *>(cAkk + intra::daoff(bi, rl) + (c ^ intra::dasw(rl))) = make_float2(x, y);
             }
         }
     }
     if constexpr (INTRA && DAQK) { /* the stash (which may lie under cAqk) into registers, then to cAqk */
-        float *const cAqk = reinterpret_cast<float *>(smem + BwdIntraTraits<K>::kOffAqk);
-        using kdart::intra::daoff;
-        using kdart::intra::dasw;
-        using kdart::intra::to_tf32;
+        float *const cAqk = reinterpret_cast<float *>(smem + Ti::kOffAqk);
         const float *stash = reinterpret_cast<const float *>(smem + stash_off());
         float sv[10];
 #pragma unroll
@@ -857,7 +853,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         for (int b = 0; b < 10; ++b) { /* lower block b = bi (bi + 1) / 2 + bj */
             const int bi = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3, bj = b - bi * (bi + 1) / 2;
             const int c = 16 * bj + cc;
-            cAqk[daoff(bi, rr) + (c ^ dasw(rr))] = bj < bi ? __uint_as_float(to_tf32(sv[b])) : sv[b];
+            const float x = sv[b];
+            cAqk[intra::daoff(bi, rr) + (c ^ intra::dasw(rr))] = bj < bi ? __uint_as_float(intra::to_tf32(x)) : x;
         }
     }
     if constexpr (INTRA && DAQK) {
