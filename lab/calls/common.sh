@@ -157,7 +157,7 @@ gc_sanitize_dir() {
 gpu_ab_dirs() {
   for i in 1 2; do for d in "$@"; do
     t=$(dirname $d) v=$(basename $(dirname $d)) lib=${KDART_LIBRARY:-} py=$R/python
-    [ -e $t/libkdart.so ] && lib=$t/libkdart.so
+    [ -e $t/libkdart.so ] && lib=$(readlink -f $t/libkdart.so)  # its $ORIGIN: the build with libuv
     [ -d $t/py ] && py=$t/py
     KDART_LIBRARY=$lib KDART_KERNEL_DIR=$d KDART_CACHE_DIR=/tmp/cb$v PYTHONPATH=$py:$py/tests:$R/lab/calls \
       timeout 100 python3 lab/calls/wy_intra_bench.py ${AB_ROWS:-b2_t8192_h32,packed32768,prod8192} 2>&1 \
