@@ -257,12 +257,21 @@ __device__ __forceinline__ void load_tile32(float *s, const float *g, long long 
 
 /* fp32 pair stores (columns c, c+1 of a row, c even; TAIL: each if < n, as one
  * pair where gran >= 4: n and every row stride are then even, so both columns
- * are in or out together and the pair is 8-byte aligned) */
+ * are in or out together and the pair is 8-byte aligned).  CS: a final output,
+ * streamed (evict-first).  Otherwise the INTRA round trip's first write, which
+ * the same CTA reads back within microseconds: an L2 evict_last policy keeps the
+ * line from being pushed out by the value tiles streaming past (at most about
+ * 264 CTAs x 96 KB in flight, half the L2).  The policy is made inside the asm
+ * statement: one made outside it stays live in a register across the epilogue
+ * and costs spills. */
 template <bool TAIL, bool CS = true>
 __device__ __forceinline__ void st2(float *a, float x, float y, int c, int n, int gran = 8) {
     if (!TAIL || (gran >= 4 && c < n)) {
         if constexpr (CS) asm volatile("st.global.cs.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
-        else asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");
+        else
+            asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
+                         "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pol; }" ::"l"(a), "f"(x), "f"(y)
+                         : "memory");
     } else if (gran < 4) {
         if (c < n) a[0] = x;
         if (c + 1 < n) a[1] = y;
@@ -281,9 +290,9 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
 } /* namespace kdart */
 
 /* INTRA: after the body, the same CTA adds the intra-chunk terms (bwd_intra with fold_dg, fp32 outputs) to
- * the dq, dk, dg, db it has just written, in place (their first writes are plain stores, which stay in L2
- * for the few microseconds until the intra part reads them back: the fp32 round trip of the two-launch
- * path never reaches DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs DAQK (the
+ * the dq, dk, dg, db it has just written, in place (their first writes are evict_last stores, st2, which
+ * stay in L2 for the few microseconds until the intra part reads them back: the fp32 round trip of the
+ * two-launch path need not reach DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs DAQK (the
  * intra part reads dAqk); a tail tile (a head dim below the
  * K tile) needs VARLEN, whose parameters carry Kr (the host picks varlen = 1 then).  Other INTRA
  * combinations are never launched and trap. */

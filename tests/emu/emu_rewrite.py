@@ -40,6 +40,10 @@ TABLE = [
     (r"st\.global(\.cs|\.cg|\.wb)?\.L2::cache_hint(\.v[24])?\.[bf](16|32) \[%0\], \{?%1(, ?%\d)*\}?, %\d;",
      "st_global_hint"),
     (r"st\.global(\.cs|\.cg|\.wb)?(\.v[24])?\.[bf](16|32) \[%0\], \{?%1(, ?%\d)*\}?;", "st_global"),
+    # a store with an L2 policy made in the same statement (the policy register local to it): the store
+    (r"\{ \.reg \.b64 (\w+); createpolicy\.fractional\.L2::evict_\w+\.b64 \1, 1\.0; "
+     r"st\.global(\.cs|\.cg|\.wb)?\.L2::cache_hint(\.v[24])?\.[bf](16|32) \[%0\], \{?%1(, ?%\d)*\}?, \1; \}",
+     "st_global"),
     (r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32 \{%0, ?%1, ?%2, ?%3\}, \{%4, ?%5, ?%6, ?%7\}, "
      r"\{%8, ?%9\}, \{%0, ?%1, ?%2, ?%3\};", "mma_bf16"),
     (r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32 \{%0, ?%1, ?%2, ?%3\}, \{%4, ?%5, ?%6, ?%7\}, "
