@@ -178,4 +178,10 @@ gpu_whole_report() {
   grep -hE "passed|failed" $O/pytest_whole.txt $O/pytest_prod.txt | tail -2
   grep -hE "^FAILED|^E  " $O/pytest_whole.txt $O/pytest_prod.txt | head -8
 }
-
+# fused_probes.py's probe trees under /tmp/pr (NAME/k each) and main's kernels as /tmp/pr/main/k, for
+# gpu_ab_dirs; KDART_LIBRARY: this build's library
+gc_probes() {
+  export KDART_LIBRARY=$R/build/libkdart.so
+  python3 lab/calls/fused_probes.py kernel_src /tmp/pr
+  rm -rf /tmp/pr/main && mkdir -p /tmp/pr/main && cp -a kernel_src /tmp/pr/main/k
+}

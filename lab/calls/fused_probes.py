@@ -12,10 +12,16 @@
 #   p7: p2's first half: the wy part does not store dq, dk, dg (the intra part reads what is there).
 #   p8: p2's second half: the intra part reads zeros for dq_in, dk_in, dg_in and prefetches nothing (the wy
 #       part stores them).
-#   p9: (a candidate, results right) the wy part's first stores of dq, dk, dg, dA, dAqk with an L2 evict_last
+#   p9: (landed on main, so no longer made here) the wy part's first stores of dq, dk, dg, dA, dAqk with an L2 evict_last
 #       policy (they are read back within microseconds; up to 264 CTAs x 96 KB = 25 MB in flight, half the
 #       L2): whether the round trip's lines reach DRAM today.
-#   p10: (a candidate, results right) p9, and the intra part reads them back with an evict_first policy.
+#   p10: (a candidate, results right) the intra part reads the round trip back with an evict_first policy
+#       (on top of p9, which is main's now).
+#   p11: (results right) phase C makes each diagonal exp2 twice (the second argument plus a zero the compiler cannot see, p.T == -7 ? 1 : 0,
+#       so ptxas cannot merge them; volatile alone did not stop it): the row side's
+#       Aq, Ak from one, the column side's Ct from the other, as a kernel with the intra terms in the wy part's
+#       fragment layout would have to (the row and column sides of one E on different lanes).  What doubling
+#       phase C's MUFU work costs today's kernel.
 #   p6: (a candidate, results right) the fused body's phase B prefetch of dq_in, dk_in, dg_in left out: the
 #       wy part has just written those lines, so they are in L2 already.
 import shutil
@@ -56,15 +62,7 @@ def p8(d):
     p6(d)
 
 
-def p9(d):
-    edit(d + "/wy_dqkg.cuh", [
-        ('else asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(a), "f"(x), "f"(y) : "memory");',
-         'else asm volatile("{ .reg .b64 pl; createpolicy.fractional.L2::evict_last.b64 pl, 1.0; '
-         'st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, pl; }" ::"l"(a), "f"(x), "f"(y) : "memory");')])
-
-
 def p10(d):
-    p9(d)
     edit(d + "/bwd_intra.cuh", [
         ("template <bool CG = false> __device__ __forceinline__ float ldg1(const float *g) { return CG ? __ldcg(g) : __ldg(g); }",
          "template <bool CG = false> __device__ __forceinline__ float ldg1(const float *g) { if (!CG) return __ldg(g); float x; asm volatile(\"{ .reg .b64 pl; "
@@ -99,9 +97,31 @@ def p5(d):
     skip_phase(d, "phase C: diagonal blocks + per-row outputs")
 
 
+def p11(d):
+    edit(d + "/bwd_intra_body.inc", [
+        ("""                        const float e = ex2(gr - gs[s]);
+                        const float a1 = aqrow[s ^ dasw(r)] * e;
+                        const float a2 = akrow[s ^ dasw(r)] * e;
+                        const float kv = unpack_io<IO>(ksp[s >> 1], s & 1);
+                        aq = fmaf(a1, kv, aq);
+                        ak = fmaf(a2, kv, ak);
+                        ct[s] = fmaf(a1, qr, ct[s]);
+                        ct[s] = fmaf(a2, bkr, ct[s]);""",
+         """                        float e, e2;
+                        asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(gr - gs[s]));
+                        asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(e2) : "f"((gr - gs[s]) + (p.T == -7 ? 1.f : 0.f)));
+                        const float a1 = aqrow[s ^ dasw(r)] * e;
+                        const float a2 = akrow[s ^ dasw(r)] * e;
+                        const float kv = unpack_io<IO>(ksp[s >> 1], s & 1);
+                        aq = fmaf(a1, kv, aq);
+                        ak = fmaf(a2, kv, ak);
+                        ct[s] = fmaf(aqrow[s ^ dasw(r)] * e2, qr, ct[s]);
+                        ct[s] = fmaf(akrow[s ^ dasw(r)] * e2, bkr, ct[s]);""")])
+
+
 if __name__ == "__main__":
     src, root = sys.argv[1], sys.argv[2]
-    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8]), ("p9", [p9]), ("p10", [p10])):
+    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8]), ("p10", [p10]), ("p11", [p11])):
         d = "%s/%s/k" % (root, name)
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
