@@ -292,10 +292,9 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
 /* INTRA: after the body, the same CTA adds the intra-chunk terms (bwd_intra with fold_dg, fp32 outputs) to
  * the dq, dk, dg, db it has just written, in place (their first writes are evict_last stores, st2, which
  * stay in L2 for the few microseconds until the intra part reads them back: the fp32 round trip of the
- * two-launch path need not reach DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs DAQK (the
- * intra part reads dAqk); a tail tile (a head dim below the
- * K tile) needs VARLEN, whose parameters carry Kr (the host picks varlen = 1 then).  Other INTRA
- * combinations are never launched and trap. */
+ * two-launch path need not reach DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs
+ * DAQK (the intra part reads dAqk); a tail tile (a head dim below the K tile) needs VARLEN, whose parameters
+ * carry Kr (the host picks varlen = 1 then).  Other INTRA combinations are never launched and trap. */
 template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
     const __grid_constant__ typename kdart::wy::ParamsOf<INTRA>::type p) {

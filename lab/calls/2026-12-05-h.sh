@@ -16,9 +16,5 @@ PYTHONPATH=/tmp/site:$R/python timeout $(( L - 30 - ($(date +%s) - t0) )) python
 echo "e2e rc=$?"; el; gc_triton_save $ROW; grep -vE "Warning|_warn_once|Python call|overhead" $O/e2e_$ROW.txt | tail -30
 gc_pack
 left=$(( L - 5 - ($(date +%s) - t0) )); [ $left -gt 40 ] || exit 0
-WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout $left ncu --kernel-name regex:kdart_wy_dqkg \
-  --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis_Tables --section Occupancy --section WarpStateStats --section LaunchStats \
-  --section SchedulerStats --section ComputeWorkloadAnalysis python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/ncu_fused.txt 2>&1; el
-grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Block Limit|Hit Rate|Eligible|Issued|Busy|Pipe" $O/ncu_fused.txt | head -40
+gc_ncu_fused $left "--section MemoryWorkloadAnalysis_Tables"
 gc_pack

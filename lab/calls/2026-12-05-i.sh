@@ -9,9 +9,5 @@ rm -rf build && mv build-gpu build
 export KDART_LIBRARY=$R/build/libkdart.so
 KDART_GPU_TESTS=chunk_bwd_whole,wy_production CK_FORK=no timeout 70 build/tests/test_gpu > $O/test_gpu.txt 2>&1
 echo "rc=$?" >> $O/test_gpu.txt; el; grep -E "^[0-9]+%|:[EF]:|rc=" $O/test_gpu.txt | head -5
-WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout 100 ncu --kernel-name regex:kdart_wy_dqkg \
-  --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-  --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
-  --section ComputeWorkloadAnalysis python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/ncu_fused.txt 2>&1; el
-grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Block Limit|Hit Rate|Eligible|Issued|Busy|Pipe" $O/ncu_fused.txt | head -40
+gc_ncu_fused 100
 gc_pack
