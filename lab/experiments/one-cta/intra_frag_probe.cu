@@ -5,7 +5,8 @@
 // column side p = 16 wm + 15), on the diagonal in SIMT with each exp2 made on both sides.  Arithmetic of the
 // intra terms as bwd_intra's (docs/kernels.md): dq += Aq, dk += beta Ak + Ct, dg += q Aq + (beta Ak - Ct) k.
 // Not checked against a reference: it exists for ptxas's register and spill report and the SASS counts.
-//   nvcc -arch=sm_90a -cubin -Xptxas -v -o /tmp/probe.cubin intra_frag_probe.cu
+//   nvcc -arch=sm_90a -cubin -Xptxas -v -o /tmp/probe.cubin intra_frag_probe.cu   (-DDIAG_GEMM: the diagonal
+//   as masked GEMMs through the block's middle row)
 #include <cuda_bf16.h>
 
 namespace {
@@ -122,6 +123,56 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
             }
         }
     }
+#ifdef DIAG_GEMM
+    // ---- the diagonal block wm as masked GEMMs through its middle row m (the safe gate's bound keeps both
+    // factors inside fp32): row side Aq[r] = exp2(g_r - g_m) sum_{u <= r} dAqk[r,u] k[u] exp2(g_m - g_u)
+    // (dAkk: u < r), column side Ct[s] = exp2(g_m - g_s) sum_{r >= s} (dAqk[r,s] q[r] + [r > s] dAkk[r,s]
+    // beta_r k[r]) exp2(g_r - g_m)
+    {
+        const int b0r = 16 * wm, m = b0r + 8;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int d = c0 + 8 * j + gid;
+            const float gm = s.g[m * KP + d];
+            float cq[4] = {0.f, 0.f, 0.f, 0.f}, ck[4] = {0.f, 0.f, 0.f, 0.f}, cc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                const int ua = b0r + 8 * kk + tq, ub = ua + 4;
+                const float ea = ex2(gm - s.g[ua * KP + d]), eb = ex2(gm - s.g[ub * KP + d]);
+                const unsigned bk0 = tf32(__bfloat162float(s.k[ua * KP + d]) * ea);
+                const unsigned bk1 = tf32(__bfloat162float(s.k[ub * KP + d]) * eb);
+                const float aq00 = ua <= r0 ? s.aq[r0 * 72 + ua] : 0.f, aq10 = ua <= r1 ? s.aq[r1 * 72 + ua] : 0.f;
+                const float aq01 = ub <= r0 ? s.aq[r0 * 72 + ub] : 0.f, aq11 = ub <= r1 ? s.aq[r1 * 72 + ub] : 0.f;
+                mma(cq, tf32(aq00), tf32(aq10), tf32(aq01), tf32(aq11), bk0, bk1);
+                const float ak00 = ua < r0 ? s.ak[r0 * 72 + ua] : 0.f, ak10 = ua < r1 ? s.ak[r1 * 72 + ua] : 0.f;
+                const float ak01 = ub < r0 ? s.ak[r0 * 72 + ub] : 0.f, ak11 = ub < r1 ? s.ak[r1 * 72 + ub] : 0.f;
+                mma(ck, tf32(ak00), tf32(ak10), tf32(ak01), tf32(ak11), bk0, bk1);
+                // column side: k-dim r = ua, ub; rows s = r0, r1; B = q[r] exp2(g_r - g_m), beta k[r] alike
+                const float fa = 1.f / ea, fb = 1.f / eb;
+                const unsigned bq0 = tf32(__bfloat162float(s.q[ua * KP + d]) * fa);
+                const unsigned bq1 = tf32(__bfloat162float(s.q[ub * KP + d]) * fb);
+                const unsigned bb0 = tf32(s.beta[ua] * __bfloat162float(s.k[ua * KP + d]) * fa);
+                const unsigned bb1 = tf32(s.beta[ub] * __bfloat162float(s.k[ub * KP + d]) * fb);
+                const float t00 = ua >= r0 ? s.aq[ua * 72 + r0] : 0.f, t10 = ua >= r1 ? s.aq[ua * 72 + r1] : 0.f;
+                const float t01 = ub >= r0 ? s.aq[ub * 72 + r0] : 0.f, t11 = ub >= r1 ? s.aq[ub * 72 + r1] : 0.f;
+                mma(cc, tf32(t00), tf32(t10), tf32(t01), tf32(t11), bq0, bq1);
+                const float v00 = ua > r0 ? s.ak[ua * 72 + r0] : 0.f, v10 = ua > r1 ? s.ak[ua * 72 + r1] : 0.f;
+                const float v01 = ub > r0 ? s.ak[ub * 72 + r0] : 0.f, v11 = ub > r1 ? s.ak[ub * 72 + r1] : 0.f;
+                mma(cc, tf32(v00), tf32(v10), tf32(v01), tf32(v11), bb0, bb1);
+            }
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int r = x < 2 ? r0 : r1, c = c0 + 8 * j + 2 * tq + (x & 1);
+                const float f = ex2(s.g[r * KP + c] - s.g[m * KP + c]);
+                const float aqv = cq[x] * f, akv = ck[x] * f * s.beta[r], ct = cc[x] / f;
+                const float kr = __bfloat162float(s.k[r * KP + c]);
+                dq[j][x] += aqv;
+                dk[j][x] += akv + ct;
+                dg[j][x] += __bfloat162float(s.q[r * KP + c]) * aqv + (akv - ct) * kr;
+            }
+        }
+    }
+#else
     // ---- the diagonal block wm, SIMT: each (r, s, d) of the block's lower triangle, its exp2 made by the
     // lane of row r (row side) and again by the lane of row s (column side)
     const int b0r = 16 * wm;
@@ -155,6 +206,7 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
             dk[j][x] += br * ak + ct;
             dg[j][x] += qr * aq + (br * ak - ct) * kr;
         }
+#endif
     // the results (in the kernel: the post epilogue, then the io stores)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
