@@ -14,16 +14,13 @@ PYTHONPATH=/tmp/site:$R/python timeout ${K_HOST:-200} python3 lab/calls/host_pro
 echo "host rc=$?"; el; grep -vE "Warning|_warn_once" $O/host_profile.txt | head -60
 gzip -f $O/host_trace.json 2>/dev/null; gc_pack
 left=$(( ${K_MID:-290} - ($(date +%s) - t0) )); [ $left -gt 40 ] || exit 0
-WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout $left ncu \
-  --kernel-name regex:"kdart_recompute_wu|kdart_bwd_post" --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+gc_ncu_whole $left ncu_rwu_post.txt "kdart_recompute_wu|kdart_bwd_post" 2 --section SpeedOfLight \
   --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
-  --section SchedulerStats python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/ncu_rwu_post.txt 2>&1; el
+  --section SchedulerStats
 grep -E "kdart_|Duration|DRAM Throughput|Registers|Achieved Occupancy|Block Limit|Eligible|L2 Hit|Mem Busy" \
   $O/ncu_rwu_post.txt | head -40
 gc_pack
 left=$(( ${K_END:-380} - ($(date +%s) - t0) )); [ $left -gt 40 ] || exit 0
-WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout $left ncu --kernel-name regex:kdart_wy_dqkg \
-  --launch-skip 2 --launch-count 1 --section SourceCounters --print-details all \
-  python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/ncu_fused_src.txt 2>&1; el
+gc_ncu_whole $left ncu_fused_src.txt kdart_wy_dqkg 1 --section SourceCounters --print-details all
 grep -iE "bank|shared|0x[0-9a-f]{4,}" $O/ncu_fused_src.txt | head -40
 gc_pack

@@ -185,13 +185,20 @@ gc_probes() {
   python3 lab/calls/fused_probes.py kernel_src /tmp/pr
   rm -rf /tmp/pr/main && mkdir -p /tmp/pr/main && cp -a kernel_src /tmp/pr/main/k
 }
-# ncu of the fused kernel inside the bare whole call at B2 T8192 H32 (whole_ab.py's WHOLE_NCU: the third
-# call's launch) into $O/ncu_fused.txt, and its headline lines; $1: time limit, $2: extra ncu arguments
+# ncu inside the bare whole call at B2 T8192 H32 (whole_ab.py's WHOLE_NCU: the bare call three times), the
+# first two matching launches skipped; $1: time limit, $2: the log's name under $O, $3: kernel regex, $4:
+# launches to profile, then ncu's section arguments
+gc_ncu_whole() {
+  local lim=$1 out=$2 re=$3 n=$4; shift 4
+  WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout "$lim" ncu --kernel-name regex:"$re" \
+    --launch-skip 2 --launch-count "$n" "$@" python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/$out 2>&1; el
+}
+# the fused kernel's (the third call's launch) into $O/ncu_fused.txt, and its headline lines; $1: time limit,
+# $2: extra ncu arguments
 gc_ncu_fused() {
-  WHOLE_NCU=1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls timeout "$1" ncu --kernel-name regex:kdart_wy_dqkg \
-    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-    --section WarpStateStats --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis ${2:-} \
-    python3 lab/calls/whole_ab.py b2_t8192_h32 > $O/ncu_fused.txt 2>&1; el
+  gc_ncu_whole "$1" ncu_fused.txt kdart_wy_dqkg 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section Occupancy --section WarpStateStats --section LaunchStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis ${2:-}
   grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Block Limit|Hit Rate|Eligible|Issued|Busy|Pipe" \
     $O/ncu_fused.txt | head -40
 }

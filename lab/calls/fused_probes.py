@@ -12,16 +12,16 @@
 #   p7: p2's first half: the wy part does not store dq, dk, dg (the intra part reads what is there).
 #   p8: p2's second half: the intra part reads zeros for dq_in, dk_in, dg_in and prefetches nothing (the wy
 #       part stores them).
-#   p9: (landed on main, so no longer made here) the wy part's first stores of dq, dk, dg, dA, dAqk with an L2 evict_last
-#       policy (they are read back within microseconds; up to 264 CTAs x 96 KB = 25 MB in flight, half the
-#       L2): whether the round trip's lines reach DRAM today.
-#   p10: (a candidate, results right) the intra part reads the round trip back with an evict_first policy
-#       (on top of p9, which is main's now).
-#   p11: (results right) phase C makes each diagonal exp2 twice (the second argument plus a zero the compiler cannot see, p.T == -7 ? 1 : 0,
-#       so ptxas cannot merge them; volatile alone did not stop it): the row side's
-#       Aq, Ak from one, the column side's Ct from the other, as a kernel with the intra terms in the wy part's
-#       fragment layout would have to (the row and column sides of one E on different lanes).  What doubling
-#       phase C's MUFU work costs today's kernel.
+#   p9: (landed on main, so no longer made here) the wy part's first stores of dq, dk, dg, dA, dAqk with an
+#       L2 evict_last policy (they are read back within microseconds; up to 264 CTAs x 96 KB = 25 MB in
+#       flight, half the L2): whether the round trip's lines reach DRAM today.
+#   p10: (results right; measured: no better at B2, slower on the packed row) the intra part reads the round
+#       trip back with an evict_first policy (on top of p9, which is main's now).
+#   p11: (results right; measured: +4%) phase C makes each diagonal exp2 twice, the row side's Aq, Ak from
+#       one and the column side's Ct from the other, as a kernel with the intra terms in the wy part's
+#       fragment layout would have to (the row and column sides of one E on different lanes): what doubling
+#       phase C's MUFU work costs today's kernel.  The second argument has a zero the compiler cannot see
+#       added (p.T == -7 ? 1 : 0), so that ptxas cannot merge the two; volatile alone did not stop it.
 #   p6: (a candidate, results right) the fused body's phase B prefetch of dq_in, dk_in, dg_in left out: the
 #       wy part has just written those lines, so they are in L2 already.
 import shutil
@@ -121,7 +121,9 @@ def p11(d):
 
 if __name__ == "__main__":
     src, root = sys.argv[1], sys.argv[2]
-    for name, fs in (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]), ("p7", [p7]), ("p8", [p8]), ("p10", [p10]), ("p11", [p11])):
+    probes = (("p1", [p1]), ("p2", [p2]), ("p3", [p1, p2]), ("p4", [p4]), ("p5", [p5]), ("p6", [p6]),
+              ("p7", [p7]), ("p8", [p8]), ("p10", [p10]), ("p11", [p11]))
+    for name, fs in probes:
         d = "%s/%s/k" % (root, name)
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)

@@ -5,34 +5,20 @@
 // column side p = 16 wm + 15), on the diagonal in SIMT with each exp2 made on both sides.  Arithmetic of the
 // intra terms as bwd_intra's (docs/kernels.md): dq += Aq, dk += beta Ak + Ct, dg += q Aq + (beta Ak - Ct) k.
 // Not checked against a reference: it exists for ptxas's register and spill report and the SASS counts.
-//   nvcc -arch=sm_90a -cubin -Xptxas -v -o /tmp/probe.cubin intra_frag_probe.cu   (-DDIAG_GEMM: the diagonal
-//   as masked GEMMs through the block's middle row)
-#include <cuda_bf16.h>
+//   nvcc -arch=sm_90a -cubin -Xptxas -v -I ../../../kernel_src -o /tmp/probe.cubin intra_frag_probe.cu
+// (-DDIAG_GEMM: the diagonal as masked GEMMs through the block's middle row)
+#include "bwd_intra.cuh" // kdart::bf16, to_float, and the intra kernels' ex2, to_tf32, mma_tf32
 
 namespace {
 constexpr int kT = 512, KP = 136; // threads; padded fp32 / bf16 row stride of the K = 128 tiles
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ unsigned tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                    unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using kdart::intra::ex2;
+using kdart::intra::mma_tf32;
+using kdart::intra::to_tf32;
+__device__ __forceinline__ float bf(kdart::bf16 x) { return kdart::to_float(x); }
 } // namespace
 
 struct Smem {
-    __nv_bfloat16 q[64 * KP], k[64 * KP]; // the chunk's q, k (all of K)
+    kdart::bf16 q[64 * KP], k[64 * KP]; // the chunk's q, k (all of K)
     float g[64 * KP];                     // its gate cumsum, log2 units
     float aq[64 * 72], ak[64 * 72];       // dAqk, dAkk (full 64 x 64 for the probe; compact in the kernel)
     float beta[64];
@@ -71,13 +57,13 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
 #pragma unroll 1
             for (int kk = 0; kk < 2 * wm; ++kk) {
                 const int sa = 8 * kk + tq, sb = sa + 4;
-                const unsigned b0 = tf32(__bfloat162float(s.k[sa * KP + d]) * ex2(ge - s.g[sa * KP + d]));
-                const unsigned b1 = tf32(__bfloat162float(s.k[sb * KP + d]) * ex2(ge - s.g[sb * KP + d]));
+                const unsigned b0 = to_tf32(bf(s.k[sa * KP + d]) * ex2(ge - s.g[sa * KP + d]));
+                const unsigned b1 = to_tf32(bf(s.k[sb * KP + d]) * ex2(ge - s.g[sb * KP + d]));
                 const float *ar0 = s.aq + r0 * 72 + 8 * kk, *ar1 = s.aq + r1 * 72 + 8 * kk;
-                mma(cq, __float_as_uint(ar0[tq]), __float_as_uint(ar1[tq]), __float_as_uint(ar0[tq + 4]),
+                mma_tf32(cq, __float_as_uint(ar0[tq]), __float_as_uint(ar1[tq]), __float_as_uint(ar0[tq + 4]),
                     __float_as_uint(ar1[tq + 4]), b0, b1);
                 const float *kr0 = s.ak + r0 * 72 + 8 * kk, *kr1 = s.ak + r1 * 72 + 8 * kk;
-                mma(ck, __float_as_uint(kr0[tq]), __float_as_uint(kr1[tq]), __float_as_uint(kr0[tq + 4]),
+                mma_tf32(ck, __float_as_uint(kr0[tq]), __float_as_uint(kr1[tq]), __float_as_uint(kr0[tq + 4]),
                     __float_as_uint(kr1[tq + 4]), b0, b1);
             }
             // fold into the resident values: the row factor exp2(g_r - g_e), then the three gradients
@@ -88,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
                 const float aqv = cq[x] * f, akv = ck[x] * f * s.beta[r];
                 dq[j][x] += aqv;
                 dk[j][x] += akv;
-                dg[j][x] += __bfloat162float(s.q[r * KP + c]) * aqv + akv * __bfloat162float(s.k[r * KP + c]);
+                dg[j][x] += bf(s.q[r * KP + c]) * aqv + akv * bf(s.k[r * KP + c]);
             }
         }
     }
@@ -104,14 +90,14 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
             for (int kk = 2 * wm + 2; kk < 8; ++kk) {
                 const int ra = 8 * kk + tq, rb = ra + 4;
                 const float fa = ex2(s.g[ra * KP + d] - gp), fb = ex2(s.g[rb * KP + d] - gp);
-                const unsigned bq0 = tf32(__bfloat162float(s.q[ra * KP + d]) * fa);
-                const unsigned bq1 = tf32(__bfloat162float(s.q[rb * KP + d]) * fb);
-                const unsigned bk0 = tf32(s.beta[ra] * __bfloat162float(s.k[ra * KP + d]) * fa);
-                const unsigned bk1 = tf32(s.beta[rb] * __bfloat162float(s.k[rb * KP + d]) * fb);
+                const unsigned bq0 = to_tf32(bf(s.q[ra * KP + d]) * fa);
+                const unsigned bq1 = to_tf32(bf(s.q[rb * KP + d]) * fb);
+                const unsigned bk0 = to_tf32(s.beta[ra] * bf(s.k[ra * KP + d]) * fa);
+                const unsigned bk1 = to_tf32(s.beta[rb] * bf(s.k[rb * KP + d]) * fb);
                 // A = dA transposed: A[s][r] = dA[r][s], rows s = r0, r1 (this warp's block), k-dim r
-                mma(cc, __float_as_uint(s.aq[ra * 72 + r0]), __float_as_uint(s.aq[ra * 72 + r1]),
+                mma_tf32(cc, __float_as_uint(s.aq[ra * 72 + r0]), __float_as_uint(s.aq[ra * 72 + r1]),
                     __float_as_uint(s.aq[rb * 72 + r0]), __float_as_uint(s.aq[rb * 72 + r1]), bq0, bq1);
-                mma(cc, __float_as_uint(s.ak[ra * 72 + r0]), __float_as_uint(s.ak[ra * 72 + r1]),
+                mma_tf32(cc, __float_as_uint(s.ak[ra * 72 + r0]), __float_as_uint(s.ak[ra * 72 + r1]),
                     __float_as_uint(s.ak[rb * 72 + r0]), __float_as_uint(s.ak[rb * 72 + r1]), bk0, bk1);
             }
 #pragma unroll
@@ -119,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
                 const int r = x < 2 ? r0 : r1, c = c0 + 8 * j + 2 * tq + (x & 1);
                 const float ct = cc[x] * ex2(gp - s.g[r * KP + c]);
                 dk[j][x] += ct;
-                dg[j][x] -= ct * __bfloat162float(s.k[r * KP + c]);
+                dg[j][x] -= ct * bf(s.k[r * KP + c]);
             }
         }
     }
@@ -129,6 +115,17 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
     // (dAkk: u < r), column side Ct[s] = exp2(g_m - g_s) sum_{r >= s} (dAqk[r,s] q[r] + [r > s] dAkk[r,s]
     // beta_r k[r]) exp2(g_r - g_m)
     {
+        // the A fragment (rows r0, r1; k-dim ua, ub) of a diagonal block of dA, or of its transpose (trans),
+        // the other triangle (and, strict, the diagonal) masked to zero, rounded to tf32
+        auto frag = [&](const float *dA, bool trans, bool strict, int ua, int ub, unsigned (&a)[4]) {
+            const int rows[2] = {r0, r1}, cols[2] = {ua, ub};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = rows[e & 1], u = cols[e >> 1];
+                const bool keep = trans ? (strict ? u > r : u >= r) : (strict ? u < r : u <= r);
+                a[e] = to_tf32(keep ? (trans ? dA[u * 72 + r] : dA[r * 72 + u]) : 0.f);
+            }
+        };
         const int b0r = 16 * wm, m = b0r + 8;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -139,36 +136,33 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
             for (int kk = 0; kk < 2; ++kk) {
                 const int ua = b0r + 8 * kk + tq, ub = ua + 4;
                 const float ea = ex2(gm - s.g[ua * KP + d]), eb = ex2(gm - s.g[ub * KP + d]);
-                const unsigned bk0 = tf32(__bfloat162float(s.k[ua * KP + d]) * ea);
-                const unsigned bk1 = tf32(__bfloat162float(s.k[ub * KP + d]) * eb);
-                const float aq00 = ua <= r0 ? s.aq[r0 * 72 + ua] : 0.f, aq10 = ua <= r1 ? s.aq[r1 * 72 + ua] : 0.f;
-                const float aq01 = ub <= r0 ? s.aq[r0 * 72 + ub] : 0.f, aq11 = ub <= r1 ? s.aq[r1 * 72 + ub] : 0.f;
-                mma(cq, tf32(aq00), tf32(aq10), tf32(aq01), tf32(aq11), bk0, bk1);
-                const float ak00 = ua < r0 ? s.ak[r0 * 72 + ua] : 0.f, ak10 = ua < r1 ? s.ak[r1 * 72 + ua] : 0.f;
-                const float ak01 = ub < r0 ? s.ak[r0 * 72 + ub] : 0.f, ak11 = ub < r1 ? s.ak[r1 * 72 + ub] : 0.f;
-                mma(ck, tf32(ak00), tf32(ak10), tf32(ak01), tf32(ak11), bk0, bk1);
+                const unsigned bk0 = to_tf32(bf(s.k[ua * KP + d]) * ea);
+                const unsigned bk1 = to_tf32(bf(s.k[ub * KP + d]) * eb);
+                unsigned a[4];
+                frag(s.aq, false, false, ua, ub, a);
+                mma_tf32(cq, a[0], a[1], a[2], a[3], bk0, bk1);
+                frag(s.ak, false, true, ua, ub, a);
+                mma_tf32(ck, a[0], a[1], a[2], a[3], bk0, bk1);
                 // column side: k-dim r = ua, ub; rows s = r0, r1; B = q[r] exp2(g_r - g_m), beta k[r] alike
                 const float fa = 1.f / ea, fb = 1.f / eb;
-                const unsigned bq0 = tf32(__bfloat162float(s.q[ua * KP + d]) * fa);
-                const unsigned bq1 = tf32(__bfloat162float(s.q[ub * KP + d]) * fb);
-                const unsigned bb0 = tf32(s.beta[ua] * __bfloat162float(s.k[ua * KP + d]) * fa);
-                const unsigned bb1 = tf32(s.beta[ub] * __bfloat162float(s.k[ub * KP + d]) * fb);
-                const float t00 = ua >= r0 ? s.aq[ua * 72 + r0] : 0.f, t10 = ua >= r1 ? s.aq[ua * 72 + r1] : 0.f;
-                const float t01 = ub >= r0 ? s.aq[ub * 72 + r0] : 0.f, t11 = ub >= r1 ? s.aq[ub * 72 + r1] : 0.f;
-                mma(cc, tf32(t00), tf32(t10), tf32(t01), tf32(t11), bq0, bq1);
-                const float v00 = ua > r0 ? s.ak[ua * 72 + r0] : 0.f, v10 = ua > r1 ? s.ak[ua * 72 + r1] : 0.f;
-                const float v01 = ub > r0 ? s.ak[ub * 72 + r0] : 0.f, v11 = ub > r1 ? s.ak[ub * 72 + r1] : 0.f;
-                mma(cc, tf32(v00), tf32(v10), tf32(v01), tf32(v11), bb0, bb1);
+                const unsigned bq0 = to_tf32(bf(s.q[ua * KP + d]) * fa);
+                const unsigned bq1 = to_tf32(bf(s.q[ub * KP + d]) * fb);
+                const unsigned bb0 = to_tf32(s.beta[ua] * bf(s.k[ua * KP + d]) * fa);
+                const unsigned bb1 = to_tf32(s.beta[ub] * bf(s.k[ub * KP + d]) * fb);
+                frag(s.aq, true, false, ua, ub, a);
+                mma_tf32(cc, a[0], a[1], a[2], a[3], bq0, bq1);
+                frag(s.ak, true, true, ua, ub, a);
+                mma_tf32(cc, a[0], a[1], a[2], a[3], bb0, bb1);
             }
 #pragma unroll
             for (int x = 0; x < 4; ++x) {
                 const int r = x < 2 ? r0 : r1, c = c0 + 8 * j + 2 * tq + (x & 1);
                 const float f = ex2(s.g[r * KP + c] - s.g[m * KP + c]);
                 const float aqv = cq[x] * f, akv = ck[x] * f * s.beta[r], ct = cc[x] / f;
-                const float kr = __bfloat162float(s.k[r * KP + c]);
+                const float kr = bf(s.k[r * KP + c]);
                 dq[j][x] += aqv;
                 dk[j][x] += akv + ct;
-                dg[j][x] += __bfloat162float(s.q[r * KP + c]) * aqv + (akv - ct) * kr;
+                dg[j][x] += bf(s.q[r * KP + c]) * aqv + (akv - ct) * kr;
             }
         }
     }
@@ -181,8 +175,8 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
             const int r = x < 2 ? r0 : r1, c = c0 + 8 * j + 2 * tq + (x & 1);
-            const float gr = s.g[r * KP + c], kr = __bfloat162float(s.k[r * KP + c]);
-            const float qr = __bfloat162float(s.q[r * KP + c]), br = s.beta[r];
+            const float gr = s.g[r * KP + c], kr = bf(s.k[r * KP + c]);
+            const float qr = bf(s.q[r * KP + c]), br = s.beta[r];
             float aq = 0.f, ak = 0.f, ct = 0.f;
 #pragma unroll 4
             for (int t = 0; t < 16; ++t) {
@@ -190,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
                 const float gu = s.g[u * KP + c];
                 if (u < r) { // row side: sources u below r
                     const float ev = ex2(gr - gu);
-                    const float ku = __bfloat162float(s.k[u * KP + c]);
+                    const float ku = bf(s.k[u * KP + c]);
                     aq += s.aq[r * 72 + u] * ev * ku;
                     ak += s.ak[r * 72 + u] * ev * ku;
                 } else if (u == r) {
@@ -198,8 +192,8 @@ extern "C" __global__ void __launch_bounds__(kT, 1)
                     ct += s.aq[r * 72 + r] * qr;
                 } else { // column side: targets u above r
                     const float ev = ex2(gu - gr);
-                    ct += (s.aq[u * 72 + r] * __bfloat162float(s.q[u * KP + c]) +
-                           s.ak[u * 72 + r] * s.beta[u] * __bfloat162float(s.k[u * KP + c])) * ev;
+                    ct += (s.aq[u * 72 + r] * bf(s.q[u * KP + c]) +
+                           s.ak[u * 72 + r] * s.beta[u] * bf(s.k[u * KP + c])) * ev;
                 }
             }
             dq[j][x] += aq;
