@@ -202,3 +202,26 @@ gc_ncu_fused() {
   grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Block Limit|Hit Rate|Eligible|Issued|Busy|Pipe" \
     $O/ncu_fused.txt | head -40
 }
+# a branch timed against main (sessions 17-): main's build as build-gpu (its kernels in build-gpu/k), the
+# branch's as build, laid out for gpu_ab_dirs as /tmp/main/k and /tmp/$1/k (default cta1), each with its
+# library beside it
+gc_ab_trees() {
+  local b=${1:-cta1}
+  mkdir -p /tmp/main /tmp/$b
+  cp -r $R/build-gpu/k /tmp/main/k && ln -s $(readlink -f $R/build-gpu/libkdart.so) /tmp/main/libkdart.so
+  cp -r $R/kernel_src /tmp/$b/k && ln -s $(readlink -f $R/build/libkdart.so) /tmp/$b/libkdart.so
+}
+# test_gpu's tests $1 (time limit $3) beside memcheck and racecheck of the tests $2, all waited for; the
+# results and racecheck's distinct reports printed
+gc_tests_san() {
+  (KDART_GPU_TESTS=$1 CK_FORK=no timeout $3 build/tests/test_gpu > $O/test_gpu.txt 2>&1
+   echo "test_gpu rc=$?" >> $O/test_gpu.txt) &
+  for tool in memcheck racecheck; do
+    (KDART_CACHE_DIR=/tmp/csan_$tool KDART_GPU_TESTS=$2 CK_FORK=no timeout $3 \
+       compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1
+     echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $O/$tool.txt)" >> $O/san.txt) &
+  done
+  wait; el
+  tail -3 $O/test_gpu.txt; grep -E "rel RMS|differ|written|Error" $O/test_gpu.txt | head; cat $O/san.txt
+  grep -E "Race reported|Error" $O/racecheck.txt | sort | uniq -c | head -8
+}
