@@ -211,6 +211,14 @@ gc_ab_trees() {
   cp -r $R/build-gpu/k /tmp/main/k && ln -s $(readlink -f $R/build-gpu/libkdart.so) /tmp/main/libkdart.so
   cp -r $R/kernel_src /tmp/$b/k && ln -s $(readlink -f $R/build/libkdart.so) /tmp/$b/libkdart.so
 }
+# whole_ab.py's bare C call and profile (rows $4) for kernel dir $2 with library $3, labelled $1 (the library
+# by its resolved path: its $ORIGIN, where libuv lies, is the folder of the path it is loaded by)
+gc_whole_bare() {
+  KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 KDART_CACHE_DIR=/tmp/cw$1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
+    timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |"
+}
+# test_gpu's tests $1 alone (time limit $2), the summary lines into $O/test_gpu.txt
+gc_tests_quick() { KDART_GPU_TESTS=$1 CK_FORK=no timeout $2 build/tests/test_gpu 2>&1 | grep -E "Checks|F:" | tee $O/test_gpu.txt; }
 # test_gpu's tests $1 (time limit $3) beside memcheck and racecheck of the tests $2, all waited for; the
 # results and racecheck's distinct reports printed
 gc_tests_san() {
