@@ -1020,8 +1020,8 @@ END_TEST
  * that can run its work inside wy_dqkg's launch.  There the two may differ only in dA_log and ddt_bias (sums
  * over every token in another order, within 1e-5); a build without the switch gives bitwise equal results.
  * Also: every gradient of a live token written, two calls bitwise equal.  Production
- * flags, both gate forms, allow_neg_eigval, fp16, T not a multiple of 64, packed sequences, grouped value
- * heads (never fused), a head dim below its tile and the K tile 256. */
+ * flags, both gate forms, allow_neg_eigval, fp16, T not a multiple of 64, packed sequences (K 64 and 128),
+ * grouped value heads (never fused), a head dim below its tile, the K tile 256, and two rows of a batch. */
 static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
     kc_report r;
     char what[256];
@@ -1063,6 +1063,8 @@ START_TEST(chunk_bwd_whole) {
         {1, 128, 1, 2, 64, 64, 0, 1, 0, seed + 95004, {0}},
         {1, 130, 2, 2, 100, 64, 0, 1, 1, seed + 95005, {0}},
         {1, 128, 2, 2, 256, 128, 0, 1, 0, seed + 95006, {0}},
+        {1, 300, 2, 2, 128, 64, 0, 0, 1, seed + 95007, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
+        {2, 256, 2, 2, 128, 128, 1, 1, 0, seed + 95008, {0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chunk(rt2, &cases[i]);
     kdart_close(rt2);
