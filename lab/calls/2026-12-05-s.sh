@@ -1,7 +1,7 @@
 # eighteenth session, call s: where the post epilogue's time goes (bare whole call, B2): the branch with
-# (KDART_POST_PROBE existed on the branch for calls s and t only: removed after them)
 # KDART_FUSE_POST=0 (the body alone, bwd_post its own launch), and KDART_POST_PROBE 7 (every part skipped),
 # 1 (no dq, dk), 2 (no dg), 4 (no partial sums).  Carry build-cta1, build-gpu.
+# (KDART_POST_PROBE existed on the branch for calls s and t only: removed after them)
 set -u
 rm -rf build && mv build-cta1 build
 . lab/calls/common.sh

@@ -1,7 +1,7 @@
 # eighteenth session, call t: more probes of the fused post (bare whole call, B2): 7 (the epilogue's parts
-# (KDART_POST_PROBE existed on the branch for calls s and t only: removed after them)
 # skipped) with 8 (no raw-gate copy), 16 (no small copies at the start), 32 (intra terms as unfused), 64 (no
 # wait), and all.  Carry build-cta1, build-gpu.
+# (KDART_POST_PROBE existed on the branch for calls s and t only: removed after them)
 set -u
 rm -rf build && mv build-cta1 build
 . lab/calls/common.sh
