@@ -63,7 +63,7 @@ def profile(f, n=5):
     out = {}
     for e in p.key_averages():
         if e.device_type.name == "CUDA" and e.device_time_total > 0:
-            out[e.key[:60]] = e.device_time_total / 1e3 / n
+            out[e.key[:120]] = e.device_time_total / 1e3 / n
     return out
 
 
