@@ -233,3 +233,11 @@ gc_tests_san() {
   tail -3 $O/test_gpu.txt; grep -E "rel RMS|differ|written|Error" $O/test_gpu.txt | head; cat $O/san.txt
   grep -E "Race reported|Error" $O/racecheck.txt | sort | uniq -c | head -8
 }
+# test_gpu's chunk_bwd_whole once per KDART_FUSE_POST level of "$@" (exp/gate-d), every case line printed,
+# each run's log in $O/test_gpu_LEVEL.txt
+gc_whole_levels() {
+  for lv in "$@"; do
+    KDART_FUSE_POST=$lv KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 120 build/tests/test_gpu > $O/test_gpu_$lv.txt 2>&1
+    echo "level $lv rc=$?"; grep -E "chunk_bwd|Checks|F:" $O/test_gpu_$lv.txt | cut -c1-230
+  done; el
+}
