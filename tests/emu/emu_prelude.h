@@ -231,65 +231,73 @@ inline void run_grid(dim3 grid, dim3 block, void (*body)(void *), void *arg) {
     }
     g_body = body;
     g_body_arg = arg;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                Cta &c = g_cta;
-                c.bid = {bx, by, bz};
-                c.bdim = block;
-                c.gdim = grid;
-                c.nthreads = c.live = n;
-                for (auto &b : c.bar) b = Barrier();
-                for (int w = 0; w < n / 32; ++w) c.warp[w].arrived = 0, c.warp[w].live = 32;
-                memset(g_smem, 0xff, sizeof g_smem);
-                mbar_reset();
-                for (int t = 0; t < n; ++t) {
-                    Fiber &f = fibers[t];
-                    f.linear = t;
-                    f.done = 0;
-                    f.commits = 0;
-                    f.ncopies = 0;
-                    f.wbar = -1;
-                    f.tid = {(unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / (block.x * block.y))};
-                    getcontext(&f.ctx);
-                    f.ctx.uc_stack.ss_sp = stacks + (size_t)t * kStack;
-                    f.ctx.uc_stack.ss_size = kStack;
-                    f.ctx.uc_link = &c.sched;
-                    makecontext(&f.ctx, (void (*)())fiber_entry, 0);
-                }
-                /* Warp by warp: a warp runs until each of its threads has finished or waits at a CTA (or
-                 * named) barrier, then the next one; every other launch takes the warps in reverse order.
-                 * So one warp gets as far ahead of the others as the barriers allow, and a result that
-                 * depends on the order (a missing barrier between warps) differs between two launches. */
-                const bool rev = g_launches & 1;
-                const int nw = n / 32;
-                auto blocked = [&](const Fiber &f) { return f.wbar >= 0 && c.bar[f.wbar].gen == f.wgen; };
-                for (int left = n; left > 0;) {
-                    const unsigned long long before = g_progress;
-                    for (int i = 0; i < nw; ++i) {
-                        const int w = rev ? nw - 1 - i : i;
-                        for (bool ran = true; ran;) {
-                            ran = false;
-                            const unsigned long long mark = g_progress;
-                            for (int l = 0; l < 32; ++l) {
-                                Fiber &f = fibers[32 * w + l];
-                                if (f.done || blocked(f)) continue;
-                                c.cur = &f;
-                                swapcontext(&c.sched, &f.ctx);
-                                ran = true;
-                            }
-                            if (g_progress == mark) break; /* (lanes that wait for lanes of no progress) */
-                        }
+    /* KDART_EMU_CTA_ORDER=reverse: the CTAs last to first (what one CTA's stores do to another's loads shows
+     * up where the order matters) */
+    static const int cta_rev = [] {
+        const char *e = getenv("KDART_EMU_CTA_ORDER");
+        return e && strcmp(e, "reverse") == 0;
+    }();
+    const unsigned long long ncta = (unsigned long long)grid.x * grid.y * grid.z;
+    for (unsigned long long ci = 0; ci < ncta; ++ci) {
+        const unsigned long long lin = cta_rev ? ncta - 1 - ci : ci;
+        const unsigned bx = (unsigned)(lin % grid.x), by = (unsigned)(lin / grid.x % grid.y),
+                       bz = (unsigned)(lin / ((unsigned long long)grid.x * grid.y));
+        Cta &c = g_cta;
+        c.bid = {bx, by, bz};
+        c.bdim = block;
+        c.gdim = grid;
+        c.nthreads = c.live = n;
+        for (auto &b : c.bar) b = Barrier();
+        for (int w = 0; w < n / 32; ++w) c.warp[w].arrived = 0, c.warp[w].live = 32;
+        memset(g_smem, 0xff, sizeof g_smem);
+        mbar_reset();
+        for (int t = 0; t < n; ++t) {
+            Fiber &f = fibers[t];
+            f.linear = t;
+            f.done = 0;
+            f.commits = 0;
+            f.ncopies = 0;
+            f.wbar = -1;
+            f.tid = {(unsigned)(t % block.x), (unsigned)(t / block.x % block.y), (unsigned)(t / (block.x * block.y))};
+            getcontext(&f.ctx);
+            f.ctx.uc_stack.ss_sp = stacks + (size_t)t * kStack;
+            f.ctx.uc_stack.ss_size = kStack;
+            f.ctx.uc_link = &c.sched;
+            makecontext(&f.ctx, (void (*)())fiber_entry, 0);
+        }
+        /* Warp by warp: a warp runs until each of its threads has finished or waits at a CTA (or
+         * named) barrier, then the next one; every other launch takes the warps in reverse order.
+         * So one warp gets as far ahead of the others as the barriers allow, and a result that
+         * depends on the order (a missing barrier between warps) differs between two launches. */
+        const bool rev = g_launches & 1;
+        const int nw = n / 32;
+        auto blocked = [&](const Fiber &f) { return f.wbar >= 0 && c.bar[f.wbar].gen == f.wgen; };
+        for (int left = n; left > 0;) {
+            const unsigned long long before = g_progress;
+            for (int i = 0; i < nw; ++i) {
+                const int w = rev ? nw - 1 - i : i;
+                for (bool ran = true; ran;) {
+                    ran = false;
+                    const unsigned long long mark = g_progress;
+                    for (int l = 0; l < 32; ++l) {
+                        Fiber &f = fibers[32 * w + l];
+                        if (f.done || blocked(f)) continue;
+                        c.cur = &f;
+                        swapcontext(&c.sched, &f.ctx);
+                        ran = true;
                     }
-                    left = 0;
-                    for (int t = 0; t < n; ++t) left += !fibers[t].done;
-                    if (left && g_progress == before) {
-                        c.cur = nullptr;
-                        fail("deadlock: the live threads wait at different barriers");
-                    }
+                    if (g_progress == mark) break; /* (lanes that wait for lanes of no progress) */
                 }
-                c.cur = nullptr;
             }
+            left = 0;
+            for (int t = 0; t < n; ++t) left += !fibers[t].done;
+            if (left && g_progress == before) {
+                c.cur = nullptr;
+                fail("deadlock: the live threads wait at different barriers");
+            }
+        }
+        c.cur = nullptr;
+    }
     g_launches++;
 }
 
