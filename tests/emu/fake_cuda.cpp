@@ -395,7 +395,13 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     void *q = aligned_alloc(256, (n + 255) / 256 * 256);
     if (!q) return CUDA_ERROR_OUT_OF_MEMORY;
-    memset(q, 0xa5, (n + 255) / 256 * 256); /* never zeros: as a GPU's fresh memory, nothing to count on */
+    /* never zeros: as a GPU's fresh memory, nothing to count on; KDART_EMU_FILL (a byte) picks the pattern
+     * (0x7f: about 3.4e38 in every float type, so that a read of memory nothing wrote shows) */
+    static const int fill = [] {
+        const char *e = getenv("KDART_EMU_FILL");
+        return e && *e ? (int)(strtol(e, nullptr, 0) & 0xff) : 0xa5;
+    }();
+    memset(q, fill, (n + 255) / 256 * 256);
     *p = (CUdeviceptr)(uintptr_t)q;
     return CUDA_SUCCESS;
 }
