@@ -174,6 +174,7 @@
 
 #include "kdart_common.cuh"
 #include "kdart_varlen.cuh"
+#include "bwd_post.cuh" /* (its gate and sigmoid math, for the fused body's POST part) */
 
 template <int K>
 struct BwdIntraTraits {
@@ -484,7 +485,8 @@ template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL
 __global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<K>::kThreads,
                                                                 BwdIntraTraits<K>::kMinBlocks)
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
-    constexpr bool FUSED = false, EARLY = false;
+    constexpr bool FUSED = false, EARLY = false, POST = false;
+    [[maybe_unused]] const kdart_intra_post_params pp{};
 #include "bwd_intra_body.inc"
 }
 
@@ -502,9 +504,10 @@ namespace intra {
  * into this body's shared memory (wy_dqkg.cuh, da_stash: the body does not load them).  The caller's dynamic
  * shared memory is at least BwdIntraTraits<K>::kSmemBytes and its launch bounds
  * are this kernel's. */
-template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool EARLY>
-__device__ __forceinline__ void fused(const kdart_bwd_intra_params &p) {
+template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool EARLY, bool POST>
+__device__ __forceinline__ void fused(const kdart_bwd_intra_params &p, const kdart_intra_post_params &pp) {
     static_assert(VARLEN || !TAIL, "the tail body takes the varlen parameters");
+    static_assert(!POST || (FOLD_DG && !EMIT_IO && !TAIL), "the last step's gate part: fold_dg, native K tiles");
     static_assert(!EARLY || !TAIL, "early copies: the native (16-byte) maps only");
     constexpr bool FUSED = true;
 #include "bwd_intra_body.inc"

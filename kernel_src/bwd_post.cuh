@@ -32,6 +32,9 @@
  *   Every tensor 16-byte aligned; K <= 256.  The workspace holds the per-CTA
  *   partial sums of dA_log and ddt_bias and, after them, one counter per head that
  *   must be zero before the launch; the launch leaves it zero again.
+ *   p.fused (kdart_kda_chunk_bwd, where wy_dqkg's launch wrote dg and db): z = 0
+ *   sums wy_dqkg's partial rows (p.rows of them at p.workspace, [rows][HV][K + 4])
+ *   into dA_log and ddt_bias, z = 1 and 2 take dq and dk; no counters.
  *
  * Structure: a warp takes every eighth token of the CTA's range, several at once
  * (every load of those rows in flight before the first use: the kernel is bound by
@@ -138,6 +141,26 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 namespace kdart {
 namespace post {
+/* The last step of both A_log / dt_bias reductions: each warp's sum v of one item a lane, added in warp
+ * order by warp 0 and written to ddt_bias (column c < K of value head hv) or dA_log (c == K), so that the
+ * order never depends on the schedule.  Every thread of the CTA calls it. */
+__device__ __forceinline__ void finish_item(const kdart_bwd_post_params &p, float (*s_part)[BwdPostTraits::kMaxK + 1],
+                                            int warp, int lane, bool live, int hv, int c, float v) {
+    s_part[warp][lane] = v;
+    __syncthreads();
+    if (warp == 0 && live) {
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < BwdPostTraits::kWarps; ++w) s += s_part[w][lane];
+        if (c < p.K) {
+            if (p.ddt_bias) p.ddt_bias[(long long)hv * p.K + c] = s;
+        } else {
+            p.dA_log[hv] = s;
+        }
+    }
+    __syncthreads();
+}
+
 /* The kernel's body for one column layout C (Cols); s_part and s_last: the kernel's shared memory. */
 template <typename IO, bool G_IO, bool BETA_IO, typename C>
 __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_part)[BwdPostTraits::kMaxK + 1],
@@ -155,7 +178,7 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
      * every load of the U rows is issued before the first use (one token at a time left each warp with
      * two loads in flight, and the kernel far from the copy bandwidth). */
     constexpr int U = C::U;
-    const int which = blockIdx.z; /* 0: dq, 1: dk, 2: dg and db */
+    const int which = blockIdx.z - p.fused; /* 0: dq, 1: dk, 2: dg and db (fused: z = 0 sums the rows) */
     if (which < 2) {
         const float *din = which ? p.dk_in : p.dq_in;
         const IO *y = static_cast<const IO *>(which ? p.k : p.q);
@@ -342,22 +365,37 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
 #pragma unroll 8
             for (int b = warp; b < nblk; b += NW) v += __ldcg(src + (long long)b * HV * (K + 1));
         }
-        s_part[warp][lane] = v;
-        __syncthreads();
-        if (warp == 0 && item < items) {
-            float s = 0.f;
-#pragma unroll
-            for (int w = 0; w < NW; ++w) s += s_part[w][lane];
-            const int hv = h * G + j;
-            if (c < K) {
-                if (p.ddt_bias) p.ddt_bias[(long long)hv * K + c] = s;
-            } else {
-                p.dA_log[hv] = s;
-            }
-        }
-        __syncthreads();
+        finish_item(p, s_part, warp, lane, item < items, h * G + j, c, v);
     }
     if (threadIdx.x == 0) tickets[h] = 0u;
+}
+
+/* fused: dA_log and ddt_bias from wy_dqkg's partial rows ([rows][HV][K + 4]: dt_bias's K sums, then
+ * dA_log's, one per 64-column pass).  CTA (h, b, 0) takes the items b, b + nblk, .. (32 each) of head h's
+ * G (K + 1) outputs: its warps sum every eighth row, then warp 0 the eight warps' sums in order, so the
+ * order never depends on the schedule. */
+__device__ __forceinline__ void sum_rows(const kdart_bwd_post_params &p, float (*s_part)[BwdPostTraits::kMaxK + 1]) {
+    constexpr int NW = BwdPostTraits::kWarps;
+    const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int HV = p.HV, K = p.K, G = HV / p.H, items = G * (K + 1), np = (K + 63) / 64;
+    const long long rs = (long long)HV * (K + 4);
+#pragma unroll 1
+    for (int i0 = 32 * blockIdx.y; i0 < items; i0 += 32 * gridDim.y) {
+        const int item = i0 + lane, j = item / (K + 1), c = item - j * (K + 1);
+        float v = 0.f;
+        if (item < items) {
+            const float *src = p.workspace + (long long)(h * G + j) * (K + 4) + c;
+            if (c < K) {
+#pragma unroll 8
+                for (int r = warp; r < p.rows; r += NW) v += __ldcg(src + r * rs);
+            } else {
+#pragma unroll 1
+                for (int r = warp; r < p.rows; r += NW)
+                    for (int e = 0; e < np; ++e) v += __ldcg(src + r * rs + e);
+            }
+        }
+        finish_item(p, s_part, warp, lane, item < items, h * G + j, c, v);
+    }
 }
 } /* namespace post */
 } /* namespace kdart */
@@ -367,6 +405,10 @@ __global__ void __launch_bounds__(BwdPostTraits::kThreads, BwdPostTraits::kMinBl
     using namespace kdart::post;
     __shared__ float s_part[BwdPostTraits::kWarps][BwdPostTraits::kMaxK + 1];
     __shared__ int s_last;
+    if (p.fused && blockIdx.z == 0) {
+        if (p.rows > 0) sum_rows(p, s_part);
+        return;
+    }
     if constexpr (TAIL) body<IO, G_IO, BETA_IO, Cols<true, 8>>(p, s_part, s_last);
     else if (p.K <= 128) body<IO, G_IO, BETA_IO, Cols<false, 1>>(p, s_part, s_last);
     else body<IO, G_IO, BETA_IO, Cols<false, 2>>(p, s_part, s_last);

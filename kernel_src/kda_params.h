@@ -150,13 +150,36 @@ typedef struct kdart_wy_dqkg_params {
     kdart_tmap tm[6];
 } kdart_wy_dqkg_params;
 
+/* The gate's and beta's part of the backward's last step, done where the
+ * intra terms finish dg and db (wy_dqkg's post = 1 kernels; native K tiles,
+ * fold_dg): dg and db leave in their final dtypes instead of fp32, and the
+ * A_log / dt_bias reductions leave as one partial row per CTA, which bwd_post's
+ * launch sums in a fixed order (kdart_bwd_post_params.rows).  Math as
+ * bwd_post's (kernel_src/bwd_post.cuh), element for element. */
+typedef struct kdart_intra_post_params {
+    const void *g_raw;     /* [B,T,HV,K] io dtype, or NULL: dg is the sum, rounded once */
+    const float *A_log;    /* [HV] fp32 (with g_raw) */
+    const float *dt_bias;  /* [HV,K] fp32, or NULL */
+    const void *beta_raw;  /* [B,T,HV] io dtype or fp32 (db_io), or NULL: db is the sum, rounded once */
+    void *dg;              /* [B,T,HV,K] io dtype */
+    void *db;              /* [B,T,HV] io dtype or fp32 (db_io) */
+    float *part;           /* with g_raw: [rows][HV][K + 4] fp32, row = the CTA's chunk row (h's), then
+                            * dt_bias's K partial sums and dA_log's, one per 64-column pass */
+    float lower_bound;     /* the safe gate's bound */
+    float beta_scale;      /* 1, or 2 with allow_neg_eigval */
+    int safe_gate;         /* as bwd_post's */
+    int db_io;             /* beta_raw and db in the io dtype (else fp32) */
+} kdart_intra_post_params;
+
 /* wy_dqkg's intra = 1 kernels: wy_dqkg's parameter, then bwd_intra's for the
  * intra-chunk terms the same CTA adds after wy_dqkg's body (its dq_in .. db_in
  * and dq .. db are wy_dqkg's dq, dk, dg, db: updated in place; its dAqk and dAkk
- * wy_dqkg's dAqk and dA). */
+ * wy_dqkg's dAqk and dA), then the last step's gate part (read by the post = 1
+ * kernels alone). */
 typedef struct kdart_wy_intra_params {
     kdart_wy_dqkg_params wy;
     kdart_bwd_intra_params in;
+    kdart_intra_post_params post;
 } kdart_wy_intra_params;
 
 /* recompute_wu: grid (T/64, B*HV), one CTA per (chunk, batch x value head);
@@ -263,6 +286,11 @@ typedef struct kdart_bwd_post_params {
     float beta_scale;     /* 1, or 2 with allow_neg_eigval */
     int N, H, HV, K;
     int TB;               /* tokens per CTA */
+    /* 1: wy_dqkg's launch wrote dg and db (kdart_intra_post_params): the grid's z = 0 CTAs sum its
+     * partial rows (rows of them, [rows][HV][K + 4] at workspace, where g_raw is given) into dA_log and
+     * ddt_bias, z = 1 and 2 take dq and dk */
+    int fused;
+    int rows;
 } kdart_bwd_post_params;
 
 #endif /* KDART_KDA_PARAMS_H */

@@ -281,6 +281,7 @@ __device__ __forceinline__ void st2(float *a, float x, float y, int c, int n, in
  * wy member is this base class: the body reads p.q, .., p.dAqk as it would without INTRA) */
 struct WyIntraParams : kdart_wy_dqkg_params {
     kdart_bwd_intra_params in;
+    kdart_intra_post_params post;
 };
 static_assert(sizeof(WyIntraParams) == sizeof(kdart_wy_intra_params) && sizeof(kdart_wy_dqkg_params) % 8 == 0,
               "WyIntraParams: the layout of kdart_wy_intra_params");
@@ -294,11 +295,13 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
  * stay in L2 for the few microseconds until the intra part reads them back: the fp32 round trip of the
  * two-launch path need not reach DRAM); dAqk and dA go to it through shared memory (da_stash).  It needs
  * DAQK (the intra part reads dAqk); a tail tile (a head dim below the K tile) needs VARLEN, whose parameters
- * carry Kr (the host picks varlen = 1 then).  Other INTRA combinations are never launched and trap. */
-template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA>
+ * carry Kr (the host picks varlen = 1 then).  POST (with INTRA at a native K tile): the backward's last
+ * step's gate and beta part where the intra part finishes dg and db (kdart_intra_post_params).  Other
+ * INTRA and POST combinations are never launched and trap. */
+template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA, bool POST>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
     const __grid_constant__ typename kdart::wy::ParamsOf<INTRA>::type p) {
-    if constexpr (INTRA && !DAQK) {
+    if constexpr ((INTRA && !DAQK) || (POST && (!INTRA || TAIL || VARLEN))) {
         __trap(); /* never launched */
         return;
     }
@@ -876,7 +879,7 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         /* every thread's stores of dq, dk, dg, db, dA, dAqk before any thread's loads of them; the
          * shared memory is free (the last products are done) */
         __syncthreads();
-        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32, kEarly>(p.in);
+        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32, kEarly, POST>(p.in, p.post);
     }
 }
 

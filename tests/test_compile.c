@@ -93,7 +93,7 @@ START_TEST(every_spec_compiles) {
         ck_assert_msg(j.rc[i] == KDART_OK, "%s %s %s: %s", j.kernel[i], j.spec[i], j.arch[i], kdart_strerror(j.rc[i]));
     }
     printf("prewarm of %d entries on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
-    ck_assert_int_eq(j.total, 434); /* (bwd_post: its 8 bf16 specs on the 2 archs) */
+    ck_assert_int_eq(j.total, 438); /* (bwd_post: its 8 bf16 specs on the 2 archs) */
     /* No specialization spills (the ptxas report is in each entry), the bwd_intra tail
      * bodies on sm_90a included (their first form spilled 8..104 bytes).  The exceptions: wy_dqkg
      * (below) and
@@ -107,7 +107,7 @@ START_TEST(every_spec_compiles) {
         /* wy_dqkg holds S_q, S_k, S_w and dA' (64 fp32 accumulators per thread) in the 128 registers of
          * two CTAs per SM.  On sm_100a it spills nowhere; on sm_90a ptxas spills two words in three
          * specializations (the wgmma build's K128 with dAqk but not intra, and K64 with the [V][K]
-         * state: 8 bytes when last measured), bounded at 16 bytes */
+         * state, and K64 with the last step's part: 8 bytes when last measured), bounded at 16 bytes */
         if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0) {
             const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
             clean = st && ld && atoi(st + 18) <= 16 && atoi(ld + 17) <= 16;

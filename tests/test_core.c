@@ -81,7 +81,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_count("bwd_intra"), 192);
     ck_assert_int_eq(kdart_spec_count("bwd_dhu"), 144);
     ck_assert_int_eq(kdart_spec_count("chunk_rcumsum"), 3);
-    ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 384);
+    ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 768);
     ck_assert_int_eq(kdart_spec_count("recompute_wu"), 32);
     ck_assert_int_eq(kdart_spec_count("bwd_dav"), 8);
     ck_assert_int_eq(kdart_spec_count("fwd_h"), 48);
@@ -101,7 +101,7 @@ START_TEST(registry_specs) {
     }
     ck_assert_str_eq(kdart_kernel_params("bwd_intra"), "io={bf16,fp16} fold_dg={0,1} emit_bf16={0,1} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dhu"), "io={bf16,fp16} K={64,128,192,256} BV={16,32,64} varlen={0,1} tail={0,1,2}");
-    ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1} dAqk={0,1} intra={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1} dAqk={0,1} intra={0,1} post={0,1}");
     ck_assert_str_eq(kdart_kernel_params("recompute_wu"), "io={bf16,fp16} varlen={0,1} tail={0,1} beta={io,f32} gate={0,1}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dav"), "io={bf16,fp16} varlen={0,1} tail={0,1}");
     ck_assert_str_eq(kdart_kernel_params("fwd_h"), "io={bf16,fp16} K={64,128,256} BV={32,64} varlen={0,1} tail={0,1}");
@@ -162,11 +162,13 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(n_dhu, 54);
     /* wy_dqkg: the natives with the K-first state, and bf16 with fp32 beta for the V-first state and the tails;
      * with dAqk the natives of the K tiles 64 and 128 with fp32 beta and the K-first state, with intra too (which
-     * needs dAqk) */
+     * needs dAqk); post (the last step's gate part, with intra) on those in bf16 */
     int n_wy = 0;
     for (int i = 0; i < kdart_spec_count("wy_dqkg"); i++) {
         kdart_spec_at("wy_dqkg", i, buf, sizeof buf);
+        const int post = strstr(buf, "post=1") != NULL;
         int want = strstr(buf, "intra=1") && strstr(buf, "dAqk=0") ? 0
+                   : post && !(strstr(buf, "io=bf16,") && strstr(buf, "intra=1") && strstr(buf, "varlen=0")) ? 0
                    : strstr(buf, "dAqk=1") ? strstr(buf, "tail=0") && strstr(buf, "svf=0") && strstr(buf, "beta=f32") &&
                                                !strstr(buf, "K=256")
                                          : (strstr(buf, "tail=0") && strstr(buf, "svf=0")) ||
@@ -174,7 +176,7 @@ START_TEST(registry_specs) {
         ck_assert_int_eq(kdart_spec_prewarmed("wy_dqkg", i), want);
         n_wy += want;
     }
-    ck_assert_int_eq(n_wy, 58);
+    ck_assert_int_eq(n_wy, 60);
     /* bwd_dav: bf16, every varlen and tail (kdart.fla's standalone dAv is the unfused calls: odd V, packed) */
     for (int i = 0; i < kdart_spec_count("bwd_dav"); i++) {
         kdart_spec_at("bwd_dav", i, buf, sizeof buf);

@@ -252,20 +252,20 @@ START_TEST(wy_validation) {
     wy_make(&s, B, T, K, V, T / 64);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=0,intra=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=0,intra=0,post=0");
     /* a head dim below the tile, V not a multiple of 64: the tail; any T: varlen; the V-first state */
     wy_make(&s, B, 100, 100, 100, 2);
     s.a.state_v_first = 1;
     mk(&s.h, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     mk(&s.dh, kDLBfloat, 16, 5, B, 2, HV, 100, 100);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1,dAqk=0,intra=0");
+    ck_assert_str_eq(buf, "io=bf16,K=128,varlen=1,tail=1,beta=f32,svf=1,dAqk=0,intra=0,post=0");
     /* packed: h has any number of rows >= 1; beta in the io dtype */
     wy_make(&s, 1, 300, K, V, 7);
     mk(&s.beta, kDLBfloat, 16, 3, 1, 300, HV, 0, 0);
     s.a.cu_seqlens = &s.cu.t;
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0,dAqk=0,intra=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=0,beta=io,svf=0,dAqk=0,intra=0,post=0");
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* bad arguments, each named */
     wy_make(&s, B, T, K, V, T / 64);
@@ -286,7 +286,7 @@ START_TEST(wy_validation) {
     s.a.dAqk = &daqk.t;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0,post=0");
     mk(&daqk, kDLBfloat, 16, 4, B, T, HV, 64, 0);
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EDTYPE, "dAqk");
     s.a.dAqk = &s.dA.t;
@@ -303,20 +303,20 @@ START_TEST(wy_validation) {
     s.a.intra = 1;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1,post=0");
     s.a.dA = &s.dA.t;
     mk(&daqk, kDLFloat, 32, 4, B, T, HV, 64, 0);
     s.a.dAqk = &daqk.t;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=1,post=0");
     s.a.struct_size = offsetof(kdart_wy_dqkg_args, intra);
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=0,tail=0,beta=f32,svf=0,dAqk=1,intra=0,post=0");
     wy_make(&s, B, T, K - 4, V, T / 64);
     s.a.intra = 1, s.a.dAqk = &daqk.t;
     ck_assert_int_gt(kdart_spec_for(rt, "wy_dqkg", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=1,beta=f32,svf=0,dAqk=1,intra=1");
+    ck_assert_str_eq(buf, "io=bf16,K=64,varlen=1,tail=1,beta=f32,svf=0,dAqk=1,intra=1,post=0");
     s.a.struct_size = offsetof(kdart_wy_dqkg_args, dAqk) - 4;
     EXPECT(kdart_kda_wy_dqkg(rt, &s.a, NULL), KDART_EINVAL, "struct_size");
     wy_make(&s, B, T, K, V, T / 64);
@@ -1209,13 +1209,15 @@ static int64_t al256(int64_t n) { return (n + 255) / 256 * 256; }
 START_TEST(chunk_bwd_validation) {
     whole_set s;
     whole_make(&s, 0);
-    /* the fused layout (K 64, V a multiple of 64): bwd_post's partials, gk (fp32), h, v_new, dh, dv2 (io),
+    /* the fused layout (K 64, V a multiple of 64): bwd_post's partials, wy_dqkg's partial rows (K + 4 floats a
+     * CTA), gk (fp32), h, v_new, dh, dv2 (io),
      * then one region for w, u, qg, kg (io) or, later, dq, dk, dg (fp32) and db (dA and dAqk stay in the
      * fused kernel's shared memory) */
     const int64_t tk = (int64_t)B * T * HV * K, tv = (int64_t)B * T * HV * V, tb = (int64_t)B * T * HV,
                   th = (int64_t)B * (T / 64) * HV * K * V;
     const int64_t early = 2 * tk + 2 * tv + 2 * tk + 2 * tk, late = 3 * 4 * tk + al256(4 * tb);
-    const int64_t want = al256(4 * kdart_bwd_post_workspace(H, HV, K)) + 4 * tk + 2 * th + 2 * tv + 2 * th + 2 * tv +
+    const int64_t want = al256(4 * kdart_bwd_post_workspace(H, HV, K)) + al256(4 * (int64_t)B * (T / 64) * HV * (K + 4)) +
+                         4 * tk + 2 * th + 2 * tv + 2 * th + 2 * tv +
                          (early > late ? early : late);
     const int64_t n = kdart_chunk_bwd_workspace(rt, &s.a);
     ck_assert_int_eq(n, want);

@@ -317,10 +317,10 @@ def test_wy_fake_shapes_and_plans(io, svf):
     torch.library.opcheck(torch.ops.kdart.wy_dqkg.default, (*a, 0.125, svf),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
     name = "bf16" if io == BF else "fp16"
-    assert kt._wy_plan(*a, svf).spec == f"io={name},K=128,varlen=0,tail=0,beta=f32,svf={int(svf)},dAqk=0,intra=0"
+    assert kt._wy_plan(*a, svf).spec == f"io={name},K=128,varlen=0,tail=0,beta=f32,svf={int(svf)},dAqk=0,intra=0,post=0"
     b = _wy_meta_args(B=1, T=300, K=100, V=100, io=io, svf=svf, NT=7)
     cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="meta")
-    assert kt._wy_plan(*b, svf, cu).spec == f"io={name},K=128,varlen=1,tail=1,beta=f32,svf={int(svf)},dAqk=0,intra=0"
+    assert kt._wy_plan(*b, svf, cu).spec == f"io={name},K=128,varlen=1,tail=1,beta=f32,svf={int(svf)},dAqk=0,intra=0,post=0"
 
 
 def test_wy_checks():
@@ -344,9 +344,9 @@ def test_wy_checks():
 def test_wy_plan_batch_past_grid_y():
     """B*HV past the grid's 65535 in y: wy_dqkg's variable-length body takes the batch (B rows of T tokens)."""
     a = _wy_meta_args(B=1025, T=64, H=32, HV=64, K=64, V=64)
-    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0,intra=0"
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0,intra=0,post=0"
     a = _wy_meta_args(B=1, T=100, H=2, HV=4, K=64, V=64)  # any T at fixed length: varlen, h of ceil(T/64) rows
-    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0,intra=0"
+    assert kt._wy_plan(*a).spec == "io=bf16,K=64,varlen=1,tail=0,beta=f32,svf=0,dAqk=0,intra=0,post=0"
 
 
 # ------------------------------------------------- fla's chunk_kda_bwd_dAv, fused into bwd_dhu and wy_dqkg
@@ -421,7 +421,7 @@ def test_wy_daqk_fake_shapes_and_opcheck(svf):
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
     spec = kt.prepare_for(kt.wy_dqkg, *a, scale=0.125, state_v_first=svf, dAqk=True)
     assert spec == kt.prepare_for(torch.ops.kdart.wy_dqkg_dAqk, *a, scale=0.125, state_v_first=svf)
-    assert spec == kt._wy_plan(*a, svf, None, None, True).spec and spec.endswith(",dAqk=1,intra=0")
+    assert spec == kt._wy_plan(*a, svf, None, None, True).spec and spec.endswith(",dAqk=1,intra=0,post=0")
     cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="meta")
     b = _wy_meta_args(B=1, T=300, NT=7)
     assert kt.wy_meta(*b, cu_seqlens=cu, dAqk=True)[6] == ((1, 300, 4, 64), F32)
@@ -440,7 +440,7 @@ def test_wy_intra_fake_shapes_and_opcheck(svf):
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
     spec = kt.prepare_for(torch.ops.kdart.wy_dqkg_intra, *a, scale=0.125, state_v_first=svf)
     assert spec == kt.prepare_for(kt.wy_dqkg, *a, scale=0.125, state_v_first=svf, dAqk=True, intra=True)
-    assert spec.endswith(",dAqk=1,intra=1")
+    assert spec.endswith(",dAqk=1,intra=1,post=0")
     with pytest.raises(ValueError, match="EUNSUPPORTED"):
         kt.wy_dqkg(*a, scale=0.125, intra=True)
     assert kt._wy_plan(*a, svf, None, None, False, True).spec == spec  # (C: intra computes dAqk anyway)

@@ -19,6 +19,19 @@ import kdart.torch as kt  # noqa: E402
 from kda_ref import chunk_indices, whole_inputs  # noqa: E402
 
 
+def _same(name, got, want):
+    """The C call's gradient against the stages' one: bit for bit, but where the C call runs the last step
+    inside wy_dqkg's launch (native K tiles): dA_log and ddt_bias, summed there from a partial row per chunk
+    and in bwd_post from a partial row per block of tokens (both fixed orders), within 1e-5 of each other."""
+    got, want = torch.nan_to_num(got.view(want.shape), nan=7.0), torch.nan_to_num(want, nan=7.0)
+    tol = {"dA_log": 1e-5, "ddt_bias": 1e-5}.get(name)
+    if tol is not None:
+        err = (got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30)
+        assert err <= tol, f"{name}: rel RMS {err:.3e}"
+    else:
+        assert torch.equal(got, want), name
+
+
 def _poison():
     """Leaves NaN in the caching allocator's free blocks, so that an output the kernel fails to write shows."""
     x = torch.full((64 << 20,), float("nan"), device="cuda")
@@ -278,13 +291,12 @@ def test_c_chunk_bwd_random_saved_tensors(shape, io):
     rc = _c_chunk_bwd(t, scale, lb)
     assert rc == 0, rc
     for name, w in zip(names, want):
-        x = outs[name].view(w.shape)
-        assert torch.equal(torch.nan_to_num(x, nan=7.0), torch.nan_to_num(w, nan=7.0)), name
+        _same(name, outs[name], w)
 
 
 @pytest.mark.parametrize("config", ["log-gate", "svf-neg-eig", "no-recompute", "fp32-beta-gva"])
 def test_whole_backward_is_the_stages(config):
-    """kdart.torch.chunk_kda_bwd (one C call on CUDA) returns what its stages' calls return, bit for bit and in
+    """kdart.torch.chunk_kda_bwd (one C call on CUDA) returns what its stages' calls return, bit for bit (_same) and in
     the same dtypes, across chunk_kda's other configurations: the log gate without the gate in the kernel (no
     l2norm, no beta sigmoid), the V-first state with allow_neg_eigval, fla's disable_recompute (w, u, qg, kg,
     v_new, h given), beta in fp32 without its sigmoid at GVA."""
@@ -330,7 +342,7 @@ def test_whole_backward_is_the_stages(config):
         if w_ is None:
             continue
         assert (g_.shape, g_.dtype) == (w_.shape, w_.dtype), name
-        assert torch.equal(torch.nan_to_num(g_, nan=7.0), torch.nan_to_num(w_, nan=7.0)), name
+        _same(name, g_, w_)
 
 
 def test_whole_backward_compiled_is_eager():
@@ -383,7 +395,7 @@ def test_whole_backward_refuses_before_launching():
 
 @pytest.mark.parametrize("shape", [(2, 256, 2, 2, 64, 64), (1, 300, 2, 4, 128, 128), (2, 128, 4, 4, 100, 100)])
 def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
-    """kdart_kda_chunk_bwd (the C call) gives kdart.torch's stages' gradients bit for bit, in the
+    """kdart_kda_chunk_bwd (the C call) gives kdart.torch's stages' gradients bit for bit (_same), in the
     production configuration (dAv fused into bwd_dhu at K 64 and 128, bwd_dav as a launch of its own at K 100;
     wy_dqkg with bwd_intra's terms everywhere), outputs poisoned first."""
     B, T, H, HV, K, V = shape
@@ -402,7 +414,7 @@ def test_c_chunk_bwd_is_chunk_kda_bwd(shape):
     rc = _c_chunk_bwd(t, scale, lb)
     assert rc == 0, rc
     for n, w in zip(("dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"), want):
-        assert torch.equal(outs[n].view(w.shape), w), n
+        _same(n, outs[n], w)
 
 
 def test_whole_backward_cuda_graph_replay():

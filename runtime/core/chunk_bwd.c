@@ -1,11 +1,16 @@
 /*
  * chunk_bwd.c: kdart_kda_chunk_bwd, the whole KDA backward of fla's chunk_kda
  * in one C call, and kdart_chunk_bwd_workspace, the scratch it needs.  It
- * runs the stages kdart.torch.chunk_kda_bwd runs, in the same order and with
- * the same choices (so the two give the same bits): the recompute (the gate's
- * cumsum with w, u, qg, kg), fwd_h (h and v_new), bwd_dhu with fla's dAv fused
- * (or bwd_dav first where the grid says so), wy_dqkg with bwd_intra's terms in
- * its launch, bwd_post.  Every intermediate lives in the
+ * runs the stages kdart.torch's stage calls run, in the same order and with
+ * the same choices: the recompute (the gate's cumsum with w, u, qg, kg),
+ * fwd_h (h and v_new), bwd_dhu with fla's dAv fused (or bwd_dav first where
+ * the grid says so), wy_dqkg with bwd_intra's terms in its launch, bwd_post.
+ * Where wy_dqkg's kernel can (fixed length, a native K tile, dg in the io dtype), the last
+ * step's gate and beta part runs at the end of wy_dqkg's launch, where dg and
+ * db are final in registers, and bwd_post does the rest (dq, dk, and the
+ * A_log / dt_bias sums from a partial row per chunk): the same bits as the
+ * stage calls but for dA_log and ddt_bias, summed in another fixed order
+ * (KDART_FUSE_POST=0 keeps it all in bwd_post).  Every intermediate lives in the
  * caller's workspace, carved here in a fixed layout.  Every stage's arguments
  * are checked (kdart_spec_for) before the first launch, so a bad call
  * launches nothing and writes nothing.
@@ -98,13 +103,14 @@ static int sizes(kdart_rt *rt, const kdart_chunk_bwd_args *a, plan *p) {
 
 /* The stages' args of one call, over the workspace views. */
 typedef struct stages {
-    view gk, w, u, qg, kg, h, vn, dh, dv2, dq1, dk1, dg1, db1, dvi, pws;
+    view gk, w, u, qg, kg, h, vn, dh, dv2, dq1, dk1, dg1, db1, dvi, pws, part;
     kdart_recompute_wu_args rwu;
     kdart_fwd_h_args fwdh;
     kdart_bwd_dav_args dav;
     kdart_bwd_dhu_args dhu;
     kdart_wy_dqkg_args wy;
     kdart_bwd_post_args post;
+    kdart__post_split split; /* the last step's gate part in wy_dqkg's launch where it can */
     uint64_t bytes;
 } stages;
 
@@ -117,6 +123,12 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     /* bwd_post's partial sums first (its per-head counters, cleared by each call, at their end) */
     const DLTensor *pws = p->gate ? carve(&cv, &s->pws, F, 32, 1, kdart_bwd_post_workspace(H, HV, K), 0, 0, 0, 0)
                                   : NULL;
+    /* and the partial rows of the same sums, a row per CTA of wy_dqkg's grid (a chunk row and value head),
+     * where wy_dqkg's launch takes the gate's part of the last step: at fixed length (packed, that part
+     * cost the launch more than it saved bwd_post's) */
+    s->split.rows = p->B * p->NT;
+    if (p->gate && !p->packed)
+        s->split.part = carve(&cv, &s->part, F, 32, 1, kdart__post_part_floats(s->split.rows, HV, K), 0, 0, 0, 0);
     /* what lives from the recompute to bwd_post: the gate's cumsum, h, v_new, dh, dv2 (and bwd_dav's dv;
      * wy_dqkg hands dA and dAqk to bwd_intra's terms in shared memory, so they take no room here) */
     const DLTensor *gk = a->g_cumsum, *w = a->w, *u = a->u, *qg = a->qg, *kg = a->kg, *h = a->h, *vn = a->v_new;
@@ -190,6 +202,7 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     s->post.beta_io = a->dbeta && a->dbeta->dtype.bits == 16;
     s->post.beta_scale = a->allow_neg_eigval ? 2.f : 1.f;
     s->post.dq = a->dq, s->post.dk = a->dk, s->post.dg = a->dg, s->post.db = a->dbeta;
+    s->split.post = &s->post;
 }
 
 /* The checks both entry points start with: the args struct, then the sizes of the call. */
@@ -242,16 +255,19 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
         if (nodev == KDART_OK) nodev = rc;
     }
     if (nodev != KDART_OK) return kdart__err(rt, nodev, "no CUDA device to choose the stages' specializations");
-    /* bwd_post's per-head counters (the last H words of its partials) start at zero: the workspace's
-     * contents are never relied on */
-    if (p.gate) {
+    if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))
+        return rc;
+    if (!p.fused && (rc = kdart_kda_bwd_dav(rt, &s.dav, stream))) return rc;
+    if ((rc = kdart_kda_bwd_dhu(rt, &s.dhu, stream))) return rc;
+    /* wy_dqkg, with the last step's gate and beta part in its launch where it can (it says so in split) */
+    kdart__post_split *x = rt->fuse_post ? &s.split : NULL;
+    if ((rc = kdart__op_call_ex(rt, &kdart__stage_wy_dqkg, &s.wy, stream, x))) return rc;
+    /* bwd_post's per-head counters (the last H words of its partials) start at zero where it sums its own
+     * partials: the workspace's contents are never relied on */
+    if (p.gate && !(x && x->fused)) {
         float *pw = (float *)kdart__ptr(s.post.workspace);
         const int64_t nw = s.post.workspace->shape[0];
         if ((rc = kdart__memset32_async(rt, pw + (nw - p.H), 0u, (size_t)p.H, stream))) return rc;
     }
-    if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))
-        return rc;
-    if (!p.fused && (rc = kdart_kda_bwd_dav(rt, &s.dav, stream))) return rc;
-    if ((rc = kdart_kda_bwd_dhu(rt, &s.dhu, stream)) || (rc = kdart_kda_wy_dqkg(rt, &s.wy, stream))) return rc;
-    return kdart_kda_bwd_post(rt, &s.post, stream);
+    return kdart__op_call_ex(rt, &kdart__stage_bwd_post, &s.post, stream, x);
 }

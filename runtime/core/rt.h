@@ -21,9 +21,9 @@
 #define KDART__MAGIC 0x6b646172u /* "kdar": armor against stale handles */
 #define KDART__ERRMSG_MAX 4096
 #define KDART__KEY_SCHEMA 1      /* bump when the manifest's meaning changes */
-#define KDART__MAX_PARAMS 8
+#define KDART__MAX_PARAMS 9
 #define KDART__MAX_VALUES 4
-#define KDART__MAX_SPECS 384     /* largest spec_count of any kernel (wy_dqkg); every stage file asserts its own */
+#define KDART__MAX_SPECS 768     /* largest spec_count of any kernel (wy_dqkg); every stage file asserts its own */
 #define KDART__MAX_CTX 32        /* CUDA contexts one unit remembers (8 GPUs of a node, each with a few contexts) */
 
 /* ------------------------------------------------------------- registry */
@@ -281,6 +281,8 @@ struct kdart_rt {
     int cache_warned;       /* a cache failure was logged at WARN (under lock) */
     int compile_threads;
     uint32_t flags;
+    int fuse_post;         /* 1 (the default): kdart_kda_chunk_bwd hands the last step's gate part to wy_dqkg's
+                               launch where it can; 0: it leaves it all to bwd_post (KDART_FUSE_POST) */
 
     kdart_log_fn log;
     void *log_user;

@@ -364,8 +364,8 @@ static int resolve(kdart_rt *rt, int kernel, const int *vals, int device_id, kda
 
 /* ------------------------------------------------------------ the engine */
 
-int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, char *so_buf,
-                   size_t so_n) {
+static int op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, char *so_buf,
+                   size_t so_n, void *extra) {
     KDART__CHECK_RT(rt);
     const kdart__op *op = k->op;
     if (!args) return kdart__err(rt, KDART_ENULL, "args is NULL");
@@ -373,6 +373,7 @@ int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void 
     memset(&c, 0, sizeof c);
     c.op = op;
     c.args = args;
+    c.extra = extra;
     c.plan = so_buf != NULL;
     memcpy(&c.size, args, sizeof c.size); /* every args struct starts with uint32_t struct_size */
     if (c.size < op->args_first_new || c.size > op->args_size) {
@@ -414,6 +415,15 @@ int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void 
     if ((rc = resolve(rt, kdart__kernel_index(k), c.vals, device_id, &u, &fn, c.sq.varlen ? &status : NULL)) != KDART_OK)
         return rc;
     return op->launch(rt, &c, u, fn, status, stream);
+}
+
+int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, char *so_buf,
+                   size_t so_n) {
+    return op_call(rt, k, args, stream, so_buf, so_n, NULL);
+}
+
+int kdart__op_call_ex(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, void *extra) {
+    return op_call(rt, k, args, stream, NULL, 0, extra);
 }
 
 /* --------------------------------------------------- calls by stage name */

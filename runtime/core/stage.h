@@ -125,6 +125,7 @@ typedef struct kdart__call {
     int vals[KDART__MAX_PARAMS];
     unsigned grid[2];
     int aux[6]; /* the stage's own, from dims and choose to launch */
+    void *extra; /* kdart__op_call_ex's: what one stage's call takes from another's (NULL: nothing) */
 } kdart__call;
 
 typedef struct kdart__op {
@@ -197,6 +198,21 @@ int kdart__arg_int(const kdart__call *c, size_t off);
  * kdart_spec_for (the canonical spec written into so_buf, its length returned). */
 int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, char *so_buf,
                    size_t so_n);
+/* The same launch with extra in the call (the stage's choose and launch read it as they document). */
+int kdart__op_call_ex(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, void *extra);
+
+/* kdart_kda_chunk_bwd's split of the backward's last step between wy_dqkg's launch and bwd_post's.
+ * wy_dqkg (extra of its call) takes the gate's and beta's part where its kernel can (intra, a native K
+ * tile, dg in the io dtype, part large enough) and sets fused to what it took (0 or 1); bwd_post (extra of
+ * its call) then does the rest: dq and dk, and dA_log / ddt_bias summed from part's rows. */
+typedef struct kdart__post_split {
+    const kdart_bwd_post_args *post; /* the last step's args (checked) */
+    const DLTensor *part;            /* fp32, kdart__post_part_floats(rows, HV, K) elements (with the gate) */
+    int64_t rows;                    /* wy_dqkg's grid rows (B * NT) */
+    int fused;                       /* wy_dqkg's answer: 1 where its launch took the gate's part */
+} kdart__post_split;
+/* The partial rows' floats: a row of K + 4 per chunk row and value head. */
+int64_t kdart__post_part_floats(int64_t rows, int64_t HV, int64_t K);
 
 /* The declared test interface: adds a stage (its kdart__kernel, with or
  * without an operation) to the registry, before any handle is opened;

@@ -774,7 +774,10 @@ int kc_spec_beta_f32(const char *spec) { return strstr(spec, "beta=f32") != NULL
 
 int kc_intra_spec_launchable(const char *spec) { return !(kc_spec_tail(spec) && strstr(spec, "varlen=0")); }
 
-int kc_wy_spec_launchable(const char *spec) { return !(strstr(spec, "intra=1") && strstr(spec, "dAqk=0")); }
+int kc_wy_spec_launchable(const char *spec) {
+    /* intra=1 without dAqk: a trap stub; post=1: only kdart_kda_chunk_bwd picks it, inside its call */
+    return !(strstr(spec, "intra=1") && strstr(spec, "dAqk=0")) && !strstr(spec, "post=1");
+}
 
 int kc_intra_spec_k(const char *spec) { return kc_spec_k(spec) - (kc_spec_tail(spec) ? 4 : 0); }
 

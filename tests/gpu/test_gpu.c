@@ -197,7 +197,7 @@ START_TEST(wy_every_spec) {
         kc_wy_case c = {2, 256, 2, 4, K, V, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, 0, seed + 20000 + (uint64_t)s, 0, 0, {0},
                         strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
-        if (!kc_wy_spec_launchable(spec)) continue; /* intra=1 without dAqk: a trap stub, never launched */
+        if (!kc_wy_spec_launchable(spec)) continue; /* a trap stub, or post=1 (the whole call's) */
         static const int gates[4] = {KREF_GATE_MILD, KREF_GATE_STRONG, KREF_GATE_CONST5, KREF_GATE_FUSED};
         c.gate = gates[s % 4];
         if (strstr(spec, "varlen=1")) {
@@ -1034,6 +1034,8 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c) {
     for (int i = 0; i < r.nout; i++) printf(" %s %.2e", r.names[i], r.rel_rms[i]);
     printf(" det=%s\n", r.deterministic ? "yes" : "NO");
     for (int i = 0; i < r.nout; i++) {
+        /* dA_log and ddt_bias: summed from a partial row per chunk (wy_dqkg's launch) or per block of
+         * tokens (bwd_post's) */
         const double tol = i == 5 || i == 6 ? 1e-5 : 0.0;
         ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s differs between the handles: rel RMS %.3e > %.0e", what,
                       r.names[i], r.rel_rms[i], tol);
@@ -1055,6 +1057,7 @@ static kdart_rt *open_unfused_post(void) {
 START_TEST(chunk_bwd_whole) {
     kdart_rt *rt2 = open_unfused_post();
     static const long long cu[5] = {0, 1, 65, 200, 300};
+    static const long long cu7[8] = {0, 94, 257, 283, 533, 752, 940, 1024};
     const kc_chunk_case cases[] = {
         {2, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95000, {0}},
         {1, 200, 2, 2, 128, 128, 0, 0, 1, seed + 95001, {0}},
@@ -1065,6 +1068,8 @@ START_TEST(chunk_bwd_whole) {
         {1, 128, 2, 2, 256, 128, 0, 1, 0, seed + 95006, {0}},
         {1, 300, 2, 2, 128, 64, 0, 0, 1, seed + 95007, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
         {2, 256, 2, 2, 128, 128, 1, 1, 0, seed + 95008, {0}},
+        /* the production layout: K = V = 128, seven documents of a packed row, the gate in the kernel */
+        {1, 1024, 2, 2, 128, 128, 0, 1, 0, seed + 95009, {7, cu7, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chunk(rt2, &cases[i]);
     kdart_close(rt2);
@@ -1112,7 +1117,7 @@ START_TEST(small_for_sanitizers) {
         kc_wy_case c = {1, 128, 1, 2, kc_spec_k(spec), 64, strstr(spec, "io=fp16") != NULL, kc_spec_beta_f32(spec),
                         strstr(spec, "svf=1") != NULL, KREF_GATE_FUSED, seed + 90 + (uint64_t)s, 0, 0, {0},
                         strstr(spec, "dAqk=1") != NULL, strstr(spec, "intra=1") != NULL};
-        if (!kc_wy_spec_launchable(spec)) continue; /* intra=1 without dAqk: a trap stub, never launched */
+        if (!kc_wy_spec_launchable(spec)) continue; /* a trap stub, or post=1 (the whole call's) */
         if (kc_spec_tail(spec)) { /* the head dim or V below its tile, in turn */
             if (s & 2) c.V = 60;
             else c.K -= 4;

@@ -108,8 +108,17 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         (void *)kdart__ptr(a->dg), (void *)kdart__ptr(a->db), (float *)kdart__ptr(a->dA_log),
         (float *)kdart__ptr(a->ddt_bias), a->lower_bound, a->safe_gate != 0, a->beta_scale,
         (int)(d[KDART__D_B] * d[KDART__D_T]), (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)d[KDART__D_K], c->aux[0],
+        0, 0,
     };
-    /* (heads, token blocks, z): dq, dk, then dg and db (the launch contract in kernel_src/bwd_post.cuh) */
+    /* kdart_kda_chunk_bwd's split last step: wy_dqkg's launch wrote dg and db and, with the gate, the
+     * partial rows this launch sums (z = 0) instead of its own */
+    const kdart__post_split *x = c->extra;
+    if (x && x->fused) {
+        p.fused = x->fused;
+        if (a->g_raw) p.workspace = (float *)kdart__ptr(x->part), p.rows = (int)x->rows;
+    }
+    /* (heads, token blocks, z): dq, dk, then dg and db; split: the partial rows' sums, then dq and dk (the
+     * launch contract in kernel_src/bwd_post.cuh) */
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 3, u->threads, u->smem, stream, &p);
 }
 

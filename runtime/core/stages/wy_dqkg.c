@@ -16,7 +16,7 @@
 #define WY_THREADS 256
 #define WY_SMEM 108864
 
-/* vals: io, K, varlen, tail, beta, svf, dAqk, intra; intra's kernels run
+/* vals: io, K, varlen, tail, beta, svf, dAqk, intra, post; intra's kernels run
  * bwd_intra's body after their own, in bwd_intra's shared memory where it is
  * the larger (same threads, same two CTAs per SM). */
 static void shape(const int *vals, int *threads, int *smem) {
@@ -26,8 +26,12 @@ static void shape(const int *vals, int *threads, int *smem) {
 }
 
 /* intra without dAqk compiles to a trap: the intra part needs the dAqk product (the runtime picks dAqk = 1
- * with intra, whether or not the caller wants the dAqk output). */
-static int stub(const int *vals) { return vals[7] == 1 && vals[6] == 0; }
+ * with intra, whether or not the caller wants the dAqk output); so does post without intra, with the
+ * tail (the gate part sits in the intra part's native body) or varlen (packed, the gate part cost the
+ * launch more than it saved bwd_post's). */
+static int stub(const int *vals) {
+    return (vals[7] == 1 && vals[6] == 0) || (vals[8] == 1 && (vals[7] == 0 || vals[3] == 1 || vals[2] == 1));
+}
 
 /* The default prewarm set: every native one with the K-first state; the
  * V-first state and the tail (head dims 60, 100, 192) in bf16 with fp32
@@ -35,8 +39,11 @@ static int stub(const int *vals) { return vals[7] == 1 && vals[6] == 0; }
  * dAqk (fla's dAv fused, which kdart.fla asks for at K = 64 and 128 with V
  * a multiple of 64) the native K tiles 64 and 128 with fp32 beta and the
  * K-first state, alone and with intra (what kdart.torch.chunk_kda_bwd runs
- * there).  vals: io, K, varlen, tail, beta, svf, dAqk, intra. */
+ * there); post (kdart_kda_chunk_bwd's last step's gate part) on the fixed-length ones in bf16.
+ * vals: io, K, varlen, tail, beta, svf, dAqk, intra, post. */
 static int prewarmed(const int *vals) {
+    if (vals[8] == 1)
+        return vals[0] == 0 && vals[2] == 0 && vals[7] == 1 && vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
@@ -93,13 +100,25 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     (void)rt;
     const ARGS *a = c->args;
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
-    const int v[8] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, K != kdart__k_tile(K) || V % 64 != 0,
+    const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0, tail = K != kdart__k_tile(K) || V % 64 != 0;
+    /* kdart_kda_chunk_bwd's last step: its gate and beta part in this launch where the intra part's native
+     * fixed-length body writes dg (dg in the io dtype, as the raw gate; part holding a row per CTA) */
+    kdart__post_split *x = c->extra;
+    const kdart_bwd_post_args *pa = x ? x->post : NULL;
+    int post = 0;
+    if (pa && intra && !tail && !c->sq.varlen && pa->dg && kdart__dtype_of(pa->dg) == c->io) {
+        const int64_t rows = (int64_t)c->grid[0] * c->grid[1] / c->d[KDART__D_HV];
+        post = !pa->g_raw || (x->part && x->part->shape[0] >= kdart__post_part_floats(rows, c->d[KDART__D_HV], K));
+    }
+    if (x) x->fused = post;
+    const int v[9] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, tail,
                       kdart__dtype_of(a->beta) == 32, a->state_v_first != 0,
-                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL || kdart__arg_int(c, offsetof(ARGS, intra)) != 0,
-                      kdart__arg_int(c, offsetof(ARGS, intra)) != 0};
+                      kdart__arg(c, offsetof(ARGS, dAqk)) != NULL || intra, intra, post};
     memcpy(c->vals, v, sizeof v);
     return KDART_OK;
 }
+
+int64_t kdart__post_part_floats(int64_t rows, int64_t HV, int64_t K) { return rows * HV * (K + 4); }
 
 static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void *fn, int *status, void *stream) {
     const ARGS *a = c->args;
@@ -136,7 +155,18 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         p,
         {p.q, p.k, p.g, p.beta, p.dAqk, p.dA, p.dq, p.dk, p.dg, p.db, p.dq, p.dk, p.dg, p.db, p.B, p.T, p.H, p.HV,
          p.cu_seqlens, status, p.N, (int)c->grid[0], p.cu_is64, p.Kr},
+        {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.f, 1.f, 0, 0},
     };
+    if (c->vals[8]) { /* the last step's gate and beta part (choose checked its conditions) */
+        const kdart_bwd_post_args *pa = ((const kdart__post_split *)c->extra)->post;
+        kdart_intra_post_params *q = &pi.post;
+        q->g_raw = kdart__ptr(pa->g_raw), q->A_log = (const float *)kdart__ptr(pa->A_log);
+        q->dt_bias = (const float *)kdart__ptr(pa->dt_bias), q->beta_raw = kdart__ptr(pa->beta_raw);
+        q->dg = (void *)kdart__ptr(pa->dg), q->db = (void *)kdart__ptr(pa->db);
+        q->part = pa->g_raw ? (float *)kdart__ptr(((const kdart__post_split *)c->extra)->part) : NULL;
+        q->lower_bound = pa->lower_bound, q->beta_scale = pa->beta_scale;
+        q->safe_gate = pa->safe_gate != 0, q->db_io = pa->beta_io != 0;
+    }
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &pi);
 }
 
@@ -168,17 +198,18 @@ static const kdart__op op = {
     dims, choose, launch,
 };
 
-_Static_assert(2 * 3 * 2 * 2 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 3 * 2 * 2 * 2 * 2 * 2 * 2 * 2 <= KDART__MAX_SPECS, "wy_dqkg's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__stage_wy_dqkg = {
-    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 8,
+    "wy_dqkg", "wy_dqkg.cuh", "kdart_wy_dqkg", 9,
     {KDART__IO_PARAM, KDART__K_PARAM, KDART__FLAG_PARAM("varlen"),
      /* tail: a head dim below the K tile or V not a multiple of 64 (element
       * loads and stores); svf: the V-first state layout of h and dh; dAqk:
       * the dAqk output (its accumulator's registers, in its own kernels) */
      KDART__FLAG_PARAM("tail"), KDART__BETA_PARAM, KDART__FLAG_PARAM("svf"), KDART__FLAG_PARAM("dAqk"),
-     /* intra: bwd_intra's terms (fold_dg) added in the same launch */
-     KDART__FLAG_PARAM("intra")},
+     /* intra: bwd_intra's terms (fold_dg) added in the same launch; post: then the backward's last
+      * step's gate and beta part (kdart_kda_chunk_bwd's) */
+     KDART__FLAG_PARAM("intra"), KDART__FLAG_PARAM("post")},
     shape, prewarmed, stub, &op,
 };
 
