@@ -129,6 +129,26 @@ __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.f, 1.f +
 /* log(1 + e^x), as torch's softplus with threshold 20 */
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
 
+/* The gate backward of one element (the header's two forms; here and in the fused wy_dqkg launch's last
+ * step, kernel_src/bwd_intra_body.inc, so that both give the same bits): y the element's dg_in, xb its raw
+ * gate plus dt_bias, a the head's gate_a; returns dg and adds the element's dA_log term to acc_a. */
+__device__ __forceinline__ float gate_a(float A_log, bool safe) { return safe ? __expf(A_log) : -__expf(A_log); }
+__device__ __forceinline__ float gate_bwd(float y, float xb, float a, bool safe, float lower_bound, float &acc_a) {
+    if (safe) {
+        const float s = sigmoid(a * xb);
+        const float dg = y * (lower_bound * (s * (1.f - s))) * a;
+        acc_a = fmaf(dg, xb, acc_a);
+        return dg;
+    }
+    acc_a = fmaf(y, a * softplus(xb), acc_a);
+    return a * (y * sigmoid(xb));
+}
+/* The beta-sigmoid backward of one element: db_in, the raw beta br */
+__device__ __forceinline__ float beta_bwd(float db, float br, float beta_scale) {
+    const float s = sigmoid(br);
+    return db * beta_scale * s * (1.f - s);
+}
+
 /* The same sum in every lane, in a fixed order. */
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -259,8 +279,7 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
         const int hv = h * G + j;
         float a = 0.f, bias[NG][W], acc[NG][W], acc_a = 0.f;
         if (gate) {
-            const float al = __ldg(p.A_log + hv);
-            a = p.safe_gate ? __expf(al) : -__expf(al);
+            a = gate_a(__ldg(p.A_log + hv), p.safe_gate);
         }
 #pragma unroll
         for (int g = 0; g < NG; ++g) {
@@ -295,16 +314,8 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
                     if (gate) {
 #pragma unroll
                         for (int e = 0; e < W; ++e) {
-                            const float xb = x[u][g][e] + bias[g][e];
-                            float dgv;
-                            if (p.safe_gate) {
-                                const float s = sigmoid(a * xb);
-                                dgv = dy[u][g][e] * (p.lower_bound * (s * (1.f - s))) * a;
-                                acc_a = fmaf(dgv, xb, acc_a);
-                            } else {
-                                dgv = a * (dy[u][g][e] * sigmoid(xb));
-                                acc_a = fmaf(dy[u][g][e], a * softplus(xb), acc_a);
-                            }
+                            const float dgv = gate_bwd(dy[u][g][e], x[u][g][e] + bias[g][e], a, p.safe_gate,
+                                                       p.lower_bound, acc_a);
                             acc[g][e] += dgv;
                             dy[u][g][e] = dgv;
                         }
@@ -316,10 +327,7 @@ __device__ __forceinline__ void body(const kdart_bwd_post_params &p, float (*s_p
 #pragma unroll 1
         for (long long t = t0 + threadIdx.x; t < t1; t += BwdPostTraits::kThreads) {
             float db = __ldg(p.db_in + (t * HV + hv));
-            if (beta_raw) {
-                const float s = sigmoid(kdart::to_float(beta_raw[t * HV + hv]));
-                db = db * p.beta_scale * s * (1.f - s);
-            }
+            if (beta_raw) db = beta_bwd(db, kdart::to_float(beta_raw[t * HV + hv]), p.beta_scale);
             db_out[t * HV + hv] = kdart::from_float<BT>(db);
         }
         if (gate) {
