@@ -126,13 +126,19 @@ template <> __device__ __forceinline__ void st_any<float, 4>(float *p, const flo
 /* (the fast division: 1 + e^-x >= 1, where __fdividef is within 2 ulp; the IEEE division's slow-path call,
  * one per unrolled use, cost 5% of the kernel's time) */
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
-/* log(1 + e^x), as torch's softplus with threshold 20 */
-__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+/* log(1 + e^x), as torch's softplus with threshold 20; OUTLINE: log1pf's long body as a call (the fused
+ * launch's copy of the gate backward, see gate_bwd4) */
+__device__ __noinline__ float log1p_exp(float x) { return log1pf(__expf(x)); }
+template <bool OUTLINE = false> __device__ __forceinline__ float softplus(float x) {
+    if constexpr (OUTLINE) return x > 20.f ? x : log1p_exp(x);
+    return x > 20.f ? x : log1pf(__expf(x));
+}
 
 /* The gate backward of one element (the header's two forms; here and in the fused wy_dqkg launch's last
  * step, kernel_src/bwd_intra_body.inc, so that both give the same bits): y the element's dg_in, xb its raw
  * gate plus dt_bias, a the head's gate_a; returns dg and adds the element's dA_log term to acc_a. */
 __device__ __forceinline__ float gate_a(float A_log, bool safe) { return safe ? __expf(A_log) : -__expf(A_log); }
+template <bool OUTLINE = false>
 __device__ __forceinline__ float gate_bwd(float y, float xb, float a, bool safe, float lower_bound, float &acc_a) {
     if (safe) {
         const float s = sigmoid(a * xb);
@@ -140,8 +146,33 @@ __device__ __forceinline__ float gate_bwd(float y, float xb, float a, bool safe,
         acc_a = fmaf(dg, xb, acc_a);
         return dg;
     }
-    acc_a = fmaf(y, a * softplus(xb), acc_a);
+    acc_a = fmaf(y, a * softplus<OUTLINE>(xb), acc_a);
     return a * (y * sigmoid(xb));
+}
+/* The gate backward of four elements of one row (the fused wy_dqkg launch's last step): graw their raw
+ * gates (io dtype, packed), bias their dt_bias columns; the same operations in the same order as four
+ * gate_bwd calls (acc_a in, the sum with their terms out).  Not inlined (nor its softplus's log1pf):
+ * the fused kernel then carries this code once, not once per row and pass.  Its text had outgrown the
+ * SM's instruction cache on packed rows (8904 instructions, 142 KB): a third of the launch's cycles went
+ * to instruction fetch and it ran 61% slower than without the gate part; out of line, 7% slower. */
+struct Gate4 {
+    float dg[4];
+    float acc_a;
+};
+template <typename IO>
+__device__ __noinline__ Gate4 gate_bwd4(float4 y, uint2 graw, float4 bias, float a, bool safe, float lower_bound,
+                                        float acc_a) {
+    const float yy[4] = {y.x, y.y, y.z, y.w}, bs[4] = {bias.x, bias.y, bias.z, bias.w};
+    const unsigned gw[2] = {graw.x, graw.y};
+    Gate4 r;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        IO xr;
+        xr.bits = (unsigned short)(gw[e >> 1] >> (16 * (e & 1)));
+        r.dg[e] = gate_bwd<true>(yy[e], to_float(xr) + bs[e], a, safe, lower_bound, acc_a);
+    }
+    r.acc_a = acc_a;
+    return r;
 }
 /* The beta-sigmoid backward of one element: db_in, the raw beta br */
 __device__ __forceinline__ float beta_bwd(float db, float br, float beta_scale) {

@@ -301,7 +301,7 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
 template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA, bool POST>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
     const __grid_constant__ typename kdart::wy::ParamsOf<INTRA>::type p) {
-    if constexpr ((INTRA && !DAQK) || (POST && (!INTRA || TAIL || VARLEN))) {
+    if constexpr ((INTRA && !DAQK) || (POST && (!INTRA || TAIL))) {
         __trap(); /* never launched */
         return;
     }

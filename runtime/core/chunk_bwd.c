@@ -5,7 +5,7 @@
  * the same choices: the recompute (the gate's cumsum with w, u, qg, kg),
  * fwd_h (h and v_new), bwd_dhu with fla's dAv fused (or bwd_dav first where
  * the grid says so), wy_dqkg with bwd_intra's terms in its launch, bwd_post.
- * Where wy_dqkg's kernel can (fixed length, a native K tile, dg in the io dtype), the last
+ * Where wy_dqkg's kernel can (a native K tile, dg in the io dtype), the last
  * step's gate and beta part runs at the end of wy_dqkg's launch, where dg and
  * db are final in registers, and bwd_post does the rest (dq, dk, and the
  * A_log / dt_bias sums from a partial row per chunk): the same bits as the
@@ -123,12 +123,12 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     /* bwd_post's partial sums first (its per-head counters, cleared by each call, at their end) */
     const DLTensor *pws = p->gate ? carve(&cv, &s->pws, F, 32, 1, kdart_bwd_post_workspace(H, HV, K), 0, 0, 0, 0)
                                   : NULL;
-    /* and the partial rows of the same sums, a row per CTA of wy_dqkg's grid (a chunk row and value head),
-     * where wy_dqkg's launch takes the gate's part of the last step: at fixed length (packed, that part
-     * cost the launch more than it saved bwd_post's) */
-    s->split.rows = p->B * p->NT;
-    if (p->gate && !p->packed)
-        s->split.part = carve(&cv, &s->part, F, 32, 1, kdart__post_part_floats(s->split.rows, HV, K), 0, 0, 0, 0);
+    /* and the partial rows of the same sums, a row per CTA of wy_dqkg's grid (a chunk row and value head;
+     * packed, the grid's T / 64 + N chunk rows bound the chunks, and a CTA past the last writes zeros),
+     * where wy_dqkg's launch takes the gate's part of the last step */
+    const int64_t rows = p->packed ? p->T / KDART_CHUNK + p->N : p->B * p->NT;
+    s->split.rows = rows;
+    if (p->gate) s->split.part = carve(&cv, &s->part, F, 32, 1, kdart__post_part_floats(rows, HV, K), 0, 0, 0, 0);
     /* what lives from the recompute to bwd_post: the gate's cumsum, h, v_new, dh, dv2 (and bwd_dav's dv;
      * wy_dqkg hands dA and dAqk to bwd_intra's terms in shared memory, so they take no room here) */
     const DLTensor *gk = a->g_cumsum, *w = a->w, *u = a->u, *qg = a->qg, *kg = a->kg, *h = a->h, *vn = a->v_new;
@@ -261,6 +261,10 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     if ((rc = kdart_kda_bwd_dhu(rt, &s.dhu, stream))) return rc;
     /* wy_dqkg, with the last step's gate and beta part in its launch where it can (it says so in split) */
     kdart__post_split *x = rt->fuse_post ? &s.split : NULL;
+    /* packed: the partial rows of the grid's CTAs past the last chunk stay zero (bwd_post sums every row) */
+    if (x && p.gate && p.packed &&
+        (rc = kdart__memset32_async(rt, (float *)kdart__ptr(s.split.part), 0u, (size_t)s.split.part->shape[0], stream)))
+        return rc;
     if ((rc = kdart__op_call_ex(rt, &kdart__stage_wy_dqkg, &s.wy, stream, x))) return rc;
     /* bwd_post's per-head counters (the last H words of its partials) start at zero where it sums its own
      * partials: the workspace's contents are never relied on */

@@ -26,11 +26,10 @@ static void shape(const int *vals, int *threads, int *smem) {
 }
 
 /* intra without dAqk compiles to a trap: the intra part needs the dAqk product (the runtime picks dAqk = 1
- * with intra, whether or not the caller wants the dAqk output); so does post without intra, with the
- * tail (the gate part sits in the intra part's native body) or varlen (packed, the gate part cost the
- * launch more than it saved bwd_post's). */
+ * with intra, whether or not the caller wants the dAqk output); so does post without intra or with the
+ * tail (the gate part sits in the intra part's native body). */
 static int stub(const int *vals) {
-    return (vals[7] == 1 && vals[6] == 0) || (vals[8] == 1 && (vals[7] == 0 || vals[3] == 1 || vals[2] == 1));
+    return (vals[7] == 1 && vals[6] == 0) || (vals[8] == 1 && (vals[7] == 0 || vals[3] == 1));
 }
 
 /* The default prewarm set: every native one with the K-first state; the
@@ -39,11 +38,10 @@ static int stub(const int *vals) {
  * dAqk (fla's dAv fused, which kdart.fla asks for at K = 64 and 128 with V
  * a multiple of 64) the native K tiles 64 and 128 with fp32 beta and the
  * K-first state, alone and with intra (what kdart.torch.chunk_kda_bwd runs
- * there); post (kdart_kda_chunk_bwd's last step's gate part) on the fixed-length ones in bf16.
+ * there); post (kdart_kda_chunk_bwd's last step's gate part) on those in bf16.
  * vals: io, K, varlen, tail, beta, svf, dAqk, intra, post. */
 static int prewarmed(const int *vals) {
-    if (vals[8] == 1)
-        return vals[0] == 0 && vals[2] == 0 && vals[7] == 1 && vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
+    if (vals[8] == 1) return vals[0] == 0 && vals[7] == 1 && vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
@@ -102,11 +100,11 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
     const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0, tail = K != kdart__k_tile(K) || V % 64 != 0;
     /* kdart_kda_chunk_bwd's last step: its gate and beta part in this launch where the intra part's native
-     * fixed-length body writes dg (dg in the io dtype, as the raw gate; part holding a row per CTA) */
+     * body writes dg (dg in the io dtype, as the raw gate; part holding a row per CTA) */
     kdart__post_split *x = c->extra;
     const kdart_bwd_post_args *pa = x ? x->post : NULL;
     int post = 0;
-    if (pa && intra && !tail && !c->sq.varlen && pa->dg && kdart__dtype_of(pa->dg) == c->io) {
+    if (pa && intra && !tail && pa->dg && kdart__dtype_of(pa->dg) == c->io) {
         const int64_t rows = (int64_t)c->grid[0] * c->grid[1] / c->d[KDART__D_HV];
         post = !pa->g_raw || (x->part && x->part->shape[0] >= kdart__post_part_floats(rows, c->d[KDART__D_HV], K));
     }
