@@ -156,12 +156,13 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.f, 1.f, 0, 0},
     };
     if (c->vals[8]) { /* the last step's gate and beta part (choose checked its conditions) */
-        const kdart_bwd_post_args *pa = ((const kdart__post_split *)c->extra)->post;
+        const kdart__post_split *x = c->extra;
+        const kdart_bwd_post_args *pa = x->post;
         kdart_intra_post_params *q = &pi.post;
         q->g_raw = kdart__ptr(pa->g_raw), q->A_log = (const float *)kdart__ptr(pa->A_log);
         q->dt_bias = (const float *)kdart__ptr(pa->dt_bias), q->beta_raw = kdart__ptr(pa->beta_raw);
         q->dg = (void *)kdart__ptr(pa->dg), q->db = (void *)kdart__ptr(pa->db);
-        q->part = pa->g_raw ? (float *)kdart__ptr(((const kdart__post_split *)c->extra)->part) : NULL;
+        q->part = pa->g_raw ? (float *)kdart__ptr(x->part) : NULL;
         q->lower_bound = pa->lower_bound, q->beta_scale = pa->beta_scale;
         q->safe_gate = pa->safe_gate != 0, q->db_io = pa->beta_io != 0;
     }
