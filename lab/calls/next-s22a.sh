@@ -1,0 +1,22 @@
+# for the next session, call s22a (carry build-gpu = main's build, build-t = branch exp/text's build with its
+# kernels in build-t/k): 1. how much of the fused kernel's time is still instruction fetch, at B2 (fixed
+# length, 6752 instructions) and on the packed row (8096): ncu's sampled stall reasons of the fused launch
+# inside the bare call, no_instructions against the total; 2. exp/text (varlen dg_in loads without branches,
+# load_tile's policy made once: 7976 -> 7928 by nvcc) against main on the packed row, alone.
+set -u
+rm -rf build && mv build-gpu build
+. lab/calls/common.sh
+PP=$R/python:$R/python/tests:$R/lab/calls
+M="smsp__pcsamp_sample_count,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_branch_resolving,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_wait,gpu__time_duration.sum"
+for row in b2_t8192_h32 packed32768; do
+  KDART_CACHE_DIR=/tmp/cw KDART_LIBRARY=$R/build/libkdart.so WHOLE_NCU=1 PYTHONPATH=$PP timeout 150 ncu \
+    --kernel-name regex:kdart_wy_dqkg --launch-skip 2 --launch-count 1 --metrics $M \
+    python3 lab/calls/whole_ab.py $row > $O/ncu_$row.txt 2>&1
+  echo "ncu $row rc=$?"; grep -E "smsp__|duration" $O/ncu_$row.txt
+done; el
+ab() { # label, kernel dir, library
+  KDART_CACHE_DIR=/tmp/cw KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 PYTHONPATH=$PP timeout 170 \
+    python3 lab/calls/whole_ab.py packed32768 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |" | cut -c1-330
+}
+{ ab main $R/kernel_src build/libkdart.so; ab text $R/build-t/k build/libkdart.so; } | tee $O/ab.txt; el
+gc_pack
