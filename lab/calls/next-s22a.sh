@@ -1,5 +1,6 @@
-# for the next session, call s22a (carry build-gpu = main's build, build-t = branch exp/text's build with its
-# kernels in build-t/k): 1. how much of the fused kernel's time is still instruction fetch, at B2 (fixed
+# for the next session, call s22a (carry build-gpu = main's build and build-t with two kernel trees of branch
+# exp/text, host code as main's: build-t/k1 = its first commit (8064 instructions, no spills), build-t/k2 = its
+# second (7768, 44 bytes of spills on sm_90a); e.g. `git archive exp/text~1 kernel_src | tar x -C /tmp/k1`): 1. how much of the fused kernel's time is still instruction fetch, at B2 (fixed
 # length, 6752 instructions) and on the packed row (8096): ncu's sampled stall reasons of the fused launch
 # inside the bare call, no_instructions against the total; 2. exp/text (varlen dg_in loads without branches,
 # load_tile's policy made once: 7976 -> 7928 by nvcc) against main on the packed row, alone.
@@ -18,5 +19,6 @@ ab() { # label, kernel dir, library
   KDART_CACHE_DIR=/tmp/cw KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 PYTHONPATH=$PP timeout 170 \
     python3 lab/calls/whole_ab.py packed32768 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |" | cut -c1-330
 }
-{ ab main $R/kernel_src build/libkdart.so; ab text $R/build-t/k build/libkdart.so; } | tee $O/ab.txt; el
+{ ab main $R/kernel_src build/libkdart.so; ab text1 $R/build-t/k1 build/libkdart.so
+  ab text2 $R/build-t/k2 build/libkdart.so; } | tee $O/ab.txt; el
 gc_pack
