@@ -6,7 +6,8 @@
  * Both logs are kept whole in the result (they go into the cache entry), and
  * the ptxas part of nvJitLink's verbose log is parsed into a report of
  * registers, barriers, stack frame, spills, static shared and constant
- * memory, so `kdart show` can answer "does it spill?" without a GPU.
+ * memory, so `kdart show` can answer "does it spill?" without a GPU; the
+ * cubin's own headers give the size of its machine code (text_bytes).
  *
  * NVRTC needs no GPU and no driver; nothing here touches libcuda.  NVRTC
  * programs are independent, so compiles may run on several threads at once.
@@ -55,6 +56,30 @@ static void parse_report(const char *log, kdart__buf *out) {
     kdart__buf_fmt(out, "spill_load_bytes=%lld\n", sld);
     kdart__buf_fmt(out, "smem_static_bytes=%lld\n", smem);
     kdart__buf_fmt(out, "cmem0_bytes=%lld\n", cmem);
+}
+
+/* The bytes of machine code in a cubin: the sizes of its executable sections (the kernel's .text and
+ * those of any function it calls that was not inlined), from the ELF section headers; -1 where the
+ * image is not a 64-bit little-endian ELF whose headers lie inside it.  Why it is reported: a kernel
+ * whose hot code outgrows an SM's instruction cache (about 128 KB on sm_90) stalls on instruction
+ * fetch, whatever its registers and spills say. */
+static long long text_bytes(const unsigned char *e, size_t n) {
+#define KDART_U16(o) ((unsigned long long)e[o] | (unsigned long long)e[(o) + 1] << 8)
+#define KDART_U32(o) (KDART_U16(o) | KDART_U16((o) + 2) << 16)
+#define KDART_U64(o) (KDART_U32(o) | KDART_U32((o) + 4) << 32)
+    if (n < 64 || memcmp(e, "\177ELF", 4) != 0 || e[4] != 2 || e[5] != 1) return -1;
+    const unsigned long long shoff = KDART_U64(0x28), shentsize = KDART_U16(0x3A), shnum = KDART_U16(0x3C);
+    if (shentsize < 64 || shoff > n || shnum > (n - shoff) / shentsize) return -1;
+    long long total = 0;
+    for (unsigned long long i = 0; i < shnum; i++) {
+        const size_t h = (size_t)(shoff + i * shentsize);
+        const unsigned long long type = KDART_U32(h + 4), flags = KDART_U64(h + 8);
+        if (type == 1 /* SHT_PROGBITS */ && (flags & 4) /* SHF_EXECINSTR */) total += (long long)KDART_U64(h + 0x20);
+    }
+    return total;
+#undef KDART_U64
+#undef KDART_U32
+#undef KDART_U16
 }
 
 static void add_nvrtc_log(nvrtcProgram prog, kdart__buf *log) {
@@ -187,6 +212,8 @@ int kdart__compile_nvrtc(void *user, const kdart__compile_in *in, kdart__compile
     out->cubin_size = ncubin;
     parse_report(log.s ? log.s : "", &report);
     kdart__buf_fmt(&report, "cubin_bytes=%lld\n", (long long)ncubin);
+    const long long text = text_bytes(out->cubin, ncubin);
+    if (text >= 0) kdart__buf_fmt(&report, "text_bytes=%lld\n", text);
     kdart__buf_fmt(&report, "ltoir_bytes=%lld\n", (long long)nir);
     if (report.oom) rc = KDART_ENOMEM;
 
