@@ -53,6 +53,7 @@
 #define KDART_BWD_POST_CUH
 
 #include "kdart_common.cuh"
+#include "kdart_tile.cuh" /* (unpack2: the fused launch's raw gates, gate_bwd4) */
 
 struct BwdPostTraits {
     static constexpr int kThreads = 256;
@@ -130,8 +131,7 @@ __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.f, 1.f +
  * launch's copy of the gate backward, see gate_bwd4) */
 __device__ __noinline__ float log1p_exp(float x) { return log1pf(__expf(x)); }
 template <bool OUTLINE = false> __device__ __forceinline__ float softplus(float x) {
-    if constexpr (OUTLINE) return x > 20.f ? x : log1p_exp(x);
-    return x > 20.f ? x : log1pf(__expf(x));
+    return x > 20.f ? x : OUTLINE ? log1p_exp(x) : log1pf(__expf(x));
 }
 
 /* The gate backward of one element (the header's two forms; here and in the fused wy_dqkg launch's last
@@ -162,15 +162,11 @@ struct Gate4 {
 template <typename IO>
 __device__ __noinline__ Gate4 gate_bwd4(float4 y, uint2 graw, float4 bias, float a, bool safe, float lower_bound,
                                         float acc_a) {
-    const float yy[4] = {y.x, y.y, y.z, y.w}, bs[4] = {bias.x, bias.y, bias.z, bias.w};
-    const unsigned gw[2] = {graw.x, graw.y};
+    const float2 g01 = tile::unpack2<IO>(graw.x), g23 = tile::unpack2<IO>(graw.y);
+    const float yy[4] = {y.x, y.y, y.z, y.w}, xb[4] = {g01.x + bias.x, g01.y + bias.y, g23.x + bias.z, g23.y + bias.w};
     Gate4 r;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        IO xr;
-        xr.bits = (unsigned short)(gw[e >> 1] >> (16 * (e & 1)));
-        r.dg[e] = gate_bwd<true>(yy[e], to_float(xr) + bs[e], a, safe, lower_bound, acc_a);
-    }
+    for (int e = 0; e < 4; ++e) r.dg[e] = gate_bwd<true>(yy[e], xb[e], a, safe, lower_bound, acc_a);
     r.acc_a = acc_a;
     return r;
 }

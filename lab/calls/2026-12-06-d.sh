@@ -10,14 +10,11 @@ rm -rf build && mv build-gpu build
 . lab/calls/common.sh
 L=${D_LIMIT:-590}
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
-export KDART_CACHE_DIR=/tmp/cw
-ab() { # label, kernel dir, library, environment...
-  local lab=$1 kd=$2 lib=$3; shift 3
-  env "$@" KDART_LIBRARY=$(readlink -f $lib) KDART_KERNEL_DIR=$kd PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
-    timeout 170 python3 lab/calls/whole_ab.py b2_t8192_h32,packed32768 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$lab |"
-}
-{ ab main $R/build-m/k build-m/libkdart.so; ab p0 $R/kernel_src build/libkdart.so KDART_SCAN_PAIR=0
-  ab p1 $R/kernel_src build/libkdart.so KDART_SCAN_PAIR=1; } | tee $O/ab.txt | cut -c1-400; el
+export KDART_CACHE_DIR=/tmp/cw WB_CACHE=/tmp/cw WB_LIMIT=170
+ROWS=b2_t8192_h32,packed32768
+{ gc_whole_bare main $R/build-m/k build-m/libkdart.so $ROWS
+  KDART_SCAN_PAIR=0 gc_whole_bare p0 $R/kernel_src build/libkdart.so $ROWS
+  KDART_SCAN_PAIR=1 gc_whole_bare p1 $R/kernel_src build/libkdart.so $ROWS; } | tee $O/ab.txt | cut -c1-400; el
 gc_pack
 T=$(( L - 100 - ($(date +%s) - t0) )); [ $T -gt 60 ] || exit 0
 gc_fla_site
@@ -28,9 +25,5 @@ wait; el
 tail -3 $O/test_gpu.txt; grep -E "F:|differ" $O/test_gpu.txt | head -5; grep -E "chunk_bwd" $O/test_gpu.txt | cut -c1-200
 gpu_whole_report; gc_pack
 T=$(( L - 10 - ($(date +%s) - t0) )); [ $T -gt 40 ] || exit 0
-for tool in memcheck racecheck; do
-  (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout $T \
-     compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1; echo "$tool rc=$?" >> $O/$tool.txt) &
-done; wait
-for tool in memcheck racecheck; do tail -1 $O/$tool.txt; grep -E "SUMMARY|Race|hazard|Invalid" $O/$tool.txt | sort | uniq -c | head -6; done; el
+gc_san_whole $T
 gpu_finish

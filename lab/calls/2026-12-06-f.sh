@@ -10,13 +10,11 @@ rm -rf build && mv build-gpu build
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 export KDART_CACHE_DIR=/tmp/cw
 PP=$R/python:$R/python/tests:$R/lab/calls
-ab() { # label, kernel dir, library, environment...
-  local lab=$1 kd=$2 lib=$3; shift 3
-  env "$@" KDART_LIBRARY=$(readlink -f $lib) KDART_KERNEL_DIR=$kd PYTHONPATH=$PP \
-    timeout 170 python3 lab/calls/whole_ab.py b2_t8192_h32,packed32768 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$lab |"
-}
-{ ab main $R/build-m/k build-m/libkdart.so; ab lv0 $R/kernel_src build/libkdart.so KDART_FUSE_POST=0
-  ab lv1 $R/kernel_src build/libkdart.so KDART_FUSE_POST=1; } | tee $O/ab.txt | cut -c1-330; el
+export WB_CACHE=/tmp/cw WB_LIMIT=170
+ROWS=b2_t8192_h32,packed32768
+{ gc_whole_bare main $R/build-m/k build-m/libkdart.so $ROWS
+  KDART_FUSE_POST=0 gc_whole_bare lv0 $R/kernel_src build/libkdart.so $ROWS
+  KDART_FUSE_POST=1 gc_whole_bare lv1 $R/kernel_src build/libkdart.so $ROWS; } | tee $O/ab.txt | cut -c1-330; el
 gc_pack
 KDART_LIBRARY=$R/build/libkdart.so KDART_FUSE_POST=1 WHOLE_NCU=1 PYTHONPATH=$PP timeout 200 ncu --kernel-name regex:kdart_wy_dqkg \
   --launch-skip 2 --launch-count 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight \

@@ -212,10 +212,22 @@ gc_ab_trees() {
   cp -r $R/kernel_src /tmp/$b/k && ln -s $(readlink -f $R/build/libkdart.so) /tmp/$b/libkdart.so
 }
 # whole_ab.py's bare C call and profile (rows $4) for kernel dir $2 with library $3, labelled $1 (the library
-# by its resolved path: its $ORIGIN, where libuv lies, is the folder of the path it is loaded by)
+# by its resolved path: its $ORIGIN, where libuv lies, is the folder of the path it is loaded by); the
+# caller's environment goes with it (KDART_FUSE_POST=0 gc_whole_bare ...); WB_LIMIT: its time limit, WB_CACHE:
+# its kernel cache (default one per label; one for all saves the compiles the labels share)
 gc_whole_bare() {
-  KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 KDART_CACHE_DIR=/tmp/cw$1 PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
+  KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 KDART_CACHE_DIR=${WB_CACHE:-/tmp/cw$1} \
+    PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
     timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |"
+}
+# memcheck and racecheck of test_gpu's chunk_bwd_whole side by side, each in its own cache, until $1 seconds
+# have passed; their summaries printed
+gc_san_whole() {
+  for tool in memcheck racecheck; do
+    (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout $1 \
+       compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1; echo "$tool rc=$?" >> $O/$tool.txt) &
+  done; wait
+  for tool in memcheck racecheck; do tail -1 $O/$tool.txt; grep -E "SUMMARY|Race|hazard|Invalid" $O/$tool.txt | sort | uniq -c | head -6; done; el
 }
 # test_gpu's tests $1 alone (time limit $2), the summary lines into $O/test_gpu.txt
 gc_tests_quick() { KDART_GPU_TESTS=$1 CK_FORK=no timeout $2 build/tests/test_gpu 2>&1 | grep -E "Checks|F:" | tee $O/test_gpu.txt; }

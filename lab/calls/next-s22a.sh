@@ -15,10 +15,8 @@ for row in b2_t8192_h32 packed32768; do
     python3 lab/calls/whole_ab.py $row > $O/ncu_$row.txt 2>&1
   echo "ncu $row rc=$?"; grep -E "smsp__|duration" $O/ncu_$row.txt
 done; el
-ab() { # label, kernel dir, library
-  KDART_CACHE_DIR=/tmp/cw KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 PYTHONPATH=$PP timeout 170 \
-    python3 lab/calls/whole_ab.py packed32768 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |" | cut -c1-330
-}
-{ ab main $R/kernel_src build/libkdart.so; ab text1 $R/build-t/k1 build/libkdart.so
-  ab text2 $R/build-t/k2 build/libkdart.so; } | tee $O/ab.txt; el
+export WB_CACHE=/tmp/cw WB_LIMIT=170
+{ gc_whole_bare main $R/kernel_src build/libkdart.so packed32768
+  gc_whole_bare text1 $R/build-t/k1 build/libkdart.so packed32768
+  gc_whole_bare text2 $R/build-t/k2 build/libkdart.so packed32768; } | cut -c1-330 | tee $O/ab.txt; el
 gc_pack

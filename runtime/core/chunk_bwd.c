@@ -124,8 +124,8 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     const DLTensor *pws = p->gate ? carve(&cv, &s->pws, F, 32, 1, kdart_bwd_post_workspace(H, HV, K), 0, 0, 0, 0)
                                   : NULL;
     /* and the partial rows of the same sums, a row per CTA of wy_dqkg's grid (a chunk row and value head;
-     * packed, the grid's T / 64 + N chunk rows bound the chunks, and a CTA past the last writes zeros),
-     * where wy_dqkg's launch takes the gate's part of the last step */
+     * packed, the grid's T / 64 + N chunk rows bound the chunks, and the call clears the rows first: a CTA
+     * past the last chunk writes none), where wy_dqkg's launch takes the gate's part of the last step */
     const int64_t rows = p->packed ? p->T / KDART_CHUNK + p->N : p->B * p->NT;
     s->split.rows = rows;
     if (p->gate) s->split.part = carve(&cv, &s->part, F, 32, 1, kdart__post_part_floats(rows, HV, K), 0, 0, 0, 0);

@@ -41,7 +41,8 @@ static int stub(const int *vals) {
  * there); post (kdart_kda_chunk_bwd's last step's gate part) on those in bf16.
  * vals: io, K, varlen, tail, beta, svf, dAqk, intra, post. */
 static int prewarmed(const int *vals) {
-    if (vals[8] == 1) return vals[0] == 0 && vals[7] == 1 && vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
+    if (vals[8] == 1)
+        return vals[0] == 0 && vals[7] == 1 && vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[6] == 1) return vals[3] == 0 && vals[1] <= 1 && vals[4] == 1 && vals[5] == 0;
     if (vals[3] == 1 || vals[5] == 1) return vals[0] == 0 && vals[4] == 1;
     return 1;
