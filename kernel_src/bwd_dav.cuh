@@ -23,6 +23,8 @@
  *   Requires T % 64 == 0 unless VARLEN; outputs never alias inputs; every tensor
  *   16-byte aligned.  Rows past a sequence's end are neither read nor written.
  *   p.dA NULL: dv alone (v is not read, the do v^T product not computed).
+ *   p.long_only (VARLEN, packed): only the chunks of the sequences bwd_dhu's V
+ *   split calls long (kdart::split_long) do anything; the rest exit at once.
  *
  * Structure: Aqk's 64 x 64 tile is copied once, and its upper triangle zeroed
  * in shared memory (the dv product's diagonal steps would read it); the V
@@ -58,6 +60,7 @@ struct BwdDavTraits {
     static constexpr int kSmemBytes = kOffScr + 64;
     static_assert(kSmemBytes == 41024, "DAV_SMEM of runtime/core/stages/bwd_dav.c");
     static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "four CTAs per SM");
+    static_assert(2 * kThreads / 32 + 4 + 2 <= 16, "chunk_of's scratch, with the sequence's length");
     static_assert(kThreads / 32 * 16 == 64, "a warp per 16 rows of the chunk");
     static_assert(kStages == 2, "cp_wait<1>: the next block's copies stay in flight");
     static_assert(64 * 64 * 4 <= kStage, "dA's fp32 tile goes out through stage 0, free after the last block");
@@ -110,12 +113,16 @@ __global__ __launch_bounds__(BwdDavTraits::kThreads, BwdDavTraits::kMinBlocks) v
     const int m0 = 16 * warp, gid = lane >> 2, tq = lane & 3;
     const int HV = p.HV, V = p.V;
 
-    long long t0, hrow;
+    long long t0, hrow, len = 0;
     int hv;
+    const bool long_only = VARLEN && p.long_only != 0 && p.cu_seqlens != nullptr;
     const int nv = chunk_of<Tr::kThreads, VARLEN>(p.T, HV, p.cu_seqlens, p.cu_is64, p.N, p.NT, p.status,
-                                                  reinterpret_cast<int *>(smem + Tr::kOffScr), &t0, &hrow, &hv);
+                                                  reinterpret_cast<int *>(smem + Tr::kOffScr), &t0, &hrow, &hv,
+                                                  VARLEN ? &len : nullptr);
     if (nv <= 0) return; /* bad cu_seqlens (reported), or beyond the last chunk */
     (void)hrow;
+    /* long_only: the sequences bwd_dhu's V split scans 32 columns at a time, the only ones whose dv it reads */
+    if (long_only && !split_long(len, ld_cu(p.cu_seqlens, p.cu_is64, p.N), HV, V, p.long_only)) return;
     const int nvb = (V + 63) >> 6;
     const int gran = TAIL ? granule(V, V) : 8;
     const long long strV = (long long)HV * V, strA = (long long)HV * 64;

@@ -30,8 +30,10 @@
  *              warpgroups) at <192, 64> and <256, 64>
  *   grid     : (ceil(V / BV), B * HV, 1); blockIdx.x = V tile, blockIdx.y = b * HV + hv
  *              (VARLEN: (ceil(V / BV), N * HV, 1), blockIdx.y = n * HV + hv; VARLEN at BV 64
- *              with p.v_split != 0, the V split: (ceil(V / 32), N * HV, 1), each CTA scanning
- *              32 or 64 columns by its sequence's length, kdart::dhu::varlen64)
+ *              with p.v_split != 0, the V split: (ceil(V / 32), N * HV, 1) read as one launch
+ *              index, each CTA scanning 32 or 64 columns by its sequence's length or none,
+ *              kdart::dhu::split_cta; with p.Aqk and p.dv both given there, the 64-column
+ *              scans fuse the dv and the 32-column ones read p.dv)
  *   dyn smem : BwdDhuTraits<K, BV>::kSmemBytes (the asserts below list them);
  *              the host must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
  *   requires : T % 64 == 0 (VARLEN = 0), 16-byte aligned tensor base pointers, 1 <= p.Kr <= K,
@@ -630,61 +632,91 @@ __device__ __forceinline__ void pair_heads(const kdart_bwd_dhu_params p)
     scan_pair2<IO, K, BV>(p, blockIdx.x, n * p.HV + hv + 1, loc);
 }
 
-/* The V split's row order: the sequence the CTAs of grid row blockIdx.y
- * scan.  A scan is serial over its sequence's chunks, so one sequence much
- * longer than the others is the critical path of the whole grid; its CTAs
- * must start first, and the hardware starts CTAs in grid order.  A sequence
- * is long when its 64-column scan alone takes longer than the balanced
- * per-SM share of all scans (len * SMs > tokens * HV * ceil(V / 64)); grid
- * rank r = blockIdx.y / HV takes the r-th long sequence, and after them the
- * short ones in index order.  Every CTA computes the same permutation from
- * the same cu_seqlens (one bit per sequence in shared memory, the long ones
- * read in ascending order), so each (sequence, head) row is scanned exactly
- * once.  Garbage cu_seqlens only permute the rows: the scans validate it
- * (varlen_locate) and write nothing then.  All threads must call it; it
- * uses ceil(N / 32) words at the start of shared memory and ends with a
- * barrier, after which the scan may overwrite them. */
+/* The V split's CTAs.  A scan is serial over its sequence's chunks, so one
+ * sequence much longer than the others is the critical path of the whole
+ * grid: its CTAs must start first, and the hardware starts CTAs in grid
+ * order.  A sequence is long when its 64-column scan alone would outlast the
+ * balanced per-SM share of all scans (kdart::split_long); its value heads are
+ * scanned 32 columns a CTA, the others' 64.  Of the grid (ceil(V / 32),
+ * N * HV), the first L * HV rows are the L long sequences' heads (x: their
+ * 32-column tiles); the rest, read as one launch index
+ * i = x + X (y - L HV), are the short sequences' CTAs (HV * ceil(V / 64) of
+ * each), each group longest first (lpt_row; beyond its reach, cu_seqlens's
+ * order), and last the CTAs left over (a short sequence needs half its share
+ * of the grid), which exit when the SMs are draining anyway rather than
+ * between the scans.  Returns -1 for those; else tile << 33 |
+ * (n * HV + hv) << 1 | long: the 64-column tile of a short sequence (long:
+ * 0, the caller's blockIdx.x is the tile), the grid row of sequence n's head
+ * hv, and which width.
+ * (It takes the few parameters it reads by value: given p, it changed the
+ * scans' register allocation, a 4-byte spill at 255 registers on sm_100a's
+ * mma.sync path.)  Every CTA computes the same map from the same
+ * cu_seqlens, so each (sequence, head, tile) is scanned exactly once.
+ * Garbage cu_seqlens only permute the scans: they validate it (varlen_locate)
+ * and write nothing then.  All threads must call it; it uses the first
+ * max(ceil(N / 32), NTHR + 1) words of shared memory and ends with a barrier,
+ * after which the scan may overwrite them. */
 template <int NTHR>
-__device__ __forceinline__ int long_first(const kdart_bwd_dhu_params p, unsigned *bits, bool &is_long) {
+__device__ __forceinline__ long long split_cta(const void *cu, int is64, int N, int HV, int V, int sms, unsigned *bits) {
     static_assert(NTHR % 32 == 0, "whole warps");
-    const int N = p.N, r = blockIdx.y / p.HV, nw = (N + 31) / 32;
-    /* in double: garbage lengths must not overflow (any answer is then fine) */
-    const double share = (double)cu_at(p.cu_seqlens, p.cu_is64, N) * p.HV * ((p.V + 63) / 64);
+    const int nw = (N + 31) / 32;
+    const long long tokens = cu_at(cu, is64, N);
     for (int base = 0; base < N; base += NTHR) {
         const int i = base + threadIdx.x;
-        const bool f = i < N && (double)(cu_at(p.cu_seqlens, p.cu_is64, i + 1) - cu_at(p.cu_seqlens, p.cu_is64, i)) *
-                                        p.v_split > share;
+        const bool f = i < N && split_long(cu_at(cu, is64, i + 1) - cu_at(cu, is64, i), tokens, HV, V, sms);
         const unsigned b = __ballot_sync(0xffffffffu, f);
         if ((threadIdx.x & 31) == 0 && (i >> 5) < nw) bits[i >> 5] = b;
     }
     __syncthreads();
     int L = 0;
     for (int w = 0; w < nw; ++w) L += __popc(bits[w]);
-    int n;
-    if (r < L) {   /* the r-th long sequence: the r-th set bit */
-        int k = r, w = 0;
-        while (k >= __popc(bits[w])) k -= __popc(bits[w++]);
-        unsigned x = bits[w];
-        for (; k > 0; --k) x &= x - 1;
-        n = 32 * w + __ffs(x) - 1;
-        is_long = true;
-    } else {       /* the (r - L)-th short one: each long index at or below it moves it up by one */
-        n = r - L;
-        for (int w = 0; w < nw && 32 * w <= n; ++w)
-            for (unsigned x = bits[w]; x != 0u && 32 * w + __ffs(x) - 1 <= n; x &= x - 1) ++n;
-        is_long = false;
+    /* (uniform over the CTA from here: every branch below is taken by all of its threads; 32 bits: the
+     * grid has fewer than 2^31 CTAs, the host's limit for a grid's y) */
+    const unsigned t64 = (V + 63) / 64, y = blockIdx.y, ly = (unsigned)L * HV; /* the long sequences' rows */
+    const bool is_long = y < ly;
+    int r, hv, tile;
+    if (is_long) { /* row y: rank y / HV, head y % HV, the tile blockIdx.x (the caller's own) */
+        r = (int)(y / HV), hv = (int)(y - r * HV), tile = 0;
+    } else {       /* the rest of the grid as one index: HV * t64 CTAs a short sequence */
+        const unsigned i = blockIdx.x + gridDim.x * (y - ly), per = HV * t64, q = i / per, rem = i - q * per;
+        r = L + (int)min(q, (unsigned)N), hv = (int)(rem / t64), tile = (int)(rem - hv * t64);
     }
-    __syncthreads();
-    return n;
+    if (r >= N) {
+        __syncthreads();
+        return -1;
+    }
+    int n;
+    if (N <= NTHR) { /* every sequence by length, longest first: the long ones are the first L */
+        __syncthreads(); /* (every thread has read bits) */
+        n = lpt_row<NTHR>(cu, is64, N, r, reinterpret_cast<int *>(bits));
+    } else {
+        if (r < L) { /* the r-th long sequence: the r-th set bit */
+            int k = r, w = 0;
+            while (k >= __popc(bits[w])) k -= __popc(bits[w++]);
+            unsigned x = bits[w];
+            for (; k > 0; --k) x &= x - 1;
+            n = 32 * w + __ffs(x) - 1;
+        } else { /* the (r - L)-th short one: each long index at or below it moves it up by one */
+            n = r - L;
+            for (int w = 0; w < nw && 32 * w <= n; ++w)
+                for (unsigned x = bits[w]; x != 0u && 32 * w + __ffs(x) - 1 <= n; x &= x - 1) ++n;
+        }
+        __syncthreads();
+    }
+    return (long long)tile << 33 | (long long)(n * HV + hv) << 1 | (is_long ? 1 : 0);
 }
 
 /* The variable-length kernel at BV 64, with the V split.  With p.v_split != 0
  * (the host's SM count; set only for grids of a few waves, where one long
  * sequence can outlast all the others, and the host, which never reads
- * cu_seqlens, cannot see it coming) the grid is (ceil(V / 32), N * HV): the
- * rows go long sequences first (long_first), a long sequence's CTAs scan
- * 32-column tiles (twice the CTAs, each 0.63 of the time per chunk), and
- * the others scan 64-column tiles on the even x and exit on the odd ones.
+ * cu_seqlens, cannot see it coming) the grid is (ceil(V / 32), N * HV),
+ * mapped by split_cta: a long sequence's CTAs scan 32-column tiles (twice
+ * the CTAs, each 0.63 of the time per chunk), the others 64-column ones, and
+ * the grid's leftover CTAs, last in launch order, exit.
+ * With both p.Aqk and p.dv given (kdart_kda_chunk_bwd's packed calls) the
+ * 64-column scans take fla's dAv fused (dv from Aqk^T do) and the 32-column
+ * ones read dv, which bwd_dav's long_only mode wrote for their sequences
+ * alone.
  * With p.v_split == 0 the grid is (ceil(V / 64), N * HV) and every CTA scans
  * 64 columns of its own row. */
 template <typename IO, int K, int TAIL>
@@ -693,15 +725,15 @@ __device__ __forceinline__ void varlen64(const kdart_bwd_dhu_params p)
     int bx = blockIdx.x, by = blockIdx.y;
     if (p.v_split != 0) {
         extern __shared__ __align__(1024) unsigned char smem[];
-        bool is_long;
-        const int n = long_first<BwdDhuTraits<K, 64>::kThreads>(p, reinterpret_cast<unsigned *>(smem), is_long);
-        by = n * p.HV + (int)(blockIdx.y % p.HV);
-        if (is_long) {
-            scan<IO, K, 32, true, TAIL>(p, bx, by);
+        const long long m = split_cta<BwdDhuTraits<K, 64>::kThreads>(p.cu_seqlens, p.cu_is64, p.N, p.HV, p.V,
+                                                                      p.v_split, reinterpret_cast<unsigned *>(smem));
+        if (m < 0) return;
+        by = (int)(m >> 1) & 0x7fffffff;
+        if (m & 1) {
+            scan<IO, K, 32, true, TAIL>(p, blockIdx.x, by);
             return;
         }
-        if (bx & 1) return;
-        bx >>= 1;
+        bx = (int)(m >> 33);
     } else if (p.cu_seqlens != nullptr) { /* larger grids: longest sequence first (kdart_varlen.cuh) */
         extern __shared__ __align__(1024) unsigned char smem[];
         by = lpt_row<BwdDhuTraits<K, 64>::kThreads>(p.cu_seqlens, p.cu_is64, p.N, (int)(blockIdx.y / p.HV),

@@ -230,6 +230,9 @@ typedef struct kdart_bwd_dav_params {
     int N;
     int NT;                 /* grid chunks (VARLEN) */
     int cu_is64;
+    int long_only;          /* VARLEN with cu_seqlens: 0, or the SM count bwd_dhu's V split runs
+                               on: dv is written only for the sequences that split scans 32
+                               columns at a time (kdart::split_long), the others' rows untouched */
 } kdart_bwd_dav_params;
 
 /* fwd_h: grid (ceil(V/BV), N*HV), one serial scan per (sequence, value head, V

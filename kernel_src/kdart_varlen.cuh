@@ -26,15 +26,17 @@ __device__ __forceinline__ long long ld_cu(const void *cu, int is64, int j) {
  * valid rows (1..64) and first token *t0, or 0 when ci is past the last chunk, or -1
  * when cu_seqlens is bad (cu[0] != 0, decreasing, cu[N] > T, or more than NT chunks),
  * which thread 0 of the reporting CTA atomicOr's into *status as KDART_DEVERR_* bits.
- * Every thread of the CTA (NTH of them) must call it, and gets the same answer.
- * scratch: 2 * NTH / 32 + 4 ints of shared memory, and 8-byte aligned. */
+ * Every thread of the CTA (NTH of them) must call it, and gets the same answer; len, when
+ * given, gets the chunk's sequence's length.
+ * scratch: 2 * NTH / 32 + 4 ints of shared memory (2 more with len), and 8-byte aligned. */
 template <int NTH>
 __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int T, int NT, int ci, bool report,
-                                            int *status, int *scratch, long long *t0) {
+                                            int *status, int *scratch, long long *t0, long long *len = nullptr) {
     constexpr int NW = NTH / 32;
     long long *sT0 = reinterpret_cast<long long *>(scratch);  /* [0..1] */
     int *sInt = scratch + 2;                                   /* [0]: valid rows, [1]: findings */
     int *sScan = scratch + 4;                                  /* [2][NW] warp totals */
+    long long *sLen = reinterpret_cast<long long *>(scratch + 4 + 2 * NW); /* (len given) */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     N = max(N, 0);
     if (tid == 0) {
@@ -76,6 +78,7 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
         if ((unsigned)ci - ex < cnt) {               /* ex <= ci < ex + cnt: one thread */
             const long long s = lo + 64 * (long long)((unsigned)ci - ex);
             sT0[0] = s;
+            if (len != nullptr) *sLen = hi - lo;
             sInt[0] = (int)min(64ll, hi - s);
         }
         carry += tot;
@@ -88,6 +91,7 @@ __device__ __forceinline__ int locate_chunk(const void *cu, int is64, int N, int
         return -1;
     }
     *t0 = sT0[0];
+    if (len != nullptr) *len = *sLen;
     const int nv = sInt[0];
     __syncthreads(); /* the scratch may be written again once every thread has read it */
     return nv;
@@ -125,7 +129,8 @@ __device__ __forceinline__ void chunk_cta(int HV, int *c, int *b, int *hv) {
  * as locate_chunk's. */
 template <int NTH, bool VARLEN>
 __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64, int N, int NT, int *status,
-                                        int *scratch, long long *t0, long long *hrow, int *hv) {
+                                        int *scratch, long long *t0, long long *hrow, int *hv,
+                                        long long *len = nullptr) {
     int ci, bb;
     chunk_cta(HV, &ci, &bb, hv);
     if constexpr (!VARLEN) {
@@ -138,11 +143,21 @@ __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64,
             const int nct = (T + 63) >> 6;
             const int n = ci / nct, c = ci - n * nct;
             if (n >= N) return 0;
+            if (len != nullptr) *len = T;
             *t0 = (long long)n * T + 64ll * c;
             return min(64, T - 64 * c);
         }
-        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && *hv == 0, status, scratch, t0);
+        return locate_chunk<NTH>(cu, is64, N, T, NT, ci, ci == 0 && *hv == 0, status, scratch, t0, len);
     }
+}
+
+/* bwd_dhu's V split (the host's SM count sms != 0): a sequence of len tokens is long when its 64-column
+ * scan alone takes longer than the balanced per-SM share of all the grid's scans, len * sms > tokens * HV *
+ * ceil(V / 64) over all tokens of cu_seqlens; the split scans its value heads 32 columns a CTA.  bwd_dav's
+ * long_only mode writes dv for exactly these sequences, so both kernels must ask this one function.  In
+ * double: garbage lengths must not overflow (any answer is then fine: the kernels validate cu_seqlens). */
+__device__ __forceinline__ bool split_long(long long len, long long tokens, int HV, int V, int sms) {
+    return (double)len * sms > (double)tokens * HV * ((V + 63) / 64);
 }
 
 /* The sequence of a CTA in the kernels of one CTA per (sequence, value head, V tile), grid

@@ -220,11 +220,11 @@ gc_whole_bare() {
     PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
     timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |"
 }
-# memcheck and racecheck of test_gpu's chunk_bwd_whole side by side, each in its own cache, until $1 seconds
+# memcheck and racecheck of test_gpu's chunk_bwd_whole (or SAN_TESTS) side by side, each in its own cache, until $1 seconds
 # have passed; their summaries printed
 gc_san_whole() {
   for tool in memcheck racecheck; do
-    (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout $1 \
+    (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=${SAN_TESTS:-chunk_bwd_whole} CK_FORK=no timeout $1 \
        compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1; echo "$tool rc=$?" >> $O/$tool.txt) &
   done; wait
   for tool in memcheck racecheck; do tail -1 $O/$tool.txt; grep -E "SUMMARY|Race|hazard|Invalid" $O/$tool.txt | sort | uniq -c | head -6; done; el

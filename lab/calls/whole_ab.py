@@ -17,6 +17,9 @@ from labtime import timed
 ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
     "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
+    # one document of 30000 tokens among two short ones: bwd_dhu's V split scans it 32 columns wide (its dv
+    # from bwd_dav's long_only rows), the short ones 64 wide with the dv fused
+    "packed32768_long": (1, 32768, 32, 32, 128, 128, [0, 2000, 32000, 32768]),
     # 65536 tokens in 25 documents of drawn (lognormal) lengths, the longest ones last: bwd_dhu's grid
     # without the V split (more than four waves), fwd_h's in index order
     "packed65536_n25": (1, 65536, 32, 32, 128, 128, [0, 539, 1514, 3031, 5578, 5896, 6322, 8135, 13220, 17851, 19176,

@@ -5,6 +5,11 @@
  * the same choices: the recompute (the gate's cumsum with w, u, qg, kg),
  * fwd_h (h and v_new), bwd_dhu with fla's dAv fused (or bwd_dav first where
  * the grid says so), wy_dqkg with bwd_intra's terms in its launch, bwd_post.
+ * Packed sequences on a grid of a few waves go through bwd_dhu's V split
+ * (one long sequence would set the time): its 64-column scans still take the
+ * dAv fused, and bwd_dav first writes dv only for the long sequences whose
+ * scans run 32 columns at a time (the kernels decide which, on the device,
+ * from cu_seqlens: the host never reads it).
  * Where wy_dqkg's kernel can (a native K tile, dg in the io dtype), the last
  * step's gate and beta part runs at the end of wy_dqkg's launch, where dg and
  * db are final in registers, and bwd_post does the rest (dq, dk, and the
@@ -59,6 +64,7 @@ static const DLTensor *carve(carver *cv, view *v, uint8_t code, uint8_t bits, in
 typedef struct plan {
     int64_t B, T, H, HV, K, V, N, NT, HB;
     int gate, fused, svf, packed, recompute;
+    int split; /* fused, packed, and bwd_dhu's V split: bwd_dav for its long sequences first */
     uint8_t io_code; /* kDLBfloat or kDLFloat (fp16) */
 } plan;
 
@@ -90,13 +96,16 @@ static int sizes(kdart_rt *rt, const kdart_chunk_bwd_args *a, plan *p) {
     p->svf = a->state_v_first != 0;
     if (p->B < 1 || p->T < 1 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1)
         return kdart__err(rt, KDART_ESHAPE, "every size must be >= 1");
-    /* fla's dAv inside bwd_dhu and wy_dqkg (kdart.torch's rule): K 64 or 128, V a multiple of 64 up to
-     * 512, on grids where bwd_dhu runs the V tile 64 unsplit; the SM count unknown (no CUDA): fused */
-    p->fused = (p->K == 64 || p->K == 128) && p->V % 64 == 0 && p->V <= 512;
+    /* fla's dAv inside bwd_dhu and wy_dqkg: K 64 or 128, V a multiple of 64 up to 512, on grids where
+     * bwd_dhu runs the V tile 64 (packed ones of at most 4 waves through its V split, where bwd_dav serves
+     * the long sequences first: split); the SM count unknown (no CUDA): fused */
+    p->fused = rt->fuse_dav && (p->K == 64 || p->K == 128) && p->V % 64 == 0 && p->V <= 512;
     int sms = 0;
+    p->split = 0;
     if (p->fused && kdart__cuda_sm_count(rt, &sms) == KDART_OK && sms > 0) {
         const int bv = kdart__dhu_pick_bv(p->N, p->HV, p->V, (int)p->K, sms);
-        if (bv != 64 || (p->packed && p->N * p->HV * (p->V / 64) <= 4 * (int64_t)sms)) p->fused = 0;
+        if (bv != 64) p->fused = 0;
+        else if (p->packed && p->N * p->HV * (p->V / 64) <= 4 * (int64_t)sms) p->split = 1; /* (bwd_dhu's rule) */
     }
     return KDART_OK;
 }
@@ -140,8 +149,8 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     const DLTensor *dh = carve(&cv, &s->dh, io, 16, 5, p->HB, p->NT, HV, S1, S2);
     const DLTensor *dv2 = carve(&cv, &s->dv2, io, 16, 4, B, T, HV, V, 0); /* bwd_dhu's, wy_dqkg's dv */
     const DLTensor *dvi = NULL;
-    if (!p->fused) { /* bwd_dav's dv alone, bwd_dhu's input (wy_dqkg computes dAqk itself and takes bwd_intra's
-                      * terms on every grid) */
+    if (!p->fused || p->split) { /* bwd_dav's dv alone, bwd_dhu's input (wy_dqkg computes dAqk itself and takes
+                                  * bwd_intra's terms on every grid); split: the long sequences' rows alone */
         dvi = carve(&cv, &s->dvi, io, 16, 4, B, T, HV, V, 0);
         s->dav = (kdart_bwd_dav_args){sizeof s->dav, vn, a->d_o, a->Aqk, NULL, dvi, a->scale, a->cu_seqlens,
                                       a->chunk_indices};
@@ -245,7 +254,7 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     char spec[128];
     static const char *const names[] = {"recompute_wu", "fwd_h", "bwd_dav", "bwd_dhu", "wy_dqkg", "bwd_post"};
     const void *all[] = {&s.rwu, &s.fwdh, &s.dav, &s.dhu, &s.wy, &s.post};
-    const int run[] = {p.recompute, p.recompute, !p.fused, 1, 1, 1};
+    const int run[] = {p.recompute, p.recompute, !p.fused || p.split, 1, 1, 1};
     /* (a stage that needs the device to choose its specialization says ENOCUDA / ENODEVICE after its
      * argument checks: the later stages are still checked, and that status returned at the end) */
     int nodev = KDART_OK;
@@ -257,8 +266,16 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     if (nodev != KDART_OK) return kdart__err(rt, nodev, "no CUDA device to choose the stages' specializations");
     if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))
         return rc;
-    if (!p.fused && (rc = kdart_kda_bwd_dav(rt, &s.dav, stream))) return rc;
-    if ((rc = kdart_kda_bwd_dhu(rt, &s.dhu, stream))) return rc;
+    /* split: bwd_dav's long_only mode (extra), and bwd_dhu's 32-column scans read its dv (extra) */
+    int long_only = 1;
+    if (p.split) {
+        if ((rc = kdart__op_call_ex(rt, &kdart__stage_bwd_dav, &s.dav, stream, &long_only)) ||
+            (rc = kdart__op_call_ex(rt, &kdart__stage_bwd_dhu, &s.dhu, stream, (void *)s.dav.dv)))
+            return rc;
+    } else {
+        if (!p.fused && (rc = kdart_kda_bwd_dav(rt, &s.dav, stream))) return rc;
+        if ((rc = kdart_kda_bwd_dhu(rt, &s.dhu, stream))) return rc;
+    }
     /* wy_dqkg, with the last step's gate and beta part in its launch where it can (it says so in split) */
     kdart__post_split *x = rt->fuse_post ? &s.split : NULL;
     /* packed: the partial rows of the grid's CTAs past the last chunk stay zero (bwd_post sums every row) */

@@ -211,6 +211,10 @@ typedef struct kdart__post_split {
     int64_t rows;                    /* wy_dqkg's grid rows (B * NT) */
     int fused;                       /* wy_dqkg's answer: 1 where its launch took the gate's part */
 } kdart__post_split;
+/* kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split (the dAv fused in its 64-column scans): bwd_dav's
+ * call takes any non-NULL extra as its long_only mode (dv written for the sequences the split scans 32
+ * columns wide alone), and bwd_dhu's the DLTensor of that dv as extra, beside its Aqk. */
+
 /* The partial rows' floats: a row of K + 4 per chunk row and value head. */
 int64_t kdart__post_part_floats(int64_t rows, int64_t HV, int64_t K);
 

@@ -54,10 +54,14 @@ static int choose(kdart_rt *rt, kdart__call *c) {
 static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void *fn, int *status, void *stream) {
     const ARGS *a = c->args;
     const int64_t *d = c->d;
+    /* extra (kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split): dv for the split's long sequences
+     * alone, which the kernel tells from cu_seqlens by the SM count, as bwd_dhu's does */
+    int sms = 0, rc;
+    if (c->extra && c->sq.cu && (rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
     kdart_bwd_dav_params p = {
         kdart__ptr(a->v), kdart__ptr(a->d_o), kdart__ptr(a->A), (float *)kdart__ptr(a->dA), (void *)kdart__ptr(a->dv),
         a->scale, (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_HV], (int)d[KDART__D_V],
-        kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)c->grid[0], c->sq.is64,
+        kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)c->grid[0], c->sq.is64, sms,
     };
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &p);
 }

@@ -198,6 +198,10 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
         if (bv == 64 && split_grid) v_split = sms;
+    } else if (fused_auto && split_grid && c->extra) {
+        /* kdart_kda_chunk_bwd's packed calls: the split, its 64-column scans with the dv fused, its 32-column
+         * ones (the long sequences') reading the dv that bwd_dav wrote for them alone (extra) */
+        v_split = sms;
     } else if (fused_auto && split_grid) {
         /* the fused dv scans the tile 64 whole, where one long sequence would set the time: such calls are
          * left to the unfused form (a caller's explicit v_tile = 64 has no split either way) */
@@ -232,9 +236,11 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
      * against 1.254 ms without pairs). */
     const int pair = c->sq.varlen && kdart__dhu_k_tile(d[KDART__D_K]) == 256 && HV % 2 == 0 && c->vals[4] == 0 &&
                      bv != 64 && strcmp(u->arch, "sm_90a") == 0 && N * HV * ((V + bv - 1) / bv) >= 8LL * sms;
+    /* extra (kdart_kda_chunk_bwd's packed calls on the split): bwd_dav's dv of the long sequences, beside Aqk */
+    const void *dv = c->extra ? kdart__ptr((const DLTensor *)c->extra) : kdart__ptr(a->dv);
     kdart_bwd_dhu_params p = {
         kdart__ptr(a->qg), kdart__ptr(a->kg), kdart__ptr(a->w), kdart__ptr(a->g), kdart__ptr(a->d_o),
-        kdart__ptr(a->dv), kdart__ptr(a->dht), (void *)kdart__ptr(a->dh), (void *)kdart__ptr(a->dv2),
+        dv, kdart__ptr(a->dht), (void *)kdart__ptr(a->dh), (void *)kdart__ptr(a->dv2),
         (float *)kdart__ptr(a->dh0), a->scale, (int)d[KDART__D_B], (int)d[KDART__D_T], (int)HV, (int)V,
         kdart__ptr(c->sq.cu), status, (int)N, (int)d[KDART__D_NT], c->sq.is64, (int)d[KDART__D_K],
         c->aux[AUX_SVF], v_split, pair, kdart__ptr(kdart__arg(c, offsetof(ARGS, Aqk))),
