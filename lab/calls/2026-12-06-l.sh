@@ -10,12 +10,11 @@ rm -rf build && mv build-gpu build
 . lab/calls/common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 export WB_CACHE=/tmp/cw WB_LIMIT=120
-prof() { sed 's/void //g; s/kdart::enable_if<BwdDhuTraits<[0-9, ]*>::kValid, void>::type //g; s/(kdart[a-z_:<>]*params[a-z_:<>]*)//g; s/<kdart::bf16, [^>]*>//g'; }
 ROWS=${ROWS:-packed32768,packed32768_long,packed65536_n25}  # call k: packed32768,packed32768_long
 for r in 1 2; do
   { gc_whole_bare main$r $R/build-main/k build-main/libkdart.so $ROWS
     KDART_LAB_DHU_FUSED=1 gc_whole_bare probe$r $R/build-main/k build-x/libkdart.so $ROWS
-    gc_whole_bare new$r $R/kernel_src build/libkdart.so $ROWS; } | prof | cut -c1-330 | tee -a $O/ab.txt; el
+    gc_whole_bare new$r $R/kernel_src build/libkdart.so $ROWS; } | gc_prof | cut -c1-330 | tee -a $O/ab.txt; el
 done
 gc_fla_site
 gc_whole_tests 200

@@ -253,3 +253,5 @@ gc_whole_levels() {
     echo "level $lv rc=$?"; grep -E "chunk_bwd|Checks|F:" $O/test_gpu_$lv.txt | cut -c1-230
   done; el
 }
+# gc_whole_bare's lines shortened: kernel names without their template arguments and parameter types
+gc_prof() { sed 's/void //g; s/kdart::enable_if<BwdDhuTraits<[0-9, ]*>::kValid, void>::type //g; s/(kdart[a-z_:<>]*params[a-z_:<>]*)//g; s/<kdart::bf16, [^>]*>//g; s/kdart_wy_dqkg(kdart::wy::ParamsOf<true>::type)/wy/'; }

@@ -16,6 +16,7 @@ from labtime import timed
 
 ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "b2_t8192_h32": (2, 8192, 32, 32, 128, 128, None),
+    "prod8192": (16, 8192, 16, 16, 128, 256, None),
     "packed32768": (1, 32768, 32, 32, 128, 128, [0, 3000, 8192, 9000, 17000, 24000, 30001, 32768]),
     # one document of 30000 tokens among two short ones: bwd_dhu's V split scans it 32 columns wide (its dv
     # from bwd_dav's long_only rows), the short ones 64 wide with the dv fused
