@@ -34,7 +34,8 @@
  *   must be zero before the launch; the launch leaves it zero again.
  *   p.fused (kdart_kda_chunk_bwd, where wy_dqkg's launch wrote dg and db): z = 0
  *   sums wy_dqkg's partial rows (p.rows of them at p.workspace, [rows][HV][K + 4])
- *   into dA_log and ddt_bias, z = 1 and 2 take dq and dk; no counters.
+ *   into dA_log and ddt_bias, z = 1 and 2 take dq and dk; no counters.  p.fused = 2
+ *   (wy_dqkg's launch wrote dq and dk too): the grid is z = 0 alone.
  *
  * Structure: a warp takes every eighth token of the CTA's range, several at once
  * (every load of those rows in flight before the first use: the kernel is bound by
@@ -169,6 +170,18 @@ __device__ __noinline__ Gate4 gate_bwd4(float4 y, uint2 graw, float4 bias, float
     for (int e = 0; e < 4; ++e) r.dg[e] = gate_bwd<true>(yy[e], xb[e], a, safe, lower_bound, acc_a);
     r.acc_a = acc_a;
     return r;
+}
+/* The l2norm backward of four columns of a row (the fused wy_dqkg launch's last step, HV == H): y the
+ * columns' gradient before it, x their q (or k) values in the io dtype (packed), s the row's <y, x> over all
+ * K, r its rstd; stores y r - s x r in the io dtype at out (8 bytes).  Not inlined: called for dq and dk,
+ * this pass's columns and the earlier one's, it would otherwise take four copies. */
+template <typename IO>
+__device__ __noinline__ void l2_fin4(unsigned short *out, float4 y, uint2 x, float s, float r) {
+    const float2 x01 = tile::unpack2<IO>(x.x), x23 = tile::unpack2<IO>(x.y);
+    const float v0 = y.x * r - s * x01.x * r, v1 = y.y * r - s * x01.y * r;
+    const float v2 = y.z * r - s * x23.x * r, v3 = y.w * r - s * x23.y * r;
+    const unsigned lo = kdart::pack2<IO>(v0, v1), hi = kdart::pack2<IO>(v2, v3);
+    asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(out), "r"(lo), "r"(hi) : "memory");
 }
 /* The beta-sigmoid backward of one element: db_in, the raw beta br */
 __device__ __forceinline__ float beta_bwd(float db, float br, float beta_scale) {

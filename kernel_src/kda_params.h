@@ -165,10 +165,20 @@ typedef struct kdart_intra_post_params {
     void *db;              /* [B,T,HV] io dtype or fp32 (db_io) */
     float *part;           /* with g_raw: [rows][HV][K + 4] fp32, row = the CTA's chunk row (h's), then
                             * dt_bias's K partial sums and dA_log's, one per 64-column pass */
+    /* qk (HV == H): dq and dk finished here too, with the l2norm backward where q_rstd / k_rstd are given
+     * (q and k: the intra part's own); the row sums over K need every 64-column pass, so the last pass
+     * finishes its columns in registers and the earlier passes' ones from their fp32 rows, which this
+     * thread wrote and reads back */
+    void *dq;              /* [B,T,H,K] io dtype */
+    void *dk;              /* [B,T,H,K] io dtype */
+    const float *q_rstd;   /* [B,T,H] fp32, or NULL: dq is the sum, rounded once */
+    const float *k_rstd;   /* [B,T,H] fp32, or NULL */
     float lower_bound;     /* the safe gate's bound */
     float beta_scale;      /* 1, or 2 with allow_neg_eigval */
     int safe_gate;         /* as bwd_post's */
     int db_io;             /* beta_raw and db in the io dtype (else fp32) */
+    int qk;                /* 1: dq and dk finished here (above) */
+    int pad_;
 } kdart_intra_post_params;
 
 /* wy_dqkg's intra = 1 kernels: wy_dqkg's parameter, then bwd_intra's for the
@@ -291,7 +301,7 @@ typedef struct kdart_bwd_post_params {
     int TB;               /* tokens per CTA */
     /* 1: wy_dqkg's launch wrote dg and db (kdart_intra_post_params): the grid's z = 0 CTAs sum its
      * partial rows (rows of them, [rows][HV][K + 4] at workspace, where g_raw is given) into dA_log and
-     * ddt_bias, z = 1 and 2 take dq and dk */
+     * ddt_bias, z = 1 and 2 take dq and dk; 2: it wrote dq and dk too, the grid is z = 0 alone */
     int fused;
     int rows;
 } kdart_bwd_post_params;

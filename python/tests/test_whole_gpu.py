@@ -22,9 +22,11 @@ from kda_ref import chunk_indices, whole_inputs  # noqa: E402
 def _same(name, got, want):
     """The C call's gradient against the stages' one: bit for bit, but where the C call runs the last step
     inside wy_dqkg's launch (native K tiles): dA_log and ddt_bias, summed there from a partial row per chunk
-    and in bwd_post from a partial row per block of tokens (both fixed orders), within 1e-5 of each other."""
+    and in bwd_post from a partial row per block of tokens (both fixed orders), within 1e-5 of each other;
+    dq and dk (HV == H), whose l2norm row sums add the 64-column passes in turn, within 1e-4 (a rounding to
+    the io dtype now and then on the other side of its boundary)."""
     got, want = torch.nan_to_num(got.view(want.shape), nan=7.0), torch.nan_to_num(want, nan=7.0)
-    tol = {"dA_log": 1e-5, "ddt_bias": 1e-5}.get(name)
+    tol = {"dA_log": 1e-5, "ddt_bias": 1e-5, "dq": 1e-4, "dk": 1e-4}.get(name)
     if tol is not None:
         err = (got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30)
         assert err <= tol, f"{name}: rel RMS {err:.3e}"

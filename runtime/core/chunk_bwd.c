@@ -278,11 +278,13 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     }
     /* wy_dqkg, with the last step's gate and beta part in its launch where it can (it says so in split) */
     kdart__post_split *x = rt->fuse_post ? &s.split : NULL;
+    if (x) x->level = rt->fuse_post;
     /* packed: the partial rows of the grid's CTAs past the last chunk stay zero (bwd_post sums every row) */
     if (x && p.gate && p.packed &&
         (rc = kdart__memset32_async(rt, (float *)kdart__ptr(s.split.part), 0u, (size_t)s.split.part->shape[0], stream)))
         return rc;
     if ((rc = kdart__op_call_ex(rt, &kdart__stage_wy_dqkg, &s.wy, stream, x))) return rc;
+    if (x && x->fused == 2 && !p.gate) return KDART_OK; /* (nothing left for bwd_post) */
     /* bwd_post's per-head counters (the last H words of its partials) start at zero where it sums its own
      * partials: the workspace's contents are never relied on */
     if (p.gate && !(x && x->fused)) {

@@ -203,13 +203,15 @@ int kdart__op_call_ex(kdart_rt *rt, const kdart__kernel *k, const void *args, vo
 
 /* kdart_kda_chunk_bwd's split of the backward's last step between wy_dqkg's launch and bwd_post's.
  * wy_dqkg (extra of its call) takes the gate's and beta's part where its kernel can (intra, a native K
- * tile, dg in the io dtype, part large enough) and sets fused to what it took (0 or 1); bwd_post (extra of
- * its call) then does the rest: dq and dk, and dA_log / ddt_bias summed from part's rows. */
+ * tile, dg in the io dtype, part large enough), and at level 2 dq's and dk's too where HV == H, and sets
+ * fused to what it took (0, 1: the gate's part, 2: everything); bwd_post (extra of its call) then does the
+ * rest: dq and dk (fused 1), and dA_log / ddt_bias summed from part's rows. */
 typedef struct kdart__post_split {
     const kdart_bwd_post_args *post; /* the last step's args (checked) */
     const DLTensor *part;            /* fp32, kdart__post_part_floats(rows, HV, K) elements (with the gate) */
-    int64_t rows;                    /* wy_dqkg's grid rows (B * NT) */
-    int fused;                       /* wy_dqkg's answer: 1 where its launch took the gate's part */
+    int64_t rows;                    /* wy_dqkg's grid rows (B * NT; packed T / 64 + N) */
+    int level;                       /* 1: the gate's part at most, 2: dq and dk too */
+    int fused;
 } kdart__post_split;
 /* kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split (the dAv fused in its 64-column scans): bwd_dav's
  * call takes any non-NULL extra as its long_only mode (dv written for the sequences the split scans 32

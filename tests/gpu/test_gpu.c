@@ -1048,8 +1048,9 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c, double tol_all) {
     printf(" det=%s\n", r.deterministic ? "yes" : "NO");
     for (int i = 0; i < r.nout; i++) {
         /* dA_log and ddt_bias: summed from a partial row per chunk (wy_dqkg's launch) or per block of
-         * tokens (bwd_post's) */
-        const double tol = tol_all > 0 ? tol_all : i == 5 || i == 6 ? 1e-5 : 0.0;
+         * tokens (bwd_post's); dq and dk: the l2norm's row sums in another order (the launch's last pass),
+         * a rounding to the io dtype now and then on the other side of its boundary */
+        const double tol = tol_all > 0 ? tol_all : i == 5 || i == 6 ? 1e-5 : i < 2 ? 1e-4 : 0.0;
         ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s differs between the handles: rel RMS %.3e > %.0e", what,
                       r.names[i], r.rel_rms[i], tol);
     }

@@ -117,9 +117,10 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         p.fused = x->fused;
         if (a->g_raw) p.workspace = (float *)kdart__ptr(x->part), p.rows = (int)x->rows;
     }
-    /* (heads, token blocks, z): dq, dk, then dg and db; split: the partial rows' sums, then dq and dk (the
-     * launch contract in kernel_src/bwd_post.cuh) */
-    return kdart__launch(rt, fn, c->grid[0], c->grid[1], 3, u->threads, u->smem, stream, &p);
+    /* (heads, token blocks, z): dq, dk, then dg and db; split: the partial rows' sums, then dq and dk unless
+     * wy_dqkg's launch wrote them (the launch contract in kernel_src/bwd_post.cuh) */
+    const unsigned nz = x && x->fused == 2 ? 1 : 3;
+    return kdart__launch(rt, fn, c->grid[0], c->grid[1], nz, u->threads, u->smem, stream, &p);
 }
 
 static const kdart__op op = {

@@ -109,7 +109,11 @@ static int choose(kdart_rt *rt, kdart__call *c) {
         const int64_t rows = (int64_t)c->grid[0] * c->grid[1] / c->d[KDART__D_HV];
         post = !pa->g_raw || (x->part && x->part->shape[0] >= kdart__post_part_floats(rows, c->d[KDART__D_HV], K));
     }
-    if (x) x->fused = post;
+    /* and dq, dk: at level 2, where the value rows are q's and k's (HV == H) and the l2norm's q and k this
+     * call's */
+    const int qk = post && x->level >= 2 && !c->sq.varlen && c->d[KDART__D_HV] == c->d[KDART__D_H] &&
+                   (!pa->q || kdart__ptr(pa->q) == kdart__ptr(a->q)) && (!pa->k || kdart__ptr(pa->k) == kdart__ptr(a->k));
+    if (x) x->fused = post + qk;
     const int v[9] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, tail,
                       kdart__dtype_of(a->beta) == 32, a->state_v_first != 0,
                       kdart__arg(c, offsetof(ARGS, dAqk)) != NULL || intra, intra, post};
@@ -154,7 +158,7 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         p,
         {p.q, p.k, p.g, p.beta, p.dAqk, p.dA, p.dq, p.dk, p.dg, p.db, p.dq, p.dk, p.dg, p.db, p.B, p.T, p.H, p.HV,
          p.cu_seqlens, status, p.N, (int)c->grid[0], p.cu_is64, p.Kr},
-        {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.f, 1.f, 0, 0},
+        {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.f, 1.f, 0, 0, 0, 0},
     };
     if (c->vals[8]) { /* the last step's gate and beta part (choose checked its conditions) */
         const kdart__post_split *x = c->extra;
@@ -166,6 +170,11 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         q->part = pa->g_raw ? (float *)kdart__ptr(x->part) : NULL;
         q->lower_bound = pa->lower_bound, q->beta_scale = pa->beta_scale;
         q->safe_gate = pa->safe_gate != 0, q->db_io = pa->beta_io != 0;
+        if (((const kdart__post_split *)c->extra)->fused == 2) {
+            q->dq = (void *)kdart__ptr(pa->dq), q->dk = (void *)kdart__ptr(pa->dk);
+            q->q_rstd = (const float *)kdart__ptr(pa->q_rstd), q->k_rstd = (const float *)kdart__ptr(pa->k_rstd);
+            q->qk = 1;
+        }
     }
     return kdart__launch(rt, fn, c->grid[0], c->grid[1], 1, u->threads, u->smem, stream, &pi);
 }
