@@ -537,8 +537,8 @@ static kdart_rt *env_open_flags(const char *cache_path, uint32_t flags) {
 
 static int refuse_compile(void *user, const kdart__compile_in *in, kdart__compile_out *out);
 
-/* The switches take exactly 0 or 1, and a refused value is said with the
- * values allowed; KDART_OPEN_NO_ENV ignores KDART_DISABLE_CUDA as every
+/* The switches (KDART_DISABLE_CUDA, KDART_CHECK, KDART_FUSE_POST, KDART_FUSE_DAV) take exactly 0 or 1,
+ * and a refused value is said with the values allowed; KDART_OPEN_NO_ENV ignores KDART_DISABLE_CUDA as every
  * other variable; a value outside a variable's range is refused, never
  * replaced in silence; KDART_LEASE_WAIT_MS takes all of 0..2^63-1, as the
  * README says. */
@@ -581,6 +581,27 @@ START_TEST(env_switches_and_ranges) {
             kdart_close(rt);
             unsetenv(names[v]);
         }
+
+    /* The whole backward's fusion switches: on by default, off with 0, any other value said and ignored. */
+    static const char *const fuse[] = {"KDART_FUSE_POST", "KDART_FUSE_DAV"};
+    for (size_t v = 0; v < 2; v++) {
+        static const char *const vals[] = {NULL, "0", "1", "2", "off"};
+        static const int want_on[] = {1, 0, 1, 1, 1};
+        for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+            if (vals[i]) setenv(fuse[v], vals[i], 1);
+            rt = env_open_flags("", 0);
+            ck_assert_int_eq(v ? rt->fuse_dav : rt->fuse_post, want_on[i]);
+            if (i >= 3) {
+                char want[128];
+                snprintf(want, sizeof want, "%s=%s ignored: not 0 or 1", fuse[v], vals[i]);
+                EXPECT_WARNED(want);
+            } else {
+                ck_assert_str_eq(warnings, "");
+            }
+            kdart_close(rt);
+            unsetenv(fuse[v]);
+        }
+    }
 
     /* The numeric ones say their range. */
     char dir[256], db[512];
