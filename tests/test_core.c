@@ -537,7 +537,7 @@ static kdart_rt *env_open_flags(const char *cache_path, uint32_t flags) {
 
 static int refuse_compile(void *user, const kdart__compile_in *in, kdart__compile_out *out);
 
-/* The switches (KDART_DISABLE_CUDA, KDART_CHECK, KDART_FUSE_POST, KDART_FUSE_DAV) take exactly 0 or 1,
+/* The switches (KDART_DISABLE_CUDA, KDART_CHECK, KDART_FUSE_DAV; KDART_FUSE_POST 0 to 2) take exactly 0 or 1,
  * and a refused value is said with the values allowed; KDART_OPEN_NO_ENV ignores KDART_DISABLE_CUDA as every
  * other variable; a value outside a variable's range is refused, never
  * replaced in silence; KDART_LEASE_WAIT_MS takes all of 0..2^63-1, as the
@@ -582,18 +582,20 @@ START_TEST(env_switches_and_ranges) {
             unsetenv(names[v]);
         }
 
-    /* The whole backward's fusion switches: on by default, off with 0, any other value said and ignored. */
+    /* The whole backward's fusion switches: all on by default (KDART_FUSE_POST: 2, dq and dk too), less with
+     * a smaller number, any other value said and ignored. */
     static const char *const fuse[] = {"KDART_FUSE_POST", "KDART_FUSE_DAV"};
     for (size_t v = 0; v < 2; v++) {
-        static const char *const vals[] = {NULL, "0", "1", "2", "off"};
-        static const int want_on[] = {1, 0, 1, 1, 1};
+        static const char *const vals[] = {NULL, "0", "1", "3", "off"};
+        const int want_on[] = {v ? 1 : 2, 0, 1, v ? 1 : 2, v ? 1 : 2};
         for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
             if (vals[i]) setenv(fuse[v], vals[i], 1);
             rt = env_open_flags("", 0);
             ck_assert_int_eq(v ? rt->fuse_dav : rt->fuse_post, want_on[i]);
             if (i >= 3) {
                 char want[128];
-                snprintf(want, sizeof want, "%s=%s ignored: not 0 or 1", fuse[v], vals[i]);
+                snprintf(want, sizeof want, "%s=%s ignored: not %s", fuse[v], vals[i],
+                         v ? "0 or 1" : "a whole number from 0 to 2");
                 EXPECT_WARNED(want);
             } else {
                 ck_assert_str_eq(warnings, "");
