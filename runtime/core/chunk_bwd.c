@@ -105,7 +105,7 @@ static int sizes(kdart_rt *rt, const kdart_chunk_bwd_args *a, plan *p) {
     if (p->fused && kdart__cuda_sm_count(rt, &sms) == KDART_OK && sms > 0) {
         const int bv = kdart__dhu_pick_bv(p->N, p->HV, p->V, (int)p->K, sms);
         if (bv != 64) p->fused = 0;
-        else if (p->packed && p->N * p->HV * (p->V / 64) <= 4 * (int64_t)sms) p->split = 1; /* (bwd_dhu's rule) */
+        else p->split = kdart__dhu_v_split(p->packed, p->N, p->HV, p->V, p->K, sms);
     }
     return KDART_OK;
 }
@@ -266,10 +266,9 @@ int kdart_kda_chunk_bwd(kdart_rt *rt, const kdart_chunk_bwd_args *args, void *st
     if (nodev != KDART_OK) return kdart__err(rt, nodev, "no CUDA device to choose the stages' specializations");
     if (p.recompute && ((rc = kdart_kda_recompute_wu(rt, &s.rwu, stream)) || (rc = kdart_kda_fwd_h(rt, &s.fwdh, stream))))
         return rc;
-    /* split: bwd_dav's long_only mode (extra), and bwd_dhu's 32-column scans read its dv (extra) */
-    int long_only = 1;
+    /* split: bwd_dav writes the long sequences' dv alone, and bwd_dhu's 32-column scans read it (extra) */
     if (p.split) {
-        if ((rc = kdart__op_call_ex(rt, &kdart__stage_bwd_dav, &s.dav, stream, &long_only)) ||
+        if ((rc = kdart__op_call_ex(rt, &kdart__stage_bwd_dav, &s.dav, stream, (void *)s.dav.dv)) ||
             (rc = kdart__op_call_ex(rt, &kdart__stage_bwd_dhu, &s.dhu, stream, (void *)s.dav.dv)))
             return rc;
     } else {

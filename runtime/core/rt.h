@@ -84,6 +84,9 @@ int kdart__spec_entry(const kdart__kernel *k, const int *vals, char *buf, size_t
  * B x HV scans of V columns at head dim K on a device with sms SMs. */
 int kdart__dhu_bv_index(int bv);
 int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms);
+/* 1 where bwd_dhu runs its V split at BV 64: packed sequences (cu_seqlens given) on N x HV scans of
+ * V columns at head dim K, at most four waves of 64-column scans on sms SMs */
+int kdart__dhu_v_split(int packed, long long N, long long HV, long long V, int64_t K, int sms);
 /* K tile of a head dim (64, 128 or 256; -1 outside 1..256), the K parameter's
  * value index of a tile. */
 int kdart__k_tile(int64_t K);

@@ -198,7 +198,10 @@ int kdart__arg_int(const kdart__call *c, size_t off);
  * kdart_spec_for (the canonical spec written into so_buf, its length returned). */
 int kdart__op_call(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, char *so_buf,
                    size_t so_n);
-/* The same launch with extra in the call (the stage's choose and launch read it as they document). */
+/* The same launch with extra in the call (the stage's choose and launch read it as they document).
+ * kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split (the dAv fused in its 64-column scans) pass the
+ * split's dv (a DLTensor) to two: bwd_dav writes it for the sequences the split scans 32 columns wide
+ * alone (its long_only mode), and bwd_dhu reads it there, beside its Aqk. */
 int kdart__op_call_ex(kdart_rt *rt, const kdart__kernel *k, const void *args, void *stream, void *extra);
 
 /* kdart_kda_chunk_bwd's split of the backward's last step between wy_dqkg's launch and bwd_post's.
@@ -213,10 +216,6 @@ typedef struct kdart__post_split {
     int level;                       /* 1: the gate's part at most, 2: dq and dk too */
     int fused;
 } kdart__post_split;
-/* kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split (the dAv fused in its 64-column scans): bwd_dav's
- * call takes any non-NULL extra as its long_only mode (dv written for the sequences the split scans 32
- * columns wide alone), and bwd_dhu's the DLTensor of that dv as extra, beside its Aqk. */
-
 /* The partial rows' floats: a row of K + 4 per chunk row and value head. */
 int64_t kdart__post_part_floats(int64_t rows, int64_t HV, int64_t K);
 

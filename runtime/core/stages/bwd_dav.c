@@ -54,8 +54,8 @@ static int choose(kdart_rt *rt, kdart__call *c) {
 static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void *fn, int *status, void *stream) {
     const ARGS *a = c->args;
     const int64_t *d = c->d;
-    /* extra (kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split): dv for the split's long sequences
-     * alone, which the kernel tells from cu_seqlens by the SM count, as bwd_dhu's does */
+    /* extra (kdart_kda_chunk_bwd's packed calls on bwd_dhu's V split, stage.h): dv for the split's long
+     * sequences alone, which the kernel tells from cu_seqlens by the SM count, as bwd_dhu's does */
     int sms = 0, rc;
     if (c->extra && c->sq.cu && (rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
     kdart_bwd_dav_params p = {

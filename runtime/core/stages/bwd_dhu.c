@@ -101,6 +101,14 @@ int kdart__dhu_pick_bv(long long B, long long HV, long long V, int K, int sms) {
     return dhu_bvs[best];
 }
 
+/* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
+ * 64 in a grid of at most 4 waves, where one long sequence can outlast
+ * all the others; each CTA then picks 32 or 64 columns from its own
+ * sequence's length.  Larger grids keep their balance by themselves. */
+int kdart__dhu_v_split(int packed, long long N, long long HV, long long V, int64_t K, int sms) {
+    return packed && kdart__dhu_k_tile(K) <= 128 && N * HV * ((V + 63) / 64) <= 4LL * sms;
+}
+
 int kdart_dhu_v_tile(kdart_rt *rt, int64_t B, int64_t HV, int64_t K, int64_t V, int *v_tile) {
     KDART__CHECK_RT(rt);
     if (!v_tile) return kdart__err(rt, KDART_ENULL, "v_tile must not be NULL");
@@ -189,12 +197,9 @@ static int choose(kdart_rt *rt, kdart__call *c) {
         if ((rc = kdart__cuda_sm_count(rt, &sms)) != KDART_OK) return rc;
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
     }
-    /* The V split (bwd_dhu.cuh, kdart::dhu::varlen64): packed sequences at BV
-     * 64 in a grid of at most 4 waves, where one long sequence can outlast
-     * all the others; each CTA then picks 32 or 64 columns from its own
-     * sequence's length.  Larger grids keep their balance by themselves. */
+    /* the V split (kdart__dhu_v_split) */
     const int64_t scans64 = N * HV * ((V + 63) / 64);
-    const int split_grid = c->sq.cu && kt <= 128 && scans64 <= 4LL * sms;
+    const int split_grid = kdart__dhu_v_split(c->sq.cu != NULL, N, HV, V, K, sms);
     if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
         if (bv == 64 && split_grid) v_split = sms;
