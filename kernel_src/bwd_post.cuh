@@ -173,10 +173,11 @@ __device__ __noinline__ Gate4 gate_bwd4(float4 y, uint2 graw, float4 bias, float
 }
 /* The l2norm backward of four columns of a row (the fused wy_dqkg launch's last step, HV == H): y the
  * columns' gradient before it, x their q (or k) values in the io dtype (packed), s the row's <y, x> over all
- * K, r its rstd; stores y r - s x r in the io dtype at out (8 bytes).  Not inlined: called for dq and dk,
- * this pass's columns and the earlier one's, it would otherwise take four copies. */
+ * K, r its rstd; stores y r - s x r in the io dtype at out (8 bytes).  Inlined: its caller's row loop is not
+ * unrolled, so this is a few copies of a few instructions, and a call would keep the next row's loads
+ * (issued before it) from crossing it. */
 template <typename IO>
-__device__ __noinline__ void l2_fin4(unsigned short *out, float4 y, uint2 x, float s, float r) {
+__device__ __forceinline__ void l2_fin4(unsigned short *out, float4 y, uint2 x, float s, float r) {
     const float2 x01 = tile::unpack2<IO>(x.x), x23 = tile::unpack2<IO>(x.y);
     const float v0 = y.x * r - s * x01.x * r, v1 = y.y * r - s * x01.y * r;
     const float v2 = y.z * r - s * x23.x * r, v3 = y.w * r - s * x23.y * r;

@@ -166,9 +166,10 @@ typedef struct kdart_intra_post_params {
     float *part;           /* with g_raw: [rows][HV][K + 4] fp32, row = the CTA's chunk row (h's), then
                             * dt_bias's K partial sums and dA_log's, one per 64-column pass */
     /* qk (HV == H): dq and dk finished here too, with the l2norm backward where q_rstd / k_rstd are given
-     * (q and k: the intra part's own); the row sums over K need every 64-column pass, so the last pass
-     * finishes its columns in registers and the earlier passes' ones from their fp32 rows, which this
-     * thread wrote and reads back */
+     * (q and k: the intra part's own); the row sums over K need every 64-column pass, so the earlier
+     * passes store their columns' fp32 values and the last pass finishes every column of its rows: its
+     * own from registers and shared memory, the earlier ones' from the fp32 values (which the same
+     * thread wrote) and q, k */
     void *dq;              /* [B,T,H,K] io dtype */
     void *dk;              /* [B,T,H,K] io dtype */
     const float *q_rstd;   /* [B,T,H] fp32, or NULL: dq is the sum, rounded once */
