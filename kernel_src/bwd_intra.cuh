@@ -474,6 +474,18 @@ __device__ __forceinline__ void copy_g16(const float *g, float *sG, int t, long 
 } /* namespace intra */
 } /* namespace kdart */
 
+namespace kdart {
+namespace intra {
+/* Where the fused body's chunk is (wy_dqkg's kernel located and validated it): the [B,T,H] and [B,T,HV] rows
+ * of its first token and its valid rows.  The body at variable length takes them instead of scanning
+ * cu_seqlens again.  (The kernel of its own ignores it.) */
+struct Loc {
+    long long rowQ0, rowV0;
+    int nv;
+};
+} /* namespace intra */
+} /* namespace kdart */
+
 /* One kernel per specialization (see "HEAD DIM"): TAIL = false is the native body
  * (Kr == K), TAIL = true the column-tail body, which needs VARLEN's parameter (Kr);
  * <VARLEN = false, TAIL = true> is the stub below, which the host never launches (kdart
@@ -487,6 +499,7 @@ __global__ kdart::enable_if_t<VARLEN || !TAIL> __launch_bounds__(BwdIntraTraits<
 kdart_bwd_intra(const typename kdart::intra::ParamsOf<VARLEN>::type p) {
     constexpr bool FUSED = false, EARLY = false, POST = false;
     [[maybe_unused]] const kdart_intra_post_params pp{};
+    [[maybe_unused]] const kdart::intra::Loc loc{};
 #include "bwd_intra_body.inc"
 }
 
@@ -505,7 +518,8 @@ namespace intra {
  * shared memory is at least BwdIntraTraits<K>::kSmemBytes and its launch bounds
  * are this kernel's. */
 template <typename IO, bool FOLD_DG, bool EMIT_IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool EARLY, bool POST>
-__device__ __forceinline__ void fused(const kdart_bwd_intra_params &p, const kdart_intra_post_params &pp) {
+__device__ __forceinline__ void fused(const kdart_bwd_intra_params &p, const kdart_intra_post_params &pp,
+                                      const Loc loc) {
     static_assert(VARLEN || !TAIL, "the tail body takes the varlen parameters");
     static_assert(!POST || (FOLD_DG && !EMIT_IO && !TAIL), "the last step's gate part: fold_dg, native K tiles");
     static_assert(!EARLY || !TAIL, "early copies: the native (16-byte) maps only");

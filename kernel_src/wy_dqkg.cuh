@@ -879,7 +879,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
         /* every thread's stores of dq, dk, dg, db, dA, dAqk before any thread's loads of them; the
          * shared memory is free (the last products are done) */
         __syncthreads();
-        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32, kEarly, POST>(p.in, p.post);
+        kdart::intra::fused<IO, true, false, K, VARLEN, TAIL && VARLEN, BETA_F32, kEarly, POST>(
+            p.in, p.post, kdart::intra::Loc{vLoc[1], vLoc[2], nv});
     }
 }
 
