@@ -198,7 +198,6 @@ static int choose(kdart_rt *rt, kdart__call *c) {
         if (sms < 1) sms = 1; /* 0 when the query failed, as kdart__dhu_pick_bv reads it */
     }
     /* the V split (kdart__dhu_v_split) */
-    const int64_t scans64 = N * HV * ((V + 63) / 64);
     const int split_grid = kdart__dhu_v_split(c->sq.cu != NULL, N, HV, V, K, sms);
     if (bv == 0) {
         bv = kdart__dhu_pick_bv(N, HV, V, (int)K, sms);
@@ -213,7 +212,7 @@ static int choose(kdart_rt *rt, kdart__call *c) {
         return kdart__err(rt, KDART_EUNSUPPORTED,
                           "Aqk (the fused dv): packed sequences on %lld scans of 64 columns (at most 4 waves) "
                           "take the V split, which the fused form does not have; pass dv",
-                          (long long)scans64);
+                          (long long)(N * HV * ((V + 63) / 64)));
     }
     /* the masked specialization (tail 1) for what the native tiles cannot
      * take: a head dim below its K tile, a partial last V tile; the V-first
