@@ -120,7 +120,7 @@ START_TEST(every_spec_compiles) {
         /* Every report has the machine code's size; the fused wy_dqkg + bwd_intra kernels that the whole
          * backward runs in bf16 keep theirs within an sm_90 SM's instruction cache (128 KiB, 8192
          * instructions): the packed one at 8904 instructions waited on instruction fetch a third of its
-         * cycles and ran 61% slower, one at 8600 45% slower (7704 now). */
+         * cycles and ran 61% slower, one at 8600 45% slower (8040 now). */
         const char *tb = strstr(ent->report, "text_bytes=");
         const long long text = tb ? atoll(tb + 11) : 0;
         ck_assert_msg(text > 0, "%s %s %s: no text_bytes in the report", j.kernel[i], j.spec[i], j.arch[i]);

@@ -110,8 +110,8 @@ static int choose(kdart_rt *rt, kdart__call *c) {
         post = !pa->g_raw || (x->part && x->part->shape[0] >= kdart__post_part_floats(rows, c->d[KDART__D_HV], K));
     }
     /* and dq, dk: at level 2, where the value rows are q's and k's (HV == H) and the l2norm's q and k this
-     * call's */
-    const int qk = post && x->level >= 2 && !c->sq.varlen && c->d[KDART__D_HV] == c->d[KDART__D_H] &&
+     * call's (fixed length and packed alike) */
+    const int qk = post && x->level >= 2 && c->d[KDART__D_HV] == c->d[KDART__D_H] &&
                    (!pa->q || kdart__ptr(pa->q) == kdart__ptr(a->q)) && (!pa->k || kdart__ptr(pa->k) == kdart__ptr(a->k));
     if (x) x->fused = post + qk;
     const int v[9] = {c->io, kdart__k_index(kdart__k_tile(K)), c->sq.varlen, tail,
