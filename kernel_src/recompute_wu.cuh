@@ -252,7 +252,7 @@ __global__ __launch_bounds__(RecomputeWuTraits::kThreads, RecomputeWuTraits::kMi
                 for (int i = 0; i < 16; ++i)
                     pk[i] = sR[(32 * hf + 2 * i) * 64 + c] | ((unsigned)sR[(32 * hf + 2 * i + 1) * 64 + c] << 16);
                 __syncthreads();
-#pragma unroll 4
+#pragma unroll /* (whole: with pk indexed at run time, the array would live in local memory) */
                 for (int i = 0; i < 16; ++i) {
                     const float2 raw = unpack2<IO>(pk[i]);
                     float *e = sG + (32 * hf + 2 * i) * 64 + c;
