@@ -6,7 +6,8 @@
 #   pip download --no-deps fla-core==0.6.0 -d .whl
 #   mkdir -p .triton-carry && cp lab/triton-autotune/h100/*.tgz .triton-carry/
 # 1. the bare whole call, L2 = 85ff265's kernels (the packed fused kernel with 128 bytes of stack) against main
-# (M: no stack), packed rows and B2, two rounds; 2. test_gpu chunk_bwd_whole, wy_intra,
+# (M: no stack there, nor in recompute_wu with the gate: the profile lines tell the two apart), packed rows and
+# B2, two rounds; 2. test_gpu chunk_bwd_whole, wy_intra,
 # varlen_garbage_writes_nothing (M) beside memcheck / racecheck of chunk_bwd_whole; the Python whole tests;
 # 3. e2e's packed row, then B2 (H100 only: fla's autotune carried).
 set -u
