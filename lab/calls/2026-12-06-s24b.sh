@@ -10,11 +10,5 @@ gc_fla_site
 export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so
 if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
   for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
-for ROW in ${ROWS:-b2_t8192_h32}; do
-  left=$(( ${LIMIT:-590} - ($(date +%s) - t0) )); [ $left -gt 60 ] || break
-  PYTHONPATH=/tmp/site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py --shapes $ROW --configs prod \
-    --profile --iters 6 --route whole --no-overhead > $O/e2e_$ROW.txt 2>&1
-  echo "e2e $ROW rc=$?"; gc_triton_save $ROW
-  grep -vE "Warning|_warn_once|Python call|overhead" $O/e2e_$ROW.txt | grep -E "ratio|prod |queued|idle|floor|peak|kernel total|\(kdart|host" | cut -c1-160 | head -20
-done
+E2E_SAVE=1 gpu_e2e_rows ${ROWS:-b2_t8192_h32}
 el; gc_pack

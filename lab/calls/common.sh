@@ -255,3 +255,17 @@ gc_whole_levels() {
 }
 # gc_whole_bare's lines shortened: kernel names without their template arguments and parameter types
 gc_prof() { sed 's/void //g; s/kdart::enable_if<BwdDhuTraits<[0-9, ]*>::kValid, void>::type //g; s/(kdart[a-z_:<>]*params[a-z_:<>]*)//g; s/<kdart::bf16, [^>]*>//g; s/kdart_wy_dqkg(kdart::wy::ParamsOf<true>::type)/wy/'; }
+# bench/e2e.py's production rows "$@" (whole route, profile), one process a row into $O/e2e_ROW.txt, each
+# started only while 50 s are left before ${LIMIT:-590} seconds into the call; $E2E_SAVE=1: fla's autotune
+# saved after each row (gc_triton_save)
+gpu_e2e_rows() {
+  local ROW left
+  for ROW in "$@"; do
+    left=$(( ${LIMIT:-590} - ($(date +%s) - t0) )); [ $left -gt 50 ] || break
+    PYTHONPATH=/tmp/site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py --shapes $ROW --configs prod \
+      --profile --iters 6 --route whole --no-overhead > $O/e2e_$ROW.txt 2>&1
+    echo "e2e $ROW rc=$?"; [ "${E2E_SAVE:-0}" = 1 ] && gc_triton_save $ROW
+    grep -vE "Warning|_warn_once|Python call|overhead" $O/e2e_$ROW.txt |
+      grep -E "ratio|prod |queued|idle|floor|peak|kernel total|\(kdart|host" | cut -c1-160 | head -20
+  done
+}

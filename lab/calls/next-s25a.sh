@@ -31,10 +31,5 @@ wait; gpu_whole_report
 for f in t memcheck racecheck; do tail -1 $O/$f.txt; grep -E "Checks|F:|SUMMARY" $O/$f.txt | cut -c1-250 | head -4; done; el
 grep -q H100 $O/gpu.txt || { echo "not an H100: fla's autotune is not carried, no e2e"; gc_pack; exit 0; }
 export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so; gc_triton_restore
-for ROW in packed_t32768_hv32 b2_t8192_h32; do
-  left=$(( ${LIMIT:-590} - ($(date +%s) - t0) )); [ $left -gt 50 ] || break
-  PYTHONPATH=/tmp/site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py --shapes $ROW --configs prod \
-    --profile --iters 6 --route whole --no-overhead > $O/e2e_$ROW.txt 2>&1
-  echo "e2e $ROW rc=$?"; grep -vE "Warning|_warn_once|Python call|overhead" $O/e2e_$ROW.txt | grep -E "ratio|prod |queued|peak|kernel total|\(kdart" | cut -c1-160 | head -16
-done
+gpu_e2e_rows packed_t32768_hv32 b2_t8192_h32
 el; gc_pack
