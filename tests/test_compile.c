@@ -27,6 +27,12 @@
 static char dir[256];
 static char db[512];
 
+/* The number after KEY ("name=") in a compile report, or -1 where the report has none. */
+static long long report_num(const char *report, const char *key) {
+    const char *at = strstr(report, key);
+    return at ? atoll(at + strlen(key)) : -1;
+}
+
 static void setup(void) {
     test_tmpdir(dir, sizeof dir);
     snprintf(db, sizeof db, "%s/cache/kdart.db", dir);
@@ -103,35 +109,27 @@ START_TEST(every_spec_compiles) {
     for (int i = 0; i < j.total; i++) {
         kdart_entry *ent;
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);
-        int clean = strstr(ent->report, "spill_store_bytes=0\n") && strstr(ent->report, "spill_load_bytes=0\n");
+        const long long st = report_num(ent->report, "spill_store_bytes="), ld = report_num(ent->report, "spill_load_bytes=");
+        ck_assert_msg(st >= 0 && ld >= 0, "%s %s %s: no spill counts in the report", j.kernel[i], j.spec[i], j.arch[i]);
+        int clean = st == 0 && ld == 0;
         /* wy_dqkg holds S_q, S_k, S_w and dA' (64 fp32 accumulators per thread) in the 128 registers of
          * two CTAs per SM.  On sm_100a it spills nowhere; on sm_90a ptxas spills two words in three
          * specializations (the wgmma build's K128 with dAqk but not intra, and K64 with the [V][K]
          * state, and K64 with the last step's part: 8 bytes when last measured), bounded at 16 bytes */
-        if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0) {
-            const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
-            clean = st && ld && atoi(st + 18) <= 16 && atoi(ld + 17) <= 16;
-        }
-        if (!clean && strcmp(j.arch[i], "sm_100a") == 0 && strstr(j.spec[i], "K=256,BV=64")) {
-            const char *st = strstr(ent->report, "spill_store_bytes="), *ld = strstr(ent->report, "spill_load_bytes=");
-            clean = st && ld && atoi(st + 18) <= 32 && atoi(ld + 17) <= 32;
-        }
+        if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0) clean = st <= 16 && ld <= 16;
+        if (!clean && strcmp(j.arch[i], "sm_100a") == 0 && strstr(j.spec[i], "K=256,BV=64")) clean = st <= 32 && ld <= 32;
         ck_assert_msg(clean, "%s %s %s spills:\n%s", j.kernel[i], j.spec[i], j.arch[i], ent->report);
         /* No stack frame beyond the spills: a register array indexed at run time (a loop left rolled over
          * it) lives in local memory for the whole kernel.  The packed fused wy_dqkg kernel once carried 128
          * bytes a thread so, without a spill; its launch took 7% longer than the form before, which had none. */
-        {
-            const char *sb = strstr(ent->report, "stack_bytes="), *st = strstr(ent->report, "spill_store_bytes=");
-            ck_assert_msg(sb && st && atoi(sb + 12) <= (atoi(st + 18) + 7) / 8 * 8, /* (frames: 8-byte units) */
-                          "%s %s %s: a stack frame beyond its spills:\n%s",
-                          j.kernel[i], j.spec[i], j.arch[i], ent->report);
-        }
+        const long long stack = report_num(ent->report, "stack_bytes=");
+        ck_assert_msg(stack >= 0 && stack <= (st + 7) / 8 * 8, /* (frames: 8-byte units) */
+                      "%s %s %s: a stack frame beyond its spills:\n%s", j.kernel[i], j.spec[i], j.arch[i], ent->report);
         /* Every report has the machine code's size; the fused wy_dqkg + bwd_intra kernels that the whole
          * backward runs in bf16 keep theirs within an sm_90 SM's instruction cache (128 KiB, 8192
          * instructions): the packed one at 8904 instructions waited on instruction fetch a third of its
          * cycles and ran 61% slower, one at 8600 45% slower (8064 now). */
-        const char *tb = strstr(ent->report, "text_bytes=");
-        const long long text = tb ? atoll(tb + 11) : 0;
+        const long long text = report_num(ent->report, "text_bytes=");
         ck_assert_msg(text > 0, "%s %s %s: no text_bytes in the report", j.kernel[i], j.spec[i], j.arch[i]);
         if (strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0 && strstr(j.spec[i], "io=bf16,") &&
             strstr(j.spec[i], "tail=0,beta=f32,svf=0,dAqk=1,intra=1"))
