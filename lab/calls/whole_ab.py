@@ -26,6 +26,9 @@ ROWS = {  # name: (B, T, H, HV, K, V, cu)
     "packed65536_n25": (1, 65536, 32, 32, 128, 128, [0, 539, 1514, 3031, 5578, 5896, 6322, 8135, 13220, 17851, 19176,
                                                      19256, 20141, 21679, 23626, 24475, 28103, 28815, 30319, 30599,
                                                      32565, 32917, 42875, 43852, 54834, 65536]),
+    # K = V = 256 on 16384 packed tokens in 5 documents: the packed fused kernel with the last step's part is
+    # its largest specialization (132,480 bytes of sm_90a text)
+    "packed16384_k256": (1, 16384, 16, 16, 256, 256, [0, 1000, 5000, 9001, 12000, 16384]),
 }
 def c_call(t, scale, lb):
     """A function that runs kdart_kda_chunk_bwd on t's tensors (kdart.torch's plan of the args, laid out and
