@@ -11,9 +11,9 @@ ROWS=packed32768,b2_t8192_h32
 { gc_whole_bare M_1 $R/kernel_src build/libkdart.so $ROWS
   gc_whole_bare L2_1 $R/build-L2/k build/libkdart.so $ROWS
   gc_whole_bare M_2 $R/kernel_src build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt; el
-(KDART_GPU_TESTS=chunk_bwd_whole,wy_intra,varlen_garbage_writes_nothing CK_FORK=no timeout 170 build/tests/test_gpu > $O/t.txt 2>&1; echo "M rc=$?" >> $O/t.txt) &
+(KDART_GPU_TESTS=chunk_bwd_whole,wy_intra,varlen_garbage_writes_nothing CK_FORK=no timeout ${T_LIMIT:-170} build/tests/test_gpu > $O/t.txt 2>&1; echo "M rc=$?" >> $O/t.txt) &
 for tool in memcheck racecheck; do
-  (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 170 \
+  (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout ${T_LIMIT:-170} \
      compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1; echo "$tool rc=$?" >> $O/$tool.txt) &
 done
 wait
