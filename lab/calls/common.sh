@@ -4,6 +4,8 @@
 # the background and leaves its pid (gc_test_gpu: all three in $pids; gc_sanitize and gc_warm: none, a
 # plain `wait` collects them); the gpu_* steps run in the foreground.
 O=$OUT; t0=$(date +%s); R=$PWD
+# the build folder carried as build-gpu becomes build/ (replacing a warm machine's older one)
+[ -d build-gpu ] && { rm -rf build && mv build-gpu build; }
 # a machine that was not warm has no build/ (a call that found none lost 455 s to fla's warm-up before
 # failing): stop at once
 [ -x build/kdart ] && [ -f build/libkdart.so ] || { echo "no build/ here: carry build-gpu (and mv it)"; exit 3; }
@@ -12,6 +14,8 @@ export KDART_CACHE_DIR=$R/build/devcache KDART_KERNEL_DIR=$R/kernel_src
 # pytest ids of the 80 GB test, both as the repo root and as python/ (pytest's rootdir there) spell them
 DS="--deselect=python/tests/test_torch_gpu.py::test_beyond_32bit_indexing --deselect=tests/test_torch_gpu.py::test_beyond_32bit_indexing"
 el() { echo "t=$(( $(date +%s) - t0 ))"; }
+# the card this call runs on, for the scripts' branches (H100 or H200) and the log
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 # fla for every gpu_check that follows (once, before they run side by side)
 gc_fla_site() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; }
 # test_gpu in $2 processes (default three), every test in exactly one (KDART_GPU_PART); $1: each one's

@@ -11,9 +11,7 @@
 # varlen_garbage_writes_nothing (M) beside memcheck / racecheck of chunk_bwd_whole; the Python whole tests;
 # 3. e2e's packed row, then B2 (H100 only: fla's autotune carried).
 set -u
-rm -rf build && mv build-gpu build
 . lab/calls/common.sh
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 export WB_CACHE=/tmp/cw WB_LIMIT=150
 ROWS=packed32768,packed65536_n25,b2_t8192_h32
 for r in 1 2; do
@@ -22,13 +20,8 @@ for r in 1 2; do
 done
 gc_fla_site
 gc_whole_tests 200
-(KDART_GPU_TESTS=chunk_bwd_whole,wy_intra,varlen_garbage_writes_nothing CK_FORK=no timeout 200 build/tests/test_gpu > $O/t.txt 2>&1; echo "M rc=$?" >> $O/t.txt) &
-for tool in memcheck racecheck; do
-  (KDART_CACHE_DIR=/tmp/c_$tool KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 200 \
-     compute-sanitizer --tool $tool build/tests/test_gpu > $O/$tool.txt 2>&1; echo "$tool rc=$?" >> $O/$tool.txt) &
-done
-wait; gpu_whole_report
-for f in t memcheck racecheck; do tail -1 $O/$f.txt; grep -E "Checks|F:|SUMMARY" $O/$f.txt | cut -c1-250 | head -4; done; el
+gc_tests_san chunk_bwd_whole,wy_intra,varlen_garbage_writes_nothing chunk_bwd_whole 200 # (waits for gc_whole_tests too)
+gpu_whole_report; el
 grep -q H100 $O/gpu.txt || { echo "not an H100: fla's autotune is not carried, no e2e"; gc_pack; exit 0; }
 export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so; gc_triton_restore
 gpu_e2e_rows packed_t32768_hv32 b2_t8192_h32

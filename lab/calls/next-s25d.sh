@@ -2,9 +2,7 @@
 # (no fla: for an H200 when no budget is left for fla's autotune; compare with fla's H200 kernel times of
 # the last e2e rows there, not measured in this process).
 set -u
-rm -rf build && mv build-gpu build
 . lab/calls/common.sh
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 export WB_CACHE=/tmp/cw WB_LIMIT=${WB_LIMIT:-100}
 gc_whole_bare M $R/kernel_src build/libkdart.so b2_t8192_h32,packed32768 | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 el; gc_pack

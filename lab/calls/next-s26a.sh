@@ -4,15 +4,12 @@
 # ): the bare whole call, main (M) against the overlap (X), B2 and the packed row, two rounds; then test_gpu
 # chunk_bwd_whole and wy_intra with X's kernels.
 set -u
-rm -rf build && mv build-gpu build
 . lab/calls/common.sh
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
 export WB_CACHE=/tmp/cw WB_LIMIT=100
 ROWS=b2_t8192_h32,packed32768
 for r in 1 2; do
   { gc_whole_bare M_$r $R/kernel_src build/libkdart.so $ROWS
     gc_whole_bare X_$r $R/build-X/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el
-KDART_KERNEL_DIR=$R/build-X/k KDART_GPU_TESTS=chunk_bwd_whole,wy_intra CK_FORK=no timeout 200 build/tests/test_gpu 2>&1 |
-  grep -E "Checks|F:" | tee $O/t.txt
+KDART_KERNEL_DIR=$R/build-X/k gc_tests_quick chunk_bwd_whole,wy_intra 200
 el; gc_pack
