@@ -39,12 +39,13 @@
  *            K tile; __launch_bounds__(256, 2).
  *   Requires T % 64 == 0 unless VARLEN; HV % H == 0; outputs never alias inputs;
  *   every tensor 16-byte aligned; native (TAIL = false) specializations need
- *   Kr == K and V % 64 == 0.
+ *   Kr == K, V % 64 == 0 and, on sm_90a (TMA boxes of 64 token rows), B*T >= 64.
  *
  * Structure: the CTA walks steps (K block of 64 columns, V tile of 64 columns),
  * V tiles inner.  Each step's tiles (do, dv, v_new, and v in the first K block;
- * h and dh) are copied into shared memory with 16-byte cp.async while the
- * previous step computes (two stages), with L2 eviction priorities: the value
+ * h and dh) are copied into shared memory (by TMA on sm_90a's native
+ * specializations, else 16-byte cp.async) while the previous step computes
+ * (two stages), with L2 eviction priorities: the value
  * tiles of a K block that is not the last stay (the next K block reads them
  * again), every tile read for the last time goes first (at K128 V256 this cut
  * the DRAM bytes by a ninth).  Per step, warp (wm, wn) accumulates rows 16
@@ -161,7 +162,7 @@ __device__ __forceinline__ void wg_issue(float (&c)[2 * NP][4], unsigned sa, uns
         else Wg<AT, BT, NP>::wgmma_f16(c, da, db);
     }
 }
-/* The step's tiles by TMA (the native fixed-length specializations): one thread arms a stage's
+/* The step's tiles by TMA (the native specializations, fixed length and packed): one thread arms a stage's
  * mbarrier with the bytes it expects and issues the tile copies; every thread waits on the barrier's
  * phase.  The maps (kdart_tmap, encoded by the host) are read from the kernel's parameter. */
 __device__ __forceinline__ void mbar_init(unsigned bar) {
@@ -344,8 +345,10 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
      * the kernel spilled). */
     volatile long long *vLoc = sLoc;
     /* TMA: the step's tiles by the tensor maps of p.tm, on the mbarriers at sLoc[4], sLoc[5] (one a
-     * stage; stage s & 1's use s >> 1 completes phase (s >> 1) & 1) */
-    constexpr bool kTma = KDART_WY_WG && !TAIL && !VARLEN && !SVF;
+     * stage; stage s & 1's use s >> 1 completes phase (s >> 1) & 1).  VARLEN: a partial chunk's boxes
+     * run on into the next document's rows (or past the tensor's end: zeros), which the step zeroes
+     * before any product reads them (see step) */
+    constexpr bool kTma = KDART_WY_WG && !TAIL && !SVF;
     const unsigned sBar = smem_u32(sLoc + 4);
     if (tid == 0) {
         sLoc[0] = t0;                           /* (TMA: the token row of the boxes) */
@@ -438,7 +441,18 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
     auto step = [&](const int kb, const int vt, float (&aqk)[4][4]) {
         const int s = kb * nvt + vt;
 #if KDART_WY_WG
-        if constexpr (kTma) mbar_wait(sBar + 8 * (s & 1), (s >> 1) & 1);
+        if constexpr (kTma) {
+            mbar_wait(sBar + 8 * (s & 1), (s >> 1) & 1);
+            /* VARLEN: rows nv.. of the value tiles (128 contiguous bytes a row: the swizzle permutes
+             * within a row) to zeros, as the copies below fill them: a neighbouring document's values,
+             * NaN or not, reach no product */
+            if (VARLEN && nv < Tr::kBT) {
+                uint4 *t = reinterpret_cast<uint4 *>(sStage + (s & 1) * (Tr::kStage / 2));
+                const int nt = kb == 0 ? 4 : 3;
+                for (int i = nv * 8 + tid; i < 512; i += Tr::kThreads)
+                    for (int j = 0; j < nt; ++j) t[j * 512 + i] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
 #endif
         cp_wait_all();
         fence_async_smem();

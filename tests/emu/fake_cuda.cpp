@@ -492,7 +492,8 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_
         il != CU_TENSOR_MAP_INTERLEAVE_NONE || sw != CU_TENSOR_MAP_SWIZZLE_128B || box[0] * 2 != 128)
         return CUDA_ERROR_INVALID_VALUE;
     for (cuuint32_t i = 0; i < rank; ++i)
-        if (estr[i] != 1 || box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
+        if (estr[i] != 1 || box[i] == 0 || box[i] > 256 || box[i] > dims[i]) /* (a box within its tensor) */
+            return CUDA_ERROR_INVALID_VALUE;
     static_assert(sizeof(emu::TmaMap) <= sizeof(CUtensorMap), "the emulator's map fits the driver's");
     emu::TmaMap e = {};
     e.base = (uintptr_t)base;

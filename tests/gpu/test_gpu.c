@@ -228,6 +228,11 @@ START_TEST(wy_production) {
     check_wy(&w); /* prod8192's K128 V256: four V tiles */
     kc_wy_case x = {1, 128, 1, 2, 256, 512, 1, 1, 1, KREF_GATE_STRONG, seed + 21300, 0, 0, {0}, 0, 0};
     check_wy(&x); /* the largest: K 256, V 512 (eight V tiles), V-first */
+    /* storage past cu[N] (NaN in the harness) after a partial last chunk: the native body's copies of that
+     * chunk run on into the NaN rows (sm_90a: TMA boxes of 64 rows), which must reach no gradient */
+    kc_seqs n = {6, cu, 0, 0, 0, 0, 0, 0, 0, 0.0, 0};
+    kc_wy_case p = {1, 2200, 2, 2, 128, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 21400, 0, 0, n, 0, 0};
+    check_wy(&p);
 }
 END_TEST
 
@@ -249,6 +254,9 @@ START_TEST(wy_intra) {
     check_wy(&f); /* the production shape's kernel: fixed length, K = V = 128, fp32 beta */
     kc_wy_case t = {2, 300, 2, 2, 100, 64, 1, 0, 0, KREF_GATE_MILD, seed + 23101, 0, 0, {0}, 1, 1};
     check_wy(&t); /* a fixed length with a partial chunk and a tail head dim: the varlen body, B rows */
+    kc_seqs n = {6, cu, 0, 0, 0, 0, 0, 0, 0, 0.0, 0};
+    kc_wy_case p = {1, 2200, 2, 2, 128, 128, 0, 1, 0, KREF_GATE_FUSED, seed + 23102, 0, 0, n, 1, 1};
+    check_wy(&p); /* NaN storage past cu[N] right after a partial chunk (see wy_production) */
 }
 END_TEST
 

@@ -83,11 +83,11 @@ static int dims(kdart_rt *rt, kdart__call *c) {
         HB = 1;
         c->max_chunks = NT;
     }
-    /* sm_90a reads fixed-length tiles by TMA, whose coordinates are 32-bit: token rows and state rows
+    /* sm_90a reads the step's tiles by TMA, whose coordinates are 32-bit: token rows and state rows
      * stay below 2^31 (a bound no device memory reaches: h alone would hold 256 GiB) */
-    if (!c->sq.cu && (B * T > INT32_MAX || B * NT * HV * K > INT32_MAX))
+    if (B * T > INT32_MAX || HB * NT * HV * K > INT32_MAX)
         return kdart__err(rt, KDART_EUNSUPPORTED, "problem too large (%lld token rows, %lld state rows)",
-                          (long long)(B * T), (long long)(B * NT * HV * K));
+                          (long long)(B * T), (long long)(HB * NT * HV * K));
     int64_t *d = c->d;
     d[KDART__D_B] = B, d[KDART__D_T] = T, d[KDART__D_H] = H, d[KDART__D_HV] = HV, d[KDART__D_K] = K;
     d[KDART__D_V] = V, d[KDART__D_NT] = NT, d[KDART__D_HB] = HB;
@@ -99,7 +99,9 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     (void)rt;
     const ARGS *a = c->args;
     const int64_t K = c->d[KDART__D_K], V = c->d[KDART__D_V];
-    const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0, tail = K != kdart__k_tile(K) || V % 64 != 0;
+    /* (the native bodies' TMA boxes are 64 token rows: fewer rows in all take the tail body) */
+    const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0,
+              tail = K != kdart__k_tile(K) || V % 64 != 0 || c->d[KDART__D_B] * c->d[KDART__D_T] < KDART_CHUNK;
     /* kdart_kda_chunk_bwd's last step: its gate and beta part in this launch where the intra part's native
      * body writes dg (dg in the io dtype, as the raw gate; part holding a row per CTA) */
     kdart__post_split *x = c->extra;
@@ -135,14 +137,16 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         kdart__ptr(c->sq.cu), status, (int)c->sq.N, (int)(c->sq.cu ? d[KDART__D_NT] : c->grid[0]), c->sq.is64,
         (int)d[KDART__D_K], (float *)kdart__ptr(kdart__arg(c, offsetof(ARGS, dAqk))), {{{0}}},
     };
-    /* the native fixed-length specializations of the sm_90a build read the step's tiles by TMA (the
-     * kernel's kTma: varlen, tail and svf 0; the maps are encoded for those alone, every launch): do, dv,
-     * v_new, v as (V, HV, B*T), h and dh as (V, B*NT*HV*K), 64 x 64 boxes */
-    if (!c->vals[2] && !c->vals[3] && !c->vals[5] && strcmp(u->arch, "sm_90a") == 0) {
+    /* the native specializations of the sm_90a build read the step's tiles by TMA (the kernel's kTma:
+     * tail and svf 0; the maps are encoded for those alone, every launch): do, dv, v_new, v as
+     * (V, HV, B*T), h and dh as (V, HB*NT*HV*K) (HB: B, or 1 packed), 64 x 64 boxes (choose gives
+     * calls of fewer than 64 token rows the tail body: a box may not exceed its tensor) */
+    if (!c->vals[3] && !c->vals[5] && strcmp(u->arch, "sm_90a") == 0) {
         const uint64_t V = (uint64_t)d[KDART__D_V], HV = (uint64_t)d[KDART__D_HV], K = (uint64_t)d[KDART__D_K];
         const uint64_t BT = (uint64_t)d[KDART__D_B] * (uint64_t)d[KDART__D_T];
+        const uint64_t HR = (uint64_t)d[KDART__D_HB] * (uint64_t)d[KDART__D_NT] * HV * K;
         const uint64_t dv3[3] = {V, HV, BT}, sv3[2] = {2 * V, 2 * V * HV};
-        const uint64_t dh2[2] = {V, BT / KDART_CHUNK * HV * K}, sh2[1] = {2 * V};
+        const uint64_t dh2[2] = {V, HR}, sh2[1] = {2 * V};
         const uint32_t bv3[3] = {64, 1, 64}, bh2[2] = {64, 64};
         const void *vt[4] = {p.dout, p.dv, p.v_new, p.v};
         int rc = KDART_OK;
