@@ -161,7 +161,7 @@ typedef struct kdart_intra_post_params {
     const float *A_log;    /* [HV] fp32 (with g_raw) */
     const float *dt_bias;  /* [HV,K] fp32, or NULL */
     const void *beta_raw;  /* [B,T,HV] io dtype or fp32 (db_io), or NULL: db is the sum, rounded once */
-    void *dg;              /* [B,T,HV,K] io dtype */
+    void *dg;              /* [B,T,HV,K] io dtype, or fp32 (dg_f32) */
     void *db;              /* [B,T,HV] io dtype or fp32 (db_io) */
     float *part;           /* with g_raw: [rows][HV][K + 4] fp32, row = the CTA's chunk row (h's), then
                             * dt_bias's K partial sums and dA_log's, one per 64-column pass */
@@ -179,7 +179,7 @@ typedef struct kdart_intra_post_params {
     int safe_gate;         /* as bwd_post's */
     int db_io;             /* beta_raw and db in the io dtype (else fp32) */
     int qk;                /* 1: dq and dk finished here (above) */
-    int pad_;
+    int dg_f32;            /* dg in fp32 (only without g_raw: the log-space gate's own dtype) */
 } kdart_intra_post_params;
 
 /* wy_dqkg's intra = 1 kernels: wy_dqkg's parameter, then bwd_intra's for the

@@ -79,8 +79,8 @@ fla's Triton scan is still the faster one (docs/kernels.md, "fwd_h"); the wrappe
 to fla uncounted.  fwdh_refusal says why a call still goes to fla: the scalar gate
 g (gated delta rule models), no gate, chunk size, dtypes, shapes.
 
-enable(whole=True) goes further (and so does enable(), whose whole="auto" does it in the configuration
-people train with: an l2norm, gate or beta sigmoid inside chunk_kda): fla's ChunkKDAFunction.backward
+enable(whole=True) goes further (and so does enable(), whose default whole="auto" is the same in every
+configuration of chunk_kda): fla's ChunkKDAFunction.backward
 (FUNC_MODULE) is replaced whole by
 kdart.torch.chunk_kda_bwd, every kernel of the backward kdart's (the gate cumsum and the recompute, the
 state scan fwd_h, bwd_dhu with the fused dAv, wy_dqkg, bwd_intra with the folded cumsum, and bwd_post: the
@@ -829,9 +829,6 @@ def _whole_backward(ctx, do, dht):
     saved = dict(zip(_SAVED, ctx.saved_tensors))
     do = do.contiguous()
     dht = dht.contiguous() if dht is not None else None
-    if _state["whole_mode"] == "auto" and not (saved["q_rstd"] is not None or ctx.use_gate_in_kernel or
-                                               ctx.use_beta_sigmoid_in_kernel):
-        return _state["whole"][1](ctx, do, dht)  # no epilogue in the kernel: the stages inside fla's backward
     reason = whole_refusal(ctx, saved, do)
     if reason is None:
         from . import torch as kt
@@ -948,10 +945,9 @@ def enable(fold_dg=True, via=None, fwd_h=False, whole="auto"):
     fla's backend registry, fla.backends; needs fla's dispatch on); None reads KDART_FLA_VIA.  fwd_h: serve
     fla's state scan (chunk_gated_delta_rule_fwd_h, in the backward's recompute and in the forward) too.  whole:
     True replaces ChunkKDAFunction.backward whole by kdart.torch.chunk_kda_bwd (every kernel kdart's); False
-    keeps fla's backward with kdart's stages inside; "auto" (the default) takes the whole backward where
-    chunk_kda runs an epilogue of its own in the kernel (use_qk_l2norm_in_kernel, use_gate_in_kernel or
-    use_beta_sigmoid_in_kernel: the configuration people train with), the stages elsewhere (there bwd_post
-    would only cast, and the stages are the faster).  RuntimeError
+    keeps fla's backward with kdart's stages inside; "auto" (the default) is True: the whole backward is
+    the faster route in every configuration, with or without an epilogue in the kernel (an l2norm, the gate,
+    beta's sigmoid), and the stages serve what it refuses.  RuntimeError
     when the installed fla is not the one this was written for, or the registry is asked for with fla's
     dispatch off; ImportError when fla or torch is missing."""
     import importlib

@@ -834,9 +834,8 @@ def test_whole_backward_route(monkeypatch):
 
 
 def test_whole_backward_auto(monkeypatch):
-    """enable()'s default whole="auto": kdart's whole backward where chunk_kda runs an epilogue in the kernel
-    (here the l2norm: q_rstd saved), fla's backward with kdart's stages inside where it runs none (nothing
-    counted there: the stage wrappers count their own calls); whole=False leaves fla's backward alone."""
+    """enable()'s default whole="auto": kdart's whole backward whether chunk_kda runs an epilogue in the
+    kernel (here the l2norm: q_rstd saved) or none; whole=False leaves fla's backward alone."""
     import types
     import kdart.torch as kt
     chunk = pytest.importorskip("fla.ops.kda.chunk")
@@ -863,16 +862,17 @@ def test_whole_backward_auto(monkeypatch):
         kf._state["whole"] = (kf._state["whole"][0], lambda *a: fla_calls.append(a) or "fla")
         try:
             ctx = types.SimpleNamespace(saved_tensors=tuple(saved[n] for n in kf._SAVED), **flags)
-            assert kf._whole_backward(ctx, do, None) == "fla" and len(fla_calls) == 1 and not calls
+            out = kf._whole_backward(ctx, do, None)
+            assert out[:9] == (0, 1, 2, 3, 4, 5, 6, None, 7) and len(calls) == 1 and not fla_calls
             saved.update(q_rstd=m(B, T, H, dt=torch.float32), k_rstd=m(B, T, H, dt=torch.float32))
             ctx = types.SimpleNamespace(saved_tensors=tuple(saved[n] for n in kf._SAVED), **flags)
             out = kf._whole_backward(ctx, do, None)
-            assert out[:9] == (0, 1, 2, 3, 4, 5, 6, None, 7) and len(calls) == 1 and len(fla_calls) == 1
+            assert out[:9] == (0, 1, 2, 3, 4, 5, 6, None, 7) and len(calls) == 2 and not fla_calls
         finally:
             kf._state["whole"] = (kf._state["whole"][0], orig)
         st = kf.stats()
     assert chunk.ChunkKDAFunction.backward is orig
-    assert st["served"]["whole_backward"] == 1 and st["fallbacks"] == {}
+    assert st["served"]["whole_backward"] == 2 and st["fallbacks"] == {}
     with pytest.raises(ValueError, match="whole"):
         kf.enable(whole="sometimes")
     kf.disable()

@@ -1705,8 +1705,10 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
     CUdeviceptr ws = 0;
     int64_t sqk[4] = {B, T, H, K}, sr[3] = {B, T, H}, sg[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, sb[3] = {B, T, HV},
             sA[4] = {B, T, HV, 64}, sst[4] = {N, HV, K, V}, s1[1] = {HV}, s2[2] = {HV, K};
-    const int dts[NB] = {io, io, DT_F32, DT_F32, io, io, DT_F32, io, DT_F32, DT_F32, io, io, io, DT_F32, DT_F32,
-                         io, io, io, io, io, DT_F32, DT_F32, DT_F32};
+    /* (plain: g is the fp32 g_cumsum, dg and dbeta fp32) */
+    const int gdt = c->plain ? DT_F32 : io;
+    const int dts[NB] = {io, io, DT_F32, DT_F32, io, gdt, DT_F32, io, DT_F32, DT_F32, io, io, io, DT_F32, DT_F32,
+                         io, io, io, gdt, gdt, DT_F32, DT_F32, DT_F32};
     const int64_t *shp[NB] = {sqk, sqk, sr, sr, sv, sg, sb, sb, s1, s2, sA, sA, sv, sst, sst,
                               sqk, sqk, sv, sg, sb, s1, s2, sst};
     const int nd[NB] = {4, 4, 3, 3, 4, 4, 3, 3, 1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 1, 2, 4};
@@ -1729,6 +1731,17 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
     kref_gen_unit_rows(&rng, P * H, K, h[0]), kref_gen_unit_rows(&rng, P * H, K, h[1]);
     for (size_t j = 0; j < P * H; j++) h[2][j] = 0.5 + kref_rng_uniform(&rng), h[3][j] = 0.5 + kref_rng_uniform(&rng);
     kref_gen_normal(&rng, nv, 1.0, h[4]), kref_gen_normal(&rng, ng, 1.0, h[5]);
+    if (c->plain) /* g_cumsum: running sums of log2 decays in [-0.2, 0), restarting at each chunk of a document */
+        for (int n = 0; n < N; n++)
+            for (int hv = 0; hv < HV; hv++)
+                for (int kk = 0; kk < K; kk++) {
+                    double acc = 0;
+                    for (int64_t t = L.cu[n]; t < L.cu[n + 1]; t++) {
+                        if ((t - L.cu[n]) % 64 == 0) acc = 0;
+                        acc -= 0.2 * kref_rng_uniform(&rng);
+                        h[5][((size_t)t * HV + hv) * K + kk] = acc;
+                    }
+                }
     kref_gen_normal(&rng, nb, 1.0, h[7]);
     round_to(h[7], nb, io);
     for (size_t j = 0; j < nb; j++) h[6][j] = (c->neg ? 2.0 : 1.0) / (1.0 + exp(-h[7][j]));
@@ -1751,6 +1764,10 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
     if (L.packed) a.cu_seqlens = &L.dcu.t, a.chunk_indices = &L.dci.t;
     a.dq = &d[15].t, a.dk = &d[16].t, a.dv = &d[17].t, a.dg = &d[18].t, a.dbeta = &d[19].t, a.dA_log = &d[20].t;
     a.ddt_bias = &d[21].t, a.dh0 = &d[22].t;
+    if (c->plain) {
+        a.g_cumsum = a.g, a.g = NULL, a.q_rstd = a.k_rstd = NULL, a.beta_raw = NULL, a.A_log = a.dt_bias = NULL;
+        a.dA_log = a.ddt_bias = NULL;
+    }
     const int64_t wsn = kdart_chunk_bwd_workspace(rt, &a), wsn2 = rt2 ? kdart_chunk_bwd_workspace(rt2, &a) : 0;
     if (wsn < 0 || wsn2 < 0) {
         r->status = (int)(wsn < 0 ? wsn : wsn2);
@@ -1787,7 +1804,9 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
     r->nout = 8;
     r->untouched = 1; /* here: every element of a live token written, on both handles */
     for (int i = 0; i < 8; i++) {
-        const size_t n = nelem(outs[i]), live = rowlen[i] ? (size_t)L.tokens * rowlen[i] : n;
+        const size_t n = nelem(outs[i]),
+                     live = c->plain && (i == 5 || i == 6) ? 0 /* (not produced) */
+                            : rowlen[i] ? (size_t)L.tokens * rowlen[i] : n;
         r->names[i] = names[i];
         r->digest[i] = fnv1a(raw[0][i], outs[i]->bytes);
         as_doubles(outs[i], raw[0][i], n, x);

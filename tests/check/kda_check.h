@@ -251,6 +251,9 @@ typedef struct kc_chunk_case {
     int neg;           /* allow_neg_eigval */
     unsigned long long seed;
     kc_seqs seqs;      /* zero: fixed length */
+    int plain;         /* cuDNN frontend's configuration instead: no l2norm, no gate or beta sigmoid in the
+                          kernel (g NULL, g_cumsum an fp32 chunk-local cumsum of log2 decays, beta fp32
+                          after its sigmoid); dg and dbeta fp32, dA_log and ddt_bias not produced */
 } kc_chunk_case;
 int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_report *r);
 

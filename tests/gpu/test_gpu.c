@@ -1047,7 +1047,7 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c, double tol_all) {
     kc_report r;
     char what[256];
     snprintf(what, sizeof what, "chunk_bwd %s %s%s B%d T%d H%d HV%d K%d V%d%s", c->io ? "fp16" : "bf16",
-             c->safe ? "safe gate" : "gate", c->neg ? " neg" : "", c->B, c->T, c->H, c->HV, c->K, c->V,
+             c->plain ? "plain" : c->safe ? "safe gate" : "gate", c->neg ? " neg" : "", c->B, c->T, c->H, c->HV, c->K, c->V,
              c->seqs.nseq ? " packed" : "");
     ck_assert_msg(kc_run_chunk_bwd(rt, rt2, c, &r) == 0, "%s: harness: %s", what, r.message);
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
@@ -1086,18 +1086,23 @@ START_TEST(chunk_bwd_whole) {
                                        832,  922,  955,  1025, 1037, 1187, 1190, 1251, 1259, 1359, 1384, 1432,
                                        1439, 1519, 1549, 1569, 1635, 1639, 1689, 1700, 1762, 2048};
     const kc_chunk_case cases[] = {
-        {2, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95000, {0}},
-        {1, 200, 2, 2, 128, 128, 0, 0, 1, seed + 95001, {0}},
-        {1, 128, 2, 2, 128, 64, 1, 1, 0, seed + 95002, {0}},
-        {1, 300, 2, 2, 64, 64, 0, 1, 0, seed + 95003, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
-        {1, 128, 1, 2, 64, 64, 0, 1, 0, seed + 95004, {0}},
-        {1, 130, 2, 2, 100, 64, 0, 1, 1, seed + 95005, {0}},
-        {1, 128, 2, 2, 256, 128, 0, 1, 0, seed + 95006, {0}},
-        {1, 300, 2, 2, 128, 64, 0, 0, 1, seed + 95007, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
-        {2, 256, 2, 2, 128, 128, 1, 1, 0, seed + 95008, {0}},
+        {2, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95000, {0}, 0},
+        {1, 200, 2, 2, 128, 128, 0, 0, 1, seed + 95001, {0}, 0},
+        {1, 128, 2, 2, 128, 64, 1, 1, 0, seed + 95002, {0}, 0},
+        {1, 300, 2, 2, 64, 64, 0, 1, 0, seed + 95003, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 0},
+        {1, 128, 1, 2, 64, 64, 0, 1, 0, seed + 95004, {0}, 0},
+        {1, 130, 2, 2, 100, 64, 0, 1, 1, seed + 95005, {0}, 0},
+        {1, 128, 2, 2, 256, 128, 0, 1, 0, seed + 95006, {0}, 0},
+        {1, 300, 2, 2, 128, 64, 0, 0, 1, seed + 95007, {4, cu, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 0},
+        {2, 256, 2, 2, 128, 128, 1, 1, 0, seed + 95008, {0}, 0},
         /* the production layout: K = V = 128, seven documents of a packed row, the gate in the kernel */
-        {1, 1024, 2, 2, 128, 128, 0, 1, 0, seed + 95009, {7, cu7, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
-        {1, 2048, 2, 2, 128, 128, 0, 1, 0, seed + 95010, {33, cu33, 0, 0, 0, 0, 1, 0, 0, 0, 0}},
+        {1, 1024, 2, 2, 128, 128, 0, 1, 0, seed + 95009, {7, cu7, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 0},
+        {1, 2048, 2, 2, 128, 128, 0, 1, 0, seed + 95010, {33, cu33, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 0},
+        /* cuDNN frontend's configuration (no epilogue in the kernel, the fp32 log-space gate): the last
+         * step's part in the fused launch writes dg in fp32; fixed length and packed, HV == H and GVA */
+        {2, 256, 2, 2, 128, 128, 0, 0, 0, seed + 95011, {0}, 1},
+        {1, 1024, 2, 2, 128, 128, 0, 0, 0, seed + 95012, {7, cu7, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 1},
+        {1, 1024, 1, 2, 128, 128, 1, 0, 0, seed + 95013, {7, cu7, 0, 0, 0, 0, 1, 0, 0, 0, 0}, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_chunk(rt2, &cases[i], 0.0);
     /* fla's dAv inside bwd_dhu against bwd_dav's launch (KDART_FUSE_DAV=0), on the 33 documents: the V
@@ -1197,7 +1202,7 @@ START_TEST(small_for_sanitizers) {
     }
     if (small_wants("chunk_bwd")) {
         kdart_rt *rt2 = open_unfused("KDART_FUSE_POST");
-        const kc_chunk_case c = {1, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95100, {0}};
+        const kc_chunk_case c = {1, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95100, {0}, 0};
         check_chunk(rt2, &c, 0.0);
         kdart_close(rt2);
     }

@@ -103,11 +103,13 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     const int intra = kdart__arg_int(c, offsetof(ARGS, intra)) != 0,
               tail = K != kdart__k_tile(K) || V % 64 != 0 || c->d[KDART__D_B] * c->d[KDART__D_T] < KDART_CHUNK;
     /* kdart_kda_chunk_bwd's last step: its gate and beta part in this launch where the intra part's native
-     * body writes dg (dg in the io dtype, as the raw gate; part holding a row per CTA) */
+     * body writes dg (dg in the io dtype, as the raw gate, or without the gate in the kernel in fp32, the
+     * log-space gate's dtype; part holding a row per CTA) */
     kdart__post_split *x = c->extra;
     const kdart_bwd_post_args *pa = x ? x->post : NULL;
     int post = 0;
-    if (pa && intra && !tail && pa->dg && kdart__dtype_of(pa->dg) == c->io) {
+    if (pa && intra && !tail && pa->dg &&
+        (kdart__dtype_of(pa->dg) == c->io || (!pa->g_raw && kdart__dtype_of(pa->dg) == 32))) {
         const int64_t rows = (int64_t)c->grid[0] * c->grid[1] / c->d[KDART__D_HV];
         post = !pa->g_raw || (x->part && x->part->shape[0] >= kdart__post_part_floats(rows, c->d[KDART__D_HV], K));
     }
@@ -173,7 +175,7 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
         q->dg = (void *)kdart__ptr(pa->dg), q->db = (void *)kdart__ptr(pa->db);
         q->part = pa->g_raw ? (float *)kdart__ptr(x->part) : NULL;
         q->lower_bound = pa->lower_bound, q->beta_scale = pa->beta_scale;
-        q->safe_gate = pa->safe_gate != 0, q->db_io = pa->beta_io != 0;
+        q->safe_gate = pa->safe_gate != 0, q->db_io = pa->beta_io != 0, q->dg_f32 = kdart__dtype_of(pa->dg) == 32;
         if (((const kdart__post_split *)c->extra)->fused == 2) {
             q->dq = (void *)kdart__ptr(pa->dq), q->dk = (void *)kdart__ptr(pa->dk);
             q->q_rstd = (const float *)kdart__ptr(pa->q_rstd), q->k_rstd = (const float *)kdart__ptr(pa->k_rstd);
