@@ -9,7 +9,7 @@ gc_fla_site
 python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
 export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
 gc_triton_restore
-gc_whole_tests 160
+[ "${PYT:-160}" -gt 0 ] && gc_whole_tests ${PYT:-160}
 KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
   build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
 KDART_GPU_TESTS=chunk_bwd_whole,wy_production,wy_intra CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu.txt 2>&1
