@@ -21,6 +21,11 @@ ROWS = {  # name: (B, T, H, HV, K, V, cu)
     # one document of 30000 tokens among two short ones: bwd_dhu's V split scans it 32 columns wide (its dv
     # from bwd_dav's long_only rows), the short ones 64 wide with the dv fused
     "packed32768_long": (1, 32768, 32, 32, 128, 128, [0, 2000, 32000, 32768]),
+    # B2 T8192 as cuDNN frontend's THD layout hands it over: two equal documents, which bwd_dhu's V split
+    # calls long by 3% (8192 x 132 SMs against 16384 x 32 heads x 2 tiles)
+    "packed2x8192": (1, 16384, 32, 32, 128, 128, [0, 8192, 16384]),
+    # bench/varlen.py's seq8 (seed 2): one document of 24820 tokens (1.56 times the split's share) among 7
+    "packed_seq8": (1, 32768, 32, 32, 128, 128, [0, 1854, 2782, 3002, 27822, 28283, 31059, 31328, 32768]),
     # 65536 tokens in 25 documents of drawn (lognormal) lengths, the longest ones last: bwd_dhu's grid
     # without the V split (more than four waves), fwd_h's in index order
     "packed65536_n25": (1, 65536, 32, 32, 128, 128, [0, 539, 1514, 3031, 5578, 5896, 6322, 8135, 13220, 17851, 19176,
