@@ -1731,17 +1731,10 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
     kref_gen_unit_rows(&rng, P * H, K, h[0]), kref_gen_unit_rows(&rng, P * H, K, h[1]);
     for (size_t j = 0; j < P * H; j++) h[2][j] = 0.5 + kref_rng_uniform(&rng), h[3][j] = 0.5 + kref_rng_uniform(&rng);
     kref_gen_normal(&rng, nv, 1.0, h[4]), kref_gen_normal(&rng, ng, 1.0, h[5]);
-    if (c->plain) /* g_cumsum: running sums of log2 decays in [-0.2, 0), restarting at each chunk of a document */
-        for (int n = 0; n < N; n++)
-            for (int hv = 0; hv < HV; hv++)
-                for (int kk = 0; kk < K; kk++) {
-                    double acc = 0;
-                    for (int64_t t = L.cu[n]; t < L.cu[n + 1]; t++) {
-                        if ((t - L.cu[n]) % 64 == 0) acc = 0;
-                        acc -= 0.2 * kref_rng_uniform(&rng);
-                        h[5][((size_t)t * HV + hv) * K + kk] = acc;
-                    }
-                }
+    if (c->plain) { /* g_cumsum: the chunk-local cumsum of log-sigmoid decays (x: scratch until the outputs) */
+        kref_gen_gate(&rng, KREF_GATE_LOGSIG, 1, (int)P, HV, K, x);
+        kref_gate_cumsum_varlen((int)P, HV, K, N, L.cu, x, h[5]);
+    }
     kref_gen_normal(&rng, nb, 1.0, h[7]);
     round_to(h[7], nb, io);
     for (size_t j = 0; j < nb; j++) h[6][j] = (c->neg ? 2.0 : 1.0) / (1.0 + exp(-h[7][j]));
