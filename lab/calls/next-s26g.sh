@@ -8,7 +8,8 @@ set -u
 gc_fla_site
 python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
 export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
-gc_triton_restore
+if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
+  for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
 [ "${PYT:-160}" -gt 0 ] && gc_whole_tests ${PYT:-160}
 KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
   build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
@@ -21,6 +22,6 @@ PYTHONPATH=/tmp/site:$R/python timeout 120 python3 -m pytest -q -p no:cacheprovi
 gc_pack
 PYTHONPATH=/tmp/site:/tmp/cudnn-site:$R/python PYTHONUNBUFFERED=1 timeout $(( ${CALL_END:-590} - ($(date +%s) - t0) )) python3 bench/e2e.py \
   --shapes b2_t8192_h32 --configs cudnn --iters 6 --route both --no-overhead --profile > $O/e2e_cudnn.txt 2>&1
-echo "e2e cudnn rc=$?"; el
+echo "e2e cudnn rc=$?"; el; gc_triton_save cudnn_b2_t8192_h32
 grep -vE "Warning|_warn_once|nanobind|leaked| - " $O/e2e_cudnn.txt | grep -vE "^    (other|bwd_intra |wy_dqkg_fused|recompute_w_u |bwd_dhu |fwd_h \(re|bwd_dAv |dg cumsum)" | cut -c1-220 | tail -40
 gc_pack
