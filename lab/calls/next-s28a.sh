@@ -1,9 +1,52 @@
-# call s28a (carry build-gpu, build-Y, build-S, .whl, .whl-cudnn, .triton-carry; the headers of next-s26g.sh
-# and next-s27b.sh say how to make build-Y and build-S): next-s26g.sh until S26G_END (default 360) seconds into
-# the call, then next-s27b.sh (the split margin's A/B and tests) in what is left of 585 s, if 150 s are.
+# call s28a (carry build-gpu: main's build; build-Y: kernel_src with the fused launch's fp32 dg store removed
+# (next-s26g.sh's header); build-S: kernel_src with experiments/dhu-split-margin (next-s27b.sh's header);
+# build-D: kernel_src with experiments/wy-discard; .whl, .whl-cudnn, .triton-carry):
+# 1. the cuDNN configuration's fused last step on the GPU: test_gpu chunk_bwd_whole, wy_production,
+#    wy_intra with main's kernels and chunk_bwd_whole with build-Y's (its plain cases must fail), beside the
+#    Python whole-backward tests;
+# 2. alone: the bare whole call, main (M) against the split margin (S) and the scratch discard (D), two
+#    rounds, on B2, the 7-document packed row, two equal documents and seq8;
+# 3. test_gpu with S's kernels (the V-split and whole lists) and D's (chunk_bwd_whole) side by side;
+# 4. bench/e2e.py in cuDNN frontend's configuration at B2 (both routes, profiled, cuDNN beside) if 150 s
+#    are left of CALL_END (default 585).
 set -u
-T0=$(date +%s)
-CALL_END=${S26G_END:-360} PYT=${PYT:-160} bash lab/calls/next-s26g.sh
-mv $OUT/test_gpu.txt $OUT/test_gpu_s26g.txt 2>/dev/null
-left=$(( 585 - ($(date +%s) - T0) )); echo "== s27b: $left s left"
-[ $left -gt 150 ] && timeout $left bash lab/calls/next-s27b.sh
+. lab/calls/common.sh
+gc_fla_site
+python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
+export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
+if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
+  for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
+END=${CALL_END:-585}
+# 1.
+gc_whole_tests 150
+KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
+  build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
+KDART_GPU_TESTS=chunk_bwd_whole,wy_production,wy_intra CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu.txt 2>&1
+tail -1 $O/test_gpu.txt; grep -E "F:" $O/test_gpu.txt | head -4
+grep "plain" $O/test_gpu.txt | cut -c1-220
+wait; el; gpu_whole_report
+echo "== Y (fp32 dg store removed): its plain cases must fail"; tail -2 $O/test_gpu_Y.txt; grep -E "F:" $O/test_gpu_Y.txt | cut -c1-200 | head -4
+gc_pack
+# 2.
+export WB_CACHE=/tmp/cw WB_LIMIT=90
+ROWS=b2_t8192_h32,packed32768,packed2x8192,packed_seq8
+for r in 1 2; do
+  { gc_whole_bare M_$r $R/kernel_src build/libkdart.so $ROWS
+    gc_whole_bare D_$r $R/build-D/k build/libkdart.so $ROWS
+    gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
+done; el; gc_pack
+# 3.
+(KDART_CACHE_DIR=/tmp/cs KDART_KERNEL_DIR=$R/build-S/k KDART_GPU_TESTS=dhu_varlen_v_split,dhu_varlen_head_pairs,chunk_bwd_whole,dav_fused \
+  CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu_S.txt 2>&1; echo "S rc=$?" >> $O/test_gpu_S.txt) &
+KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole,varlen_garbage_writes_nothing CK_FORK=no \
+  timeout 150 build/tests/test_gpu > $O/test_gpu_D.txt 2>&1; echo "D rc=$?" >> $O/test_gpu_D.txt
+wait; for v in S D; do echo "== $v"; grep -E "Checks|F:|rc=" $O/test_gpu_$v.txt | cut -c1-200 | head -5; done; el; gc_pack
+# 4.
+left=$(( END - ($(date +%s) - t0) ))
+if [ $left -gt 150 ]; then
+  PYTHONPATH=/tmp/site:/tmp/cudnn-site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py \
+    --shapes b2_t8192_h32 --configs cudnn --iters 6 --route both --no-overhead --profile > $O/e2e_cudnn.txt 2>&1
+  echo "e2e cudnn rc=$?"; el; gc_triton_save cudnn_b2_t8192_h32
+  grep -vE "Warning|_warn_once|nanobind|leaked| - " $O/e2e_cudnn.txt | grep -vE "^    (other|bwd_intra |wy_dqkg_fused|recompute_w_u |bwd_dhu |fwd_h \(re|bwd_dAv |dg cumsum)" | cut -c1-220 | tail -40
+fi
+gc_pack
