@@ -1,13 +1,12 @@
 # call s28a (carry build-gpu: main's build; build-Y: kernel_src with the fused launch's fp32 dg store removed
 # (next-s26g.sh's header); build-S: kernel_src with experiments/dhu-split-margin (next-s27b.sh's header);
 # build-D: kernel_src with experiments/wy-discard; .whl, .whl-cudnn, .triton-carry):
-# 1. the cuDNN configuration's fused last step on the GPU: test_gpu chunk_bwd_whole, wy_production,
-#    wy_intra with main's kernels and chunk_bwd_whole with build-Y's (its plain cases must fail), beside the
-#    Python whole-backward tests;
-# 2. alone: the bare whole call, main (M) against the split margin (S) and the scratch discard (D), two
+# 1. alone: the bare whole call, main (M) against the scratch discard (D) and the split margin (S), two
 #    rounds, on B2, the 7-document packed row, two equal documents and seq8;
-# 3. test_gpu with S's kernels (the V-split and whole lists) and D's (chunk_bwd_whole) side by side;
-# 4. bench/e2e.py in cuDNN frontend's configuration at B2 (both routes, profiled, cuDNN beside) if 150 s
+# 2. side by side: test_gpu chunk_bwd_whole, wy_production, wy_intra with main's kernels (the cuDNN
+#    configuration's fused last step on the GPU), chunk_bwd_whole with build-Y's (its plain cases must fail),
+#    S's (the V-split and whole lists) and D's, and the Python whole-backward tests;
+# 3. bench/e2e.py in cuDNN frontend's configuration at B2 (both routes, profiled, cuDNN beside) if 150 s
 #    are left of CALL_END (default 585).
 set -u
 . lab/calls/common.sh
@@ -17,17 +16,7 @@ export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_
 if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
   for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
 END=${CALL_END:-585}
-# 1.
-gc_whole_tests 150
-KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
-  build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
-KDART_GPU_TESTS=chunk_bwd_whole,wy_production,wy_intra CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu.txt 2>&1
-tail -1 $O/test_gpu.txt; grep -E "F:" $O/test_gpu.txt | head -4
-grep "plain" $O/test_gpu.txt | cut -c1-220
-wait; el; gpu_whole_report
-echo "== Y (fp32 dg store removed): its plain cases must fail"; tail -2 $O/test_gpu_Y.txt; grep -E "F:" $O/test_gpu_Y.txt | cut -c1-200 | head -4
-gc_pack
-# 2.
+# 1. alone, first (the call's main question): M, D, S bare whole calls
 export WB_CACHE=/tmp/cw WB_LIMIT=90
 ROWS=b2_t8192_h32,packed32768,packed2x8192,packed_seq8
 for r in 1 2; do
@@ -35,13 +24,21 @@ for r in 1 2; do
     gc_whole_bare D_$r $R/build-D/k build/libkdart.so $ROWS
     gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el; gc_pack
-# 3.
+# 2.-3. every test side by side: main's lists, Y's (must fail its plain cases), S's, D's, the Python whole tests
+gc_whole_tests 150
+KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
+  build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
 (KDART_CACHE_DIR=/tmp/cs KDART_KERNEL_DIR=$R/build-S/k KDART_GPU_TESTS=dhu_varlen_v_split,dhu_varlen_head_pairs,chunk_bwd_whole,dav_fused \
   CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu_S.txt 2>&1; echo "S rc=$?" >> $O/test_gpu_S.txt) &
-KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole,varlen_garbage_writes_nothing CK_FORK=no \
-  timeout 150 build/tests/test_gpu > $O/test_gpu_D.txt 2>&1; echo "D rc=$?" >> $O/test_gpu_D.txt
-wait; for v in S D; do echo "== $v"; grep -E "Checks|F:|rc=" $O/test_gpu_$v.txt | cut -c1-200 | head -5; done; el; gc_pack
-# 4.
+(KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole,varlen_garbage_writes_nothing CK_FORK=no \
+  timeout 150 build/tests/test_gpu > $O/test_gpu_D.txt 2>&1; echo "D rc=$?" >> $O/test_gpu_D.txt) &
+KDART_GPU_TESTS=chunk_bwd_whole,wy_production,wy_intra CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu.txt 2>&1
+tail -1 $O/test_gpu.txt; grep -E "F:" $O/test_gpu.txt | head -4
+grep "plain" $O/test_gpu.txt | cut -c1-220
+wait; el; gpu_whole_report
+echo "== Y (fp32 dg store removed): its plain cases must fail"; tail -2 $O/test_gpu_Y.txt; grep -E "F:" $O/test_gpu_Y.txt | cut -c1-200 | head -4
+for v in S D; do echo "== $v"; grep -E "Checks|F:|rc=" $O/test_gpu_$v.txt | cut -c1-200 | head -5; done; gc_pack
+# 3.
 left=$(( END - ($(date +%s) - t0) ))
 if [ $left -gt 150 ]; then
   PYTHONPATH=/tmp/site:/tmp/cudnn-site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py \
