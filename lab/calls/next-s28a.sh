@@ -18,11 +18,6 @@ if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_
 END=${CALL_END:-585}
 # 1. alone, first (the call's main question): M, D, S bare whole calls
 export WB_CACHE=/tmp/cw WB_LIMIT=120
-# (the three trees' default sets compiled side by side into the one cache first: S's header change recompiles
-# every kernel)
-for d in kernel_src build-D/k build-S/k; do
-  KDART_CACHE_DIR=/tmp/cw KDART_KERNEL_DIR=$R/$d timeout 150 build/kdart prewarm --jobs 5 > $O/prewarm_${d%%/*}.txt 2>&1 &
-done; wait; el; tail -qn1 $O/prewarm_*.txt
 ROWS=b2_t8192_h32,packed32768,packed2x8192,packed_seq8
 for r in 1 2; do
   { gc_whole_bare M_$r $R/kernel_src build/libkdart.so $ROWS
