@@ -25,6 +25,10 @@ for r in 1 2; do
     gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el; gc_pack
 # 2.-3. every test side by side: main's lists, Y's (must fail its plain cases), S's, D's, the Python whole tests
+if [ "${AB_ONLY:-0}" = 1 ]; then  # (a short budget: D's whole-call test alone)
+  KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 120 \
+    build/tests/test_gpu 2>&1 | grep -E "Checks|F:" | cut -c1-200; el; gc_pack; exit 0
+fi
 gc_whole_tests 150
 KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
   build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
