@@ -18,11 +18,11 @@ if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_
 END=${CALL_END:-585}
 # 1. alone, first (the call's main question): M, D, S bare whole calls
 export WB_CACHE=/tmp/cw WB_LIMIT=120
-ROWS=b2_t8192_h32,packed32768,packed2x8192,packed_seq8
+ROWS=${AB_ROWS:-b2_t8192_h32,packed32768,packed2x8192,packed_seq8}
 for r in 1 2; do
   { gc_whole_bare M_$r $R/kernel_src build/libkdart.so $ROWS
     gc_whole_bare D_$r $R/build-D/k build/libkdart.so $ROWS
-    gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
+    [ "${NO_S:-0}" = 1 ] || gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el; gc_pack
 # 2.-3. every test side by side: main's lists, Y's (must fail its plain cases), S's, D's, the Python whole tests
 if [ "${AB_ONLY:-0}" = 1 ]; then  # (a short budget: D's whole-call test alone)
