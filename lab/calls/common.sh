@@ -89,6 +89,16 @@ gc_triton_save() {
   (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' | tar czf "$O/triton-autotune-$1.tgz" -T -) 2>/dev/null
   echo "autotune results saved: $(find "$TRITON_CACHE_DIR" -name '*.autotune.json' | wc -l)"
 }
+# the setup of a call that runs fla and cuDNN frontend beside kdart (carry .whl, .whl-cudnn): both sites,
+# Triton's cache with fla's autotuning restored (the H100's carried results only on an H100: on an H200 they
+# would hand fla another card's configs), kdart's library for Python
+gc_peers_setup() {
+  gc_fla_site
+  python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
+  export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
+  if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
+    for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
+}
 # every log under $OUT in one archive (only a few files come back from a call; rewritten at each phase)
 gc_pack() { (cd $O && tar czf all.tgz --exclude=all.tgz --exclude='*.tgz' . 2>/dev/null); }
 # the end of every call: failed tests, then every log in one archive

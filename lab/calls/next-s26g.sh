@@ -5,11 +5,7 @@
 # 2. bench/e2e.py in cuDNN frontend's configuration at B2 T8192 H32, both routes, profiled, cuDNN beside.
 set -u
 . lab/calls/common.sh
-gc_fla_site
-python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
-export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
-if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
-  for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
+gc_peers_setup
 [ "${PYT:-160}" -gt 0 ] && gc_whole_tests ${PYT:-160}
 KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
   build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &

@@ -10,11 +10,7 @@
 #    are left of CALL_END (default 585).
 set -u
 . lab/calls/common.sh
-gc_fla_site
-python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-site .whl-cudnn/*.whl 2>&1 | tail -1
-export TRITON_CACHE_DIR=$R/.triton-cache KDART_LIBRARY=$R/build/libkdart.so FLA_DISABLE_BACKEND_DISPATCH=1
-if grep -q H100 $O/gpu.txt; then gc_triton_restore; else mkdir -p $TRITON_CACHE_DIR
-  for f in lab/triton-autotune/*.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done; fi
+gc_peers_setup
 END=${CALL_END:-585}
 # 1. alone, first (the call's main question): M, D, S bare whole calls
 export WB_CACHE=/tmp/cw WB_LIMIT=120
