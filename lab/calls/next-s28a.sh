@@ -1,13 +1,18 @@
-# call s28a (carry build-gpu: main's build; build-Y: kernel_src with the fused launch's fp32 dg store removed
-# (next-s26g.sh's header); build-S: kernel_src with experiments/dhu-split-margin (next-s27b.sh's header);
-# build-D: kernel_src with experiments/wy-discard; .whl, .whl-cudnn, .triton-carry):
+# call s28a (carry build-gpu: main's build; .whl, .whl-cudnn, .triton-carry; and three kernel trees, each a
+# copy of kernel_src as build-X/k:
+#   build-Y: the fused launch's fp32 dg store removed:
+#     mkdir -p build-Y && cp -r kernel_src build-Y/k && sed -i 's/if (pp.dg_f32) st_out4/if (false) st_out4/' build-Y/k/bwd_intra_body.inc
+#   build-S: experiments/dhu-split-margin, build-D: experiments/wy-discard:
+#     mkdir -p build-S && cp -r kernel_src build-S/k && (cd build-S/k && patch -p2 < ../../lab/experiments/dhu-split-margin/split-margin.diff)
+#     mkdir -p build-D && cp -r kernel_src build-D/k && (cd build-D/k && patch -p2 < ../../lab/experiments/wy-discard/wy-discard.diff) )
 # 1. alone: the bare whole call, main (M) against the scratch discard (D) and the split margin (S), two
 #    rounds, on B2, the 7-document packed row, two equal documents and seq8;
 # 2. side by side: test_gpu chunk_bwd_whole, wy_production, wy_intra with main's kernels (the cuDNN
 #    configuration's fused last step on the GPU), chunk_bwd_whole with build-Y's (its plain cases must fail),
-#    S's (the V-split and whole lists) and D's, and the Python whole-backward tests;
+#    S's (the V-split and whole lists) and D's, the Python whole-backward tests; then test_fla_cpu -k whole;
 # 3. bench/e2e.py in cuDNN frontend's configuration at B2 (both routes, profiled, cuDNN beside) if 150 s
 #    are left of CALL_END (default 585).
+# A short budget: AB_ONLY=1 (step 1 and D's chunk_bwd_whole only), NO_S=1, AB_ROWS=row,...
 set -u
 . lab/calls/common.sh
 gc_peers_setup
@@ -20,24 +25,22 @@ for r in 1 2; do
     gc_whole_bare D_$r $R/build-D/k build/libkdart.so $ROWS
     [ "${NO_S:-0}" = 1 ] || gc_whole_bare S_$r $R/build-S/k build/libkdart.so $ROWS; } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el; gc_pack
-# 2.-3. every test side by side: main's lists, Y's (must fail its plain cases), S's, D's, the Python whole tests
-if [ "${AB_ONLY:-0}" = 1 ]; then  # (a short budget: D's whole-call test alone)
-  KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 120 \
-    build/tests/test_gpu 2>&1 | grep -E "Checks|F:" | cut -c1-200; el; gc_pack; exit 0
+if [ "${AB_ONLY:-0}" = 1 ]; then
+  KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k gc_tests_quick chunk_bwd_whole 120; el; gc_pack; exit 0
 fi
+# 2. every test side by side
 gc_whole_tests 150
-KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k KDART_GPU_TESTS=chunk_bwd_whole CK_FORK=no timeout 150 \
-  build/tests/test_gpu > $O/test_gpu_Y.txt 2>&1 &
-(KDART_CACHE_DIR=/tmp/cs KDART_KERNEL_DIR=$R/build-S/k KDART_GPU_TESTS=dhu_varlen_v_split,dhu_varlen_head_pairs,chunk_bwd_whole,dav_fused \
-  CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu_S.txt 2>&1; echo "S rc=$?" >> $O/test_gpu_S.txt) &
-(KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k KDART_GPU_TESTS=chunk_bwd_whole,varlen_garbage_writes_nothing CK_FORK=no \
-  timeout 150 build/tests/test_gpu > $O/test_gpu_D.txt 2>&1; echo "D rc=$?" >> $O/test_gpu_D.txt) &
-KDART_GPU_TESTS=chunk_bwd_whole,wy_production,wy_intra CK_FORK=no timeout 150 build/tests/test_gpu > $O/test_gpu.txt 2>&1
-tail -1 $O/test_gpu.txt; grep -E "F:" $O/test_gpu.txt | head -4
-grep "plain" $O/test_gpu.txt | cut -c1-220
-wait; el; gpu_whole_report
-echo "== Y (fp32 dg store removed): its plain cases must fail"; tail -2 $O/test_gpu_Y.txt; grep -E "F:" $O/test_gpu_Y.txt | cut -c1-200 | head -4
-for v in S D; do echo "== $v"; grep -E "Checks|F:|rc=" $O/test_gpu_$v.txt | cut -c1-200 | head -5; done; gc_pack
+KDART_CACHE_DIR=/tmp/cy KDART_KERNEL_DIR=$R/build-Y/k gc_gpu_tests 150 chunk_bwd_whole Y
+KDART_CACHE_DIR=/tmp/cs KDART_KERNEL_DIR=$R/build-S/k gc_gpu_tests 150 dhu_varlen_v_split,dhu_varlen_head_pairs,chunk_bwd_whole,dav_fused S
+KDART_CACHE_DIR=/tmp/cd KDART_KERNEL_DIR=$R/build-D/k gc_gpu_tests 150 chunk_bwd_whole,varlen_garbage_writes_nothing D
+gc_gpu_tests 150 chunk_bwd_whole,wy_production,wy_intra M
+wait; el
+grep -E "Checks|F:|rc=" $O/test_gpu_M.txt | head -5; grep "plain" $O/test_gpu_M.txt | cut -c1-220
+gpu_whole_report
+echo "== Y (fp32 dg store removed): its plain cases must fail"
+for v in Y S D; do echo "== $v"; grep -E "Checks|F:|rc=" $O/test_gpu_$v.txt | cut -c1-200 | head -5; done
+PYTHONPATH=/tmp/site:$R/python timeout 120 python3 -m pytest -q -p no:cacheprovider python/tests/test_fla_cpu.py -k whole 2>&1 | tail -2
+gc_pack
 # 3.
 left=$(( END - ($(date +%s) - t0) ))
 if [ $left -gt 150 ]; then
