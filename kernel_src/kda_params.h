@@ -169,7 +169,9 @@ typedef struct kdart_intra_post_params {
      * (q and k: the intra part's own); the row sums over K need every 64-column pass, so the earlier
      * passes store their columns' fp32 values and the last pass finishes every column of its rows: its
      * own from registers and shared memory, the earlier ones' from the fp32 values (which the same
-     * thread wrote) and q, k */
+     * thread wrote) and q, k.  Set by kdart_kda_chunk_bwd alone, whose fp32 dq, dk, dg are its
+     * scratch: each CTA ends by dropping its rows of them from L2 (discard.global.L2), so they are never
+     * written back */
     void *dq;              /* [B,T,H,K] io dtype */
     void *dk;              /* [B,T,H,K] io dtype */
     const float *q_rstd;   /* [B,T,H] fp32, or NULL: dq is the sum, rounded once */

@@ -152,12 +152,14 @@ __device__ __forceinline__ int chunk_of(int T, int HV, const void *cu, int is64,
 }
 
 /* bwd_dhu's V split (the host's SM count sms != 0): a sequence of len tokens is long when its 64-column
- * scan alone takes longer than the balanced per-SM share of all the grid's scans, len * sms > tokens * HV *
- * ceil(V / 64) over all tokens of cu_seqlens; the split scans its value heads 32 columns a CTA.  bwd_dav's
- * long_only mode writes dv for exactly these sequences, so both kernels must ask this one function.  In
- * double: garbage lengths must not overflow (any answer is then fine: the kernels validate cu_seqlens). */
+ * scan alone takes a quarter longer than the balanced per-SM share of all the grid's scans, len * sms >
+ * 1.25 tokens * HV * ceil(V / 64) over all tokens of cu_seqlens; the split scans its value heads 32
+ * columns a CTA (and bwd_dav computes their dv), which pays only when the sequence outlasts the others by
+ * a margin: equal documents (a THD batch) stay whole.  bwd_dav's long_only mode writes dv for exactly these
+ * sequences, so both kernels must ask this one function.  In double: garbage lengths must not overflow
+ * (any answer is then fine: the kernels validate cu_seqlens). */
 __device__ __forceinline__ bool split_long(long long len, long long tokens, int HV, int V, int sms) {
-    return (double)len * sms > (double)tokens * HV * ((V + 63) / 64);
+    return (double)len * sms > 1.25 * (double)tokens * HV * ((V + 63) / 64);
 }
 
 /* The sequence of a CTA in the kernels of one CTA per (sequence, value head, V tile), grid

@@ -283,3 +283,12 @@ gpu_e2e_rows() {
       grep -E "ratio|prod |queued|idle|floor|peak|kernel total|\(kdart|host" | cut -c1-160 | head -20
   done
 }
+# bench/e2e.py in cuDNN frontend's configuration at B2 T8192 H32 (route $1: whole or both; profiled, cuDNN
+# beside) for $2 seconds, into $O/e2e_cudnn.txt, fla's autotuning saved, the headline lines printed
+gc_e2e_cudnn() {
+  PYTHONPATH=/tmp/site:/tmp/cudnn-site:$R/python PYTHONUNBUFFERED=1 timeout $2 python3 bench/e2e.py \
+    --shapes b2_t8192_h32 --configs cudnn --iters 6 --route $1 --no-overhead --profile > $O/e2e_cudnn.txt 2>&1
+  echo "e2e cudnn rc=$?"; el; gc_triton_save cudnn_b2_t8192_h32
+  grep -vE "Warning|_warn_once|nanobind|leaked| - " $O/e2e_cudnn.txt |
+    grep -E "cudnn |queued|kernel total|fwd_h|wy_dqkg|recompute|dhu|dav|post|first" | cut -c1-200 | tail -24
+}

@@ -530,8 +530,9 @@ END_TEST
 /* bwd_dhu's V split (kernel_src/bwd_dhu.cuh, kdart::dhu::varlen64): packed
  * sequences with kdart's V tile, BV 64 in a grid of a few waves (checked
  * below through kdart_dhu_v_tile), a few sequences much longer than the rest.
- * Of these 40 (one zero-length), the long ones (1500, 200 and in one case
- * 400 tokens) scan in 32-column tiles, the others in 64-column ones, in the
+ * Of these 40 (one zero-length), the long ones (1500, 260 and in one case
+ * 400 tokens, each more than a quarter past the balanced share on 114 to
+ * 148 SMs) scan in 32-column tiles, the others in 64-column ones, in the
  * same launch, and the grid's CTAs go long sequences first (split_cta): the
  * long ones sit first, last, in the middle and spread out, so the order is a
  * different permutation in each case; K 64 and 128, V 128 and the
@@ -540,7 +541,7 @@ END_TEST
 START_TEST(dhu_varlen_v_split) {
     enum { N = 40, HV = 4 };
     static const int at[4][3] = {{0, 1, -1}, {38, 39, -1}, {17, 29, -1}, {5, 20, 39}};
-    static const int longlen[3] = {1500, 200, 400};
+    static const int longlen[3] = {1500, 260, 400};
     for (int v = 0; v < 4; v++) {
         static long long cu[N + 1];
         cu[0] = 0;
@@ -1081,7 +1082,8 @@ START_TEST(chunk_bwd_whole) {
     static const long long cu[5] = {0, 1, 65, 200, 300};
     static const long long cu7[8] = {0, 94, 257, 283, 533, 752, 940, 1024};
     /* 33 documents: bwd_dhu's grid of 132 scans of 64 columns, where the V tile 64 wins and the V split
-     * runs on 132 SMs (12 long documents of 63 to 300 tokens among short ones of 1 to 62) */
+     * runs on 132 SMs (8 long documents of 80 to 300 tokens, a quarter past the balanced share of 62, among
+     * short ones of 1 to 70) */
     static const long long cu33[34] = {0,    1,    301,  306,  370,  387,  517,  519,  559,  759,  768,  831,
                                        832,  922,  955,  1025, 1037, 1187, 1190, 1251, 1259, 1359, 1384, 1432,
                                        1439, 1519, 1549, 1569, 1635, 1639, 1689, 1700, 1762, 2048};
