@@ -44,9 +44,6 @@ gc_pack
 # 3.
 left=$(( END - ($(date +%s) - t0) ))
 if [ $left -gt 150 ]; then
-  PYTHONPATH=/tmp/site:/tmp/cudnn-site:$R/python PYTHONUNBUFFERED=1 timeout $left python3 bench/e2e.py \
-    --shapes b2_t8192_h32 --configs cudnn --iters 6 --route both --no-overhead --profile > $O/e2e_cudnn.txt 2>&1
-  echo "e2e cudnn rc=$?"; el; gc_triton_save cudnn_b2_t8192_h32
-  grep -vE "Warning|_warn_once|nanobind|leaked| - " $O/e2e_cudnn.txt | grep -vE "^    (other|bwd_intra |wy_dqkg_fused|recompute_w_u |bwd_dhu |fwd_h \(re|bwd_dAv |dg cumsum)" | cut -c1-220 | tail -40
+  gc_e2e_cudnn both $left
 fi
 gc_pack

@@ -9,7 +9,6 @@
 #    dh0 must be bitwise), fwdh_production, rwu_production beside memcheck and racecheck of chunk_bwd_whole.
 # A short budget: AB_ONLY=1, AB_ROWS=b2_t8192_h32.
 set -u
-[ -d build-gpu ] && { rm -rf build && mv build-gpu build; }
 . lab/calls/common.sh
 export WB_CACHE=/tmp/cw WB_LIMIT=${WB_LIMIT:-120}
 ROWS=${AB_ROWS:-b2_t8192_h32,packed32768,prod8192}
