@@ -10,22 +10,27 @@
  *     v_new[t]  = IO(u[t] - w[t] . IO(S))                      (fp32 accumulation)
  *     S         = exp2(g_last) (.) S + kg^T v_new              (per K row; kg already decayed)
  *   ht[n, hv] = S (fp32) when p.ht != NULL.
+ * UV (the whole backward's form): p.u holds v, and u = IO(A IO(v beta)) is made in the scan from
+ * v, A (chunk_kda's Akk, a sixth tile a stage) and beta (registers), in recompute_wu's product order
+ * (k ascending), so that u, v_new, h and ht have the bits of the two-stage form.
  * fla's roundings: IO(S) is both the stored state and the w . S operand, IO(v_new)
  * both the output and the kg^T operand, S itself stays fp32.  kg is chunk_kda's
  * k * exp2(g_last - g) (recompute_wu's kg): the kernel reads only g_last of gk.
  * k's head is hv / (HV / H) (GVA: k may have fewer heads than w and u).
  *
  * LAUNCH CONTRACT (mirrored by runtime/core/stages/fwd_h.c; FwdHTraits):
- *   kernel   kdart_fwd_h<IO, K, BV, VARLEN, TAIL>; IO in {kdart::bf16, kdart::fp16}; K (the K
+ *   kernel   kdart_fwd_h<IO, K, BV, VARLEN, TAIL, UV>; IO in {kdart::bf16, kdart::fp16}; K (the K
  *            tile) in {64, 128, 256}; BV (the V tile) in {32, 64}; TAIL: Kr below the K tile or
  *            V not a multiple of BV (copies and stores in the granule Kr and V allow,
  *            kdart_tile.cuh).  The state layout (p.state_v_first) is a runtime flag of every
- *            specialization: it changes only where h, h0 and ht are addressed.
+ *            specialization: it changes only where h, h0 and ht are addressed.  UV: the parameter
+ *            struct is kdart_fwd_h_uv_params (the common one, then A, beta, beta_f32).
  *   grid     (ceil(V / BV), N * HV, 1); blockIdx.y = r * HV + hv, r the row rank: sequence r, or with
  *            cu_seqlens the r-th longest (kdart_varlen.cuh, lpt_row), so long scans start first.
  *   block    FwdHTraits<K, BV>::kThreads: 128 threads (4 warps); 256 (two warpgroups, each scanning
  *            32 of the columns with its own state registers) at <256, 64>.
- *   smem     FwdHTraits<K, BV>::kSmemBytes of dynamic shared memory (the asserts list them).
+ *   smem     FwdHTraits<K, BV, UV>::kSmemBytes of dynamic shared memory (the asserts list them;
+ *            UV: a stage holds A too, 115,712 bytes at the K tile 128).
  *   Requires T % 64 == 0 unless VARLEN; 16-byte aligned tensors; outputs never alias inputs.
  *   VARLEN: the sequences of cu_seqlens (B == 1) or, cu NULL, the B rows of T tokens; h's row
  *   of sequence n's chunk c is chunk_offsets[n] + c, chunk_offsets derived on the device
@@ -60,7 +65,7 @@
 #include "kdart_tile.cuh"
 #include "kdart_varlen.cuh"
 
-template <int K_, int BV_>
+template <int K_, int BV_, bool UV_ = false>
 struct FwdHTraits {
     static constexpr int K = K_;
     static constexpr int kBV = BV_;
@@ -75,11 +80,15 @@ struct FwdHTraits {
      * latencies, and a second CTA's chain fills its gaps), hence two stages at 128 (three do not fit
      * beside a second CTA); three at 64; two at 256 (72 KB a stage, one CTA an SM) */
     static constexpr int kStages = K == 64 ? 3 : 2;
-    static constexpr int kStage = (2 * kKB + 1) * kTile;   /* kg blocks | w blocks | u */
+    /* kg blocks | w blocks | u (UV: v) | UV: A, and v_new after the u product (over the rows of A of
+     * the warp that read them: a warp reads only its own rows; two warpgroups: v_new over v) */
+    static constexpr int kStage = (2 * kKB + 1 + (UV_ ? 1 : 0)) * kTile;
     static constexpr int kOffH = kStages * kStage;         /* IO(S): kKB tiles [k][v] */
     static constexpr int kOffG = kOffH + kKB * kTile;      /* g_last: a row of K floats per stage */
-    static constexpr int kOffScr = kOffG + kStages * K * 4; /* seq_of's scratch */
-    static constexpr int kSmemBytes = kOffScr + 128;
+    /* seq_of's scratch; UV: in the last stage's A tile, first written by a copy issued after barrier
+     * B1 of chunk 0, which every warp reaches after seq_of (two CTAs an SM need those 128 bytes at 128) */
+    static constexpr int kOffScr = UV_ ? (kStages - 1) * kStage + (2 * kKB + 1) * kTile : kOffG + kStages * K * 4;
+    static constexpr int kSmemBytes = UV_ ? kOffG + kStages * K * 4 : kOffScr + 128;
     static constexpr int kMinBlocks = K < 256 ? 2 : 1;
     /* the kg^T v_new product's n16 column pairs per pass over the K blocks (their B fragments live
      * through the pass): a warpgroup's whole share of the columns */
@@ -93,9 +102,12 @@ struct FwdHTraits {
     static_assert(kStages == 2 || kStages == 3, "cp_wait<kStages - 2>");
     static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "the CTAs per SM fit");
     static_assert(16 * (kThreads / 32) <= 128, "seq_of's scratch: 4 ints a warp");
-    static_assert((K == 64 && kSmemBytes == 82816) || (K == 128 && kSmemBytes == 99456) ||
+    static_assert(UV_ || (K == 64 && kSmemBytes == 82816) || (K == 128 && kSmemBytes == 99456) ||
                       (K == 256 && kSmemBytes == 182400),
                   "FWDH_SMEM of runtime/core/stages/fwd_h.c");
+    static_assert(!UV_ || (K == 64 && kSmemBytes == 107264) || (K == 128 && kSmemBytes == 115712) ||
+                      (K == 256 && kSmemBytes == 198656),
+                  "FWDH_SMEM_UV of runtime/core/stages/fwd_h.c");
 };
 
 namespace kdart {
@@ -133,10 +145,21 @@ __device__ __forceinline__ void cp4z(unsigned s, const void *gsrc, bool ok) {
 } /* namespace fwdh */
 } /* namespace kdart */
 
-template <typename IO, int K, int BV, bool VARLEN, bool TAIL>
-__global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMinBlocks) void kdart_fwd_h(
-    const kdart_fwd_h_params p) {
-    using Tr = FwdHTraits<K, BV>;
+namespace kdart {
+namespace fwdh {
+/* the kernel's parameter struct: the u-from-v specializations' has A and beta after the common fields */
+template <bool UV> struct ParamsOf { using type = kdart_fwd_h_params; };
+template <> struct ParamsOf<true> { using type = kdart_fwd_h_uv_params; };
+__device__ __forceinline__ const kdart_fwd_h_params &base_of(const kdart_fwd_h_params &p) { return p; }
+__device__ __forceinline__ const kdart_fwd_h_params &base_of(const kdart_fwd_h_uv_params &p) { return p.base; }
+} /* namespace fwdh */
+} /* namespace kdart */
+
+template <typename IO, int K, int BV, bool VARLEN, bool TAIL, bool UV = false>
+__global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, UV>::kMinBlocks) void kdart_fwd_h(
+    const typename kdart::fwdh::ParamsOf<UV>::type pu) {
+    using Tr = FwdHTraits<K, BV, UV>;
+    const kdart_fwd_h_params &p = kdart::fwdh::base_of(pu);
     using namespace kdart;
     using namespace kdart::fwdh;
     /* NJ: n8 state tiles a warp holds; RJ: 16-byte pieces of a BV-column row */
@@ -174,6 +197,10 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
     const unsigned short *gu = io(p.u) + (bos * HV + hv) * V + v0;
     unsigned short *gvn = p.v_new ? static_cast<unsigned short *>(p.v_new) + (bos * HV + hv) * V + v0 : nullptr;
     const float *gg = p.gk + (bos * HV + hv) * Kr;
+    /* UV: A's rows (64 io values) and beta's */
+    const unsigned short *gA = nullptr;
+    if constexpr (UV) gA = io(pu.A) + (bos * HV + hv) * 64;
+    const long long strA = (long long)HV * 64;
     unsigned short *gh = static_cast<unsigned short *>(p.h) + (co * HV + hv) * KV;
     auto stage = [&](int c) { return reinterpret_cast<unsigned short *>(smem + (c % S) * Tr::kStage); };
 
@@ -196,6 +223,7 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
             const long long r0 = 64ll * c + cr;
             const unsigned short *pk = gk + r0 * strK + ch * 8, *pw = gw + r0 * strW + ch * 8,
                                  *pu = gu + r0 * strV + ch * 8;
+            const unsigned short *pa = UV ? gA + r0 * strA + ch * 8 : nullptr;
 #pragma unroll
             for (int q = 0; q < NQ; ++q) {
                 const bool ok = !VARLEN || cr + RS * q < nr;
@@ -205,7 +233,9 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
                     cp16z(sd + (KB + kb) * 2 * TILE + q * RS * 128, ok ? pw + 64 * kb : gw, ok);
                 }
                 if (BV == 64 || ch < 4) cp16z(sd + 2 * KB * 2 * TILE + q * RS * 128, ok ? pu : gu, ok);
+                if constexpr (UV) cp16z(sd + (2 * KB + 1) * 2 * TILE + q * RS * 128, ok ? pa : gA, ok);
                 pk += RS * strK, pw += RS * strW, pu += RS * strV;
+                if constexpr (UV) pa += RS * strA;
             }
             if (tid < K / 4) cp16z(sgl + 16 * tid, glr + 4 * tid, true);
         } else {
@@ -219,6 +249,7 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
                                               Kr - 64 * kb, tid, gran);
             }
             load_tile<TAIL, Tr::kThreads>(sg + 2 * KB * TILE, gu + r0 * strV, strV, nr, nvc, tid, gran);
+            if constexpr (UV) load_tile<TAIL, Tr::kThreads>(sg + (2 * KB + 1) * TILE, gA + r0 * strA, strA, nr, 64, tid, gran);
             /* g_last: 4-byte pieces (its rows are 4-byte aligned), zeros past Kr */
 #pragma unroll
             for (int k = tid; k < K; k += Tr::kThreads) cp4z(sgl + 4 * k, k < Kr ? glr + k : gg, k < Kr);
@@ -251,6 +282,19 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
 #pragma unroll 1
     for (int c = 0; c < nct; ++c) {
         const int nr = min(64, len - 64 * c);
+        /* UV: beta at the rows s of this thread's B fragments of v (k0 + 2 tq + {0, 1, 8, 9}), zeros past
+         * the chunk (v's rows there are zeros; beta's may be anything) */
+        float bt[UV ? 16 : 1];
+        if constexpr (UV) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const int s = 16 * (i >> 2) + 2 * tq + (i & 1) + 8 * ((i >> 1) & 1);
+                const long long at = (bos + 64ll * c + s) * HV + hv;
+                bt[i] = s >= nr ? 0.f
+                        : pu.beta_f32 ? static_cast<const float *>(pu.beta)[at]
+                                     : unpack2<IO>((unsigned)io(pu.beta)[at]).x;
+            }
+        }
         /* IO(S) into S_H: the stored state and the w . S operand */
 #pragma unroll
         for (int mt = 0; mt < KB; ++mt)
@@ -288,13 +332,63 @@ __global__ __launch_bounds__(FwdHTraits<K, BV>::kThreads, FwdHTraits<K, BV>::kMi
                 }
             }
         /* u at this thread's v_new elements, all read before any is rewritten (one shared-memory
-         * latency, where element by element each store waited for its own load) */
+         * latency, where element by element each store waited for its own load); UV: u = IO(A IO(v b)),
+         * A = this warp's rows of A, B = v's fragments scaled by beta and rounded as they are loaded
+         * (recompute_wu's product: gemm<IO, false, true, ...>'s order, so the same bits) */
         unsigned uo[NJ][2];
+        if constexpr (UV) {
+            const unsigned uA = smem_u32(stage(c) + (2 * KB + 1) * TILE), uV = smem_u32(sU);
+            /* in NH passes over the columns, so that only NJ / NH accumulator tiles live beside the
+             * state; each tile still sums k ascending.  Two passes at NJ 8 at fixed length (32 B of
+             * spill there down to 4), one for packed sequences (two would spill 64 B there, one none) */
+            constexpr int NH = NJ >= 8 && !VARLEN ? 2 : 1, NJH = NJ / NH;
 #pragma unroll
-        for (int j = 0; j < NJ; ++j)
+            for (int hh = 0; hh < NH; ++hh) {
+                float ua[NJH][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                uo[j][h] = *reinterpret_cast<const unsigned *>(sU + swz(m0 + gid + 8 * h, c0 + 8 * j + 2 * tq));
+                for (int j = 0; j < NJH; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) ua[j][e] = 0.f;
+#pragma unroll
+                for (int k0 = 0; k0 < 64; k0 += 16) {
+                    unsigned a[4];
+                    ldsm4(a_n(uA, m0, k0, lane), a);
+                    const float *bk = bt + 4 * (k0 >> 4);
+#pragma unroll
+                    for (int np = 0; np < NJH / 2; ++np) {
+                        unsigned b[4];
+                        ldsm4t(b_t(uV, c0 + 8 * NJH * hh + 16 * np, k0, lane), b);
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const float2 x = unpack2<IO>(b[r]);
+                            const int o = 2 * (r & 1); /* b[0], b[2]: rows 2 tq, +1; b[1], b[3]: 8 + 2 tq, +1 */
+                            b[r] = pack2<IO>(x.x * bk[o], x.y * bk[o + 1]);
+                        }
+                        mma<IO>(ua[2 * np], a, b[0], b[1]);
+                        mma<IO>(ua[2 * np + 1], a, b[2], b[3]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NJH; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) uo[NJH * hh + j][h] = pack2<IO>(ua[j][2 * h], ua[j][2 * h + 1]);
+            }
+            /* v_new goes over this warp's own rows of A (v's rows are read by every warp), once every
+             * lane's ldmatrix of them is done (a thread's stores land on rows other lanes read); with two
+             * warpgroups two warps share the rows of A, so v_new goes over v after a barrier */
+            if constexpr (Tr::kWG == 1) {
+                __syncwarp();
+                sU = stage(c) + (2 * KB + 1) * TILE;
+            } else {
+                __syncthreads();
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    uo[j][h] = *reinterpret_cast<const unsigned *>(sU + swz(m0 + gid + 8 * h, c0 + 8 * j + 2 * tq));
+        }
 
         /* h out: [K][V] rows of BV columns, or the V-first [V][K] rows of K entries, 16-byte pieces */
         unsigned short *ghc = gh + (long long)c * HV * KV;

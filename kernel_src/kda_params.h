@@ -275,6 +275,17 @@ typedef struct kdart_fwd_h_params {
     int state_v_first;
 } kdart_fwd_h_params;
 
+/* fwd_h's u-from-v specializations (uv=1): u is made in the scan, u = IO(A IO(v beta)), as recompute_wu
+ * makes it (bitwise: the same products in the same order), and base.u holds v [B,T,HV,V].  A struct of
+ * their own, so that the other specializations' parameters stay as they were (128 bytes: ptxas allocates
+ * their registers differently past that, and spilled). */
+typedef struct kdart_fwd_h_uv_params {
+    kdart_fwd_h_params base;
+    const void *A;    /* [B,T,HV,64] io dtype: chunk_kda's Akk */
+    const void *beta; /* [B,T,HV] io dtype, or fp32 (beta_f32) */
+    int beta_f32;
+} kdart_fwd_h_uv_params;
+
 /* bwd_post: grid (nblk, H), CTA (b, h) takes tokens [b TB, b TB + TB) of head h
  * and its HV/H value heads (tokens: the B*T rows, sequences do not matter). */
 typedef struct kdart_bwd_post_params {

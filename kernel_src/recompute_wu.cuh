@@ -174,7 +174,7 @@ __global__ __launch_bounds__(RecomputeWuTraits::kThreads, RecomputeWuTraits::kMi
     if (nv <= 0) return; /* bad cu_seqlens (reported), or beyond the last chunk */
     (void)hrow;
     const int hq = hv / (HV / H);
-    const int nkb = (Kr + 63) >> 6, nvb = (V + 63) >> 6, nsteps = nkb + nvb;
+    const int nkb = (Kr + 63) >> 6, nvb = (V + 63) >> 6, nsteps = nkb + (p.u != nullptr ? nvb : 0); /* no u: fwd_h makes it */
     const int gran = TAIL ? granule(Kr, V) : 8;
     const long long strQ = (long long)H * Kr, strG = (long long)HV * Kr, strV = (long long)HV * V;
     const long long oQ = (t0 * H + hq) * Kr, oG = (t0 * HV + hv) * Kr, oV = (t0 * HV + hv) * V;

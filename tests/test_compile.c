@@ -46,8 +46,8 @@ static void teardown(void) { test_rmtree(dir); }
 typedef struct job_list {
     pthread_mutex_t lock;
     int next, total;
-    /* the default prewarm set of every kernel on two archs: 418 (bwd_intra 66, bwd_dhu 54, wy_dqkg 50,
-     * fwd_h 16, recompute_wu 8, bwd_post 8, bwd_dav 4, chunk_rcumsum 3 per arch) */
+    /* the default prewarm set of every kernel on two archs: 474 (bwd_intra 66, bwd_dhu 54, wy_dqkg 62,
+     * fwd_h 32, recompute_wu 8, bwd_post 8, bwd_dav 4, chunk_rcumsum 3 per arch) */
     const char *kernel[MAX_JOBS];
     char spec[MAX_JOBS][128];
     const char *arch[MAX_JOBS];
@@ -99,13 +99,13 @@ START_TEST(every_spec_compiles) {
         ck_assert_msg(j.rc[i] == KDART_OK, "%s %s %s: %s", j.kernel[i], j.spec[i], j.arch[i], kdart_strerror(j.rc[i]));
     }
     printf("prewarm of %d entries on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
-    ck_assert_int_eq(j.total, 442); /* (bwd_post: its 8 bf16 specs on the 2 archs) */
+    ck_assert_int_eq(j.total, 474); /* (bwd_post: its 8 bf16 specs on the 2 archs) */
     /* No specialization spills (the ptxas report is in each entry), the bwd_intra tail
      * bodies on sm_90a included (their first form spilled 8..104 bytes).  The exceptions: wy_dqkg
      * (below) and
      * bwd_dhu's K tile 256 at BV 64 on sm_100a, whose mma.sync path (no wgmma there) holds 255
      * registers and spills at most a few words on packed sequences (4 bytes when last
-     * measured); it is checked to stay within 32 bytes. */
+     * measured); it is checked to stay within 32 bytes; and fwd_h's uv=1 ones (below). */
     for (int i = 0; i < j.total; i++) {
         kdart_entry *ent;
         ck_assert_int_eq(kdart_cache_get(j.rt, j.key[i], &ent), KDART_OK);
@@ -118,6 +118,11 @@ START_TEST(every_spec_compiles) {
          * state, and K64 with the last step's part: 8 bytes when last measured), bounded at 16 bytes */
         if (!clean && strcmp(j.kernel[i], "wy_dqkg") == 0 && strcmp(j.arch[i], "sm_90a") == 0) clean = st <= 16 && ld <= 16;
         if (!clean && strcmp(j.arch[i], "sm_100a") == 0 && strstr(j.spec[i], "K=256,BV=64")) clean = st <= 32 && ld <= 32;
+        /* fwd_h's u-from-v specializations hold beta's 16 values and the u product's accumulators beside
+         * the state: on sm_90a, at the BV 64 of K 128, ptxas spills a few words at fixed length (8 bytes
+         * when last measured) and 64 bytes in the packed tail specialization; bounded at 64 / 96 */
+        if (!clean && strcmp(j.kernel[i], "fwd_h") == 0 && strcmp(j.arch[i], "sm_90a") == 0 && strstr(j.spec[i], "uv=1"))
+            clean = st <= 64 && ld <= 96;
         ck_assert_msg(clean, "%s %s %s spills:\n%s", j.kernel[i], j.spec[i], j.arch[i], ent->report);
         /* No stack frame beyond the spills: a register array indexed at run time (a loop left rolled over
          * it) lives in local memory for the whole kernel.  The packed fused wy_dqkg kernel once carried 128

@@ -84,7 +84,7 @@ START_TEST(registry_specs) {
     ck_assert_int_eq(kdart_spec_count("wy_dqkg"), 768);
     ck_assert_int_eq(kdart_spec_count("recompute_wu"), 32);
     ck_assert_int_eq(kdart_spec_count("bwd_dav"), 8);
-    ck_assert_int_eq(kdart_spec_count("fwd_h"), 48);
+    ck_assert_int_eq(kdart_spec_count("fwd_h"), 96);
     ck_assert_int_eq(kdart_spec_count("bwd_post"), 16);
     ck_assert_int_eq(kdart_spec_count("nope"), KDART_EKERNEL);
     /* every kernel's units fit the handle's slot table (an overrun there corrupts the status words),
@@ -104,7 +104,7 @@ START_TEST(registry_specs) {
     ck_assert_str_eq(kdart_kernel_params("wy_dqkg"), "io={bf16,fp16} K={64,128,256} varlen={0,1} tail={0,1} beta={io,f32} svf={0,1} dAqk={0,1} intra={0,1} post={0,1}");
     ck_assert_str_eq(kdart_kernel_params("recompute_wu"), "io={bf16,fp16} varlen={0,1} tail={0,1} beta={io,f32} gate={0,1}");
     ck_assert_str_eq(kdart_kernel_params("bwd_dav"), "io={bf16,fp16} varlen={0,1} tail={0,1}");
-    ck_assert_str_eq(kdart_kernel_params("fwd_h"), "io={bf16,fp16} K={64,128,256} BV={32,64} varlen={0,1} tail={0,1}");
+    ck_assert_str_eq(kdart_kernel_params("fwd_h"), "io={bf16,fp16} K={64,128,256} BV={32,64} varlen={0,1} tail={0,1} uv={0,1}");
     char buf[128];
     /* Every index round-trips through its canonical text. */
     for (int k = 0; k < kdart_kernel_count(); k++) {
@@ -182,15 +182,15 @@ START_TEST(registry_specs) {
         kdart_spec_at("bwd_dav", i, buf, sizeof buf);
         ck_assert_int_eq(kdart_spec_prewarmed("bwd_dav", i), strstr(buf, "io=bf16,") != NULL);
     }
-    /* fwd_h: bf16, every native specialization and the tails at the K tile 128 */
+    /* fwd_h: bf16, every native specialization and the tails at the K tile 128, with u given or made */
     int n_fwdh = 0;
     for (int i = 0; i < kdart_spec_count("fwd_h"); i++) {
         kdart_spec_at("fwd_h", i, buf, sizeof buf);
-        const int want = strstr(buf, "io=bf16,") && (strstr(buf, "tail=0") || strstr(buf, "K=128,"));
+        const int want = strstr(buf, "io=bf16,") && (strstr(buf, "tail=0,") || strstr(buf, "K=128,"));
         ck_assert_int_eq(kdart_spec_prewarmed("fwd_h", i), want);
         n_fwdh += want;
     }
-    ck_assert_int_eq(n_fwdh, 16);
+    ck_assert_int_eq(n_fwdh, 32);
     ck_assert_int_eq(kdart_spec_prewarmed("chunk_rcumsum", 2), 1);
     ck_assert_int_eq(kdart_spec_prewarmed("bwd_dhu", 144), KDART_EINVAL);
     ck_assert_int_eq(kdart_spec_prewarmed("nope", 0), KDART_EKERNEL);

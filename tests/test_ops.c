@@ -1146,7 +1146,7 @@ static void fwdh_make(fwdh_set *s, int64_t b, int64_t t, int64_t k, int64_t v, i
     mk(&s->ci, kDLInt, 32, 2, 5, 2, 0, 0, 0);
     mk(&s->co, kDLInt, 32, 1, 3, 0, 0, 0, 0);
     kdart_fwd_h_args a = {sizeof a, &s->k.t, &s->w.t, &s->u.t, &s->gk.t, &s->h0.t, &s->h.t, &s->vn.t, &s->ht.t,
-                          64, 0, NULL, NULL, NULL};
+                          64, 0, NULL, NULL, NULL, NULL, NULL};
     s->a = a;
 }
 static void fwdh_std(fwdh_set *s) { fwdh_make(s, B, T, K, V, T / 64); }
@@ -1290,11 +1290,11 @@ START_TEST(fwdh_validation) {
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     EXPECT(kdart_op_run(rt, "fwd_h", &s.a, NULL), KDART_ENOCUDA, NULL);
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,BV=64,varlen=0,tail=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=64,varlen=0,tail=0,uv=0");
     /* the optional tensors absent, BV 32 */
     s.a.h0 = s.a.ht = s.a.v_new = NULL, s.a.v_tile = 32;
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=64,BV=32,varlen=0,tail=0");
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=32,varlen=0,tail=0,uv=0");
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     /* v_tile 0: kdart picks for the device (which it needs: ENOCUDA here) */
     fwdh_std(&s);
@@ -1303,7 +1303,7 @@ START_TEST(fwdh_validation) {
     /* any T (the varlen body at fixed length), a head dim below its tile, V not a multiple of BV */
     fwdh_make(&s, B, 100, 100, 100, 2);
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1,tail=1");
+    ck_assert_str_eq(buf, "io=bf16,K=128,BV=64,varlen=1,tail=1,uv=0");
     /* the V-first state, K = 256 */
     fwdh_make(&s, B, T, 256, V, T / 64);
     mk(&s.h, kDLBfloat, 16, 5, B, T / 64, HV, V, 256);
@@ -1311,7 +1311,7 @@ START_TEST(fwdh_validation) {
     mk(&s.ht, kDLFloat, 32, 4, B, HV, V, 256, 0);
     s.a.state_v_first = 1;
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=bf16,K=256,BV=64,varlen=0,tail=0");
+    ck_assert_str_eq(buf, "io=bf16,K=256,BV=64,varlen=0,tail=0,uv=0");
     s.a.state_v_first = 0; /* the same tensors are now the wrong layout */
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor h0");
     /* packed, with fla's index tensors, h with spare rows, fp16 */
@@ -1325,7 +1325,7 @@ START_TEST(fwdh_validation) {
     mk(&s.ht, kDLFloat, 32, 4, 2, HV, K, V, 0);
     s.a.cu_seqlens = &s.cu.t, s.a.chunk_indices = &s.ci.t, s.a.chunk_offsets = &s.co.t;
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
-    ck_assert_str_eq(buf, "io=fp16,K=64,BV=64,varlen=1,tail=0");
+    ck_assert_str_eq(buf, "io=fp16,K=64,BV=64,varlen=1,tail=0,uv=0");
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
     mk(&s.h, kDLFloat, 16, 5, 1, 4, HV, K, V); /* fewer rows than chunk_indices */
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "chunk_indices");

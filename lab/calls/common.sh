@@ -232,7 +232,7 @@ gc_ab_trees() {
 gc_whole_bare() {
   KDART_LIBRARY=$(readlink -f $3) KDART_KERNEL_DIR=$2 KDART_CACHE_DIR=${WB_CACHE:-/tmp/cw$1} \
     PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
-    timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | grep -E "bare (C|profile)" | sed "s|^|$1 |"
+    timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | tee $O/wb_$1.log | grep -E "bare (C|profile)" | sed "s|^|$1 |"
 }
 # memcheck and racecheck of test_gpu's chunk_bwd_whole (or SAN_TESTS) side by side, each in its own cache, until $1 seconds
 # have passed; their summaries printed

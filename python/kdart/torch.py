@@ -681,7 +681,8 @@ def _dt_bias_2d(dt_bias, g_raw):
 def _rwu_call(k, v, beta, A, gk, q, g_raw, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices):
     """(stage, tensors, scalars, optional outputs asked for) of one recompute_wu call."""
     st = _RWU_GATE if g_raw is not None else _RWU
-    want = tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
+    # (u is optional in C, where kdart_kda_chunk_bwd lets fwd_h make it; fla's recompute_w_u_fwd returns it)
+    want = ("u",) + tuple(n for n, on in (("qg", q is not None), ("g_out", g_raw is not None)) if on)
     return (st, dict(q=q, k=k, v=v, beta=beta, A=A, g=gk, g_raw=g_raw, A_log=A_log,
                      dt_bias=_dt_bias_2d(dt_bias, g_raw), cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
             dict(lower_bound=0.0 if lower_bound is None else float(lower_bound),

@@ -64,6 +64,7 @@ static const DLTensor *carve(carver *cv, view *v, uint8_t code, uint8_t bits, in
 typedef struct plan {
     int64_t B, T, H, HV, K, V, N, NT, HB;
     int gate, fused, svf, packed, recompute;
+    int fuse_u; /* the recompute without u: fwd_h makes it from v, Akk and beta */
     int split; /* fused, packed, and bwd_dhu's V split: bwd_dav for its long sequences first */
     uint8_t io_code; /* kDLBfloat or kDLFloat (fp16) */
 } plan;
@@ -99,6 +100,7 @@ static int sizes(kdart_rt *rt, const kdart_chunk_bwd_args *a, plan *p) {
     /* fla's dAv inside bwd_dhu and wy_dqkg: K 64 or 128, V a multiple of 64 up to 512, on grids where
      * bwd_dhu runs the V tile 64 (packed ones of at most 4 waves through its V split, where bwd_dav serves
      * the long sequences first: split); the SM count unknown (no CUDA): fused */
+    p->fuse_u = rt->fuse_u && p->recompute;
     p->fused = rt->fuse_dav && (p->K == 64 || p->K == 128) && p->V % 64 == 0 && p->V <= 512;
     int sms = 0;
     p->split = 0;
@@ -155,12 +157,12 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
         s->dav = (kdart_bwd_dav_args){sizeof s->dav, vn, a->d_o, a->Aqk, NULL, dvi, a->scale, a->cu_seqlens,
                                       a->chunk_indices};
     }
-    /* then one region for two sets that are never live together: w, u, qg, kg (read last by bwd_dhu) and
+    /* then one region for two sets that are never live together: w, (u,) qg, kg (read last by bwd_dhu) and
      * wy_dqkg's fp32 dq, dk, dg, db (written after bwd_dhu, read by bwd_post) */
     carver early = cv, late = cv;
     if (p->recompute) {
         w = carve(&early, &s->w, io, 16, 4, B, T, HV, K, 0);
-        u = carve(&early, &s->u, io, 16, 4, B, T, HV, V, 0);
+        if (!p->fuse_u) u = carve(&early, &s->u, io, 16, 4, B, T, HV, V, 0); /* else fwd_h makes it */
         qg = carve(&early, &s->qg, io, 16, 4, B, T, HV, K, 0);
         kg = carve(&early, &s->kg, io, 16, 4, B, T, HV, K, 0);
     }
@@ -179,11 +181,14 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     } else {
         s->rwu.g = gk;
     }
-    s->rwu.w = w, s->rwu.u = u, s->rwu.qg = qg, s->rwu.kg = kg;
+    /* u: made in fwd_h's scan from v, Akk and beta (the recompute skips its V steps) */
+    const int fu = p->fuse_u;
+    s->rwu.w = w, s->rwu.u = fu ? NULL : u, s->rwu.qg = qg, s->rwu.kg = kg;
     s->rwu.cu_seqlens = a->cu_seqlens, s->rwu.chunk_indices = a->chunk_indices;
 
-    s->fwdh = (kdart_fwd_h_args){sizeof s->fwdh, kg, w, u, gk, a->h0, h, vn, NULL, 0, p->svf, a->cu_seqlens,
-                                 a->chunk_indices, a->chunk_offsets};
+    s->fwdh = (kdart_fwd_h_args){sizeof s->fwdh, kg, w, fu ? a->v : u, gk, a->h0, h, vn, NULL, 0, p->svf,
+                                 a->cu_seqlens, a->chunk_indices, a->chunk_offsets,
+                                 fu ? a->Akk : NULL, fu ? a->beta : NULL};
 
     s->dhu.struct_size = sizeof s->dhu;
     s->dhu.qg = qg, s->dhu.kg = kg, s->dhu.w = w, s->dhu.d_o = a->d_o, s->dhu.g = gk, s->dhu.dht = a->dht;

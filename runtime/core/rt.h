@@ -286,6 +286,7 @@ struct kdart_rt {
     uint32_t flags;
     int fuse_post;         /* how much of the last step kdart_kda_chunk_bwd hands to wy_dqkg's launch where it
                                can: 2 (the default) all it can, 1 the gate's part, 0 nothing (KDART_FUSE_POST) */
+    int fuse_u;            /* 1 (the default): kdart_kda_chunk_bwd's fwd_h makes u from v (KDART_FUSE_U) */
     int fuse_dav;          /* 1 (the default): kdart_kda_chunk_bwd runs fla's dAv inside bwd_dhu where the scan
                                can; 0: bwd_dav is a launch of its own on every grid (KDART_FUSE_DAV) */
 

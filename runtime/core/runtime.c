@@ -131,6 +131,7 @@ int kdart__open(kdart_rt **out, const kdart_options *user_opts) {
     if (kdart__env_number(rt, "KDART_CHECK", 0, 0, 1, &on) && on) rt->flags |= KDART_OPEN_CHECK;
     rt->fuse_post = kdart__env_number(rt, "KDART_FUSE_POST", 0, 0, 2, &on) ? (int)on : 2;
     rt->fuse_dav = kdart__env_number(rt, "KDART_FUSE_DAV", 0, 0, 1, &on) ? (int)on : 1;
+    rt->fuse_u = kdart__env_number(rt, "KDART_FUSE_U", 0, 0, 1, &on) ? (int)on : 1;
     /* Read here, per handle, as every variable is, and so not under
      * KDART_OPEN_NO_ENV: libcuda itself is loaded once per process. */
     if (kdart__env_number(rt, "KDART_DISABLE_CUDA", 0, 0, 1, &on) && on) {

@@ -539,7 +539,7 @@ typedef struct kdart_recompute_wu_args {
     const DLTensor *dt_bias;   /* [HV,K]      fp32, or NULL (with g_raw) */
     const DLTensor *g_out;     /* out [B,T,HV,K] fp32 (with g_raw) */
     const DLTensor *w;         /* out [B,T,HV,K] io dtype */
-    const DLTensor *u;         /* out [B,T,HV,V] io dtype */
+    const DLTensor *u;         /* out [B,T,HV,V] io dtype, or NULL (v unread: fwd_h can make u) */
     const DLTensor *qg;        /* out [B,T,HV,K] io dtype, or NULL (with q NULL) */
     const DLTensor *kg;        /* out [B,T,HV,K] io dtype */
     float lower_bound;         /* the safe gate's bound */
@@ -594,6 +594,9 @@ typedef struct kdart_fwd_h_args {
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: h's NT >= its rows */
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
+    /* u made here from v (then in `u`): u = A (v beta), rounded as recompute_wu rounds it */
+    const DLTensor *A;         /* [B,T,HV,64] io dtype (chunk_kda's Akk), or NULL: u is given */
+    const DLTensor *beta;      /* [B,T,HV] io dtype or fp32, with A */
 } kdart_fwd_h_args;
 
 /* The CUDA function of a specialization in the current context, prepared

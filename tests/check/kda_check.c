@@ -1385,14 +1385,15 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
                  live_h = (size_t)L.chunks * HV * K * V;
     double *k = dmalloc(nkh), *kx = dmalloc(nk), *v = dmalloc(nv), *beta = dmalloc(nb), *a = dmalloc(nk),
            *g = dmalloc(nk), *Akk = dmalloc((size_t)P * HV * 64), *w = dmalloc(nk), *u = dmalloc(nv),
-           *kg = dmalloc(nk), *kgh = dmalloc(nkh), *h0 = dmalloc(ns), *vf = dmalloc(nh > ns ? nh : ns);
+           *kg = dmalloc(nk), *kgh = dmalloc(nkh), *h0 = dmalloc(ns), *vf = dmalloc(nh > ns ? nh : ns),
+           *uio = c->uv ? dmalloc(nv) : NULL, *ones = c->uv ? dmalloc(nb) : NULL;
     double *fref[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)}, *eref[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)},
            *got[3] = {dmalloc(nh), dmalloc(nv), dmalloc(ns)};
     void *raw[3] = {malloc(nh * 2 + 4), malloc(nv * 2 + 4), malloc(ns * 4 + 4)};
-    dbuf d[8];
+    dbuf d[10];
     memset(d, 0, sizeof d);
     int rc = -1;
-    int ok = k && kx && v && beta && a && g && Akk && w && u && kg && kgh && h0 && vf;
+    int ok = k && kx && v && beta && a && g && Akk && w && u && kg && kgh && h0 && vf && (!c->uv || (uio && ones));
     for (int i = 0; i < 3; i++) ok = ok && fref[i] && eref[i] && got[i] && raw[i];
     if (!ok) {
         fail(r, "out of host memory");
@@ -1415,10 +1416,30 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
         }
     for (size_t x = 0; x < nk; x++) g[x] = w[x] = kg[x] = NAN; /* tokens past cu[N]: never read */
     for (size_t x = 0; x < nv; x++) u[x] = NAN;
+    /* uv: v, A and beta are inputs, so the references see them as the kernel reads them */
+    if (c->uv) round_to(v, nv, io), round_to(beta, nb, c->uv == 2 ? DT_F32 : io);
     kref_gate_cumsum_varlen(P, HV, K, N, L.cu, a, g);
     round_to(g, nk, DT_F32);
     kref_wy_akk_varlen(P, HV, K, N, L.cu, kx, beta, g, Akk);
+    if (c->uv) round_to(Akk, (size_t)P * HV * 64, io);
     kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, Akk, w, u, kg);
+    if (c->uv) { /* the io reference's u = IO(A IO(v beta)): the same product on v beta rounded, beta 1 */
+        double *vb = uio;
+        for (size_t x = 0; x < nv; x++) vb[x] = v[x] * beta[x / V];
+        round_to(vb, nv, io);
+        for (size_t x = 0; x < nb; x++) ones[x] = 1.0;
+        double *w2 = dmalloc(nk), *kg2 = dmalloc(nk), *u2 = dmalloc(nv);
+        if (!w2 || !kg2 || !u2) {
+            free(w2), free(kg2), free(u2);
+            fail(r, "out of host memory");
+            goto out;
+        }
+        for (size_t x = 0; x < nv; x++) u2[x] = NAN;
+        kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, vb, ones, g, Akk, w2, u2, kg2);
+        memcpy(uio, u2, nv * sizeof(double));
+        free(w2), free(kg2), free(u2);
+        round_to(uio, nv, io);
+    }
     round_to(w, nk, io), round_to(u, nv, io), round_to(kg, nk, io);
     for (size_t t = 0; t < (size_t)P; t++)
         for (int hk = 0; hk < H; hk++) memcpy(kgh + (t * H + hk) * K, kg + (t * HV + hk * G) * K, sizeof(double) * K);
@@ -1429,23 +1450,27 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
     int64_t skh[4] = {B, T, H, K}, sk[4] = {B, T, HV, K}, sv[4] = {B, T, HV, V}, ss[4] = {N, HV, S1, S2},
             sh[5] = {B, NT, HV, S1, S2};
     /* in: k w u gk h0; out: h v_new ht */
+    /* uv: v in u's place, A and beta (d[8], d[9]) */
+    int64_t sa[4] = {B, T, HV, 64}, sb[3] = {B, T, HV};
     ok = !dalloc(&d[0], io, 4, skh) && !dalloc(&d[1], io, 4, sk) && !dalloc(&d[2], io, 4, sv) &&
          !dalloc(&d[3], DT_F32, 4, sk) && !dalloc(&d[4], DT_F32, 4, ss) && !dalloc(&d[5], io, 5, sh) &&
-         !dalloc(&d[6], io, 4, sv) && !dalloc(&d[7], DT_F32, 4, ss);
+         !dalloc(&d[6], io, 4, sv) && !dalloc(&d[7], DT_F32, 4, ss) &&
+         (!c->uv || (!dalloc(&d[8], io, 4, sa) && !dalloc(&d[9], c->uv == 2 ? DT_F32 : io, 3, sb)));
     if (!ok || layout_upload(&L, &c->seqs, r)) {
         if (!r->message[0]) fail(r, "out of device memory");
         goto out;
     }
     if (svf) swap_kv(h0, vf, ns / ((size_t)K * V), K, V);
-    const double *host_in[5] = {kgh, w, u, g, svf ? vf : h0};
-    for (int i = 0; i < 5; i++)
-        if (dput(&d[i], host_in[i])) {
+    const double *host_in[7] = {kgh, w, c->uv ? v : u, g, svf ? vf : h0, Akk, beta};
+    for (int i = 0; i < (c->uv ? 7 : 5); i++)
+        if (dput(&d[i < 5 ? i : i + 3], host_in[i])) {
             fail(r, "uploading inputs");
             goto out;
         }
     kdart_fwd_h_args args = {sizeof args, &d[0].t, &d[1].t, &d[2].t, &d[3].t, c->with_h0 ? &d[4].t : NULL, &d[5].t,
                              c->with_vnew ? &d[6].t : NULL, c->with_ht ? &d[7].t : NULL, c->v_tile, svf,
-                             NULL, NULL, NULL};
+                             NULL, NULL, NULL, NULL, NULL};
+    if (c->uv) args.A = &d[8].t, args.beta = &d[9].t;
     if (L.packed) {
         args.cu_seqlens = &L.dcu.t;
         if (c->seqs.fla_indices) args.chunk_indices = &L.dci.t, args.chunk_offsets = &L.dco.t;
@@ -1459,7 +1484,7 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
         goto out;
     }
     const double *h0_used = c->with_h0 ? h0 : NULL;
-    kref_fwd_h_varlen_io(P, HV, K, V, N, L.cu, kg, w, u, g, h0_used, io, fref[0], fref[1], fref[2]);
+    kref_fwd_h_varlen_io(P, HV, K, V, N, L.cu, kg, w, c->uv ? uio : u, g, h0_used, io, fref[0], fref[1], fref[2]);
     kref_fwd_h_varlen(P, HV, K, V, N, L.cu, kg, w, u, g, h0_used, eref[0], eref[1], eref[2]);
     static const char *const names[3] = {"h", "v_new", "ht"};
     const size_t nlive[3] = {live_h, live * HV * V, ns}, total[3] = {nh, nv, ns};
@@ -1489,9 +1514,9 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
     }
     rc = 0;
 out:
-    for (int i = 0; i < 8; i++) dfree(&d[i]);
+    for (int i = 0; i < 10; i++) dfree(&d[i]);
     layout_free(&L);
-    double *all[] = {k, kx, v, beta, a, g, Akk, w, u, kg, kgh, h0, vf};
+    double *all[] = {k, kx, v, beta, a, g, Akk, w, u, kg, kgh, h0, vf, uio, ones};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     for (int i = 0; i < 3; i++) free(fref[i]), free(eref[i]), free(got[i]), free(raw[i]);
     return rc;
@@ -1971,7 +1996,8 @@ int kc_selftest(kdart_rt *rt, FILE *out, const char *only) {
         kdart_spec_at("fwd_h", s, spec, sizeof spec);
         const int tail = kc_spec_tail(spec), K = kc_spec_k(spec) - (tail ? 4 : 0), V = tail ? 100 : 128;
         kc_fwdh_case c = {2, 512, 4, 4, K, V, strstr(spec, "io=fp16") != NULL, KREF_GATE_STRONG, 0, 1, 1, 1,
-                          kc_spec_bv(spec), seed + 600 + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec)};
+                          kc_spec_bv(spec), seed + 600 + (uint64_t)s, 20, 0, SELFTEST_SEQS(spec),
+                          strstr(spec, "uv=1") != NULL};
         if (c.seqs.nseq) c.B = 1, c.T = 0;
         kc_report r;
         char shape[64], dims[48];

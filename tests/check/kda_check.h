@@ -150,6 +150,7 @@ typedef struct kc_fwdh_case {
     int reps;
     int graph;
     kc_seqs seqs;
+    int uv;            /* 1: u made in the scan from v, A (Akk) and beta in the io dtype; 2: beta in float32 */
 } kc_fwdh_case;
 
 typedef struct kc_post_case {

@@ -753,7 +753,8 @@ static void check_fwdh(const kc_fwdh_case *c, kc_report *out) {
     kc_report r;
     char what[256], sq[64];
     seqs_label(&c->seqs, sq, sizeof sq);
-    snprintf(what, sizeof what, "fwdh %s%s%s%s%s B%d T%d H%d HV%d K%d V%d BV%d%s", c->io ? "fp16" : "bf16",
+    snprintf(what, sizeof what, "fwdh %s%s%s%s%s%s B%d T%d H%d HV%d K%d V%d BV%d%s", c->io ? "fp16" : "bf16",
+             c->uv ? (c->uv == 2 ? " uv beta-f32" : " uv") : "",
              c->state_v_first ? " v-first" : "", c->with_h0 ? " h0" : "", c->with_ht ? " ht" : "",
              c->with_vnew ? "" : " no-v_new", c->B, c->T, c->H, c->HV, c->K, c->V, c->v_tile, sq);
     ck_assert_msg(kc_run_fwdh(rt, c, &r) == 0, "%s: harness: %s", what, r.message);
@@ -789,11 +790,12 @@ START_TEST(fwdh_every_spec) {
             }
         kc_fwdh_case c = {2, 256, s & 4 ? 2 : 4, 4, K, V, strstr(spec, "io=fp16") != NULL, KREF_GATE_STRONG,
                           (s >> 1) & 1, (s >> 2) & 1, (s >> 3) & 1, s % 5 != 0, kc_spec_bv(spec),
-                          seed + 80000 + (uint64_t)s, 0, s == 0, {0}};
+                          seed + 80000 + (uint64_t)s, 0, s == 0, {0}, 0};
         if (strstr(spec, "varlen=1")) {
             if ((s >> 2) & 1) c.T = 200;
             else every_spec_seqs(&c.seqs, &c.B, &c.T, s);
         }
+        if (strstr(spec, "uv=1")) c.uv = 1 + ((s >> 4) & 1); /* beta in the io dtype or float32 */
         check_fwdh(&c, NULL);
     }
 }
@@ -811,16 +813,26 @@ START_TEST(fwdh_production) {
     for (int v = 0; v < 8; v++) {
         kc_seqs q = {6, cu, 0, 0, 0, v & 1, (v >> 1) & 1, v == 2 ? 3 : 0, 0, v == 3 || v == 5 ? 0.05 : 0.0, 0};
         kc_fwdh_case c = {1, 2100, v & 2 ? 2 : 4, 4, ks[v % 4], vs[v % 4], (v >> 2) & 1, KREF_GATE_STRONG,
-                          (v >> 2) & 1, 1, 1, 1, 0, seed + 81000 + (uint64_t)v, 0, v == 0, q};
+                          (v >> 2) & 1, 1, 1, 1, 0, seed + 81000 + (uint64_t)v, 0, v == 0, q, 0};
         check_fwdh(&c, NULL);
     }
-    kc_fwdh_case f = {2, 4096, 16, 16, 128, 128, 0, KREF_GATE_FUSED, 0, 1, 1, 1, 0, seed + 81100, 0, 0, {0}};
+    kc_fwdh_case f = {2, 4096, 16, 16, 128, 128, 0, KREF_GATE_FUSED, 0, 1, 1, 1, 0, seed + 81100, 0, 0, {0}, 0};
     check_fwdh(&f, NULL); /* the production configuration at fixed length: 64 chunks a scan */
-    kc_fwdh_case p = {1, 333, 1, 2, 128, 64, 1, KREF_GATE_STRONG, 1, 0, 1, 1, 32, seed + 81101, 0, 0, {0}};
+    kc_fwdh_case p = {1, 333, 1, 2, 128, 64, 1, KREF_GATE_STRONG, 1, 0, 1, 1, 32, seed + 81101, 0, 0, {0}, 0};
     check_fwdh(&p, NULL); /* fixed length with a partial last chunk (the varlen body without cu_seqlens) */
+    /* u made in the scan from v, A and beta (kdart_kda_chunk_bwd's form): the packed documents above at
+     * each head dim, beta in the io dtype and in float32; the production shape at fixed length */
+    for (int v = 0; v < 4; v++) {
+        kc_seqs q = {6, cu, 0, 0, 0, v & 1, 1, 0, 0, 0.0, 0};
+        kc_fwdh_case c = {1, 2100, v & 2 ? 2 : 4, 4, ks[v], vs[v], v == 1, KREF_GATE_STRONG, v == 2, 1, 1, 1, 0,
+                          seed + 81500 + (uint64_t)v, 0, 0, q, 1 + (v & 1)};
+        check_fwdh(&c, NULL);
+    }
+    kc_fwdh_case fu = {2, 4096, 16, 16, 128, 128, 0, KREF_GATE_FUSED, 0, 1, 1, 1, 0, seed + 81600, 0, 0, {0}, 1};
+    check_fwdh(&fu, NULL);
     kc_report r1, r2;
     kc_fwdh_case d = {1, 2100, 4, 4, 128, 192, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81200, 0, 0,
-                      {6, cu, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}};
+                      {6, cu, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}, 0};
     check_fwdh(&d, &r1);
     check_fwdh(&d, &r2);
     for (int i = 0; i < r1.nout; i++)
@@ -830,13 +842,13 @@ START_TEST(fwdh_production) {
     static long long cu_many[301];
     for (int i = 0; i < 300; i++) cu_many[i + 1] = cu_many[i] + (i == 250 ? 1500 : 1 + (i * 37) % 97);
     kc_fwdh_case m = {1, (int)cu_many[300], 4, 4, 128, 128, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81300, 0, 0,
-                      {300, cu_many, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}};
+                      {300, cu_many, 0, 0, 0, 0, 1, 0, 0, 0.0, 0}, 0};
     check_fwdh(&m, NULL);
     clear_device_status();
     for (int gk = 1; gk <= 4; gk++) { /* (4: h one row short of the chunk count) */
         kc_seqs q = {5, cu_c, 0, 0, 0, gk & 1, gk != 4, 0, gk, 0.0, 0};
         kc_fwdh_case c = {1, 2100, 2, 2, 128, 128, 0, KREF_GATE_STRONG, 0, 1, 1, 1, 0, seed + 81400 + (uint64_t)gk,
-                          0, 0, q};
+                          0, 0, q, 0};
         kc_report r;
         expect_garbage("fwdh", gk, kc_run_fwdh(rt, &c, &r), &r, garbage_bits[gk]);
     }
@@ -1067,18 +1079,22 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c, double tol_all) {
     ck_assert_msg(r.deterministic, "%s: two calls differ", what);
 }
 
-/* the second handle of check_chunk: opened with var=0 (KDART_FUSE_POST, KDART_FUSE_DAV) */
-static kdart_rt *open_unfused(const char *var) {
+/* the second handle of check_chunk: opened with var=0 and var2=0 (KDART_FUSE_POST, KDART_FUSE_DAV,
+ * KDART_FUSE_U; var2 may be NULL) */
+static kdart_rt *open_unfused(const char *var, const char *var2) {
     kdart_rt *rt2 = NULL;
     setenv(var, "0", 1);
+    if (var2) setenv(var2, "0", 1);
     const int orc = kdart_open(&rt2, NULL);
     unsetenv(var);
+    if (var2) unsetenv(var2);
     ck_assert_int_eq(orc, KDART_OK);
     return rt2;
 }
 
 START_TEST(chunk_bwd_whole) {
-    kdart_rt *rt2 = open_unfused("KDART_FUSE_POST"), *rt3 = open_unfused("KDART_FUSE_DAV");
+    /* the second handle makes u in the recompute too: fwd_h's u must be its bits */
+    kdart_rt *rt2 = open_unfused("KDART_FUSE_POST", "KDART_FUSE_U"), *rt3 = open_unfused("KDART_FUSE_DAV", NULL);
     static const long long cu[5] = {0, 1, 65, 200, 300};
     static const long long cu7[8] = {0, 94, 257, 283, 533, 752, 940, 1024};
     /* 33 documents: bwd_dhu's grid of 132 scans of 64 columns, where the V tile 64 wins and the V split
@@ -1190,7 +1206,7 @@ START_TEST(small_for_sanitizers) {
         const int tail = kc_spec_tail(spec);
         kc_fwdh_case c = {1, 192, s & 2 ? 1 : 2, 2, kc_spec_k(spec) - (tail && (s & 4) ? 4 : 0),
                           tail && !(s & 4) ? 100 : 64, strstr(spec, "io=fp16") != NULL, KREF_GATE_FUSED, (s >> 1) & 1,
-                          1, 1, 1, kc_spec_bv(spec), seed + 97 + (uint64_t)s, 0, 0, {0}};
+                          1, 1, 1, kc_spec_bv(spec), seed + 97 + (uint64_t)s, 0, 0, {0}, strstr(spec, "uv=1") != NULL};
         if (strstr(spec, "varlen=1")) small_seqs(&c.seqs, &c.B, &c.T, s >> 1);
         check_fwdh(&c, NULL); /* three chunks: every stage of the copy pipeline */
     }
@@ -1203,7 +1219,7 @@ START_TEST(small_for_sanitizers) {
         check_post(&c);
     }
     if (small_wants("chunk_bwd")) {
-        kdart_rt *rt2 = open_unfused("KDART_FUSE_POST");
+        kdart_rt *rt2 = open_unfused("KDART_FUSE_POST", NULL);
         const kc_chunk_case c = {1, 128, 2, 2, 64, 64, 0, 1, 0, seed + 95100, {0}, 0};
         check_chunk(rt2, &c, 0.0);
         kdart_close(rt2);

@@ -19,6 +19,10 @@
 #define FWDH_STAGES(K, BV) ((K) == 64 ? 3 : 2)
 #define FWDH_SMEM(K, BV) \
     (FWDH_STAGES(K, BV) * ((2 * (K) / 64 + 1) * 8192 + (K) * 4) + (K) / 64 * 8192 + 128)
+/* uv: a stage holds A's tile too, and seq_of's scratch lies in the last stage's A tile */
+#define FWDH_SMEM_UV(K, BV) (FWDH_SMEM(K, BV) + FWDH_STAGES(K, BV) * 8192 - 128)
+_Static_assert(FWDH_SMEM_UV(64, 32) == 107264 && FWDH_SMEM_UV(128, 64) == 115712 && FWDH_SMEM_UV(256, 64) == 198656,
+               "fwd_h's uv launch contract (kernel_src/fwd_h.cuh asserts the same)");
 _Static_assert(FWDH_SMEM(64, 32) == 82816 && FWDH_SMEM(128, 32) == 99456 && FWDH_SMEM(128, 64) == 99456 &&
                    FWDH_SMEM(256, 64) == 182400,
                "fwd_h's launch contract (kernel_src/fwd_h.cuh asserts the same)");
@@ -29,16 +33,17 @@ _Static_assert(FWDH_SMEM(64, 32) == 82816 && FWDH_SMEM(128, 32) == 99456 && FWDH
 static const int fwdh_bvs[] = {FWDH_BVS(INT_)};
 #define NBV ((int)(sizeof fwdh_bvs / sizeof fwdh_bvs[0]))
 
-/* vals: io, K, BV, varlen, tail */
+/* vals: io, K, BV, varlen, tail, uv */
 static void shape(const int *vals, int *threads, int *smem) {
     const int K = kdart__k_tile_at(vals[1]), bv = fwdh_bvs[vals[2]];
     *threads = FWDH_THREADS(K, bv);
-    *smem = FWDH_SMEM(K, bv);
+    *smem = vals[5] ? FWDH_SMEM_UV(K, bv) : FWDH_SMEM(K, bv);
 }
 
 /* The default prewarm set: bf16 (what the backward runs in), every native
  * specialization, and the masked ones at the K tile 128 (head dims below 128,
- * V not a multiple of the tile); the rest compile on first use. */
+ * V not a multiple of the tile), each with u given (the stage call) and made
+ * in the scan (the whole backward); the rest compile on first use. */
 static int prewarmed(const int *vals) { return vals[0] == 0 && (vals[4] == 0 || kdart__k_tile_at(vals[1]) == 128); }
 
 /* The scan is serial over chunks, so only the grid runs in parallel: 64
@@ -86,6 +91,7 @@ static int dims(kdart_rt *rt, kdart__call *c) {
         return kdart__err(rt, KDART_EUNSUPPORTED, "v_tile=%d is not supported (0 = chosen by kdart, or 32, 64)",
                           a->v_tile);
     if ((rc = kdart__call_seqs(rt, c, B, T)) != KDART_OK) return rc;
+    if (!a->A != !a->beta) return kdart__err(rt, KDART_ENULL, "A and beta go together (u made from v), or neither");
     const int svf = a->state_v_first != 0;
     const int64_t N = c->sq.N;
     /* the grid is (V/BV, N*HV): one serial scan per sequence, value head and V tile */
@@ -118,7 +124,7 @@ static int choose(kdart_rt *rt, kdart__call *c) {
     }
     const int kt = kdart__k_tile(K);
     /* the masked specialization for a head dim below its K tile or a partial last V tile */
-    const int v[5] = {c->io, kdart__k_index(kt), bv == 32 ? 0 : 1, c->sq.varlen, K != kt || V % bv != 0};
+    const int v[6] = {c->io, kdart__k_index(kt), bv == 32 ? 0 : 1, c->sq.varlen, K != kt || V % bv != 0, a->A != NULL};
     memcpy(c->vals, v, sizeof v);
     c->aux[AUX_BV] = bv;
     return KDART_OK;
@@ -128,19 +134,23 @@ static int launch(kdart_rt *rt, const kdart__call *c, const kdart__unit *u, void
     const ARGS *a = c->args;
     const int64_t *d = c->d;
     const int64_t V = d[KDART__D_V], bv = c->aux[AUX_BV];
-    kdart_fwd_h_params p = {
-        kdart__ptr(a->k), kdart__ptr(a->w), kdart__ptr(a->u), kdart__ptr(a->gk), kdart__ptr(a->h0),
-        (void *)kdart__ptr(a->h), (void *)kdart__ptr(a->v_new), (float *)kdart__ptr(a->ht),
-        (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)V,
-        kdart__ptr(c->sq.cu), status, (int)d[KDART__D_N], (int)d[KDART__D_NT], c->sq.is64, (int)d[KDART__D_K],
-        c->aux[AUX_SVF],
+    /* the uv specializations take the common fields followed by A and beta */
+    kdart_fwd_h_uv_params p = {
+        {
+            kdart__ptr(a->k), kdart__ptr(a->w), kdart__ptr(a->u), kdart__ptr(a->gk), kdart__ptr(a->h0),
+            (void *)kdart__ptr(a->h), (void *)kdart__ptr(a->v_new), (float *)kdart__ptr(a->ht),
+            (int)d[KDART__D_B], (int)d[KDART__D_T], (int)d[KDART__D_H], (int)d[KDART__D_HV], (int)V,
+            kdart__ptr(c->sq.cu), status, (int)d[KDART__D_N], (int)d[KDART__D_NT], c->sq.is64, (int)d[KDART__D_K],
+            c->aux[AUX_SVF],
+        },
+        kdart__ptr(a->A), kdart__ptr(a->beta), a->beta && a->beta->dtype.bits == 32,
     };
     return kdart__launch(rt, fn, (unsigned)((V + bv - 1) / bv), (unsigned)(d[KDART__D_N] * d[KDART__D_HV]), 1,
                          u->threads, u->smem, stream, &p);
 }
 
 static const kdart__op op = {
-    sizeof(ARGS), sizeof(ARGS), "kdart_fwd_h_args", 8, 2,
+    sizeof(ARGS), sizeof(ARGS), "kdart_fwd_h_args", 10, 2,
     {
         KDART__TARG("k", ARGS, k, KDART__DT_IO, IN, B, T, H, K),
         KDART__TARG("w", ARGS, w, KDART__DT_IO, IN, B, T, HV, K),
@@ -150,20 +160,24 @@ static const kdart__op op = {
         KDART__TARG("h", ARGS, h, KDART__DT_IO, OUT, B, NT, HV, S1, S2),
         KDART__TARG("v_new", ARGS, v_new, KDART__DT_IO, OUT | OPT, B, T, HV, V),
         KDART__TARG("ht", ARGS, ht, KDART__DT_F32, OUT | OPT, N, HV, S1, S2),
+        KDART__TARG("A", ARGS, A, KDART__DT_IO, IN | OPT, B, T, HV, 64),
+        KDART__TARG("beta", ARGS, beta, KDART__DT_IO_F32, IN | OPT, B, T, HV),
     },
     {KDART__SARG("v_tile", ARGS, v_tile, 'i'), KDART__SARG("state_v_first", ARGS, state_v_first, 'i')},
     offsetof(ARGS, cu_seqlens), offsetof(ARGS, chunk_indices), offsetof(ARGS, chunk_offsets),
     dims, choose, launch,
 };
 
-_Static_assert(2 * 3 * NBV * 2 * 2 <= KDART__MAX_SPECS, "fwd_h's specs exceed KDART__MAX_SPECS");
+_Static_assert(2 * 3 * NBV * 2 * 2 * 2 <= KDART__MAX_SPECS, "fwd_h's specs exceed KDART__MAX_SPECS");
 
 const kdart__kernel kdart__stage_fwd_h = {
-    "fwd_h", "fwd_h.cuh", "kdart_fwd_h", 5,
+    "fwd_h", "fwd_h.cuh", "kdart_fwd_h", 6,
     {KDART__IO_PARAM, KDART__K_PARAM, {"BV", NBV, {FWDH_BVS(STR_)}, {FWDH_BVS(STR_)}, NBV - 1},
      KDART__FLAG_PARAM("varlen"),
      /* tail: a head dim below the K tile or V not a multiple of BV (masked copies and stores) */
-     KDART__FLAG_PARAM("tail")},
+     KDART__FLAG_PARAM("tail"),
+     /* uv: u made from v, A and beta in the scan (kdart_kda_chunk_bwd's; A and beta given) */
+     KDART__FLAG_PARAM("uv")},
     shape, prewarmed, NULL, &op,
 };
 

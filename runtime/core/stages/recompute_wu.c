@@ -99,7 +99,7 @@ static const kdart__op op = {
         KDART__TARG("dt_bias", ARGS, dt_bias, KDART__DT_F32, IN | OPT, HV, K),
         KDART__TARG("g_out", ARGS, g_out, KDART__DT_F32, OUT | OPT, B, T, HV, K),
         KDART__TARG("w", ARGS, w, KDART__DT_IO, OUT, B, T, HV, K),
-        KDART__TARG("u", ARGS, u, KDART__DT_IO, OUT, B, T, HV, V),
+        KDART__TARG("u", ARGS, u, KDART__DT_IO, OUT | OPT, B, T, HV, V),
         KDART__TARG("qg", ARGS, qg, KDART__DT_IO, OUT | OPT, B, T, HV, K),
         KDART__TARG("kg", ARGS, kg, KDART__DT_IO, OUT, B, T, HV, K),
     },
