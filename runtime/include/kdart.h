@@ -581,7 +581,7 @@ typedef struct kdart_fwd_h_args {
     uint32_t struct_size;      /* sizeof(kdart_fwd_h_args) */
     const DLTensor *k;         /* [B,T,H,K]  io dtype (chunk_kda's kg); HV a multiple of H */
     const DLTensor *w;         /* [B,T,HV,K] io dtype */
-    const DLTensor *u;         /* [B,T,HV,V] io dtype */
+    const DLTensor *u;         /* [B,T,HV,V] io dtype; with A and beta: v, from which u is made */
     const DLTensor *gk;        /* [B,T,HV,K] fp32, the chunk-local gate cumsum in log2 units */
     const DLTensor *h0;        /* [N,HV,K,V] fp32 ([N,HV,V,K] V-first), or NULL: start from zero */
     const DLTensor *h;         /* out [B,NT,HV,K,V] io dtype ([..,V,K] V-first), NT = ceil(T/64);
@@ -594,7 +594,8 @@ typedef struct kdart_fwd_h_args {
     const DLTensor *cu_seqlens;    /* [N+1] int32/int64 on the device, or NULL: fixed length */
     const DLTensor *chunk_indices; /* [NT,2] dtype of cu_seqlens, or NULL: h's NT >= its rows */
     const DLTensor *chunk_offsets; /* [N+1] dtype of cu_seqlens, or NULL (shape-checked only) */
-    /* u made here from v (then in `u`): u = A (v beta), rounded as recompute_wu rounds it */
+    /* Given both, u is made in the scan from the v passed as `u`: u = A (v beta), rounded as
+     * recompute_wu rounds it (the same bits); kdart_kda_chunk_bwd calls fwd_h so */
     const DLTensor *A;         /* [B,T,HV,64] io dtype (chunk_kda's Akk), or NULL: u is given */
     const DLTensor *beta;      /* [B,T,HV] io dtype or fp32, with A */
 } kdart_fwd_h_args;
