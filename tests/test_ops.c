@@ -1124,7 +1124,7 @@ END_TEST
 
 /* fwd_h: b rows of t tokens, H key heads, head dim k, value dim v; h with nt chunk rows */
 typedef struct fwdh_set {
-    fake k, w, u, gk, h0, h, vn, ht, cu, ci, co;
+    fake k, w, u, gk, h0, h, vn, ht, cu, ci, co, A, beta;
     kdart_fwd_h_args a;
 } fwdh_set;
 
@@ -1296,6 +1296,26 @@ START_TEST(fwdh_validation) {
     ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "io=bf16,K=64,BV=32,varlen=0,tail=0,uv=0");
     EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    /* u made in the scan: v (in u), A and beta given together; beta in the io dtype or fp32 */
+    fwdh_std(&s);
+    mk(&s.A, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    mk(&s.beta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    s.a.A = &s.A.t, s.a.beta = &s.beta.t;
+    ck_assert_int_gt(kdart_spec_for(rt, "fwd_h", &s.a, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "io=bf16,K=64,BV=64,varlen=0,tail=0,uv=1");
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    mk(&s.beta, kDLBfloat, 16, 3, B, T, HV, 0, 0);
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENOCUDA, NULL);
+    mk(&s.beta, kDLFloat, 16, 3, B, T, HV, 0, 0); /* fp16 beside bf16 */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_EDTYPE, "beta");
+    mk(&s.beta, kDLFloat, 32, 3, B, T, HV, 0, 0);
+    mk(&s.A, kDLBfloat, 16, 4, B, T, HV, 32, 0); /* A is [B,T,HV,64] */
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ESHAPE, "tensor A");
+    mk(&s.A, kDLBfloat, 16, 4, B, T, HV, 64, 0);
+    s.a.beta = NULL;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENULL, "A and beta");
+    s.a.A = NULL, s.a.beta = &s.beta.t;
+    EXPECT(kdart_kda_fwd_h(rt, &s.a, NULL), KDART_ENULL, "A and beta");
     /* v_tile 0: kdart picks for the device (which it needs: ENOCUDA here) */
     fwdh_std(&s);
     s.a.v_tile = 0;
