@@ -162,7 +162,7 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     carver early = cv, late = cv;
     if (p->recompute) {
         w = carve(&early, &s->w, io, 16, 4, B, T, HV, K, 0);
-        if (!p->fuse_u) u = carve(&early, &s->u, io, 16, 4, B, T, HV, V, 0); /* else fwd_h makes it */
+        u = p->fuse_u ? NULL : carve(&early, &s->u, io, 16, 4, B, T, HV, V, 0); /* NULL: fwd_h makes it */
         qg = carve(&early, &s->qg, io, 16, 4, B, T, HV, K, 0);
         kg = carve(&early, &s->kg, io, 16, 4, B, T, HV, K, 0);
     }
@@ -181,11 +181,11 @@ static void build(const kdart_chunk_bwd_args *a, const plan *p, const DLTensor *
     } else {
         s->rwu.g = gk;
     }
-    /* u: made in fwd_h's scan from v, Akk and beta (the recompute skips its V steps) */
-    const int fu = p->fuse_u;
-    s->rwu.w = w, s->rwu.u = fu ? NULL : u, s->rwu.qg = qg, s->rwu.kg = kg;
+    s->rwu.w = w, s->rwu.u = u, s->rwu.qg = qg, s->rwu.kg = kg; /* (u NULL: the recompute skips its V steps) */
     s->rwu.cu_seqlens = a->cu_seqlens, s->rwu.chunk_indices = a->chunk_indices;
 
+    /* fuse_u: u made in fwd_h's scan from v, Akk and beta */
+    const int fu = p->fuse_u;
     s->fwdh = (kdart_fwd_h_args){sizeof s->fwdh, kg, w, fu ? a->v : u, gk, a->h0, h, vn, NULL, 0, p->svf,
                                  a->cu_seqlens, a->chunk_indices, a->chunk_offsets,
                                  fu ? a->Akk : NULL, fu ? a->beta : NULL};

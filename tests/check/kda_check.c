@@ -1422,24 +1422,15 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
     round_to(g, nk, DT_F32);
     kref_wy_akk_varlen(P, HV, K, N, L.cu, kx, beta, g, Akk);
     if (c->uv) round_to(Akk, (size_t)P * HV * 64, io);
-    kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, Akk, w, u, kg);
-    if (c->uv) { /* the io reference's u = IO(A IO(v beta)): the same product on v beta rounded, beta 1 */
-        double *vb = uio;
-        for (size_t x = 0; x < nv; x++) vb[x] = v[x] * beta[x / V];
-        round_to(vb, nv, io);
+    if (c->uv) { /* the io reference's u = IO(A IO(v beta)): the same product on IO(v beta) with beta 1, u
+                  * holding IO(v beta) meanwhile (the call below writes u, w and kg again) */
+        for (size_t x = 0; x < nv; x++) u[x] = v[x] * beta[x / V], uio[x] = NAN;
+        round_to(u, nv, io);
         for (size_t x = 0; x < nb; x++) ones[x] = 1.0;
-        double *w2 = dmalloc(nk), *kg2 = dmalloc(nk), *u2 = dmalloc(nv);
-        if (!w2 || !kg2 || !u2) {
-            free(w2), free(kg2), free(u2);
-            fail(r, "out of host memory");
-            goto out;
-        }
-        for (size_t x = 0; x < nv; x++) u2[x] = NAN;
-        kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, vb, ones, g, Akk, w2, u2, kg2);
-        memcpy(uio, u2, nv * sizeof(double));
-        free(w2), free(kg2), free(u2);
+        kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, u, ones, g, Akk, w, uio, kg);
         round_to(uio, nv, io);
     }
+    kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, Akk, w, u, kg);
     round_to(w, nk, io), round_to(u, nv, io), round_to(kg, nk, io);
     for (size_t t = 0; t < (size_t)P; t++)
         for (int hk = 0; hk < H; hk++) memcpy(kgh + (t * H + hk) * K, kg + (t * HV + hk * G) * K, sizeof(double) * K);
