@@ -6,10 +6,11 @@
 #   E=lab/experiments/fwdh-beta-ahead; rm -rf build-B build-C build-E build-V; mkdir -p build-B build-C
 #   cp -r kernel_src build-B/k && (cd build-B/k && patch -p2 < ../../$E/beta_ahead.diff)
 #   cp -r build-B/k build-C/k && patch build-C/k/fwd_h.cuh < $E/C_on_B.diff
-#   for v in V E; do git apply $E/lib_$v.diff && cmake -S . -B /tmp/b$v -DCUDAToolkit_ROOT=/usr/local/cuda \
-#     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build /tmp/b$v -j2 --target kdart_shared; \
-#     git checkout runtime/core/stages/fwd_h.c; mkdir -p build-$v && cp -a /tmp/b$v/libkdart.so* build-$v/ && \
-#     cp -aL build/libuv.so.1 build/libsqlite3.so.0 build-$v/; done
+#   git apply $E/lib_V.diff  # V: BV 64 forced; E: V launching 256 threads at K128 BV64 uv
+#   for v in V E; do [ $v = E ] && git apply $E/lib_E_on_V.diff
+#     cmake -S . -B /tmp/b$v -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+#     cmake --build /tmp/b$v -j2 --target kdart_shared && mkdir -p build-$v && cp -a /tmp/b$v/libkdart.so* build-$v/ &&
+#     cp -aL build/libuv.so.1 build/libsqlite3.so.0 build-$v/; done; git checkout runtime/core/stages/fwd_h.c
 #   cp -r build-B/k build-E/k && patch build-E/k/fwd_h.cuh < $E/E_on_B.diff
 # 1. alone: the bare whole call, A and B two rounds on AB_ROWS, E, D, C two rounds at B2; A and B once at
 #    prod8192 (AB_PROD=0: not);
