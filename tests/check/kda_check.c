@@ -1423,11 +1423,11 @@ int kc_run_fwdh(kdart_rt *rt, const kc_fwdh_case *c, kc_report *r) {
     kref_wy_akk_varlen(P, HV, K, N, L.cu, kx, beta, g, Akk);
     if (c->uv) round_to(Akk, (size_t)P * HV * 64, io);
     if (c->uv) { /* the io reference's u = IO(A IO(v beta)): the same product on IO(v beta) with beta 1, u
-                  * holding IO(v beta) meanwhile (the call below writes u, w and kg again) */
+                  * holding IO(v beta) meanwhile (u alone; the call below writes u again, with w and kg) */
         for (size_t x = 0; x < nv; x++) u[x] = v[x] * beta[x / V], uio[x] = NAN;
         round_to(u, nv, io);
         for (size_t x = 0; x < nb; x++) ones[x] = 1.0;
-        kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, u, ones, g, Akk, w, uio, kg);
+        kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, u, ones, g, Akk, NULL, uio, NULL);
         round_to(uio, nv, io);
     }
     kref_recompute_w_u_varlen(P, HV, K, V, N, L.cu, kx, v, beta, g, Akk, w, u, kg);

@@ -827,7 +827,8 @@ void kref_recompute_w_u_varlen(int T, int HV, int K, int V, int N,
             for (int c = 0; c < nchunks(cu, n); c++) {
                 size_t t0;
                 const int nr = chunk_span(cu, n, c, &t0);
-                chunk_w_kg(Akk + (t0 * HV + hv) * BT, (size_t)HV * BT, k, beta, g2, t0, nr, hv, HV, K, kb, w, kg);
+                if (w != NULL)
+                    chunk_w_kg(Akk + (t0 * HV + hv) * BT, (size_t)HV * BT, k, beta, g2, t0, nr, hv, HV, K, kb, w, kg);
 #define IV(r, e) (((t0 + (r)) * HV + hv) * V + (e))
                 for (int r = 0; r < nr; r++) {
                     const double *a = Akk + ((t0 + r) * HV + hv) * BT;

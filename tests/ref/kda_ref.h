@@ -229,7 +229,8 @@ void kref_wy_akk_varlen(int T, int HV, int K, int N, const int64_t *cu_seqlens,
                         const double *k, const double *beta, const double *g2,
                         double *Akk);
 /* fla's recompute_w_u from Akk: w = Akk (beta k exp2(g2)), u = Akk (beta v),
- * kg = k exp2(g2_last - g2); v, u [T,HV,V]. */
+ * kg = k exp2(g2_last - g2); v, u [T,HV,V].  w NULL: u alone (kg is then not written
+ * either). */
 void kref_recompute_w_u_varlen(int T, int HV, int K, int V, int N,
                                const int64_t *cu_seqlens, const double *k,
                                const double *v, const double *beta,
