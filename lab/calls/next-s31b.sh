@@ -9,7 +9,8 @@
 #   cp -aL build/libuv.so.1 build/libsqlite3.so.0 build-F/; git checkout runtime/core/stages/fwd_h.c
 #   cp -r build-E/k build-F/k2; for n in 3 4; do cp -r build-E/k build-F/k$n
 #     sed "s/? 4 : 2; \/\* LAB F/? $n : 2; \/* LAB F/" $E/F4_on_E.diff | patch build-F/k$n/fwd_h.cuh; done
-# Timed alone, the bare whole call, AB_ROUNDS (default 2) rounds on AB_ROWS (default B2 and prod8192).
+# 1. timed alone, the bare whole call, AB_ROUNDS (default 2) rounds on AB_ROWS (default B2 and prod8192);
+# 2. unless NCU=0: ncu's warp states of fwd_h inside the bare call at B2, A and F4 (where its chunk step waits).
 set -u
 . lab/calls/common.sh
 gc_fla_site
@@ -22,3 +23,10 @@ for r in $(seq 1 ${AB_ROUNDS:-2}); do
       gc_whole_bare F${n}_$r $R/build-F/k$n build-F/libkdart.so $ROWS; done; unset KDART_LAB_FWDH_STAGES
   } | gc_prof | cut -c1-300 | tee -a $O/ab.txt
 done; el; gc_pack
+[ "${NCU:-1}" = 1 ] || exit 0
+S="--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy"
+KDART_KERNEL_DIR=/tmp/A/k KDART_LIBRARY=$R/build/libkdart.so gc_ncu_whole 120 ncu_fwdh_A.txt kdart_fwd_h 1 $S
+KDART_LAB_FWDH_STAGES=4 KDART_KERNEL_DIR=$R/build-F/k4 KDART_LIBRARY=$(readlink -f build-F/libkdart.so) \
+  gc_ncu_whole 120 ncu_fwdh_F4.txt kdart_fwd_h 1 $S
+for v in A F4; do echo "== $v"; grep -E "Duration|Stall|Warp Cycles|Eligible|Issued|Throughput|Hit Rate" \
+  $O/ncu_fwdh_$v.txt | head -24; done; gc_pack
