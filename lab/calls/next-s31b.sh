@@ -9,14 +9,15 @@
 #   cp -aL build/libuv.so.1 build/libsqlite3.so.0 build-F/; git checkout runtime/core/stages/fwd_h.c
 #   cp -r build-E/k build-F/k2; for n in 3 4; do cp -r build-E/k build-F/k$n
 #     sed "s/? 4 : 2; \/\* LAB F/? $n : 2; \/* LAB F/" $E/F4_on_E.diff | patch build-F/k$n/fwd_h.cuh; done
-# 1. timed alone, the bare whole call, AB_ROUNDS (default 2) rounds on AB_ROWS (default B2 and prod8192);
+# 1. timed alone, the bare whole call, AB_ROUNDS (default 2) rounds on AB_ROWS (default B2, the packed row
+#    (BV 64 there already, so F changes it too) and prod8192);
 # 2. unless NCU=0: ncu's warp states of fwd_h inside the bare call at B2, A and F4 (where its chunk step waits).
 set -u
 . lab/calls/common.sh
 gc_fla_site
 mkdir -p /tmp/A && cp -a kernel_src /tmp/A/k
 export WB_CACHE=/tmp/cw WB_LIMIT=${WB_LIMIT:-150}
-ROWS=${AB_ROWS:-b2_t8192_h32,prod8192}
+ROWS=${AB_ROWS:-b2_t8192_h32,packed32768,prod8192}
 for r in $(seq 1 ${AB_ROUNDS:-2}); do
   { gc_whole_bare A_$r /tmp/A/k build/libkdart.so $ROWS
     for n in 2 3 4; do export KDART_LAB_FWDH_STAGES=$n
