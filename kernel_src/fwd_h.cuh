@@ -212,6 +212,34 @@ __global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, 
     const int cr = tid >> 3, ch = tid & 7;
     const unsigned sdst = smem_u32(smem) + 2 * (cr * 64 + (((ch ^ cr) & 7) << 3));
 
+    /* UV at native dims: v's 16-byte pieces spread over every thread, piece q of this thread at row r,
+     * column piece pc; each thread scales its own pieces by beta once they land (cp.async makes a
+     * thread's own copies visible to it), ahead of the barrier that shows them to every warp, so that
+     * IO(v beta) is made once a CTA instead of once a warp in the u product's B fragments */
+    /* (not at K 256, nor packed at BV 64: ptxas spilled there) */
+    constexpr bool VS = UV && !TAIL && K <= 128 && (BV == 32 || !VARLEN);
+    constexpr bool VS_AHEAD = VS && BV == 32; /* beta a chunk ahead (at BV 64: at the top of its chunk) */
+    constexpr int NVQ = 64 * (BV / 8) / Tr::kThreads;
+    static_assert(NVQ * Tr::kThreads == 64 * (BV / 8), "whole pieces of v a thread");
+    auto vpiece = [&](int q, int &r, int &pc) {
+        const int i = tid + Tr::kThreads * q;
+        r = i / (BV / 8), pc = i % (BV / 8);
+    };
+    float vb[VS ? NVQ : 1]; /* beta at the rows of this thread's pieces of v, a chunk ahead */
+    auto load_vbeta = [&](int c) {
+        if constexpr (VS) {
+            const int nr = min(64, len - 64 * c);
+#pragma unroll
+            for (int q = 0; q < NVQ; ++q) {
+                int r, pc;
+                vpiece(q, r, pc);
+                const long long at = (bos + 64ll * c + r) * HV + hv;
+                vb[q] = r >= nr ? 0.f
+                        : pu.beta_f32 ? static_cast<const float *>(pu.beta)[at]
+                                      : unpack2<IO>((unsigned)io(pu.beta)[at]).x;
+            }
+        }
+    };
     /* chunk c's kg and w blocks, u tile and g_last row into its stage (rows past the sequence's end,
      * columns past Kr or V: zeros; at BV 32 only the left half of the u tile, the only one read) */
     auto issue = [&](int c) {
@@ -232,10 +260,20 @@ __global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, 
                     cp16z(sd + kb * 2 * TILE + q * RS * 128, ok ? pk + 64 * kb : gk, ok);
                     cp16z(sd + (KB + kb) * 2 * TILE + q * RS * 128, ok ? pw + 64 * kb : gw, ok);
                 }
-                if (BV == 64 || ch < 4) cp16z(sd + 2 * KB * 2 * TILE + q * RS * 128, ok ? pu : gu, ok);
+                if (!VS && (BV == 64 || ch < 4)) cp16z(sd + 2 * KB * 2 * TILE + q * RS * 128, ok ? pu : gu, ok);
                 if constexpr (UV) cp16z(sd + (2 * KB + 1) * 2 * TILE + q * RS * 128, ok ? pa : gA, ok);
                 pk += RS * strK, pw += RS * strW, pu += RS * strV;
                 if constexpr (UV) pa += RS * strA;
+            }
+            if constexpr (VS) { /* v: pieces vpiece(q) of every thread, scaled by beta in place (below) */
+                const unsigned sv = smem_u32(stage(c) + 2 * KB * TILE);
+#pragma unroll
+                for (int q = 0; q < NVQ; ++q) {
+                    int r, pc;
+                    vpiece(q, r, pc);
+                    const bool ok = !VARLEN || r < nr;
+                    cp16z(sv + 2 * (r * 64 + (((pc ^ r) & 7) << 3)), ok ? gu + (64ll * c + r) * strV + 8 * pc : gu, ok);
+                }
             }
             if (tid < K / 4) cp16z(sgl + 16 * tid, glr + 4 * tid, true);
         } else {
@@ -279,13 +317,15 @@ __global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, 
                 st[mt][j][e] = h0 && at >= 0 ? h0[at] : 0.f;
             }
 
+    if (VS_AHEAD && nct > 0) load_vbeta(0);
 #pragma unroll 1
     for (int c = 0; c < nct; ++c) {
         const int nr = min(64, len - 64 * c);
         /* UV: beta at the rows s of this thread's B fragments of v (k0 + 2 tq + {0, 1, 8, 9}), zeros past
          * the chunk (v's rows there are zeros; beta's may be anything) */
-        float bt[UV ? 16 : 1];
-        if constexpr (UV) {
+        if (VS && !VS_AHEAD) load_vbeta(c);
+        float bt[UV && !VS ? 16 : 1];
+        if constexpr (UV && !VS) {
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
                 const int s = 16 * (i >> 2) + 2 * tq + (i & 1) + 8 * ((i >> 1) & 1);
@@ -305,9 +345,27 @@ __global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, 
                 *reinterpret_cast<unsigned *>(sH + mt * TILE + swz(r + 8, col)) = pack2<IO>(st[mt][j][2], st[mt][j][3]);
             }
         cp_wait<S - 2>();
+        if constexpr (VS) { /* IO(v beta) in place: this thread's own pieces (rows past the chunk stay zero) */
+            unsigned short *sv = stage(c) + 2 * KB * TILE;
+#pragma unroll
+            for (int q = 0; q < NVQ; ++q) {
+                int r, pc;
+                vpiece(q, r, pc);
+                uint4 *pp = reinterpret_cast<uint4 *>(sv + r * 64 + (((pc ^ r) & 7) << 3));
+                uint4 x = *pp;
+                unsigned *xs = reinterpret_cast<unsigned *>(&x);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = unpack2<IO>(xs[e]);
+                    xs[e] = pack2<IO>(f.x * vb[q], f.y * vb[q]);
+                }
+                *pp = x;
+            }
+        }
         __syncthreads(); /* B1: S_H and chunk c's tiles visible; every warp is done with chunk c - 1's stage */
         if (c + S - 1 < nct) issue(c + S - 1);
         cp_commit();
+        if (VS_AHEAD && c + 1 < nct) load_vbeta(c + 1); /* (vb is dead until chunk c + 1's scaling) */
 
         /* v_new = u - w . IO(S): this warp's 16 rows, its warpgroup's kCB columns, A = w, B = S_H */
         unsigned short *sU = stage(c) + 2 * KB * TILE;
@@ -353,16 +411,18 @@ __global__ __launch_bounds__(FwdHTraits<K, BV, UV>::kThreads, FwdHTraits<K, BV, 
                 for (int k0 = 0; k0 < 64; k0 += 16) {
                     unsigned a[4];
                     ldsm4(a_n(uA, m0, k0, lane), a);
-                    const float *bk = bt + 4 * (k0 >> 4);
+                    const float *bk = bt + (VS ? 0 : 4 * (k0 >> 4));
 #pragma unroll
                     for (int np = 0; np < NJH / 2; ++np) {
                         unsigned b[4];
                         ldsm4t(b_t(uV, c0 + 8 * NJH * hh + 16 * np, k0, lane), b);
+                        if constexpr (!VS) { /* (VS: v was scaled in place) */
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const float2 x = unpack2<IO>(b[r]);
-                            const int o = 2 * (r & 1); /* b[0], b[2]: rows 2 tq, +1; b[1], b[3]: 8 + 2 tq, +1 */
-                            b[r] = pack2<IO>(x.x * bk[o], x.y * bk[o + 1]);
+                            for (int r = 0; r < 4; ++r) {
+                                const float2 x = unpack2<IO>(b[r]);
+                                const int o = 2 * (r & 1); /* b[0], b[2]: rows 2 tq, +1; b[1], b[3]: 8 + 2 tq, +1 */
+                                b[r] = pack2<IO>(x.x * bk[o], x.y * bk[o + 1]);
+                            }
                         }
                         mma<IO>(ua[2 * np], a, b[0], b[1]);
                         mma<IO>(ua[2 * np + 1], a, b[2], b[3]);

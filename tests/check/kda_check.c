@@ -1823,6 +1823,7 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
         for (size_t j = 0; j < live; j++) r->untouched &= isfinite(x[j]) && isfinite(y[j]);
         double num = 0, den = 0, mx = 0;
         int nan_mismatch = 0;
+        size_t ndiff = 0, nlive = 0;
         for (size_t j = 0; j < n; j++) {
             if (isnan(x[j]) || isnan(y[j])) {
                 nan_mismatch |= isnan(x[j]) != isnan(y[j]);
@@ -1831,10 +1832,23 @@ int kc_run_chunk_bwd(kdart_rt *rt, kdart_rt *rt2, const kc_chunk_case *c, kc_rep
             const double e = x[j] - y[j];
             num += e * e, den += y[j] * y[j];
             if (fabs(e) > mx) mx = fabs(e);
+            ndiff += e != 0, nlive++;
         }
         r->rel_rms[i] = nan_mismatch ? INFINITY : num == 0 ? 0 : sqrt(num / (den > 0 ? den : 1e-300));
         r->rel_rms_alt[i] = NAN;
         r->max_abs[i] = mx;
+        r->frac_diff[i] = nlive ? (double)ndiff / (double)nlive : 0;
+        /* apart by more than one rounding to the output's dtype (one unit in the last place of the larger),
+         * give or take fp32 noise of 1e-5 of the output's RMS (an element near zero after a cancellation) */
+        const int mant = outs[i]->t.dtype.bits == 32 ? 23 : outs[i]->t.dtype.code == kDLBfloat ? 7 : 10;
+        const double rms = nlive ? sqrt(den / (double)nlive) : 0;
+        r->n_far[i] = nan_mismatch ? 1 : 0;
+        for (size_t j = 0; j < n; j++) {
+            if (isnan(x[j]) || isnan(y[j]) || x[j] == y[j]) continue;
+            int ex;
+            frexp(fmax(fabs(x[j]), fabs(y[j])), &ex);
+            r->n_far[i] += fabs(x[j] - y[j]) > ldexp(1.0, ex - 1 - mant) + 1e-5 * rms;
+        }
     }
 settled:
     rc = r->message[0] && strncmp(r->message, "harness:", 8) == 0 ? -1 : 0;

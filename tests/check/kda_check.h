@@ -204,6 +204,8 @@ typedef struct kc_report {
                               teacher-forced: the reference takes the kernel's
                               own rounded dH and dv2 as its matrix operands) */
     double max_abs[8];
+    double frac_diff[8];   /* whole backward, two handles: the share of elements that differ */
+    size_t n_far[8];       /* whole backward, two handles: elements apart by more than one rounding */
     int deterministic;     /* a second launch gave bitwise-equal outputs */
     int graph_equal;       /* the graph replay gave bitwise-equal outputs (-1 not run) */
     double ms;             /* median time per call over reps (0 if reps == 0) */

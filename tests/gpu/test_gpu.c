@@ -1066,12 +1066,22 @@ static void check_chunk(kdart_rt *rt2, const kc_chunk_case *c, double tol_all) {
     ck_assert_msg(r.status == KDART_OK, "%s: %s", what, r.message);
     printf("%-44s", what);
     for (int i = 0; i < r.nout; i++) printf(" %s %.2e", r.names[i], r.rel_rms[i]);
-    printf(" det=%s\n", r.deterministic ? "yes" : "NO");
+    printf(" dq,dk differ %.1e,%.1e det=%s\n", r.frac_diff[0], r.frac_diff[1], r.deterministic ? "yes" : "NO");
     for (int i = 0; i < r.nout; i++) {
+        if (i < 2 && tol_all == 0) {
+            /* dq and dk: the l2norm's row sums in another order (the launch's last pass) round to the io
+             * dtype on the other side of its boundary now and then: each element within one rounding of
+             * the other handle's, few of them moved.  (Not a relative RMS: one flip of an element ten
+             * times the RMS moves a small case's by 2.6e-4.) */
+            ck_assert_msg(r.n_far[i] == 0, "%s: %zu elements of %s differ between the handles by more than one "
+                          "rounding", what, r.n_far[i], r.names[i]);
+            ck_assert_msg(r.frac_diff[i] <= 1e-2, "%s: %.2f%% of %s differs between the handles (> 1%%)", what,
+                          100 * r.frac_diff[i], r.names[i]);
+            continue;
+        }
         /* dA_log and ddt_bias: summed from a partial row per chunk (wy_dqkg's launch) or per block of
-         * tokens (bwd_post's); dq and dk: the l2norm's row sums in another order (the launch's last pass),
-         * a rounding to the io dtype now and then on the other side of its boundary */
-        const double tol = tol_all > 0 ? tol_all : i == 5 || i == 6 ? 1e-5 : i < 2 ? 1e-4 : 0.0;
+         * tokens (bwd_post's) */
+        const double tol = tol_all > 0 ? tol_all : i == 5 || i == 6 ? 1e-5 : 0.0;
         ck_assert_msg(r.rel_rms[i] <= tol, "%s: %s differs between the handles: rel RMS %.3e > %.0e", what,
                       r.names[i], r.rel_rms[i], tol);
     }
