@@ -882,7 +882,8 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             cAqk[intra::daoff(bi, rr) + (c ^ intra::dasw(rr))] = bj < bi ? __uint_as_float(intra::to_tf32(x)) : x;
         }
     }
-    if constexpr (INTRA && DAQK) {
+    /* (the trapping combinations above instantiate no intra part: its body asserts what they break) */
+    if constexpr (INTRA && DAQK && !(POST && TAIL)) {
 #if KDART_WY_WG
         if constexpr (kTma) /* (the barriers' words become the intra part's shared memory) */
             if (tid == 0) {

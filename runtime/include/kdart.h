@@ -234,7 +234,8 @@ KDART_EXTERN int kdart_spec_canonical(const char *kernel, const char *spec, char
  * wy_dqkg's V-first state and tails in bf16 with fp32 beta; bwd_dav's in
  * bf16; fwd_h's native ones and its tails at K=128, in bf16);
  * never the stubs that the runtime does not launch (bwd_intra tail=1 with
- * varlen=0, wy_dqkg intra=1 with dAqk=0).  The rest compile on first use, 0.5-1.5 s each. */
+ * varlen=0, wy_dqkg intra=1 with dAqk=0 and post=1 without intra or with
+ * tail=1).  The rest compile on first use, 0.5-1.5 s each. */
 KDART_EXTERN int kdart_spec_prewarmed(const char *kernel, int index);
 
 /* Whether kdart can compile for arch ("sm_90a"): "sm_" and 2 or 3 digits
