@@ -302,7 +302,9 @@ template <> struct ParamsOf<true> { using type = WyIntraParams; };
 template <typename IO, int K, bool VARLEN, bool TAIL, bool BETA_F32, bool SVF, bool DAQK, bool INTRA, bool POST>
 __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlocks) void kdart_wy_dqkg(
     const __grid_constant__ typename kdart::wy::ParamsOf<INTRA>::type p) {
-    if constexpr ((INTRA && !DAQK) || (POST && (!INTRA || TAIL))) {
+    /* (the registry's stub rule, runtime/core/stages/wy_dqkg.c) */
+    constexpr bool kStub = (INTRA && !DAQK) || (POST && (!INTRA || TAIL));
+    if constexpr (kStub) {
         __trap(); /* never launched */
         return;
     }
@@ -882,8 +884,9 @@ __global__ __launch_bounds__(WyDqkgTraits<K>::kThreads, WyDqkgTraits<K>::kMinBlo
             cAqk[intra::daoff(bi, rr) + (c ^ intra::dasw(rr))] = bj < bi ? __uint_as_float(intra::to_tf32(x)) : x;
         }
     }
-    /* (the trapping combinations above instantiate no intra part: its body asserts what they break) */
-    if constexpr (INTRA && DAQK && !(POST && TAIL)) {
+    /* (a stub instantiates no intra part: the code after its trap is not discarded, and the intra body
+     * asserts what a stub breaks) */
+    if constexpr (INTRA && !kStub) {
 #if KDART_WY_WG
         if constexpr (kTma) /* (the barriers' words become the intra part's shared memory) */
             if (tid == 0) {

@@ -47,7 +47,7 @@ typedef struct job_list {
     pthread_mutex_t lock;
     int next, total;
     /* the default prewarm set of every kernel on two archs: 474 (bwd_intra 66, bwd_dhu 54, wy_dqkg 62,
-     * fwd_h 32, recompute_wu 8, bwd_post 8, bwd_dav 4, chunk_rcumsum 3 per arch) */
+     * fwd_h 32, recompute_wu 8, bwd_post 8, bwd_dav 4, chunk_rcumsum 3 per arch); or the stubs: 960 */
     const char *kernel[MAX_JOBS];
     char spec[MAX_JOBS][128];
     const char *arch[MAX_JOBS];
@@ -72,28 +72,44 @@ static void *worker(void *p) {
     }
 }
 
-START_TEST(every_spec_compiles) {
-    static job_list j;
-    memset(&j, 0, sizeof j);
-    pthread_mutex_init(&j.lock, NULL);
-    j.rt = test_open(db, NULL, NULL);
-    ck_assert_ptr_nonnull(j.rt);
+/* Compiles (NOLOAD) every specialization of every kernel that pick() takes, on sm_90a and sm_100a, on two
+ * threads, into j (opened on the test's cache); returns the wall time in ms. */
+static double compile_all(job_list *j, int (*pick)(const kdart__kernel *k, int spec)) {
+    memset(j, 0, sizeof *j);
+    pthread_mutex_init(&j->lock, NULL);
+    j->rt = test_open(db, NULL, NULL);
+    ck_assert_ptr_nonnull(j->rt);
     const char *archs[] = {"sm_90a", "sm_100a"};
     for (int a = 0; a < 2; a++)
-        for (int k = 0; k < kdart_kernel_count(); k++)
-            for (int s = 0; s < kdart_spec_count(kdart_kernel_name(k)); s++) {
-                if (kdart_spec_prewarmed(kdart_kernel_name(k), s) != 1) continue;
-                ck_assert_int_lt(j.total, (int)(sizeof j.kernel / sizeof j.kernel[0]));
-                j.kernel[j.total] = kdart_kernel_name(k);
-                kdart_spec_at(j.kernel[j.total], s, j.spec[j.total], sizeof j.spec[0]);
-                j.arch[j.total] = archs[a];
-                j.total++;
+        for (int k = 0; k < kdart_kernel_count(); k++) {
+            const kdart__kernel *kk = kdart__kernel_find(kdart_kernel_name(k));
+            for (int s = 0; s < kdart_spec_count(kk->name); s++) {
+                if (!pick(kk, s)) continue;
+                ck_assert_int_lt(j->total, MAX_JOBS);
+                j->kernel[j->total] = kk->name;
+                kdart_spec_at(kk->name, s, j->spec[j->total], sizeof j->spec[0]);
+                j->arch[j->total] = archs[a];
+                j->total++;
             }
+        }
     double t0 = kdart__now_ms();
     pthread_t th[2];
-    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, &j);
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, j);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    double wall = kdart__now_ms() - t0;
+    return kdart__now_ms() - t0;
+}
+
+static int pick_prewarmed(const kdart__kernel *k, int spec) { return kdart_spec_prewarmed(k->name, spec) == 1; }
+
+static int pick_stub(const kdart__kernel *k, int spec) {
+    int vals[KDART__MAX_PARAMS];
+    kdart__spec_values(k, spec, vals);
+    return k->stub && k->stub(vals);
+}
+
+START_TEST(every_spec_compiles) {
+    static job_list j;
+    const double wall = compile_all(&j, pick_prewarmed);
     for (int i = 0; i < j.total; i++) {
         printf("cold compile %-14s %-36s %-8s %8.1f ms\n", j.kernel[i], j.spec[i], j.arch[i], j.ms[i]);
         ck_assert_msg(j.rc[i] == KDART_OK, "%s %s %s: %s", j.kernel[i], j.spec[i], j.arch[i], kdart_strerror(j.rc[i]));
@@ -154,31 +170,9 @@ END_TEST
  * runs once failed a static_assert there (wy_dqkg's post = 1 with the tail). */
 START_TEST(every_stub_compiles) {
     static job_list j;
-    memset(&j, 0, sizeof j);
-    pthread_mutex_init(&j.lock, NULL);
-    j.rt = test_open(db, NULL, NULL);
-    ck_assert_ptr_nonnull(j.rt);
-    const char *archs[] = {"sm_90a", "sm_100a"};
-    for (int a = 0; a < 2; a++)
-        for (int k = 0; k < kdart_kernel_count(); k++) {
-            const kdart__kernel *kk = kdart__kernel_find(kdart_kernel_name(k));
-            for (int s = 0; kk->stub && s < kdart_spec_count(kk->name); s++) {
-                int vals[KDART__MAX_PARAMS];
-                kdart__spec_values(kk, s, vals);
-                if (!kk->stub(vals)) continue;
-                ck_assert_int_lt(j.total, MAX_JOBS);
-                j.kernel[j.total] = kk->name;
-                kdart_spec_at(kk->name, s, j.spec[j.total], sizeof j.spec[0]);
-                j.arch[j.total] = archs[a];
-                j.total++;
-            }
-        }
+    const double wall = compile_all(&j, pick_stub);
     ck_assert_int_gt(j.total, 0);
-    double t0 = kdart__now_ms();
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, &j);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    printf("%d stubs compiled on 2 threads: %.1f s wall\n", j.total, (kdart__now_ms() - t0) / 1e3);
+    printf("%d stubs compiled on 2 threads: %.1f s wall\n", j.total, wall / 1e3);
     for (int i = 0; i < j.total; i++)
         ck_assert_msg(j.rc[i] == KDART_OK, "%s %s %s: %s", j.kernel[i], j.spec[i], j.arch[i], kdart_strerror(j.rc[i]));
     kdart_close(j.rt);
