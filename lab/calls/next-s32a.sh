@@ -9,7 +9,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
 fi
 . lab/calls/common.sh
 gc_peers_setup
-LIMIT=${CALL_END:-480} gpu_e2e_rows b2_t8192_h32 packed32768; gc_pack
+LIMIT=${CALL_END:-480} gpu_e2e_rows b2_t8192_h32 packed_t32768_hv32; gc_pack
 left=$(( ${CALL_END:-480} - ($(date +%s) - t0) ))
 [ $left -gt 120 ] && gc_e2e_cudnn whole $left
 gc_pack
