@@ -1,0 +1,34 @@
+# call s34a (carry build-gpu = main's build, build-WF, build-WFB, .whl, .whl-cudnn, .triton-carry):
+# experiments/wy-full-chunks: the packed fused wy_dqkg kernel with a second copy of its body (WF) or of
+# its intra part only (WFB) for full chunks (nv the constant 64: the row guards fold away; the
+# fixed-length kernels' SASS is unchanged).
+# Make build-WF here first: mkdir -p build-WF && cp -r kernel_src build-WF/k &&
+#   (cd build-WF/k && patch -p2 < ../../lab/experiments/wy-full-chunks/full.diff); the same with fullb.diff
+#   into build-WFB/k
+# 1. the bare whole call, main's kernels (A) against build-WF/k (WF) and build-WFB/k, timed alone, two rounds on the
+#    packed row, one at B2 (a control: the same fixed-length kernels);
+# 2. test_gpu chunk_bwd_whole and wy_production with WF's kernels (LIMIT, default 150 s; WV=WFB: WFB's);
+# 3. with what is left: on an H200 the official B2 production row (fla's autotune saved); on an H100
+#    bench/e2e.py's packed production row with WF's kernels, side by side with fla (autotune carried).
+set -u
+. lab/calls/common.sh
+gc_fla_site
+export WB_CACHE=/tmp/cw WB_LIMIT=${WB_LIMIT:-150}
+for r in 1 2; do
+  { gc_whole_bare A_$r $R/kernel_src build/libkdart.so packed32768
+    gc_whole_bare WF_$r $R/build-WF/k build/libkdart.so packed32768
+    gc_whole_bare WFB_$r $R/build-WFB/k build/libkdart.so packed32768
+  } | gc_prof | cut -c1-300 | tee -a $O/wf.txt
+done
+{ gc_whole_bare A_b2 $R/kernel_src build/libkdart.so b2_t8192_h32
+  gc_whole_bare WF_b2 $R/build-WF/k build/libkdart.so b2_t8192_h32; } | gc_prof | cut -c1-300 | tee -a $O/wf.txt
+el; gc_pack
+WV=${WV:-WF}; export KDART_KERNEL_DIR=$R/build-$WV/k; gc_gpu_tests ${LIMIT:-150} chunk_bwd_whole,wy_production $WV
+wait; export KDART_KERNEL_DIR=$R/kernel_src; grep -E "Checks|F:|rc=" $O/test_gpu_$WV.txt | cut -c1-200 | head -6; el; gc_pack
+gc_peers_setup
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  LIMIT=${CALL_END:-585} E2E_SAVE=1 gpu_e2e_rows b2_t8192_h32
+else
+  KDART_KERNEL_DIR=$R/build-$WV/k LIMIT=${CALL_END:-585} gpu_e2e_rows packed_t32768_hv32
+fi
+gc_pack
