@@ -469,11 +469,9 @@ def _fakes(monkeypatch, log, K, V, HV, refuse=()):
 
     monkeypatch.setattr(kt, "bwd_dAv", fake_dav)
     monkeypatch.setattr(kt, "chunk_gated_delta_rule_fwd_h", fake_fwdh)
-    # the grid queries answer as where no CUDA device can say (bwd_dhu decides by itself: the dAv is fused);
-    # on a GPU machine the device's SM count and bwd_dhu's V tile for these small grids would refuse it
-    # (test_dav_grid_refusal covers that rule)
-    monkeypatch.setattr(kt, "_dhu_tile", lambda device, N, HV, K, V: 0)
-    monkeypatch.setattr(kt, "_sm_count", lambda device: 0)
+    # the dAv grid rule accepts these grids, as where no CUDA device can answer it; on a GPU machine the
+    # device's answer for these small grids would keep the dAv unfused (test_dav_grid_refusal covers the rule)
+    monkeypatch.setattr(kt, "dav_grid_refusal", lambda N, HV, K, V, packed, device=None: None)
     monkeypatch.setattr(kt, "_rwu_impl", fake_rwu)
     monkeypatch.setattr(kt, "_eager", lambda t: True)
     monkeypatch.setattr(kt, "recompute_w_u", lambda k, v, beta, A, gk, q=None, cu_seqlens=None, chunk_indices=None:
