@@ -234,6 +234,17 @@ gc_whole_bare() {
     PYTHONPATH=$R/python:$R/python/tests:$R/lab/calls \
     timeout ${WB_LIMIT:-100} python3 lab/calls/whole_ab.py $4 2>&1 | tee $O/wb_$1.log | grep -E "bare (C|profile)" | sed "s|^|$1 |"
 }
+# variants LABEL=KDIR[=LIB] (LIB default build/libkdart.so) of the bare whole call on rows $2, each timed
+# alone, one after another, $1 rounds; the profiles appended to $O/$3.txt
+gc_bare_rounds() {
+  local n=$1 rows=$2 log=$3 r v l d b; shift 3
+  for r in $(seq 1 $n); do
+    for v in "$@"; do
+      IFS== read -r l d b <<< "$v"
+      gc_whole_bare ${l}_$r $d ${b:-build/libkdart.so} $rows
+    done | gc_prof | cut -c1-300 | tee -a $O/$log.txt
+  done
+}
 # memcheck and racecheck of test_gpu's chunk_bwd_whole (or SAN_TESTS) side by side, each in its own cache, until $1 seconds
 # have passed; their summaries printed
 gc_san_whole() {

@@ -14,14 +14,8 @@ set -u
 . lab/calls/common.sh
 gc_fla_site
 export WB_CACHE=/tmp/cw WB_LIMIT=${WB_LIMIT:-150}
-for r in 1 2; do
-  { gc_whole_bare A_$r $R/kernel_src build/libkdart.so packed32768
-    gc_whole_bare WF_$r $R/build-WF/k build/libkdart.so packed32768
-    gc_whole_bare WFB_$r $R/build-WFB/k build/libkdart.so packed32768
-  } | gc_prof | cut -c1-300 | tee -a $O/wf.txt
-done
-{ gc_whole_bare A_b2 $R/kernel_src build/libkdart.so b2_t8192_h32
-  gc_whole_bare WF_b2 $R/build-WF/k build/libkdart.so b2_t8192_h32; } | gc_prof | cut -c1-300 | tee -a $O/wf.txt
+gc_bare_rounds 2 packed32768 wf A=$R/kernel_src WF=$R/build-WF/k WFB=$R/build-WFB/k
+gc_bare_rounds 1 b2_t8192_h32 wf A_b2=$R/kernel_src WF_b2=$R/build-WF/k
 el; gc_pack
 WV=${WV:-WF}; export KDART_KERNEL_DIR=$R/build-$WV/k; gc_gpu_tests ${LIMIT:-150} chunk_bwd_whole,wy_production $WV
 wait; export KDART_KERNEL_DIR=$R/kernel_src; grep -E "Checks|F:|rc=" $O/test_gpu_$WV.txt | cut -c1-200 | head -6; el; gc_pack
