@@ -3,8 +3,10 @@
 # wy_dqkg's specializations.  Two sanitizer processes side by side: wy_dqkg alone, and the kernels after it
 # (recompute_wu, bwd_dav, fwd_h, bwd_post, chunk_bwd); LIMIT each (default 500 s).  The cache is filled
 # first (`kdart prewarm` on every core), so the sanitized processes compile nothing.
+# WV=WFB: the kernels of build-WFB/k (carry it too) instead of main's.
 set -u
 . lab/calls/common.sh
+[ -n "${WV:-}" ] && export KDART_KERNEL_DIR=$R/build-$WV/k
 timeout 120 build/kdart prewarm -j "$(nproc)" --json > $O/prewarm.json 2> $O/prewarm.txt; echo "prewarm rc=$?"; el
 for part in wy_dqkg recompute_wu,bwd_dav,fwd_h,bwd_post,chunk_bwd; do
   n=${part%%,*}
