@@ -2,9 +2,10 @@
 # experiments/wy-full-chunks: the packed fused wy_dqkg kernel with a second copy of its body (WF) or of
 # its intra part only (WFB) for full chunks (nv the constant 64: the row guards fold away; the
 # fixed-length kernels' SASS is unchanged).
-# Make build-WF here first: mkdir -p build-WF && cp -r kernel_src build-WF/k &&
-#   (cd build-WF/k && patch -p2 < ../../lab/experiments/wy-full-chunks/full.diff); the same with fullb.diff
-#   into build-WFB/k
+# Make build-WF and build-WFB here first, from the landing forms (lab/experiments/wy-full-chunks):
+#   D=$PWD/lab/experiments/wy-full-chunks; for v in WF:landf WFB:landb; do rm -rf build-${v%:*}/k &&
+#   mkdir -p build-${v%:*} && cp -r kernel_src build-${v%:*}/k && (cd build-${v%:*}/k &&
+#   git apply -p2 --include=wy_dqkg.cuh $D/${v#*:}.diff); done
 # 1. the bare whole call, main's kernels (A) against build-WF/k (WF) and build-WFB/k, timed alone, two rounds on the
 #    packed row, one at B2 (a control: the same fixed-length kernels);
 # 2. test_gpu chunk_bwd_whole and wy_production with WF's kernels (LIMIT, default 150 s; WV=WFB: WFB's);
